@@ -1,1 +1,23 @@
+//! `keel-actors`: Keel's actor tree, its message types and pure state machines, and the ports
+//! (storage, policy) it needs. It depends on neither HTTP nor SQL; the `keel` crate supplies
+//! adapters for both.
+#![forbid(unsafe_code)]
 
+pub mod agent_group;
+pub mod error;
+pub mod events;
+pub mod execution;
+pub mod ids;
+pub mod kernel;
+pub mod metrics;
+pub mod policy;
+pub mod push;
+pub mod runner;
+pub mod status;
+pub mod store;
+pub mod store_writer;
+pub mod supervision;
+pub mod time;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

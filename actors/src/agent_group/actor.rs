@@ -1,0 +1,260 @@
+//! `AgentGroupActor`: the consumers of one agent id. It is the only place that knows which
+//! connection a consumer has, so assignment, push routing, outbox and disconnect grace live here.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::mpsc::{self, error::TrySendError};
+
+use super::messages::AgentGroupMsg;
+use crate::execution::{ExecutionMsg, Rejection};
+use crate::ids::{AgentId, ExecutionId};
+use crate::kernel::KernelError;
+use crate::kernel::context::{Ctx, call};
+use crate::push::Push;
+use crate::status::ExecutionStatus;
+use crate::store::ListFilter;
+
+/// Most pushes kept for one absent consumer.
+const OUTBOX_LIMIT: usize = 10_000;
+
+/// Arguments of an agent group.
+pub struct AgentGroupArgs {
+    /// Shared context.
+    pub ctx: Arc<Ctx>,
+    /// Agent id.
+    pub agent_id: AgentId,
+}
+
+struct Consumer {
+    connection: u64,
+    sender: mpsc::Sender<Push>,
+}
+
+/// State of an agent group.
+pub struct AgentGroupState {
+    ctx: Arc<Ctx>,
+    agent_id: AgentId,
+    connected: BTreeMap<String, Consumer>,
+    away: HashMap<String, u64>,
+    lost: HashSet<String>,
+    restored: HashSet<String>,
+    bindings: HashMap<String, BTreeSet<ExecutionId>>,
+    outbox: HashMap<String, VecDeque<Push>>,
+    pending: VecDeque<ExecutionId>,
+    next_consumer: usize,
+    generation: u64,
+}
+
+/// The actor of one agent id.
+pub struct AgentGroupActor;
+
+impl Actor for AgentGroupActor {
+    type Msg = AgentGroupMsg;
+    type State = AgentGroupState;
+    type Arguments = AgentGroupArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, args: AgentGroupArgs) -> Result<Self::State, ActorProcessingErr> {
+        Ok(AgentGroupState {
+            ctx: args.ctx,
+            agent_id: args.agent_id,
+            connected: BTreeMap::new(),
+            away: HashMap::new(),
+            lost: HashSet::new(),
+            restored: HashSet::new(),
+            bindings: HashMap::new(),
+            outbox: HashMap::new(),
+            pending: VecDeque::new(),
+            next_consumer: 0,
+            generation: 0,
+        })
+    }
+
+    async fn post_start(&self, _myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        // A (re)started group learns its pending executions from the store, so nothing waits
+        // forever because a queue was lost with a crashed predecessor.
+        let filter = ListFilter {
+            status: Some(ExecutionStatus::Pending),
+            agent_id: Some(state.agent_id.to_string()),
+            limit: 100_000,
+            ..ListFilter::default()
+        };
+        match state.ctx.store.list_executions(&filter).await {
+            Ok(rows) => {
+                for row in rows.into_iter().rev() {
+                    if !state.pending.contains(&row.id) {
+                        state.pending.push_back(row.id);
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions"),
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            AgentGroupMsg::ConsumerConnected { consumer_id, connection, sender } => {
+                connect(state, consumer_id, connection, sender);
+                assign_pending(state).await;
+            }
+            AgentGroupMsg::ConsumerDisconnected { consumer_id, connection } => {
+                let current = state.connected.get(&consumer_id).map(|consumer| consumer.connection);
+                if current == Some(connection) {
+                    state.connected.remove(&consumer_id);
+                    start_grace(&myself, state, &consumer_id);
+                }
+            }
+            AgentGroupMsg::GraceExpired { consumer_id, generation } => {
+                if state.away.get(&consumer_id) == Some(&generation) {
+                    state.away.remove(&consumer_id);
+                    consumer_gone(state, &consumer_id);
+                }
+            }
+            AgentGroupMsg::ExecutionPending { execution_id, reply } => {
+                if !state.pending.contains(&execution_id) {
+                    state.pending.push_back(execution_id);
+                }
+                assign_pending(state).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(());
+                }
+            }
+            AgentGroupMsg::SessionRestored { consumer_id, execution_id } => {
+                state.bindings.entry(consumer_id.clone()).or_default().insert(execution_id);
+                if !state.connected.contains_key(&consumer_id) && !state.away.contains_key(&consumer_id) {
+                    state.restored.insert(consumer_id.clone());
+                    start_grace(&myself, state, &consumer_id);
+                }
+            }
+            AgentGroupMsg::SessionEnded { consumer_id, execution_id } => {
+                if let Some(bound) = state.bindings.get_mut(&consumer_id) {
+                    bound.remove(&execution_id);
+                    if bound.is_empty() {
+                        state.bindings.remove(&consumer_id);
+                    }
+                }
+            }
+            AgentGroupMsg::Push { consumer_id, push } => deliver(&myself, state, &consumer_id, push),
+        }
+        Ok(())
+    }
+}
+
+fn connect(state: &mut AgentGroupState, consumer_id: String, connection: u64, sender: mpsc::Sender<Push>) {
+    state.away.remove(&consumer_id);
+    state.lost.remove(&consumer_id);
+    state.restored.remove(&consumer_id);
+    tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, "agent consumer connected");
+    // Replacing the entry drops the previous sender, which ends the previous stream.
+    state.connected.insert(consumer_id.clone(), Consumer { connection, sender });
+    if let Some(queued) = state.outbox.remove(&consumer_id) {
+        for push in queued {
+            let consumer = state.connected.get(&consumer_id);
+            if consumer.is_none_or(|consumer| consumer.sender.try_send(push).is_err()) {
+                break;
+            }
+        }
+    }
+}
+
+fn start_grace(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, consumer_id: &str) {
+    state.generation += 1;
+    let generation = state.generation;
+    state.away.insert(consumer_id.to_owned(), generation);
+    tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, "agent consumer disconnected, grace started");
+    let consumer_id = consumer_id.to_owned();
+    myself.send_after(state.ctx.config.agent_grace, move || AgentGroupMsg::GraceExpired { consumer_id, generation });
+}
+
+/// The consumer did not come back in time: its executions are told, its outbox dropped.
+fn consumer_gone(state: &mut AgentGroupState, consumer_id: &str) {
+    let reason = if state.restored.remove(consumer_id) { "recovery" } else { "agent_disconnect" };
+    tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, reason, "agent consumer lost");
+    state.lost.insert(consumer_id.to_owned());
+    state.outbox.remove(consumer_id);
+    let bound: Vec<ExecutionId> = state.bindings.get(consumer_id).map(|bound| bound.iter().cloned().collect()).unwrap_or_default();
+    for execution_id in bound {
+        tell_lost(state, &execution_id, consumer_id, reason);
+    }
+}
+
+fn tell_lost(state: &AgentGroupState, execution_id: &ExecutionId, consumer_id: &str, reason: &str) {
+    if let Some(execution) = state.ctx.execution(execution_id) {
+        let message = ExecutionMsg::ConsumerLost { consumer_id: consumer_id.to_owned(), reason: reason.to_owned() };
+        let _ = execution.send_message(message);
+    }
+}
+
+fn deliver(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, consumer_id: &str, push: Push) {
+    if let Some(consumer) = state.connected.get(consumer_id) {
+        match consumer.sender.try_send(push) {
+            Ok(()) => return,
+            Err(TrySendError::Full(push) | TrySendError::Closed(push)) => {
+                // Too slow or already gone: disconnect it; its sessions get the grace period.
+                tracing::warn!(agent.id = %state.agent_id, consumer.id = %consumer_id, "agent consumer cannot keep up, disconnecting");
+                state.connected.remove(consumer_id);
+                start_grace(myself, state, consumer_id);
+                keep(state, consumer_id, push);
+                return;
+            }
+        }
+    }
+    let bound = state.bindings.get(consumer_id).is_some_and(|bound| push.execution_id().is_some_and(|id| bound.contains(&ExecutionId::from(id))));
+    if state.lost.contains(consumer_id) {
+        if let Some(execution_id) = push.execution_id().map(ExecutionId::from) {
+            tell_lost(state, &execution_id, consumer_id, "agent_disconnect");
+        }
+    }
+    if bound || state.away.contains_key(consumer_id) {
+        keep(state, consumer_id, push);
+    }
+}
+
+fn keep(state: &mut AgentGroupState, consumer_id: &str, push: Push) {
+    let queue = state.outbox.entry(consumer_id.to_owned()).or_default();
+    if queue.len() >= OUTBOX_LIMIT {
+        queue.pop_front();
+        tracing::warn!(consumer.id = %consumer_id, "outbox full, oldest push dropped");
+    }
+    queue.push_back(push);
+}
+
+async fn assign_pending(state: &mut AgentGroupState) {
+    let mut attempts = state.pending.len();
+    while attempts > 0 && !state.connected.is_empty() {
+        attempts -= 1;
+        let Some(execution_id) = state.pending.pop_front() else {
+            return;
+        };
+        let consumers: Vec<String> = state.connected.keys().cloned().collect();
+        let consumer_id = consumers[state.next_consumer % consumers.len()].clone();
+        state.next_consumer = state.next_consumer.wrapping_add(1);
+        let Some(execution) = state.ctx.execution(&execution_id) else {
+            continue;
+        };
+        let timeout = state.ctx.config.call_timeout;
+        let offer = |reply| ExecutionMsg::OfferToConsumer { consumer_id: consumer_id.clone(), reply };
+        match call(&execution, offer, timeout, "execution actor").await {
+            Ok(Ok(push)) => {
+                state.bindings.entry(consumer_id.clone()).or_default().insert(execution_id);
+                if let Some(consumer) = state.connected.get(&consumer_id) {
+                    if consumer.sender.try_send(push.clone()).is_err() {
+                        keep(state, &consumer_id, push);
+                    }
+                }
+            }
+            Ok(Err(KernelError::Rejected(Rejection::NotPending(_)))) => {}
+            Ok(Err(error)) | Err(error) => {
+                tracing::warn!(execution.id = %execution_id, error = %error, "assignment failed, will retry");
+                state.pending.push_back(execution_id);
+            }
+        }
+    }
+}

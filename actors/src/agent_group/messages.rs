@@ -1,0 +1,70 @@
+//! Messages of agent groups and their supervisor.
+
+use ractor::{ActorRef, RpcReplyPort};
+use tokio::sync::mpsc;
+
+use crate::ids::{AgentId, ExecutionId};
+use crate::push::Push;
+
+/// Messages of one `AgentGroupActor`.
+pub enum AgentGroupMsg {
+    /// A consumer connected (replacing an older connection with the same consumer id).
+    ConsumerConnected {
+        /// Consumer id.
+        consumer_id: String,
+        /// Connection number, to ignore late disconnects of replaced connections.
+        connection: u64,
+        /// Where its pushes go.
+        sender: mpsc::Sender<Push>,
+    },
+    /// A consumer's connection ended.
+    ConsumerDisconnected {
+        /// Consumer id.
+        consumer_id: String,
+        /// Connection number.
+        connection: u64,
+    },
+    /// The grace period of a disconnected consumer ended (sent by the group to itself).
+    GraceExpired {
+        /// Consumer id.
+        consumer_id: String,
+        /// Disconnect generation the timer was armed for.
+        generation: u64,
+    },
+    /// An execution waits for a consumer; `reply` is answered after the assignment attempt.
+    ExecutionPending {
+        /// Execution id.
+        execution_id: ExecutionId,
+        /// Answered once the attempt is over.
+        reply: Option<RpcReplyPort<()>>,
+    },
+    /// A rebuilt execution still holds a session of this consumer (after a kernel restart).
+    SessionRestored {
+        /// Consumer id.
+        consumer_id: String,
+        /// Execution id.
+        execution_id: ExecutionId,
+    },
+    /// An execution's session ended (terminal or reset).
+    SessionEnded {
+        /// Consumer that held it.
+        consumer_id: String,
+        /// Execution id.
+        execution_id: ExecutionId,
+    },
+    /// Sends a push to a consumer (or keeps it in the outbox while the consumer is away).
+    Push {
+        /// Consumer id.
+        consumer_id: String,
+        /// The push.
+        push: Push,
+    },
+}
+
+/// Messages of the agent supervisor.
+pub enum AgentSupervisorMsg {
+    /// Returns the group of an agent, spawning it if needed.
+    GetOrSpawn(AgentId, RpcReplyPort<Option<ActorRef<AgentGroupMsg>>>),
+    /// Delivers a message to the group of an agent, spawning it if needed.
+    Forward(AgentId, AgentGroupMsg),
+}

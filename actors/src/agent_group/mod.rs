@@ -1,0 +1,12 @@
+//! Agent groups: one `AgentGroupActor` per agent id holds that agent's consumer connections,
+//! assigns pending executions round-robin, routes pushes to the consumer holding a session
+//! (keeping an outbox while it is away), and gives a disconnected consumer a grace period to
+//! come back before its executions are reset. `AgentSupervisor` spawns and restarts groups.
+
+pub mod actor;
+pub mod messages;
+pub mod supervisor;
+
+pub use actor::{AgentGroupActor, AgentGroupArgs};
+pub use messages::{AgentGroupMsg, AgentSupervisorMsg};
+pub use supervisor::AgentSupervisor;

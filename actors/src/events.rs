@@ -1,0 +1,404 @@
+//! The durable event log's vocabulary: one typed variant per event type of WIRE.md §15, and the
+//! envelope every event is stored and sent in (§7.6).
+//!
+//! Payload field names are part of the wire contract. Keel adds a few fields the reference
+//! kernel does not write (`remote` on `step.created`, `not_before` on `step.retried`) because a
+//! restarted kernel rebuilds every execution from its events alone.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{ExecutionId, StepId};
+use crate::time::{self, Timestamp};
+
+/// Version of the payload schemas below, written into every event.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The type-specific part of an event: its `type` and `payload`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload")]
+pub enum EventBody {
+    /// An execution was created by a client.
+    #[serde(rename = "execution.created")]
+    ExecutionCreated {
+        /// Agent that will run it.
+        agent_id: String,
+        /// Input as given (any JSON).
+        input: Value,
+        /// Labels as given, or null.
+        labels: Value,
+    },
+    /// The execution was assigned to an agent consumer and a session was opened.
+    #[serde(rename = "execution.started")]
+    ExecutionStarted {
+        /// Session the consumer will use.
+        session_id: String,
+        /// Consumer that received the assignment.
+        consumer_id: String,
+    },
+    /// A blocker appeared (tool steps, a signal wait or an approval).
+    #[serde(rename = "execution.blocked")]
+    ExecutionBlocked {
+        /// `tool`, `signal` or `approval`.
+        reason: String,
+        /// First step id (tool, approval) or the awaited signal type.
+        #[serde(rename = "ref")]
+        reference: String,
+        /// Tool of the approval step.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_id: Option<String>,
+        /// Arguments of the approval step.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
+        /// Whether the approval step is remote.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remote: Option<bool>,
+    },
+    /// A blocker cleared.
+    #[serde(rename = "execution.resumed")]
+    ExecutionResumed {
+        /// Why: `step completed`, `signal received: <type>`, `approval granted`, ...
+        reason: String,
+    },
+    /// The agent completed the execution.
+    #[serde(rename = "execution.completed")]
+    ExecutionCompleted {
+        /// Output of the `complete` intent (null when absent).
+        output: Value,
+    },
+    /// The execution failed (agent `fail`, step timeout, execution timeout, supervision).
+    #[serde(rename = "execution.failed")]
+    ExecutionFailed {
+        /// What went wrong.
+        error: String,
+    },
+    /// The execution was cancelled.
+    #[serde(rename = "execution.cancelled")]
+    ExecutionCancelled {
+        /// Why it was cancelled.
+        reason: String,
+    },
+    /// The execution went back to `pending` (agent lost, recovery, failed push).
+    #[serde(rename = "execution.reset")]
+    ExecutionReset {
+        /// `agent_disconnect`, `recovery` or `send_failed`.
+        reason: String,
+        /// Status it had before the reset.
+        from_status: String,
+    },
+    /// An intent was accepted.
+    #[serde(rename = "intent.accepted")]
+    IntentAccepted {
+        /// `invoke_tool`, `complete`, `fail` or `wait`.
+        intent_type: String,
+        /// Type-specific details.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// An `invoke_tool` intent was denied by policy or a rate limit.
+    #[serde(rename = "intent.denied")]
+    IntentDenied {
+        /// Always `invoke_tool` today.
+        intent_type: String,
+        /// Tool that was asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_id: Option<String>,
+        /// Arguments that were given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
+        /// Key of the intent, for de-duplication.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
+        /// Reason given by the policy.
+        reason: String,
+        /// Rule that decided.
+        rule_id: String,
+    },
+    /// A tool step was created.
+    #[serde(rename = "step.created")]
+    StepCreated {
+        /// Tool to run.
+        tool_id: String,
+        /// Always 0.
+        tool_version: i64,
+        /// Arguments (any JSON).
+        arguments: Value,
+        /// Attempts allowed in total.
+        max_attempts: i64,
+        /// Current attempt, from 1.
+        attempt: i64,
+        /// When the step times out.
+        #[serde(with = "time::serde_micros")]
+        deadline: Timestamp,
+        /// Whether a runner executes it (Keel addition).
+        #[serde(default)]
+        remote: bool,
+    },
+    /// A step was handed out (to a runner, or to the agent after approval).
+    #[serde(rename = "step.dispatched")]
+    StepDispatched {
+        /// Runner that holds it, or `""`.
+        runner_id: String,
+        /// Job id, or `""` for local steps.
+        job_id: String,
+        /// When the step times out.
+        #[serde(with = "time::serde_micros")]
+        deadline: Timestamp,
+    },
+    /// A runner reported that it started the step.
+    #[serde(rename = "step.started")]
+    StepStarted {
+        /// Runner that started it.
+        runner_id: String,
+    },
+    /// The step succeeded.
+    #[serde(rename = "step.completed")]
+    StepCompleted {
+        /// Tool result (any JSON).
+        result: Value,
+    },
+    /// The step failed.
+    #[serde(rename = "step.failed")]
+    StepFailed {
+        /// Error text.
+        error: String,
+        /// Whether another attempt follows.
+        retryable: bool,
+    },
+    /// The step passed its deadline.
+    #[serde(rename = "step.timed_out")]
+    StepTimedOut {},
+    /// The step will be attempted again.
+    #[serde(rename = "step.retried")]
+    StepRetried {
+        /// Attempt number of the retry.
+        next_attempt: i64,
+        /// Earliest dispatch time of the retry job (Keel addition).
+        #[serde(default, with = "time::serde_micros_opt", skip_serializing_if = "Option::is_none")]
+        not_before: Option<Timestamp>,
+    },
+    /// The step was cancelled.
+    #[serde(rename = "step.cancelled")]
+    StepCancelled {
+        /// Why.
+        reason: String,
+    },
+    /// The step waits for a human approval.
+    #[serde(rename = "step.approval_required")]
+    StepApprovalRequired {
+        /// Tool to run once approved.
+        tool_id: String,
+        /// Arguments.
+        arguments: Value,
+        /// Whether a runner executes it.
+        remote: bool,
+        /// Reason given by the policy.
+        reason: String,
+    },
+    /// A signal arrived.
+    #[serde(rename = "signal.received")]
+    SignalReceived {
+        /// Signal type.
+        signal_type: String,
+        /// Payload (any JSON).
+        payload: Value,
+    },
+    /// The agent holding the execution went away.
+    #[serde(rename = "agent.timeout")]
+    AgentTimeout {
+        /// Session that was lost (`""` from recovery).
+        session_id: String,
+    },
+}
+
+impl EventBody {
+    /// Returns the wire name of this event's type, e.g. `step.created`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::ExecutionCreated { .. } => "execution.created",
+            Self::ExecutionStarted { .. } => "execution.started",
+            Self::ExecutionBlocked { .. } => "execution.blocked",
+            Self::ExecutionResumed { .. } => "execution.resumed",
+            Self::ExecutionCompleted { .. } => "execution.completed",
+            Self::ExecutionFailed { .. } => "execution.failed",
+            Self::ExecutionCancelled { .. } => "execution.cancelled",
+            Self::ExecutionReset { .. } => "execution.reset",
+            Self::IntentAccepted { .. } => "intent.accepted",
+            Self::IntentDenied { .. } => "intent.denied",
+            Self::StepCreated { .. } => "step.created",
+            Self::StepDispatched { .. } => "step.dispatched",
+            Self::StepStarted { .. } => "step.started",
+            Self::StepCompleted { .. } => "step.completed",
+            Self::StepFailed { .. } => "step.failed",
+            Self::StepTimedOut {} => "step.timed_out",
+            Self::StepRetried { .. } => "step.retried",
+            Self::StepCancelled { .. } => "step.cancelled",
+            Self::StepApprovalRequired { .. } => "step.approval_required",
+            Self::SignalReceived { .. } => "signal.received",
+            Self::AgentTimeout { .. } => "agent.timeout",
+        }
+    }
+
+    /// Returns the payload object as it is stored and sent.
+    pub fn payload(&self) -> Value {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(mut map)) => map.remove("payload").unwrap_or(Value::Null),
+            _ => Value::Null,
+        }
+    }
+
+    /// Rebuilds a body from a stored type name and payload.
+    pub fn from_parts(type_name: &str, payload: Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({ "type": type_name, "payload": payload }))
+    }
+
+    /// Returns whether this event ends the execution.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Self::ExecutionCompleted { .. } | Self::ExecutionFailed { .. } | Self::ExecutionCancelled { .. }
+        )
+    }
+}
+
+/// Returns whether an event type name ends an execution's stream.
+pub fn is_terminal_type(type_name: &str) -> bool {
+    matches!(type_name, "execution.completed" | "execution.failed" | "execution.cancelled")
+}
+
+/// One event as stored in the log and sent on the wire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// UUIDv7 of the event.
+    pub id: String,
+    /// Execution it belongs to.
+    pub execution_id: ExecutionId,
+    /// Step it concerns, if step-scoped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<StepId>,
+    /// Type and payload.
+    #[serde(flatten)]
+    pub body: EventBody,
+    /// Payload schema version (always [`SCHEMA_VERSION`]).
+    pub schema_version: i64,
+    /// When it was recorded.
+    #[serde(with = "time::serde_micros")]
+    pub timestamp: Timestamp,
+    /// Event that caused it.
+    pub causation_id: String,
+    /// Shared by all events of one atomic batch.
+    pub correlation_id: String,
+    /// Idempotency key of the intent that produced it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Position within the execution, from 1, contiguous.
+    pub sequence: i64,
+}
+
+/// An event the state machine wants to append, before it gets its envelope.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewEvent {
+    /// Step it concerns, if step-scoped.
+    pub step_id: Option<StepId>,
+    /// Type and payload.
+    pub body: EventBody,
+    /// Idempotency key of the intent that produced it.
+    pub idempotency_key: Option<String>,
+}
+
+impl NewEvent {
+    /// Returns an event not tied to a step.
+    pub fn execution(body: EventBody) -> Self {
+        Self { step_id: None, body, idempotency_key: None }
+    }
+
+    /// Returns an event about one step.
+    pub fn step(step_id: &StepId, body: EventBody) -> Self {
+        Self { step_id: Some(step_id.clone()), body, idempotency_key: None }
+    }
+
+    /// Returns the same event carrying an idempotency key.
+    pub fn with_key(mut self, key: Option<String>) -> Self {
+        self.idempotency_key = key;
+        self
+    }
+}
+
+/// Wraps new events into envelopes: contiguous sequences after `last_sequence`, one
+/// correlation id for the batch, each event caused by the previous one.
+pub fn seal(
+    execution_id: &ExecutionId,
+    last_sequence: i64,
+    timestamp: Timestamp,
+    causation: Option<&str>,
+    new_events: Vec<NewEvent>,
+) -> Vec<Event> {
+    let mut sealed = Vec::with_capacity(new_events.len());
+    let mut previous: Option<String> = causation.map(str::to_owned);
+    let mut correlation: Option<String> = None;
+    for (index, new_event) in new_events.into_iter().enumerate() {
+        let id = crate::ids::new_uuid_v7();
+        let correlation_id = correlation.get_or_insert_with(|| id.clone()).clone();
+        let causation_id = previous.clone().unwrap_or_else(|| id.clone());
+        previous = Some(id.clone());
+        sealed.push(Event {
+            id,
+            execution_id: execution_id.clone(),
+            step_id: new_event.step_id,
+            body: new_event.body,
+            schema_version: SCHEMA_VERSION,
+            timestamp,
+            causation_id,
+            correlation_id,
+            idempotency_key: new_event.idempotency_key,
+            sequence: last_sequence + 1 + index as i64,
+        });
+    }
+    sealed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_json_has_type_and_payload_side_by_side_and_round_trips() {
+        let events = seal(
+            &ExecutionId::new("e1"),
+            3,
+            crate::time::now(),
+            None,
+            vec![NewEvent::step(&StepId::new("s1"), EventBody::StepCompleted { result: serde_json::json!({"x": 1}) })],
+        );
+        let json = serde_json::to_value(&events[0]).expect("serializes");
+        assert_eq!(json["type"], "step.completed");
+        assert_eq!(json["payload"]["result"]["x"], 1);
+        assert_eq!(json["sequence"], 4);
+        assert_eq!(json["step_id"], "s1");
+        assert!(json.get("idempotency_key").is_none());
+        let back: Event = serde_json::from_value(json).expect("deserializes");
+        assert_eq!(back, events[0]);
+    }
+
+    #[test]
+    fn a_batch_shares_one_correlation_and_chains_causation() {
+        let bodies = vec![
+            NewEvent::execution(EventBody::ExecutionResumed { reason: "a".into() }),
+            NewEvent::execution(EventBody::ExecutionResumed { reason: "b".into() }),
+        ];
+        let events = seal(&ExecutionId::new("e"), 0, crate::time::now(), None, bodies);
+        assert_eq!(events[0].causation_id, events[0].id);
+        assert_eq!(events[1].causation_id, events[0].id);
+        assert_eq!(events[0].correlation_id, events[1].correlation_id);
+        assert_eq!((events[0].sequence, events[1].sequence), (1, 2));
+    }
+
+    #[test]
+    fn from_parts_rebuilds_every_body_from_its_payload() {
+        let body = EventBody::StepTimedOut {};
+        assert_eq!(body.payload(), serde_json::json!({}));
+        let back = EventBody::from_parts("step.timed_out", body.payload()).expect("parses");
+        assert_eq!(back, body);
+        assert!(EventBody::from_parts("nope", Value::Null).is_err());
+    }
+}

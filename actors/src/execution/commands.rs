@@ -1,0 +1,165 @@
+//! Inputs and outputs of the execution state machine: the commands it decides on, the settings
+//! it needs, and the effects the actor performs after a commit.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::ids::StepId;
+use crate::push::Push;
+use crate::time::Timestamp;
+
+/// Kernel-wide settings an execution needs to decide.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutionSettings {
+    /// Default step deadline.
+    pub step_timeout: Duration,
+    /// Maximum lifetime of an execution, from creation.
+    pub execution_timeout: Duration,
+    /// Attempts of a remote step unless a policy rule says otherwise.
+    pub remote_max_attempts: i64,
+    /// Delay before the second attempt of a retried step.
+    pub retry_base_delay: Duration,
+    /// Cap of any retry delay.
+    pub retry_max_delay: Duration,
+}
+
+impl Default for ExecutionSettings {
+    fn default() -> Self {
+        Self {
+            step_timeout: Duration::from_secs(300),
+            execution_timeout: Duration::from_secs(3600),
+            remote_max_attempts: 3,
+            retry_base_delay: Duration::from_secs(1),
+            retry_max_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+/// An agent's proposal (WIRE.md §9.1), already checked for required fields and lengths.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Intent {
+    /// Run a tool.
+    InvokeTool {
+        /// Tool id (non-empty).
+        tool_id: String,
+        /// Arguments (any JSON, null when absent).
+        arguments: Value,
+        /// De-duplication key.
+        idempotency_key: Option<String>,
+        /// Whether a runner executes it.
+        remote: bool,
+    },
+    /// Finish with an output.
+    Complete {
+        /// Output (absent → null).
+        output: Option<Value>,
+    },
+    /// Finish with an error.
+    Fail {
+        /// Error (absent or empty → a default text).
+        error: Option<String>,
+    },
+    /// Wait for a signal.
+    Wait {
+        /// Signal type (non-empty).
+        signal_type: String,
+    },
+    /// An intent type the kernel does not know.
+    Unknown {
+        /// The type given.
+        intent_type: String,
+    },
+}
+
+impl Intent {
+    /// Returns the wire name of the intent type.
+    pub fn type_name(&self) -> &str {
+        match self {
+            Self::InvokeTool { .. } => "invoke_tool",
+            Self::Complete { .. } => "complete",
+            Self::Fail { .. } => "fail",
+            Self::Wait { .. } => "wait",
+            Self::Unknown { intent_type } => intent_type,
+        }
+    }
+}
+
+/// The answer to an intent (WIRE.md §9.3).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IntentReply {
+    /// Whether the intent was accepted.
+    pub accepted: bool,
+    /// Step created by `invoke_tool`.
+    pub step_id: Option<StepId>,
+    /// Whether the step awaits approval.
+    pub pending_approval: bool,
+    /// Denial text.
+    pub error: Option<String>,
+}
+
+impl IntentReply {
+    /// Returns a plain acceptance.
+    pub fn accepted() -> Self {
+        Self { accepted: true, ..Self::default() }
+    }
+}
+
+/// A step result reported by an agent (local steps) or a runner (remote steps).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepOutcome {
+    /// Step id.
+    pub step_id: StepId,
+    /// Whether the tool succeeded.
+    pub success: bool,
+    /// Result data.
+    pub data: Option<Value>,
+    /// Error text on failure.
+    pub error: Option<String>,
+    /// Whether the failure may be retried (runners only).
+    pub retryable: bool,
+}
+
+/// A remote job to be delivered to a capable runner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobSpec {
+    /// Job id.
+    pub job_id: String,
+    /// Execution of the step.
+    pub execution_id: String,
+    /// Step id.
+    pub step_id: StepId,
+    /// Attempt the job is for.
+    pub attempt: i64,
+    /// Tool to run.
+    pub tool_id: String,
+    /// Arguments.
+    pub arguments: Value,
+    /// Step deadline.
+    pub deadline: Timestamp,
+    /// Earliest delivery time (retries).
+    pub not_before: Option<Timestamp>,
+}
+
+/// Something the actor does after the events of a transition are durable.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Send a push to the agent consumer holding the session.
+    PushToAgent(Push),
+    /// Hand a remote job to the dispatcher.
+    EnqueueJob(JobSpec),
+    /// A remote step ended: free its runner, and tell it to stop if `cancel_reason` is set.
+    StepEnded {
+        /// Step id.
+        step_id: StepId,
+        /// Why the runner should stop, if the step did not end by its result.
+        cancel_reason: Option<String>,
+    },
+    /// The execution went back to `pending`: ask the agent group for a consumer.
+    BecamePending,
+    /// The session ended (terminal or reset): the consumer no longer holds it.
+    SessionEnded {
+        /// Consumer that held it.
+        consumer_id: String,
+    },
+}

@@ -1,0 +1,107 @@
+//! Messages of the execution actor and its supervisor.
+
+use ractor::RpcReplyPort;
+use serde_json::Value;
+
+use super::commands::{Intent, IntentReply, JobSpec, StepOutcome};
+use crate::ids::{ExecutionId, StepId};
+use crate::kernel::KernelError;
+use crate::push::Push;
+use crate::store::ExecutionRow;
+
+/// Reply port of a kernel command.
+pub type Reply<T> = RpcReplyPort<Result<T, KernelError>>;
+
+/// Messages of one `ExecutionActor`.
+pub enum ExecutionMsg {
+    /// Submits an agent intent on a session.
+    SubmitIntent {
+        /// Session given by the agent.
+        session_id: String,
+        /// Execution that holds that session, if not this one.
+        session_owner: Option<ExecutionId>,
+        /// The intent.
+        intent: Intent,
+        /// Answer.
+        reply: Reply<IntentReply>,
+    },
+    /// Records a step result from the agent holding the session.
+    ReportStepResult {
+        /// Session given by the agent.
+        session_id: String,
+        /// Execution that holds that session, if not this one.
+        session_owner: Option<ExecutionId>,
+        /// The result.
+        outcome: StepOutcome,
+        /// Answer.
+        reply: Reply<()>,
+    },
+    /// Records a result from a runner.
+    ReportRunnerResult {
+        /// The result.
+        outcome: StepOutcome,
+        /// Answer.
+        reply: Reply<()>,
+    },
+    /// Records that a runner started a step.
+    MarkStepStarted {
+        /// Step id.
+        step_id: StepId,
+        /// Runner id.
+        runner_id: String,
+        /// Answer.
+        reply: Reply<()>,
+    },
+    /// Records a signal.
+    DeliverSignal {
+        /// Signal type.
+        signal_type: String,
+        /// Payload.
+        payload: Value,
+        /// Answer.
+        reply: Reply<()>,
+    },
+    /// Cancels the execution.
+    Cancel {
+        /// Answer: the projection afterwards.
+        reply: Reply<ExecutionRow>,
+    },
+    /// Offers the execution to a consumer (from its agent group); answers the assignment push.
+    OfferToConsumer {
+        /// Consumer picked by the group.
+        consumer_id: String,
+        /// Answer.
+        reply: Reply<Push>,
+    },
+    /// Asks whether a queued job may still be delivered to a runner (from a runner actor).
+    ClaimJob {
+        /// The job.
+        job: JobSpec,
+        /// Runner that would take it.
+        runner_id: String,
+        /// Answer: the job as delivered, or `None` when stale.
+        reply: RpcReplyPort<Option<JobSpec>>,
+    },
+    /// The consumer holding the session is gone for good (grace expired).
+    ConsumerLost {
+        /// Consumer id.
+        consumer_id: String,
+        /// Reset reason (`agent_disconnect` or `recovery`).
+        reason: String,
+    },
+    /// A step deadline timer fired.
+    StepDeadlineReached {
+        /// Step id.
+        step_id: StepId,
+    },
+    /// The execution deadline timer fired.
+    ExecutionDeadlineReached,
+    /// Returns the projection.
+    GetExecution {
+        /// Answer.
+        reply: RpcReplyPort<ExecutionRow>,
+    },
+    /// Makes the actor fail (tests of supervision only).
+    #[cfg(any(test, feature = "testing"))]
+    Crash,
+}

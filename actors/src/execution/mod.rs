@@ -1,0 +1,21 @@
+//! Executions: the pure state machine (`state`, `machine`), the `ExecutionActor` that is the
+//! single writer of one execution, and the `ExecutionSupervisor` that spawns, rehydrates and
+//! restarts them.
+
+pub mod actor;
+pub mod commands;
+pub mod machine;
+pub mod messages;
+pub mod rejection;
+pub mod state;
+pub mod supervisor;
+
+#[cfg(test)]
+mod tests;
+
+pub use actor::{ExecutionActor, ExecutionArgs, StartMode};
+pub use commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome};
+pub use messages::ExecutionMsg;
+pub use rejection::Rejection;
+pub use state::ExecutionState;
+pub use supervisor::{ExecutionSupervisor, ExecutionSupervisorMsg};

@@ -1,0 +1,451 @@
+//! The execution projection: the state an `ExecutionActor` holds, folded from events only.
+//! `apply` is total (it never fails) and is the one place where an event changes state, so a
+//! rehydrated actor and a live one cannot disagree.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde_json::Value;
+
+use crate::events::{Event, EventBody};
+use crate::ids::{AgentId, ExecutionId, StepId};
+use crate::status::{ExecutionStatus, StepStatus};
+use crate::store::{ExecutionRow, StepRow};
+use crate::time::Timestamp;
+
+/// Projection of one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepState {
+    /// Step id.
+    pub id: StepId,
+    /// Tool it runs.
+    pub tool_id: String,
+    /// Arguments (any JSON).
+    pub arguments: Value,
+    /// Current status.
+    pub status: StepStatus,
+    /// Current attempt, from 1.
+    pub attempt: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// Whether a runner executes it.
+    pub remote: bool,
+    /// Deadline in force (None while awaiting approval or a retry).
+    pub deadline: Option<Timestamp>,
+    /// Current job of a remote step.
+    pub job_id: Option<String>,
+    /// Runner holding the job, when known.
+    pub runner_id: Option<String>,
+    /// Earliest dispatch of a retry job.
+    pub not_before: Option<Timestamp>,
+    /// Whether the step waits for an operator's approval.
+    pub awaiting_approval: bool,
+    /// Terminal outcome: `Some(true)` succeeded, `Some(false)` failed, for idempotent repeats.
+    pub outcome: Option<bool>,
+    /// Last change.
+    pub updated_at: Timestamp,
+}
+
+/// One entry of the `history` sent with `execution.assigned` (WIRE.md §10.4.1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryEntry {
+    /// Step id.
+    pub step_id: StepId,
+    /// Tool of the step.
+    pub tool_id: String,
+    /// Terminal status.
+    pub status: StepStatus,
+    /// Arguments of the step.
+    pub arguments: Value,
+    /// Result on success.
+    pub result: Option<Value>,
+    /// Error otherwise.
+    pub error: Option<String>,
+    /// When the step ended.
+    pub completed_at: Timestamp,
+}
+
+/// The session of the current run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    /// Session id.
+    pub id: String,
+    /// Consumer holding it.
+    pub consumer_id: String,
+}
+
+/// What an idempotent `invoke_tool` answered the first time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordedIntent {
+    /// A step was created.
+    Accepted {
+        /// Step created for it.
+        step_id: StepId,
+        /// Tool it asked for.
+        tool_id: String,
+        /// Whether it was remote.
+        remote: bool,
+        /// Whether the step awaited approval.
+        pending_approval: bool,
+    },
+    /// The call was denied.
+    Denied {
+        /// Tool it asked for.
+        tool_id: String,
+        /// Full error text sent back.
+        error: String,
+    },
+}
+
+/// The folded state of one execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutionState {
+    /// Execution id.
+    pub id: ExecutionId,
+    /// Agent that runs it.
+    pub agent_id: AgentId,
+    /// Current status.
+    pub status: ExecutionStatus,
+    /// Labels given at creation.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Input.
+    pub input: Value,
+    /// Output once completed.
+    pub output: Option<Value>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// Sequence of the last applied event.
+    pub last_sequence: i64,
+    /// Session of the current run.
+    pub session: Option<Session>,
+    /// Steps in creation order.
+    pub steps: Vec<StepState>,
+    /// Steps the execution ever had.
+    pub step_count: u64,
+    /// Whether active tool steps block it.
+    pub tool_blocked: bool,
+    /// Signal type it waits for.
+    pub signal_wait: Option<String>,
+    /// Step awaiting approval.
+    pub approval: Option<StepId>,
+    /// Signals received and not consumed yet, oldest first.
+    pub pending_signals: VecDeque<(String, Value)>,
+    /// Idempotency keys of the current run.
+    pub intents: HashMap<String, RecordedIntent>,
+    /// Terminal step events so far, in log order.
+    pub history: Vec<HistoryEntry>,
+    /// Whether `agent.timeout` was recorded for the current session.
+    pub session_lost: bool,
+}
+
+impl ExecutionState {
+    /// Builds the state from a complete event log; `None` if the log does not start with
+    /// `execution.created`.
+    pub fn from_events(events: &[Event]) -> Option<Self> {
+        let first = events.first()?;
+        let EventBody::ExecutionCreated { agent_id, input, labels } = &first.body else {
+            return None;
+        };
+        let mut state = Self {
+            id: first.execution_id.clone(),
+            agent_id: AgentId::new(agent_id.clone()),
+            status: ExecutionStatus::Pending,
+            labels: serde_json::from_value(labels.clone()).ok().flatten(),
+            input: input.clone(),
+            output: None,
+            created_at: first.timestamp,
+            updated_at: first.timestamp,
+            last_sequence: first.sequence,
+            session: None,
+            steps: Vec::new(),
+            step_count: 0,
+            tool_blocked: false,
+            signal_wait: None,
+            approval: None,
+            pending_signals: VecDeque::new(),
+            intents: HashMap::new(),
+            history: Vec::new(),
+            session_lost: false,
+        };
+        for event in &events[1..] {
+            state.apply(event);
+        }
+        Some(state)
+    }
+
+    /// Returns the step with this id.
+    pub fn step(&self, id: &StepId) -> Option<&StepState> {
+        self.steps.iter().find(|step| &step.id == id)
+    }
+
+    fn step_mut(&mut self, id: Option<&StepId>) -> Option<&mut StepState> {
+        let id = id?;
+        self.steps.iter_mut().find(|step| &step.id == id)
+    }
+
+    /// Returns the steps that have not ended.
+    pub fn active_steps(&self) -> impl Iterator<Item = &StepState> {
+        self.steps.iter().filter(|step| !step.status.is_terminal())
+    }
+
+    /// Returns whether a signal wait or an approval blocks the execution (tool steps do not
+    /// count: intents are processed as in `running` while only they block).
+    pub fn hard_blocked(&self) -> bool {
+        self.signal_wait.is_some() || self.approval.is_some()
+    }
+
+    /// Returns the status implied by the blockers of a non-terminal, assigned execution.
+    fn derived_status(&self) -> ExecutionStatus {
+        if self.status.is_terminal() || self.status == ExecutionStatus::Pending {
+            return self.status;
+        }
+        if self.tool_blocked || self.hard_blocked() {
+            ExecutionStatus::Blocked
+        } else {
+            ExecutionStatus::Running
+        }
+    }
+
+    /// Applies one event. Events are trusted: they were produced by the state machine.
+    pub fn apply(&mut self, event: &Event) {
+        debug_assert_eq!(event.sequence, self.last_sequence + 1, "event sequences are contiguous");
+        self.last_sequence = event.sequence;
+        self.updated_at = event.timestamp;
+        let at = event.timestamp;
+        match &event.body {
+            EventBody::ExecutionCreated { .. } => {}
+            EventBody::ExecutionStarted { session_id, consumer_id } => {
+                self.session = Some(Session { id: session_id.clone(), consumer_id: consumer_id.clone() });
+                self.status = ExecutionStatus::Running;
+                self.intents.clear();
+                self.session_lost = false;
+            }
+            EventBody::ExecutionBlocked { reason, reference, .. } => match reason.as_str() {
+                "tool" => self.tool_blocked = true,
+                "signal" => self.signal_wait = Some(reference.clone()),
+                _ => self.approval = Some(StepId::new(reference.clone())),
+            },
+            EventBody::ExecutionResumed { reason } => self.apply_resumed(reason),
+            EventBody::ExecutionCompleted { output } => {
+                self.output = Some(output.clone());
+                self.finish(ExecutionStatus::Completed);
+            }
+            EventBody::ExecutionFailed { .. } => self.finish(ExecutionStatus::Failed),
+            EventBody::ExecutionCancelled { .. } => self.finish(ExecutionStatus::Cancelled),
+            EventBody::ExecutionReset { .. } => {
+                self.status = ExecutionStatus::Pending;
+                self.session = None;
+                self.clear_blockers();
+            }
+            EventBody::IntentAccepted { .. } => {}
+            EventBody::AgentTimeout { .. } => self.session_lost = true,
+            EventBody::IntentDenied { tool_id, idempotency_key, reason, rule_id, .. } => {
+                if let Some(key) = idempotency_key {
+                    let error = denial_text(reason, rule_id);
+                    let tool_id = tool_id.clone().unwrap_or_default();
+                    self.intents.insert(key.clone(), RecordedIntent::Denied { tool_id, error });
+                }
+            }
+            EventBody::StepCreated { tool_id, arguments, max_attempts, attempt, deadline, remote, .. } => {
+                let step_id = event.step_id.clone().unwrap_or_else(|| StepId::new(""));
+                if let Some(key) = &event.idempotency_key {
+                    self.intents.insert(
+                        key.clone(),
+                        RecordedIntent::Accepted {
+                            step_id: step_id.clone(),
+                            tool_id: tool_id.clone(),
+                            remote: *remote,
+                            pending_approval: false,
+                        },
+                    );
+                }
+                self.step_count += 1;
+                self.steps.push(StepState {
+                    id: step_id,
+                    tool_id: tool_id.clone(),
+                    arguments: arguments.clone(),
+                    status: StepStatus::Pending,
+                    attempt: *attempt,
+                    max_attempts: *max_attempts,
+                    remote: *remote,
+                    deadline: Some(*deadline),
+                    job_id: None,
+                    runner_id: None,
+                    not_before: None,
+                    awaiting_approval: false,
+                    outcome: None,
+                    updated_at: at,
+                });
+            }
+            EventBody::StepApprovalRequired { .. } => {
+                let key = event.idempotency_key.clone();
+                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    step.awaiting_approval = true;
+                    step.deadline = None;
+                    step.updated_at = at;
+                }
+                if let Some(RecordedIntent::Accepted { pending_approval, .. }) =
+                    key.and_then(|key| self.intents.get_mut(&key))
+                {
+                    *pending_approval = true;
+                }
+            }
+            EventBody::StepDispatched { runner_id, job_id, deadline } => {
+                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    if !step.status.is_terminal() {
+                        step.status = StepStatus::Dispatched;
+                        step.deadline = Some(*deadline);
+                        step.awaiting_approval = false;
+                        step.not_before = None;
+                        step.job_id = non_empty(job_id);
+                        step.runner_id = non_empty(runner_id);
+                        step.updated_at = at;
+                    }
+                }
+            }
+            EventBody::StepStarted { runner_id } => {
+                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    if !step.status.is_terminal() && step.status != StepStatus::Running {
+                        step.status = StepStatus::Running;
+                        step.runner_id = non_empty(runner_id);
+                        step.updated_at = at;
+                    }
+                }
+            }
+            EventBody::StepCompleted { result } => {
+                self.end_step(event.step_id.as_ref(), StepStatus::Succeeded, Some(result.clone()), None, at);
+            }
+            EventBody::StepFailed { error, .. } => {
+                self.end_step(event.step_id.as_ref(), StepStatus::Failed, None, Some(error.clone()), at);
+            }
+            EventBody::StepTimedOut {} => {
+                let error = Some("step timed out".to_owned());
+                self.end_step(event.step_id.as_ref(), StepStatus::TimedOut, None, error, at);
+            }
+            EventBody::StepCancelled { reason } => {
+                self.end_step(event.step_id.as_ref(), StepStatus::Cancelled, None, Some(reason.clone()), at);
+            }
+            EventBody::StepRetried { next_attempt, not_before } => {
+                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    step.status = StepStatus::Pending;
+                    step.attempt = *next_attempt;
+                    step.outcome = None;
+                    step.deadline = None;
+                    step.job_id = None;
+                    step.runner_id = None;
+                    step.not_before = *not_before;
+                    step.updated_at = at;
+                }
+            }
+            EventBody::SignalReceived { signal_type, payload } => {
+                self.pending_signals.push_back((signal_type.clone(), payload.clone()));
+            }
+        }
+        self.status = self.derived_status();
+    }
+
+    fn apply_resumed(&mut self, reason: &str) {
+        if let Some(signal_type) = reason.strip_prefix("signal received: ") {
+            if let Some(index) = self.pending_signals.iter().position(|(kind, _)| kind == signal_type) {
+                self.pending_signals.remove(index);
+            }
+            if self.signal_wait.as_deref() == Some(signal_type) {
+                self.signal_wait = None;
+            }
+        } else if reason.starts_with("approval") {
+            self.approval = None;
+        } else if reason == "wait abandoned" {
+            self.signal_wait = None;
+        } else {
+            self.tool_blocked = false;
+        }
+    }
+
+    fn end_step(
+        &mut self,
+        id: Option<&StepId>,
+        status: StepStatus,
+        result: Option<Value>,
+        error: Option<String>,
+        at: Timestamp,
+    ) {
+        let Some(step) = self.step_mut(id) else {
+            return;
+        };
+        step.status = status;
+        step.outcome = Some(status == StepStatus::Succeeded);
+        step.awaiting_approval = false;
+        step.deadline = None;
+        step.updated_at = at;
+        let entry = HistoryEntry {
+            step_id: step.id.clone(),
+            tool_id: step.tool_id.clone(),
+            status,
+            arguments: step.arguments.clone(),
+            result,
+            error,
+            completed_at: at,
+        };
+        self.history.push(entry);
+    }
+
+    fn clear_blockers(&mut self) {
+        self.tool_blocked = false;
+        self.signal_wait = None;
+        self.approval = None;
+    }
+
+    fn finish(&mut self, status: ExecutionStatus) {
+        self.status = status;
+        self.clear_blockers();
+        self.pending_signals.clear();
+    }
+
+    /// Returns the projection row of this execution.
+    pub fn row(&self) -> ExecutionRow {
+        ExecutionRow {
+            id: self.id.clone(),
+            agent_id: self.agent_id.clone(),
+            status: self.status,
+            labels: self.labels.clone(),
+            input: self.input.clone(),
+            output: self.output.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            session_id: self.session.as_ref().map(|session| session.id.clone()),
+            consumer_id: self.session.as_ref().map(|session| session.consumer_id.clone()),
+            last_sequence: self.last_sequence,
+        }
+    }
+
+    /// Returns the projection row of one step.
+    pub fn step_row(&self, step: &StepState) -> StepRow {
+        StepRow {
+            id: step.id.clone(),
+            execution_id: self.id.clone(),
+            tool_id: step.tool_id.clone(),
+            status: step.status,
+            attempt: step.attempt,
+            max_attempts: step.max_attempts,
+            remote: step.remote,
+            job_id: step.job_id.clone(),
+            runner_id: step.runner_id.clone(),
+            deadline: step.deadline,
+            updated_at: step.updated_at,
+        }
+    }
+}
+
+/// Returns the text of a policy denial as the agent receives it.
+pub fn denial_text(reason: &str, rule_id: &str) -> String {
+    if reason.starts_with("rate limit exceeded") {
+        format!("{reason} (rule: {rule_id})")
+    } else {
+        format!("policy denied: {reason} (rule: {rule_id})")
+    }
+}
+
+fn non_empty(value: &str) -> Option<String> {
+    if value.is_empty() { None } else { Some(value.to_owned()) }
+}

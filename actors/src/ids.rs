@@ -1,0 +1,119 @@
+//! Identifier newtypes. Every id that crosses a module boundary is one of these, never a bare
+//! `String`, so an agent id cannot be passed where an execution id is expected.
+//!
+//! Kernel-generated ids (executions, sessions, steps, jobs, events) are UUIDv7 strings in
+//! canonical hyphenated form; client-chosen ids (agents, consumers, runners) are kept verbatim.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Wraps an existing id string.
+            pub fn new(value: impl Into<String>) -> Self {
+                Self(value.into())
+            }
+
+            /// Returns the id as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// Consumes the id and returns the owned string.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(value: &str) -> Self {
+                Self(value.to_owned())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(value: String) -> Self {
+                Self(value)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// Identifies one execution (a run of an agent on one input).
+    ExecutionId
+);
+string_id!(
+    /// Identifies an agent kind; every process serving it connects with this id.
+    AgentId
+);
+string_id!(
+    /// Identifies one agent or runner process within its agent or runner id.
+    ConsumerId
+);
+string_id!(
+    /// Identifies a runner (a process offering remote tools).
+    RunnerId
+);
+string_id!(
+    /// Identifies one tool step of an execution; stays the same across retries.
+    StepId
+);
+string_id!(
+    /// Identifies the session an agent process uses to act on one execution.
+    SessionId
+);
+string_id!(
+    /// Identifies one delivery of a remote step to a runner (a new one per attempt).
+    JobId
+);
+string_id!(
+    /// Identifies a tool, such as `web.search` or `github_create_pr`.
+    ToolId
+);
+
+/// Returns a fresh UUIDv7 in canonical hyphenated form.
+pub fn new_uuid_v7() -> String {
+    uuid::Uuid::now_v7().hyphenated().to_string()
+}
+
+impl ExecutionId {
+    /// Returns a fresh, time-ordered execution id.
+    pub fn generate() -> Self {
+        Self(new_uuid_v7())
+    }
+}
+
+impl SessionId {
+    /// Returns a fresh session id.
+    pub fn generate() -> Self {
+        Self(new_uuid_v7())
+    }
+}
+
+impl StepId {
+    /// Returns a fresh step id.
+    pub fn generate() -> Self {
+        Self(new_uuid_v7())
+    }
+}
+
+impl JobId {
+    /// Returns a fresh job id.
+    pub fn generate() -> Self {
+        Self(new_uuid_v7())
+    }
+}

@@ -1,0 +1,51 @@
+//! Settings the actor tree is started with.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::execution::ExecutionSettings;
+use crate::policy::PolicyEngine;
+use crate::store::Store;
+
+/// Everything [`start`](super::start) needs.
+#[derive(Clone)]
+pub struct KernelConfig {
+    /// Durable storage.
+    pub store: Arc<dyn Store>,
+    /// Policy engine answering `invoke_tool` intents.
+    pub policy: Arc<dyn PolicyEngine>,
+    /// Timeouts and retry settings of executions.
+    pub execution: ExecutionSettings,
+    /// How long a disconnected agent consumer keeps its sessions (`--agent-timeout`).
+    pub agent_grace: Duration,
+    /// How long a call into an actor may take before the caller gets a timeout.
+    pub call_timeout: Duration,
+    /// Push buffer per SSE connection; a consumer that falls this far behind is disconnected.
+    pub push_buffer: usize,
+    /// Most events committed in one store transaction.
+    pub max_batch: usize,
+    /// Restarts of one execution actor allowed within `restart_window` before it is failed.
+    pub max_restarts: u32,
+    /// Window of `max_restarts`.
+    pub restart_window: Duration,
+    /// How long shutdown waits for the actor tree to stop.
+    pub shutdown_timeout: Duration,
+}
+
+impl KernelConfig {
+    /// Returns a configuration with the documented defaults.
+    pub fn new(store: Arc<dyn Store>, policy: Arc<dyn PolicyEngine>) -> Self {
+        Self {
+            store,
+            policy,
+            execution: ExecutionSettings::default(),
+            agent_grace: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(30),
+            push_buffer: 1024,
+            max_batch: 512,
+            max_restarts: 3,
+            restart_window: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}

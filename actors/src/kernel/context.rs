@@ -1,0 +1,158 @@
+//! Shared context of the actor tree: the directory of live actors (owned and updated by the
+//! supervisors, read by everyone), the session index and the settings. Locks here are never
+//! held across an `.await`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use ractor::{ActorRef, MessagingErr, RpcReplyPort, rpc::CallResult};
+use tokio::sync::broadcast;
+
+use super::config::KernelConfig;
+use super::types::{CommitNotice, KernelError};
+use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
+use crate::error::StoreError;
+use crate::execution::ExecutionMsg;
+use crate::ids::{AgentId, ExecutionId};
+use crate::metrics::Metrics;
+use crate::policy::PolicyMsg;
+use crate::runner::DispatcherMsg;
+use crate::store::{Commit, Store};
+use crate::store_writer::StoreWriterMsg;
+
+/// References to the singleton actors; replaced when one is restarted.
+#[derive(Default)]
+pub struct Singletons {
+    /// Store writer.
+    pub writer: Option<ActorRef<StoreWriterMsg>>,
+    /// Policy actor.
+    pub policy: Option<ActorRef<PolicyMsg>>,
+    /// Dispatcher.
+    pub dispatcher: Option<ActorRef<DispatcherMsg>>,
+    /// Agent supervisor.
+    pub agents: Option<ActorRef<AgentSupervisorMsg>>,
+}
+
+/// Everything actors share.
+pub struct Ctx {
+    /// Settings.
+    pub config: KernelConfig,
+    /// Storage (reads; writes go through the store writer).
+    pub store: Arc<dyn Store>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Commit notices for live streams.
+    pub commits: broadcast::Sender<CommitNotice>,
+    /// Singleton actors.
+    pub singletons: RwLock<Singletons>,
+    /// Live execution actors.
+    pub executions: RwLock<HashMap<ExecutionId, ActorRef<ExecutionMsg>>>,
+    /// Live agent groups.
+    pub agent_groups: RwLock<HashMap<AgentId, ActorRef<AgentGroupMsg>>>,
+    /// Session id → execution holding it.
+    pub sessions: RwLock<HashMap<String, ExecutionId>>,
+}
+
+/// Reads a lock, recovering from poisoning (a panicking actor must not wedge the kernel).
+pub fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Writes a lock, recovering from poisoning.
+pub fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Ctx {
+    /// Returns the store writer.
+    pub fn writer(&self) -> Option<ActorRef<StoreWriterMsg>> {
+        read(&self.singletons).writer.clone()
+    }
+
+    /// Returns the policy actor.
+    pub fn policy(&self) -> Option<ActorRef<PolicyMsg>> {
+        read(&self.singletons).policy.clone()
+    }
+
+    /// Returns the dispatcher.
+    pub fn dispatcher(&self) -> Option<ActorRef<DispatcherMsg>> {
+        read(&self.singletons).dispatcher.clone()
+    }
+
+    /// Returns the agent supervisor.
+    pub fn agents(&self) -> Option<ActorRef<AgentSupervisorMsg>> {
+        read(&self.singletons).agents.clone()
+    }
+
+    /// Returns the live actor of an execution.
+    pub fn execution(&self, id: &ExecutionId) -> Option<ActorRef<ExecutionMsg>> {
+        read(&self.executions).get(id).cloned()
+    }
+
+    /// Returns the execution holding a session.
+    pub fn session_owner(&self, session_id: &str) -> Option<ExecutionId> {
+        read(&self.sessions).get(session_id).cloned()
+    }
+
+    /// Sends a message to an agent group, spawning the group if needed.
+    pub fn tell_agent_group(&self, agent_id: &AgentId, message: AgentGroupMsg) {
+        let group = read(&self.agent_groups).get(agent_id).cloned();
+        let undelivered = match group {
+            Some(group) => match group.send_message(message) {
+                Ok(()) => None,
+                Err(MessagingErr::SendErr(message)) => Some(message),
+                Err(_) => None,
+            },
+            None => Some(message),
+        };
+        if let Some(message) = undelivered {
+            if let Some(agents) = self.agents() {
+                let _ = agents.send_message(AgentSupervisorMsg::Forward(agent_id.clone(), message));
+            }
+        }
+    }
+
+    /// Sends a message to the dispatcher; dropped (and logged) if it is gone.
+    pub fn tell_dispatcher(&self, message: DispatcherMsg) {
+        match self.dispatcher() {
+            Some(dispatcher) => {
+                if dispatcher.send_message(message).is_err() {
+                    tracing::warn!("dispatcher unreachable, message dropped");
+                }
+            }
+            None => tracing::warn!("no dispatcher, message dropped"),
+        }
+    }
+
+    /// Commits through the store writer and waits for durability.
+    pub async fn commit(&self, commit: Commit) -> Result<(), KernelError> {
+        let writer = self.writer().ok_or_else(|| KernelError::Unavailable("store writer is not running".into()))?;
+        let timeout = self.config.call_timeout;
+        let result = writer.call(|reply| StoreWriterMsg::Append(commit, reply), Some(timeout)).await;
+        match result {
+            Ok(CallResult::Success(Ok(()))) => Ok(()),
+            Ok(CallResult::Success(Err(error))) => Err(KernelError::Store(error)),
+            Ok(CallResult::Timeout) => Err(KernelError::Store(StoreError::Unavailable("commit timed out".into()))),
+            Ok(CallResult::SenderError) | Err(_) => Err(KernelError::Unavailable("store writer is not running".into())),
+        }
+    }
+}
+
+/// Calls an actor with a timeout and maps transport failures into [`KernelError`].
+pub async fn call<M, R>(
+    actor: &ActorRef<M>,
+    build: impl FnOnce(RpcReplyPort<R>) -> M,
+    timeout: Duration,
+    what: &str,
+) -> Result<R, KernelError>
+where
+    M: ractor::Message,
+    R: Send + 'static,
+{
+    match actor.call(build, Some(timeout)).await {
+        Ok(CallResult::Success(reply)) => Ok(reply),
+        Ok(CallResult::Timeout) => Err(KernelError::Timeout(format!("{what} did not answer in time"))),
+        Ok(CallResult::SenderError) | Err(_) => Err(KernelError::Unavailable(format!("{what} is not running"))),
+    }
+}

@@ -1,0 +1,159 @@
+//! The `Kernel` handle: the only way the HTTP layer (and tests) talk to the actor tree. Every
+//! method forwards a message to the right actor with a timeout and maps failures into
+//! [`KernelError`]. Reads of history go straight to the store.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use super::types::{CommitNotice, KernelError, PushStream, ToolEntry, ToolSchema};
+use crate::events::Event;
+use crate::execution::{Intent, IntentReply, StepOutcome};
+use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
+use crate::store::{ExecutionRow, ListFilter};
+
+/// Cloneable handle to a running kernel.
+#[derive(Clone)]
+pub struct Kernel {
+    pub(crate) inner: std::sync::Arc<super::KernelInner>,
+}
+
+impl Kernel {
+    /// Creates an execution and tries to assign it at once; returns its projection.
+    pub async fn create_execution(
+        &self,
+        agent_id: AgentId,
+        input: Value,
+        labels: Option<BTreeMap<String, String>>,
+    ) -> Result<ExecutionRow, KernelError> {
+        self.inner.create_execution(agent_id, input, labels).await
+    }
+
+    /// Returns an execution's projection (`Rejected(ExecutionNotFound)` when unknown).
+    pub async fn execution(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
+        self.inner.execution(id).await
+    }
+
+    /// Lists executions (the caller asks `limit + 1` rows to detect a next page).
+    pub async fn list_executions(&self, filter: &ListFilter) -> Result<Vec<ExecutionRow>, KernelError> {
+        Ok(self.inner.store.list_executions(filter).await?)
+    }
+
+    /// Returns up to `limit` events with `sequence > after_sequence`.
+    pub async fn events(&self, id: &ExecutionId, after_sequence: i64, limit: i64) -> Result<Vec<Event>, KernelError> {
+        Ok(self.inner.store.events(id, after_sequence, limit).await?)
+    }
+
+    /// Cancels an execution; returns its projection afterwards.
+    pub async fn cancel(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
+        self.inner.cancel(id).await
+    }
+
+    /// Sends a signal to an execution.
+    pub async fn signal(&self, id: &ExecutionId, signal_type: String, payload: Value) -> Result<(), KernelError> {
+        self.inner.signal(id, signal_type, payload).await
+    }
+
+    /// Submits an agent intent.
+    pub async fn submit_intent(
+        &self,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+        intent: Intent,
+    ) -> Result<IntentReply, KernelError> {
+        self.inner.submit_intent(execution_id, session_id, intent).await
+    }
+
+    /// Records a step result reported by the agent holding the session.
+    pub async fn agent_step_result(
+        &self,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+        outcome: StepOutcome,
+    ) -> Result<(), KernelError> {
+        self.inner.agent_step_result(execution_id, session_id, outcome).await
+    }
+
+    /// Records a runner's result; always frees the runner connection named by
+    /// `(runner_id, consumer_id)` afterwards, whatever the outcome.
+    pub async fn runner_result(
+        &self,
+        runner_id: &RunnerId,
+        consumer_id: Option<&ConsumerId>,
+        execution_id: &ExecutionId,
+        outcome: StepOutcome,
+    ) -> Result<(), KernelError> {
+        self.inner.runner_result(runner_id, consumer_id, execution_id, outcome).await
+    }
+
+    /// Records that a runner started a step.
+    pub async fn step_started(
+        &self,
+        execution_id: &ExecutionId,
+        step_id: &StepId,
+        runner_id: &RunnerId,
+    ) -> Result<(), KernelError> {
+        self.inner.step_started(execution_id, step_id, runner_id).await
+    }
+
+    /// Registers an agent connection; its pushes arrive on the returned stream.
+    pub async fn connect_agent(&self, agent_id: AgentId, consumer_id: ConsumerId) -> Result<PushStream, KernelError> {
+        self.inner.connect_agent(agent_id, consumer_id).await
+    }
+
+    /// Registers a runner connection offering `capabilities` (tool ids).
+    pub async fn connect_runner(
+        &self,
+        runner_id: RunnerId,
+        consumer_id: ConsumerId,
+        capabilities: Vec<String>,
+    ) -> Result<PushStream, KernelError> {
+        self.inner.connect_runner(runner_id, consumer_id, capabilities).await
+    }
+
+    /// Replaces the tool schemas published by a runner.
+    pub async fn publish_tools(&self, runner_id: &RunnerId, tools: Vec<ToolSchema>) -> Result<(), KernelError> {
+        self.inner.publish_tools(runner_id, tools).await
+    }
+
+    /// Returns the tool directory filtered by prefix (WIRE.md §13.7 plus `prefix.`).
+    pub fn tools(&self, prefix: &str) -> Vec<ToolEntry> {
+        self.inner.tools.list(prefix)
+    }
+
+    /// Replaces the capabilities of every connection of a runner.
+    pub async fn update_capabilities(&self, runner_id: &RunnerId, tools: Vec<String>) -> Result<(), KernelError> {
+        self.inner.update_capabilities(runner_id, tools).await
+    }
+
+    /// Drops a runner's published schemas.
+    pub async fn unregister_runner(&self, runner_id: &RunnerId) -> Result<(), KernelError> {
+        self.inner.unregister_runner(runner_id).await
+    }
+
+    /// Subscribes to commit notices (used by the live execution stream).
+    pub fn subscribe_commits(&self) -> broadcast::Receiver<CommitNotice> {
+        self.inner.commits.subscribe()
+    }
+
+    /// Round-trips to the store.
+    pub async fn ready(&self) -> Result<(), KernelError> {
+        Ok(self.inner.store.ping().await?)
+    }
+
+    /// Returns the metrics in Prometheus text format.
+    pub fn encode_metrics(&self) -> String {
+        self.inner.metrics.encode()
+    }
+
+    /// Returns the metrics, for adapters that count their own things (SSE connections).
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.inner.metrics
+    }
+
+    /// Stops the actor tree (top-down, bounded by the shutdown deadline). Idempotent.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown().await;
+    }
+}

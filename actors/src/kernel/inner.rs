@@ -1,0 +1,322 @@
+//! What the `Kernel` handle forwards to: starting the tree, startup recovery, and one method
+//! per kernel operation, each a message to the right actor with a timeout.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use ractor::{Actor, ActorRef, RpcReplyPort};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::config::KernelConfig;
+use super::context::{Ctx, Singletons, call};
+use super::handle::Kernel;
+use super::root::{KernelSupervisor, RootArgs};
+use super::types::{CommitNotice, KernelError, PushStream, ToolSchema};
+use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
+use crate::execution::{ExecutionMsg, ExecutionSupervisorMsg, Intent, IntentReply, Rejection, StepOutcome};
+use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
+use crate::metrics::Metrics;
+use crate::runner::{DispatcherMsg, ToolDirectory};
+use crate::store::{ExecutionRow, Store};
+
+/// The state behind a [`Kernel`] handle.
+pub struct KernelInner {
+    pub(crate) ctx: Arc<Ctx>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) commits: broadcast::Sender<CommitNotice>,
+    pub(crate) tools: ToolDirectory,
+    root: ActorRef<()>,
+    executions: ActorRef<ExecutionSupervisorMsg>,
+    connections: AtomicU64,
+    stopped: AtomicBool,
+}
+
+/// Starts the actor tree, recovers every non-terminal execution from the store, and returns
+/// the handle.
+pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
+    let (commits, _) = broadcast::channel(4096);
+    let metrics = Arc::new(Metrics::new());
+    let store = config.store.clone();
+    let ctx = Arc::new(Ctx {
+        config,
+        store: store.clone(),
+        metrics: metrics.clone(),
+        commits: commits.clone(),
+        singletons: RwLock::new(Singletons::default()),
+        executions: RwLock::new(HashMap::new()),
+        agent_groups: RwLock::new(HashMap::new()),
+        sessions: RwLock::new(HashMap::new()),
+    });
+    let (ready, ready_rx) = oneshot::channel();
+    let (root, _) = Actor::spawn(None, KernelSupervisor, RootArgs { ctx: ctx.clone(), ready })
+        .await
+        .map_err(|error| KernelError::Unavailable(format!("actor tree did not start: {error}")))?;
+    let executions = ready_rx.await.map_err(|_| KernelError::Unavailable("actor tree did not start".into()))?;
+    let inner = KernelInner {
+        ctx,
+        store,
+        metrics,
+        commits,
+        tools: ToolDirectory::default(),
+        root,
+        executions,
+        connections: AtomicU64::new(0),
+        stopped: AtomicBool::new(false),
+    };
+    inner.recover().await?;
+    Ok(Kernel { inner: Arc::new(inner) })
+}
+
+impl KernelInner {
+    async fn recover(&self) -> Result<(), KernelError> {
+        let started = std::time::Instant::now();
+        let ids = self.store.non_terminal_executions().await?;
+        let count = ids.len();
+        for id in ids {
+            if let Err(error) = self.activate(&id).await {
+                tracing::error!(execution.id = %id, error = %error, "execution could not be recovered");
+            }
+        }
+        tracing::info!(executions = count, elapsed_ms = started.elapsed().as_millis() as u64, "startup recovery done");
+        Ok(())
+    }
+
+    fn timeout(&self) -> std::time::Duration {
+        self.ctx.config.call_timeout
+    }
+
+    async fn activate(&self, id: &ExecutionId) -> Result<ActorRef<ExecutionMsg>, KernelError> {
+        if let Some(actor) = self.ctx.execution(id) {
+            return Ok(actor);
+        }
+        let message = |reply| ExecutionSupervisorMsg::Activate { id: id.clone(), reply };
+        call(&self.executions, message, self.timeout(), "execution supervisor").await?
+    }
+
+    /// Calls an execution actor, rebuilding it once if it stopped in between (passivation).
+    async fn ask<T: Send + 'static>(
+        &self,
+        id: &ExecutionId,
+        build: impl Fn(RpcReplyPort<Result<T, KernelError>>) -> ExecutionMsg,
+    ) -> Result<T, KernelError> {
+        let mut last = KernelError::Unavailable("execution actor unavailable".into());
+        for _ in 0..2 {
+            let actor = self.activate(id).await?;
+            match call(&actor, &build, self.timeout(), "execution actor").await {
+                Ok(result) => return result,
+                Err(KernelError::Unavailable(reason)) => last = KernelError::Unavailable(reason),
+                Err(error) => return Err(error),
+            }
+        }
+        Err(last)
+    }
+
+    async fn group(&self, agent_id: &AgentId) -> Result<ActorRef<AgentGroupMsg>, KernelError> {
+        let agents = self.ctx.agents().ok_or_else(|| KernelError::Unavailable("agent supervisor is not running".into()))?;
+        let message = |reply| AgentSupervisorMsg::GetOrSpawn(agent_id.clone(), reply);
+        call(&agents, message, self.timeout(), "agent supervisor")
+            .await?
+            .ok_or_else(|| KernelError::Unavailable("agent group could not start".into()))
+    }
+
+    pub(crate) async fn create_execution(
+        &self,
+        agent_id: AgentId,
+        input: Value,
+        labels: Option<BTreeMap<String, String>>,
+    ) -> Result<ExecutionRow, KernelError> {
+        let id = ExecutionId::generate();
+        let message = |reply| ExecutionSupervisorMsg::Create {
+            id: id.clone(),
+            agent_id: agent_id.to_string(),
+            input,
+            labels,
+            reply,
+        };
+        let actor = call(&self.executions, message, self.timeout(), "execution supervisor").await??;
+        let group = self.group(&agent_id).await?;
+        let pending = |reply| AgentGroupMsg::ExecutionPending { execution_id: id.clone(), reply: Some(reply) };
+        call(&group, pending, self.timeout(), "agent group").await?;
+        call(&actor, |reply| ExecutionMsg::GetExecution { reply }, self.timeout(), "execution actor").await
+    }
+
+    pub(crate) async fn execution(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
+        self.store.execution(id).await?.ok_or_else(|| Rejection::ExecutionNotFound(id.to_string()).into())
+    }
+
+    pub(crate) async fn cancel(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
+        self.ask(id, |reply| ExecutionMsg::Cancel { reply }).await
+    }
+
+    pub(crate) async fn signal(&self, id: &ExecutionId, signal_type: String, payload: Value) -> Result<(), KernelError> {
+        self.ask(id, |reply| ExecutionMsg::DeliverSignal {
+            signal_type: signal_type.clone(),
+            payload: payload.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Maps an unknown execution addressed with a session into the session error of WIRE.md §9.2.
+    fn session_error(&self, error: KernelError, execution_id: &ExecutionId, session_id: &SessionId) -> KernelError {
+        match error {
+            KernelError::Rejected(Rejection::ExecutionNotFound(_)) => match self.ctx.session_owner(session_id.as_str()) {
+                Some(_) => Rejection::SessionMismatch {
+                    session: session_id.to_string(),
+                    execution: execution_id.to_string(),
+                }
+                .into(),
+                None => Rejection::SessionNotFound(session_id.to_string()).into(),
+            },
+            other => other,
+        }
+    }
+
+    pub(crate) async fn submit_intent(
+        &self,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+        intent: Intent,
+    ) -> Result<IntentReply, KernelError> {
+        let owner = self.ctx.session_owner(session_id.as_str());
+        self.ask(execution_id, |reply| ExecutionMsg::SubmitIntent {
+            session_id: session_id.to_string(),
+            session_owner: owner.clone(),
+            intent: intent.clone(),
+            reply,
+        })
+        .await
+        .map_err(|error| self.session_error(error, execution_id, session_id))
+    }
+
+    pub(crate) async fn agent_step_result(
+        &self,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+        outcome: StepOutcome,
+    ) -> Result<(), KernelError> {
+        let owner = self.ctx.session_owner(session_id.as_str());
+        self.ask(execution_id, |reply| ExecutionMsg::ReportStepResult {
+            session_id: session_id.to_string(),
+            session_owner: owner.clone(),
+            outcome: outcome.clone(),
+            reply,
+        })
+        .await
+        .map_err(|error| self.session_error(error, execution_id, session_id))
+    }
+
+    pub(crate) async fn runner_result(
+        &self,
+        runner_id: &RunnerId,
+        consumer_id: Option<&ConsumerId>,
+        execution_id: &ExecutionId,
+        outcome: StepOutcome,
+    ) -> Result<(), KernelError> {
+        let step_id = outcome.step_id.clone();
+        let result = self
+            .ask(execution_id, |reply| ExecutionMsg::ReportRunnerResult { outcome: outcome.clone(), reply })
+            .await
+            .map_err(|error| unknown_step(error, &step_id));
+        if let Some(consumer_id) = consumer_id.filter(|consumer| !consumer.as_str().is_empty()) {
+            if !runner_id.as_str().is_empty() {
+                self.ctx.tell_dispatcher(DispatcherMsg::ConnectionFree {
+                    runner_id: runner_id.to_string(),
+                    consumer_id: consumer_id.to_string(),
+                });
+            }
+        }
+        result
+    }
+
+    pub(crate) async fn step_started(
+        &self,
+        execution_id: &ExecutionId,
+        step_id: &StepId,
+        runner_id: &RunnerId,
+    ) -> Result<(), KernelError> {
+        self.ask(execution_id, |reply| ExecutionMsg::MarkStepStarted {
+            step_id: step_id.clone(),
+            runner_id: runner_id.to_string(),
+            reply,
+        })
+        .await
+        .map_err(|error| unknown_step(error, step_id))
+    }
+
+    pub(crate) async fn connect_agent(&self, agent_id: AgentId, consumer_id: ConsumerId) -> Result<PushStream, KernelError> {
+        let group = self.group(&agent_id).await?;
+        let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
+        let connection = self.connections.fetch_add(1, Ordering::Relaxed);
+        let consumer = consumer_id.to_string();
+        group
+            .send_message(AgentGroupMsg::ConsumerConnected { consumer_id: consumer.clone(), connection, sender })
+            .map_err(|_| KernelError::Unavailable("agent group is not running".into()))?;
+        let on_close = Box::new(move || {
+            let _ = group.send_message(AgentGroupMsg::ConsumerDisconnected { consumer_id: consumer, connection });
+        });
+        Ok(PushStream::new(receiver, on_close))
+    }
+
+    pub(crate) async fn connect_runner(
+        &self,
+        runner_id: RunnerId,
+        consumer_id: ConsumerId,
+        capabilities: Vec<String>,
+    ) -> Result<PushStream, KernelError> {
+        let dispatcher = self.ctx.dispatcher().ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
+        let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
+        let connection = self.connections.fetch_add(1, Ordering::Relaxed);
+        let (runner, consumer) = (runner_id.to_string(), consumer_id.to_string());
+        dispatcher
+            .send_message(DispatcherMsg::RunnerConnected {
+                runner_id: runner.clone(),
+                consumer_id: consumer.clone(),
+                connection,
+                capabilities,
+                sender,
+            })
+            .map_err(|_| KernelError::Unavailable("dispatcher is not running".into()))?;
+        let on_close = Box::new(move || {
+            let _ = dispatcher.send_message(DispatcherMsg::RunnerDisconnected { runner_id: runner, consumer_id: consumer, connection });
+        });
+        Ok(PushStream::new(receiver, on_close))
+    }
+
+    pub(crate) async fn publish_tools(&self, runner_id: &RunnerId, tools: Vec<ToolSchema>) -> Result<(), KernelError> {
+        let ids: Vec<String> = tools.iter().map(|tool| tool.id.clone()).collect();
+        self.tools.publish(runner_id.as_str(), tools);
+        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities { runner_id: runner_id.to_string(), tools: ids });
+        Ok(())
+    }
+
+    pub(crate) async fn update_capabilities(&self, runner_id: &RunnerId, tools: Vec<String>) -> Result<(), KernelError> {
+        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities { runner_id: runner_id.to_string(), tools });
+        Ok(())
+    }
+
+    pub(crate) async fn unregister_runner(&self, runner_id: &RunnerId) -> Result<(), KernelError> {
+        self.tools.remove_runner(runner_id.as_str());
+        Ok(())
+    }
+
+    pub(crate) async fn shutdown(&self) {
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let timeout = self.ctx.config.shutdown_timeout;
+        let _ = self.root.stop_and_wait(Some("kernel shutdown".into()), Some(timeout)).await;
+        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "actor tree stopped");
+    }
+}
+
+fn unknown_step(error: KernelError, step_id: &StepId) -> KernelError {
+    match error {
+        KernelError::Rejected(Rejection::ExecutionNotFound(_)) => Rejection::StepNotFound(step_id.to_string()).into(),
+        other => other,
+    }
+}

@@ -1,0 +1,15 @@
+//! The kernel: the root supervisor that starts the actor tree and restarts its singletons, the
+//! startup recovery pass, and the `Kernel` handle the HTTP layer uses.
+
+pub mod config;
+pub mod context;
+mod handle;
+mod inner;
+mod root;
+pub mod types;
+
+pub use config::KernelConfig;
+pub use handle::Kernel;
+pub(crate) use inner::KernelInner;
+pub use inner::start;
+pub use types::{CommitNotice, KernelError, PushStream, ToolEntry, ToolSchema};

@@ -1,0 +1,189 @@
+//! Kernel metrics (Prometheus via `prometheus-client`). One `Metrics` per kernel, registered in
+//! its own registry so that tests running several kernels do not share counters.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::status::ExecutionStatus;
+
+/// Label set with a single `status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    /// Status name.
+    pub status: String,
+}
+
+/// Labels of the intent counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IntentLabels {
+    /// Intent type.
+    pub r#type: String,
+    /// `accepted`, `denied`, `rate_limited` or `pending_approval`.
+    pub decision: String,
+}
+
+/// Labels of the policy decision counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// Decision name.
+    pub decision: String,
+    /// Rule that decided.
+    pub rule_id: String,
+}
+
+/// Label set with a single `kind`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// Kind name (`agent`, `runner`, `execution`; actor kinds).
+    pub kind: String,
+}
+
+/// Labels of supervision events.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SupervisionLabels {
+    /// Actor kind.
+    pub kind: String,
+    /// `started`, `stopped`, `failed`, `restarted`, `gave_up`.
+    pub event: String,
+}
+
+/// Every metric the kernel exposes.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    /// Executions currently in each status.
+    pub executions: Family<StatusLabel, Gauge>,
+    /// Executions created and ended, by outcome.
+    pub executions_total: Family<StatusLabel, Counter>,
+    /// Intents processed, by type and decision.
+    pub intents: Family<IntentLabels, Counter>,
+    /// Policy decisions, by decision and rule.
+    pub policy_decisions: Family<RuleLabels, Counter>,
+    /// Steps that ended, by outcome.
+    pub steps: Family<StatusLabel, Counter>,
+    /// Open SSE connections, by kind.
+    pub sse_connections: Family<KindLabel, Gauge>,
+    /// Supervision events, by actor kind and event.
+    pub supervision: Family<SupervisionLabels, Counter>,
+    /// Store commit latency in seconds.
+    pub commit_seconds: Histogram,
+    /// Executions per store commit.
+    pub commit_batch: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("keel");
+        let executions = Family::<StatusLabel, Gauge>::default();
+        let executions_total = Family::<StatusLabel, Counter>::default();
+        let intents = Family::<IntentLabels, Counter>::default();
+        let policy_decisions = Family::<RuleLabels, Counter>::default();
+        let steps = Family::<StatusLabel, Counter>::default();
+        let sse_connections = Family::<KindLabel, Gauge>::default();
+        let supervision = Family::<SupervisionLabels, Counter>::default();
+        let commit_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        let commit_batch = Histogram::new(exponential_buckets(1.0, 2.0, 12));
+        registry.register("executions", "Executions by current status", executions.clone());
+        registry.register("executions", "Executions created and ended, by outcome", executions_total.clone());
+        registry.register("intents", "Intents processed by type and decision", intents.clone());
+        registry.register("policy_decisions", "Policy decisions by decision and rule", policy_decisions.clone());
+        registry.register("steps", "Steps ended by outcome", steps.clone());
+        registry.register("sse_connections", "Open SSE connections by kind", sse_connections.clone());
+        registry.register("supervision_events", "Actor supervision events", supervision.clone());
+        registry.register("store_commit_seconds", "Store commit latency", commit_seconds.clone());
+        registry.register("store_commit_batch_size", "Executions per store commit", commit_batch.clone());
+        Self {
+            registry: Mutex::new(registry),
+            executions,
+            executions_total,
+            intents,
+            policy_decisions,
+            steps,
+            sse_connections,
+            supervision,
+            commit_seconds,
+            commit_batch,
+        }
+    }
+
+    /// Returns the text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        let registry = match self.registry.lock() {
+            Ok(registry) => registry,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if prometheus_client::encoding::text::encode(&mut text, &registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+
+    /// Moves one execution from one status gauge to another.
+    pub fn execution_moved(&self, from: Option<ExecutionStatus>, to: ExecutionStatus) {
+        if from == Some(to) {
+            return;
+        }
+        if let Some(from) = from {
+            self.executions.get_or_create(&StatusLabel { status: from.as_str().to_owned() }).dec();
+        }
+        self.executions.get_or_create(&StatusLabel { status: to.as_str().to_owned() }).inc();
+    }
+
+    /// Counts an execution lifecycle outcome (`created`, `completed`, ...).
+    pub fn execution_outcome(&self, status: &str) {
+        self.executions_total.get_or_create(&StatusLabel { status: status.to_owned() }).inc();
+    }
+
+    /// Counts one processed intent.
+    pub fn intent(&self, intent_type: &str, decision: &str) {
+        let labels = IntentLabels { r#type: intent_type.to_owned(), decision: decision.to_owned() };
+        self.intents.get_or_create(&labels).inc();
+    }
+
+    /// Counts one policy decision.
+    pub fn policy_decision(&self, decision: &str, rule_id: &str) {
+        let labels = RuleLabels { decision: decision.to_owned(), rule_id: rule_id.to_owned() };
+        self.policy_decisions.get_or_create(&labels).inc();
+    }
+
+    /// Counts one ended step.
+    pub fn step_ended(&self, status: &str) {
+        self.steps.get_or_create(&StatusLabel { status: status.to_owned() }).inc();
+    }
+
+    /// Counts an SSE connection opening.
+    pub fn sse_connected(&self, kind: &str) {
+        self.sse_connections.get_or_create(&KindLabel { kind: kind.to_owned() }).inc();
+    }
+
+    /// Counts an SSE connection closing.
+    pub fn sse_disconnected(&self, kind: &str) {
+        self.sse_connections.get_or_create(&KindLabel { kind: kind.to_owned() }).dec();
+    }
+
+    /// Counts a supervision event.
+    pub fn supervision_event(&self, kind: &str, event: &str) {
+        let labels = SupervisionLabels { kind: kind.to_owned(), event: event.to_owned() };
+        self.supervision.get_or_create(&labels).inc();
+    }
+
+    /// Records one store commit.
+    pub fn commit(&self, latency: Duration, executions: usize) {
+        self.commit_seconds.observe(latency.as_secs_f64());
+        self.commit_batch.observe(executions as f64);
+    }
+}

@@ -1,0 +1,144 @@
+//! The interface every policy engine implements, and the two built-in engines: permissive
+//! (`keel dev` without `--policy`) and secure default (`keel serve` without `--policy`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::time::Timestamp;
+
+/// What a policy decides about one tool call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Run the tool.
+    Allow,
+    /// Refuse the call.
+    Deny,
+    /// Hold the step until an operator approves it.
+    RequireApproval,
+}
+
+impl Decision {
+    /// Returns the YAML and metrics name of the decision.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::RequireApproval => "require_approval",
+        }
+    }
+}
+
+/// A sliding-window limit on allowed calls per `(agent_id, tool_id)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Calls allowed within one window.
+    pub max: u32,
+    /// Window length.
+    pub window: Duration,
+    /// The window as the policy file wrote it, for messages (`1m`, `1h30m`).
+    pub window_text: String,
+}
+
+/// Retry settings a rule may give the tools it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetrySettings {
+    /// Attempts in total, including the first.
+    pub max_attempts: u32,
+    /// Delay before the second attempt.
+    pub base_delay: Duration,
+    /// Upper bound of any delay.
+    pub max_delay: Duration,
+}
+
+/// Everything a policy may look at for one `invoke_tool` intent (WIRE.md §14.1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyInput {
+    /// Always `tool.invoke` today.
+    pub action: String,
+    /// Agent of the execution.
+    pub agent_id: String,
+    /// Tool asked for.
+    pub tool_id: String,
+    /// Execution asking.
+    pub execution_id: String,
+    /// Labels of the execution.
+    pub labels: BTreeMap<String, String>,
+    /// Arguments of the call (any JSON).
+    pub arguments: Value,
+    /// Steps the execution has had so far.
+    pub step_count: u64,
+    /// Milliseconds since the execution was created.
+    pub duration_ms: u64,
+    /// Evaluation time (schedules are checked against it).
+    pub now: Timestamp,
+}
+
+/// The verdict of an engine for one input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyDecision {
+    /// What to do.
+    pub decision: Decision,
+    /// Rule that decided (`default`, `permissive-default`, ...).
+    pub rule_id: String,
+    /// Human-readable reason.
+    pub reason: String,
+    /// Per-rule step deadline in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Rate limit of the matching rule, checked after an allow.
+    pub rate_limit: Option<RateLimit>,
+    /// Retry settings of the matching rule.
+    pub retry: Option<RetrySettings>,
+}
+
+impl PolicyDecision {
+    /// Returns a decision with no timeout, rate limit or retry settings.
+    pub fn plain(decision: Decision, rule_id: &str, reason: &str) -> Self {
+        Self {
+            decision,
+            rule_id: rule_id.to_owned(),
+            reason: reason.to_owned(),
+            timeout_ms: None,
+            rate_limit: None,
+            retry: None,
+        }
+    }
+}
+
+/// A loaded, immutable policy. Implementations must be cheap to evaluate and never panic.
+pub trait PolicyEngine: Send + Sync + 'static {
+    /// Decides about one tool call.
+    fn evaluate(&self, input: &PolicyInput) -> PolicyDecision;
+
+    /// Returns a short digest identifying the loaded policy (logged on reload).
+    fn digest(&self) -> String;
+}
+
+/// Allows every tool call (`keel dev` without `--policy`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PermissiveEngine;
+
+impl PolicyEngine for PermissiveEngine {
+    fn evaluate(&self, _input: &PolicyInput) -> PolicyDecision {
+        PolicyDecision::plain(Decision::Allow, "permissive-default", "permissive policy allows every tool")
+    }
+
+    fn digest(&self) -> String {
+        "permissive".to_owned()
+    }
+}
+
+/// Denies every tool call (`keel serve` without `--policy`): the secure default.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SecureDefaultEngine;
+
+impl PolicyEngine for SecureDefaultEngine {
+    fn evaluate(&self, _input: &PolicyInput) -> PolicyDecision {
+        PolicyDecision::plain(Decision::Deny, "secure-default", "No policy engine configured")
+    }
+
+    fn digest(&self) -> String {
+        "secure-default".to_owned()
+    }
+}

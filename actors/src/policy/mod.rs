@@ -1,0 +1,12 @@
+//! Policy: the engine interface, the built-in engines, the compiled YAML rule language, and the
+//! `PolicyActor` that answers every `invoke_tool` intent (decision plus rate limit).
+
+pub mod actor;
+pub mod engine;
+pub mod rules;
+
+pub use actor::{PolicyActor, PolicyArgs, PolicyMsg};
+pub use engine::{
+    Decision, PermissiveEngine, PolicyDecision, PolicyEngine, PolicyInput, RateLimit, RetrySettings,
+    SecureDefaultEngine,
+};

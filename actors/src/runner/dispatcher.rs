@@ -1,0 +1,216 @@
+//! `Dispatcher`: matches queued remote jobs with idle runner connections advertising the tool,
+//! round-robin per tool. It also supervises runner actors (temporary: a failed one is dropped
+//! and its job waits for its deadline or the runner's return). It never calls another actor:
+//! claims are made by the runner actors, so no dispatch pass can deadlock an execution.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent as RactorEvent};
+use tokio::sync::mpsc;
+
+use super::runner_actor::{RunnerActor, RunnerArgs, RunnerMsg};
+use crate::execution::JobSpec;
+use crate::ids::StepId;
+use crate::kernel::context::Ctx;
+use crate::push::Push;
+use crate::supervision::{self, ActorKind, SupervisionEvent};
+
+/// Messages of the dispatcher.
+pub enum DispatcherMsg {
+    /// A runner connection opened (replacing one with the same ids).
+    RunnerConnected {
+        /// Runner id.
+        runner_id: String,
+        /// Consumer id.
+        consumer_id: String,
+        /// Connection number.
+        connection: u64,
+        /// Tool ids it offers.
+        capabilities: Vec<String>,
+        /// Its stream.
+        sender: mpsc::Sender<Push>,
+    },
+    /// A runner connection closed.
+    RunnerDisconnected {
+        /// Runner id.
+        runner_id: String,
+        /// Consumer id.
+        consumer_id: String,
+        /// Connection number.
+        connection: u64,
+    },
+    /// Replaces the capabilities of every connection of a runner.
+    SetCapabilities {
+        /// Runner id.
+        runner_id: String,
+        /// Tool ids.
+        tools: Vec<String>,
+    },
+    /// Queues a job.
+    Enqueue(JobSpec),
+    /// A connection is idle again (result received, or a job it was handed was stale).
+    ConnectionFree {
+        /// Runner id.
+        runner_id: String,
+        /// Consumer id.
+        consumer_id: String,
+    },
+    /// A remote step ended: drop its queued jobs, free its runner, notify it if cancelled.
+    StepEnded {
+        /// Step id.
+        step_id: StepId,
+        /// Why the runner should stop, if not by its own result.
+        cancel_reason: Option<String>,
+    },
+    /// Periodic pass for jobs whose `not_before` has come.
+    Tick,
+}
+
+struct Connection {
+    connection: u64,
+    capabilities: HashSet<String>,
+    actor: ActorRef<RunnerMsg>,
+    busy: Option<JobSpec>,
+}
+
+/// State of the dispatcher.
+pub struct DispatcherState {
+    ctx: Arc<Ctx>,
+    connections: BTreeMap<(String, String), Connection>,
+    queue: VecDeque<JobSpec>,
+    rotation: HashMap<String, usize>,
+}
+
+/// The dispatcher actor.
+pub struct Dispatcher;
+
+impl Actor for Dispatcher {
+    type Msg = DispatcherMsg;
+    type State = DispatcherState;
+    type Arguments = Arc<Ctx>;
+
+    async fn pre_start(&self, myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
+        myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
+        Ok(DispatcherState { ctx, connections: BTreeMap::new(), queue: VecDeque::new(), rotation: HashMap::new() })
+    }
+
+    async fn post_stop(&self, myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        myself.stop_children_and_wait(Some("kernel shutdown".into()), Some(state.ctx.config.shutdown_timeout)).await;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            DispatcherMsg::RunnerConnected { runner_id, consumer_id, connection, capabilities, sender } => {
+                let args = RunnerArgs {
+                    ctx: state.ctx.clone(),
+                    runner_id: runner_id.clone(),
+                    consumer_id: consumer_id.clone(),
+                    connection,
+                    sender,
+                };
+                let (actor, _) = Actor::spawn_linked(None, RunnerActor, args, myself.get_cell()).await?;
+                supervision::report(&state.ctx.metrics, ActorKind::Runner, Some(&runner_id), &SupervisionEvent::Started);
+                let entry = Connection { connection, capabilities: capabilities.into_iter().collect(), actor, busy: None };
+                if let Some(old) = state.connections.insert((runner_id, consumer_id), entry) {
+                    old.actor.stop(Some("replaced by a new connection".into()));
+                }
+            }
+            DispatcherMsg::RunnerDisconnected { runner_id, consumer_id, connection } => {
+                let key = (runner_id, consumer_id);
+                if state.connections.get(&key).is_some_and(|entry| entry.connection == connection) {
+                    if let Some(entry) = state.connections.remove(&key) {
+                        entry.actor.stop(Some("runner disconnected".into()));
+                    }
+                }
+            }
+            DispatcherMsg::SetCapabilities { runner_id, tools } => {
+                for ((runner, _), entry) in state.connections.iter_mut() {
+                    if runner == &runner_id {
+                        entry.capabilities = tools.iter().cloned().collect();
+                    }
+                }
+            }
+            DispatcherMsg::Enqueue(job) => state.queue.push_back(job),
+            DispatcherMsg::ConnectionFree { runner_id, consumer_id } => {
+                if let Some(entry) = state.connections.get_mut(&(runner_id, consumer_id)) {
+                    entry.busy = None;
+                }
+            }
+            DispatcherMsg::StepEnded { step_id, cancel_reason } => step_ended(state, &step_id, cancel_reason.as_deref()),
+            DispatcherMsg::Tick => {}
+        }
+        dispatch_pass(state);
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: RactorEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let RactorEvent::ActorFailed(cell, error) = event {
+            let failed = state.connections.iter().find(|(_, entry)| entry.actor.get_id() == cell.get_id()).map(|(key, _)| key.clone());
+            if let Some(key) = failed {
+                state.connections.remove(&key);
+                let event = SupervisionEvent::GaveUp { error: error.to_string(), count: 1 };
+                supervision::report(&state.ctx.metrics, ActorKind::Runner, Some(&key.0), &event);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn step_ended(state: &mut DispatcherState, step_id: &StepId, cancel_reason: Option<&str>) {
+    state.queue.retain(|job| &job.step_id != step_id);
+    for entry in state.connections.values_mut() {
+        let holds = entry.busy.as_ref().is_some_and(|job| &job.step_id == step_id);
+        if !holds {
+            continue;
+        }
+        if let (Some(job), Some(reason)) = (entry.busy.take(), cancel_reason) {
+            let notice = Push::job_cancelled(&job.job_id, &job.execution_id, job.step_id.as_str(), reason);
+            let _ = entry.actor.send_message(RunnerMsg::Notify(notice));
+        }
+    }
+}
+
+fn dispatch_pass(state: &mut DispatcherState) {
+    let now = crate::time::now();
+    let mut index = 0;
+    while index < state.queue.len() {
+        let job = &state.queue[index];
+        if job.not_before.is_some_and(|at| at > now) {
+            index += 1;
+            continue;
+        }
+        let candidates: Vec<(String, String)> = state
+            .connections
+            .iter()
+            .filter(|(_, entry)| entry.busy.is_none() && entry.capabilities.contains(&job.tool_id))
+            .map(|(key, _)| key.clone())
+            .collect();
+        if candidates.is_empty() {
+            index += 1;
+            continue;
+        }
+        let turn = state.rotation.entry(job.tool_id.clone()).or_default();
+        let key = candidates[*turn % candidates.len()].clone();
+        *turn = turn.wrapping_add(1);
+        let Some(job) = state.queue.remove(index) else {
+            break;
+        };
+        if let Some(entry) = state.connections.get_mut(&key) {
+            entry.busy = Some(job.clone());
+            let _ = entry.actor.send_message(RunnerMsg::Deliver(job));
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The storage port. Actors depend on this trait only; `src/store/` implements it for SQLite and
+//! PostgreSQL. The event log is the source of truth; the `executions` and `steps` rows are
+//! projections written in the same transaction as the events that change them.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::StoreError;
+use crate::events::Event;
+use crate::ids::{AgentId, ExecutionId, StepId};
+use crate::status::{ExecutionStatus, StepStatus};
+use crate::time::Timestamp;
+
+/// Projection row of one execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutionRow {
+    /// Execution id.
+    pub id: ExecutionId,
+    /// Agent that runs it.
+    pub agent_id: AgentId,
+    /// Current status.
+    pub status: ExecutionStatus,
+    /// Labels as given at creation (`None` when none were given).
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Input as given (JSON null when absent).
+    pub input: Value,
+    /// Output of `complete`, once completed.
+    pub output: Option<Value>,
+    /// Time of `execution.created`.
+    pub created_at: Timestamp,
+    /// Time of the last state-changing event.
+    pub updated_at: Timestamp,
+    /// Session of the current run, if any.
+    pub session_id: Option<String>,
+    /// Consumer holding the current session, if any.
+    pub consumer_id: Option<String>,
+    /// Sequence of the last event.
+    pub last_sequence: i64,
+}
+
+/// Projection row of one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepRow {
+    /// Step id.
+    pub id: StepId,
+    /// Execution it belongs to.
+    pub execution_id: ExecutionId,
+    /// Tool it runs.
+    pub tool_id: String,
+    /// Current status.
+    pub status: StepStatus,
+    /// Current attempt, from 1.
+    pub attempt: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// Whether a runner executes it.
+    pub remote: bool,
+    /// Current job, for remote steps.
+    pub job_id: Option<String>,
+    /// Runner holding the job, when known.
+    pub runner_id: Option<String>,
+    /// Current deadline, if enforced.
+    pub deadline: Option<Timestamp>,
+    /// Time of the last change.
+    pub updated_at: Timestamp,
+}
+
+/// Everything one execution changes in one atomic step: its new events and the projection rows
+/// they produce.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Commit {
+    /// Execution projection after the events.
+    pub execution: ExecutionRow,
+    /// New events, with contiguous sequences following the stored ones.
+    pub events: Vec<Event>,
+    /// Steps whose projection changed.
+    pub steps: Vec<StepRow>,
+}
+
+/// Filter and page of `GET /v0/executions`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ListFilter {
+    /// Only this status.
+    pub status: Option<ExecutionStatus>,
+    /// Only this agent.
+    pub agent_id: Option<String>,
+    /// Every pair must be among the execution's labels.
+    pub labels: Vec<(String, String)>,
+    /// Only rows strictly after this `(created_at, id)` key in descending order.
+    pub after: Option<(Timestamp, String)>,
+    /// Maximum number of rows to return.
+    pub limit: i64,
+}
+
+/// Durable storage of events and projections.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Commits the changes of several executions in one transaction: all or nothing.
+    /// Fails with `Conflict` if an event's sequence is already taken.
+    async fn commit(&self, batch: &[Commit]) -> Result<(), StoreError>;
+
+    /// Returns up to `limit` events of an execution with `sequence > after_sequence`, oldest first.
+    async fn events(&self, id: &ExecutionId, after_sequence: i64, limit: i64) -> Result<Vec<Event>, StoreError>;
+
+    /// Returns the projection row of an execution, if it exists.
+    async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError>;
+
+    /// Returns executions ordered by `(created_at, id)` descending, filtered and paged.
+    async fn list_executions(&self, filter: &ListFilter) -> Result<Vec<ExecutionRow>, StoreError>;
+
+    /// Returns the ids of every execution that is not terminal, oldest first.
+    async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError>;
+
+    /// Deletes up to `limit` terminal executions last updated before `before`, with all their
+    /// rows; returns how many were deleted.
+    async fn delete_terminal_before(&self, before: Timestamp, limit: i64) -> Result<u64, StoreError>;
+
+    /// Round-trips to the database.
+    async fn ping(&self) -> Result<(), StoreError>;
+}

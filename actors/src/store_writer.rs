@@ -1,0 +1,120 @@
+//! `StoreWriter`: the one actor that writes to the store. Every execution actor sends its
+//! commits here and waits for the answer; whatever is queued while a transaction runs goes into
+//! the next one (group commit), so throughput follows the batch size, not the fsync rate.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::sync::broadcast;
+
+use crate::error::StoreError;
+use crate::kernel::CommitNotice;
+use crate::metrics::Metrics;
+use crate::store::{Commit, Store};
+
+/// Messages of the store writer.
+pub enum StoreWriterMsg {
+    /// Makes one execution's changes durable; answers after the transaction commits.
+    Append(Commit, RpcReplyPort<Result<(), StoreError>>),
+    /// A transaction finished (sent by the writer to itself).
+    Flushed(Vec<Result<(), StoreError>>, Duration),
+}
+
+/// Dependencies of the store writer.
+pub struct StoreWriterArgs {
+    /// Storage.
+    pub store: Arc<dyn Store>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Where commit notices go.
+    pub commits: broadcast::Sender<CommitNotice>,
+    /// Most commits per transaction.
+    pub max_batch: usize,
+}
+
+/// State of the store writer.
+pub struct StoreWriterState {
+    args: StoreWriterArgs,
+    queued: Vec<(Commit, RpcReplyPort<Result<(), StoreError>>)>,
+    in_flight: Vec<(Commit, RpcReplyPort<Result<(), StoreError>>)>,
+}
+
+/// The group-committing store writer.
+pub struct StoreWriter;
+
+impl Actor for StoreWriter {
+    type Msg = StoreWriterMsg;
+    type State = StoreWriterState;
+    type Arguments = StoreWriterArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, args: StoreWriterArgs) -> Result<Self::State, ActorProcessingErr> {
+        Ok(StoreWriterState { args, queued: Vec::new(), in_flight: Vec::new() })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            StoreWriterMsg::Append(commit, reply) => {
+                state.queued.push((commit, reply));
+                if state.in_flight.is_empty() {
+                    start_flush(&myself, state);
+                }
+            }
+            StoreWriterMsg::Flushed(results, latency) => {
+                let done = std::mem::take(&mut state.in_flight);
+                state.args.metrics.commit(latency, done.len());
+                for ((commit, reply), result) in done.into_iter().zip(results) {
+                    if result.is_ok() {
+                        // No receiver is fine: nobody is streaming right now.
+                        let _ = state.args.commits.send(CommitNotice {
+                            execution_id: commit.execution.id.clone(),
+                            last_sequence: commit.execution.last_sequence,
+                        });
+                    }
+                    let _ = reply.send(result);
+                }
+                if !state.queued.is_empty() {
+                    start_flush(&myself, state);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn start_flush(myself: &ActorRef<StoreWriterMsg>, state: &mut StoreWriterState) {
+    let take = state.queued.len().min(state.args.max_batch.max(1));
+    state.in_flight = state.queued.drain(..take).collect();
+    let commits: Vec<Commit> = state.in_flight.iter().map(|(commit, _)| commit.clone()).collect();
+    let store = state.args.store.clone();
+    let myself = myself.clone();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let results = commit_all(store.as_ref(), &commits).await;
+        let _ = myself.send_message(StoreWriterMsg::Flushed(results, started.elapsed()));
+    });
+}
+
+/// Commits the batch in one transaction; if that fails and the batch has several commits,
+/// commits each alone so one bad commit cannot fail its neighbours.
+async fn commit_all(store: &dyn Store, commits: &[Commit]) -> Vec<Result<(), StoreError>> {
+    match store.commit(commits).await {
+        Ok(()) => commits.iter().map(|_| Ok(())).collect(),
+        Err(error) if commits.len() == 1 => vec![Err(error)],
+        Err(StoreError::Unavailable(reason)) => {
+            commits.iter().map(|_| Err(StoreError::Unavailable(reason.clone()))).collect()
+        }
+        Err(_) => {
+            let mut results = Vec::with_capacity(commits.len());
+            for commit in commits {
+                results.push(store.commit(std::slice::from_ref(commit)).await);
+            }
+            results
+        }
+    }
+}
