@@ -1,1 +1,174 @@
-//! placeholder
+//! Test support (feature `testing`): an in-memory [`Store`] with failure injection, a kernel
+//! started on it, and `eventually` for polling without sleeps.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::StoreError;
+use crate::events::Event;
+use crate::ids::ExecutionId;
+use crate::kernel::{Kernel, KernelConfig};
+use crate::policy::{PermissiveEngine, PolicyEngine};
+use crate::store::{Commit, ExecutionRow, ListFilter, Store};
+use crate::time::Timestamp;
+
+#[derive(Default)]
+struct Tables {
+    events: HashMap<ExecutionId, Vec<Event>>,
+    executions: HashMap<ExecutionId, ExecutionRow>,
+    commits: usize,
+}
+
+/// An in-memory store. `fail_commits(true)` makes every commit fail as if the database were
+/// gone, without changing anything.
+#[derive(Default)]
+pub struct MemoryStore {
+    tables: Mutex<Tables>,
+    failing: AtomicBool,
+}
+
+impl MemoryStore {
+    /// Makes commits fail (`true`) or succeed again (`false`).
+    pub fn fail_commits(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Returns every event of an execution.
+    pub fn all_events(&self, id: &ExecutionId) -> Vec<Event> {
+        self.lock().events.get(id).cloned().unwrap_or_default()
+    }
+
+    /// Returns the number of successful commit calls (transactions).
+    pub fn transactions(&self) -> usize {
+        self.lock().commits
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn commit(&self, batch: &[Commit]) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("injected failure".into()));
+        }
+        let mut tables = self.lock();
+        for commit in batch {
+            let stored = tables.events.get(&commit.execution.id).map_or(0, Vec::len) as i64;
+            if commit.events.first().is_some_and(|event| event.sequence != stored + 1) {
+                return Err(StoreError::Conflict("sequence already taken".into()));
+            }
+        }
+        for commit in batch {
+            tables.events.entry(commit.execution.id.clone()).or_default().extend(commit.events.iter().cloned());
+            tables.executions.insert(commit.execution.id.clone(), commit.execution.clone());
+        }
+        tables.commits += 1;
+        Ok(())
+    }
+
+    async fn events(&self, id: &ExecutionId, after_sequence: i64, limit: i64) -> Result<Vec<Event>, StoreError> {
+        let tables = self.lock();
+        let events = tables.events.get(id).map(Vec::as_slice).unwrap_or_default();
+        let limit = usize::try_from(limit).unwrap_or(0);
+        Ok(events.iter().filter(|event| event.sequence > after_sequence).take(limit).cloned().collect())
+    }
+
+    async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError> {
+        Ok(self.lock().executions.get(id).cloned())
+    }
+
+    async fn list_executions(&self, filter: &ListFilter) -> Result<Vec<ExecutionRow>, StoreError> {
+        let tables = self.lock();
+        let mut rows: Vec<ExecutionRow> = tables
+            .executions
+            .values()
+            .filter(|row| filter.status.is_none_or(|status| row.status == status))
+            .filter(|row| filter.agent_id.as_deref().is_none_or(|agent| row.agent_id.as_str() == agent))
+            .cloned()
+            .collect();
+        rows.sort_by(|left, right| (right.created_at, &right.id).cmp(&(left.created_at, &left.id)));
+        rows.truncate(usize::try_from(filter.limit).unwrap_or(0));
+        Ok(rows)
+    }
+
+    async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError> {
+        let tables = self.lock();
+        let mut rows: Vec<&ExecutionRow> = tables.executions.values().filter(|row| !row.status.is_terminal()).collect();
+        rows.sort_by_key(|row| row.created_at);
+        Ok(rows.into_iter().map(|row| row.id.clone()).collect())
+    }
+
+    async fn delete_terminal_before(&self, _before: Timestamp, _limit: i64) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("injected failure".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A kernel on a memory store, for message-level tests.
+pub struct TestKernel {
+    /// The handle.
+    pub kernel: Kernel,
+    /// Its store.
+    pub store: Arc<MemoryStore>,
+}
+
+impl TestKernel {
+    /// Starts a kernel with the permissive policy and a short grace period.
+    pub async fn start() -> Self {
+        Self::start_with(Arc::new(MemoryStore::default()), Arc::new(PermissiveEngine), |_| {}).await
+    }
+
+    /// Starts a kernel on `store` with `policy`, letting `adjust` change the configuration.
+    pub async fn start_with(
+        store: Arc<MemoryStore>,
+        policy: Arc<dyn PolicyEngine>,
+        adjust: impl FnOnce(&mut KernelConfig),
+    ) -> Self {
+        let mut config = KernelConfig::new(store.clone(), policy);
+        config.agent_grace = Duration::from_millis(200);
+        config.call_timeout = Duration::from_secs(5);
+        adjust(&mut config);
+        match crate::kernel::start(config).await {
+            Ok(kernel) => Self { kernel, store },
+            Err(error) => panic!("test kernel did not start: {error}"),
+        }
+    }
+
+    /// Stops the kernel.
+    pub async fn shutdown(self) {
+        self.kernel.shutdown().await;
+    }
+}
+
+/// Polls `check` until it returns `Some` or `timeout` passes.
+pub async fn eventually<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
