@@ -96,7 +96,7 @@ impl Metrics {
         let supervision = Family::<SupervisionLabels, Counter>::default();
         let commit_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         let commit_batch = Histogram::new(exponential_buckets(1.0, 2.0, 12));
-        registry.register("executions", "Executions by current status", executions.clone());
+        registry.register("live_executions", "Non-terminal executions by current status", executions.clone());
         registry.register("executions", "Executions created and ended, by outcome", executions_total.clone());
         registry.register("intents", "Intents processed by type and decision", intents.clone());
         registry.register("policy_decisions", "Policy decisions by decision and rule", policy_decisions.clone());
@@ -132,15 +132,18 @@ impl Metrics {
         text
     }
 
-    /// Moves one execution from one status gauge to another.
+    /// Moves one live execution from one status gauge to another. The gauge counts
+    /// non-terminal executions only; ended ones are counted by `executions_total`.
     pub fn execution_moved(&self, from: Option<ExecutionStatus>, to: ExecutionStatus) {
         if from == Some(to) {
             return;
         }
-        if let Some(from) = from {
+        if let Some(from) = from.filter(|from| !from.is_terminal()) {
             self.executions.get_or_create(&StatusLabel { status: from.as_str().to_owned() }).dec();
         }
-        self.executions.get_or_create(&StatusLabel { status: to.as_str().to_owned() }).inc();
+        if !to.is_terminal() {
+            self.executions.get_or_create(&StatusLabel { status: to.as_str().to_owned() }).inc();
+        }
     }
 
     /// Counts an execution lifecycle outcome (`created`, `completed`, ...).

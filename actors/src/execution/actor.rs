@@ -105,6 +105,7 @@ impl Actor for ExecutionActor {
                 let events = load_events(&ctx, &args.id).await?;
                 let exec = ExecutionState::from_events(&events)
                     .ok_or_else(|| KernelError::Rejected(Rejection::ExecutionNotFound(args.id.to_string())))?;
+                ctx.metrics.execution_moved(None, exec.status);
                 (exec, true)
             }
         };

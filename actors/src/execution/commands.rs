@@ -70,6 +70,14 @@ pub enum Intent {
         /// The type given.
         intent_type: String,
     },
+    /// A known type missing its required field (`invoke_tool` without `tool_id`, `wait` without
+    /// `signal_type`). Refused with 400, but only after the state checks (WIRE.md §9.2 step 6).
+    Invalid {
+        /// The type given.
+        intent_type: String,
+        /// What is missing, e.g. `tool_id is required for invoke_tool`.
+        message: String,
+    },
 }
 
 impl Intent {
@@ -80,7 +88,7 @@ impl Intent {
             Self::Complete { .. } => "complete",
             Self::Fail { .. } => "fail",
             Self::Wait { .. } => "wait",
-            Self::Unknown { intent_type } => intent_type,
+            Self::Unknown { intent_type } | Self::Invalid { intent_type, .. } => intent_type,
         }
     }
 }

@@ -136,6 +136,7 @@ pub fn precheck_intent(state: &ExecutionState, intent: &Intent) -> Result<Option
     }
     match intent {
         Intent::Unknown { intent_type } => Err(Rejection::Validation(format!("unknown intent type {intent_type}"))),
+        Intent::Invalid { message, .. } => Err(Rejection::Validation(message.clone())),
         Intent::InvokeTool { tool_id, idempotency_key: Some(key), remote, .. } => match state.intents.get(key) {
             None => Ok(None),
             Some(RecordedIntent::Accepted { step_id, tool_id: first_tool, remote: first_remote, pending_approval }) => {
@@ -190,6 +191,7 @@ pub fn intent(
         }
         Intent::Wait { signal_type } => Ok(wait(state, signal_type)),
         Intent::Unknown { intent_type } => Err(Rejection::Validation(format!("unknown intent type {intent_type}"))),
+        Intent::Invalid { message, .. } => Err(Rejection::Validation(message.clone())),
     }
 }
 
