@@ -1,0 +1,228 @@
+//! Compiled policies and their evaluation. [`CompiledRules`] is one file after compiling;
+//! [`RuleSet`] is what applies to one agent (a file's rules, or an agent file merged with the
+//! global file), sorted by priority; [`CompiledPolicy`] is the engine the policy actor holds:
+//! one rule set for a single file, or one per agent plus the global one for a directory.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use super::compile::default_reason;
+use super::conditions::Conditions;
+use crate::policy::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
+
+/// One compiled rule.
+#[derive(Clone, Debug)]
+pub struct CompiledRule {
+    /// Position of the rule in its file (for messages).
+    pub(super) index: usize,
+    /// Evaluation order, ascending.
+    pub(super) priority: i64,
+    /// What must hold.
+    pub(super) conditions: Conditions,
+    /// Verdict returned when the conditions hold.
+    pub(super) outcome: PolicyDecision,
+}
+
+/// One policy file, compiled: its rules in file order and its default, if it has one.
+#[derive(Clone, Debug)]
+pub struct CompiledRules {
+    rules: Vec<Arc<CompiledRule>>,
+    default: Option<PolicyDecision>,
+}
+
+impl CompiledRules {
+    /// Bundles compiled rules with the file's default.
+    pub(super) fn new(rules: Vec<Arc<CompiledRule>>, default: Option<PolicyDecision>) -> Self {
+        Self { rules, default }
+    }
+
+    /// Returns the number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Returns whether the file has no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// A rule id or priority used both by an agent file and by the global file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MergeConflict {
+    /// Index of the rule in the agent file.
+    pub agent_rule: usize,
+    /// Index of the rule in the global file.
+    pub global_rule: usize,
+    /// `true` for a shared id, `false` for a shared priority.
+    pub same_id: bool,
+    /// What is shared, for messages (`rule id `x``, `priority 10`).
+    pub shared: String,
+}
+
+impl fmt::Display for MergeConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} is used both by the agent file and by the global file",
+            self.shared
+        )
+    }
+}
+
+/// The rules that apply to one agent, sorted by priority, and the default after them.
+#[derive(Clone, Debug)]
+pub struct RuleSet {
+    rules: Vec<Arc<CompiledRule>>,
+    default: PolicyDecision,
+}
+
+impl RuleSet {
+    /// Returns the rule set of a single file (file default, else deny `default`).
+    pub fn single(file: &CompiledRules) -> Self {
+        Self::build(file.rules.clone(), file.default.clone())
+    }
+
+    /// Returns an agent file's rules merged with the global file's: ids and priorities must be
+    /// unique across both; the agent file's default applies, else the global file's.
+    pub fn merged(
+        agent: &CompiledRules,
+        global: &CompiledRules,
+    ) -> Result<Self, Vec<MergeConflict>> {
+        let mut conflicts = Vec::new();
+        for agent_rule in &agent.rules {
+            for global_rule in &global.rules {
+                if agent_rule.outcome.rule_id == global_rule.outcome.rule_id {
+                    conflicts.push(MergeConflict {
+                        agent_rule: agent_rule.index,
+                        global_rule: global_rule.index,
+                        same_id: true,
+                        shared: format!("rule id `{}`", agent_rule.outcome.rule_id),
+                    });
+                }
+                if agent_rule.priority == global_rule.priority {
+                    conflicts.push(MergeConflict {
+                        agent_rule: agent_rule.index,
+                        global_rule: global_rule.index,
+                        same_id: false,
+                        shared: format!("priority {}", agent_rule.priority),
+                    });
+                }
+            }
+        }
+        if !conflicts.is_empty() {
+            return Err(conflicts);
+        }
+        let rules = agent.rules.iter().chain(&global.rules).cloned().collect();
+        Ok(Self::build(
+            rules,
+            agent.default.clone().or_else(|| global.default.clone()),
+        ))
+    }
+
+    fn build(mut rules: Vec<Arc<CompiledRule>>, default: Option<PolicyDecision>) -> Self {
+        rules.sort_by_key(|rule| rule.priority);
+        debug_assert!(
+            rules
+                .iter()
+                .map(|rule| rule.priority)
+                .collect::<HashSet<_>>()
+                .len()
+                == rules.len(),
+            "priorities are unique (checked at compile and merge)"
+        );
+        let default = default.unwrap_or_else(|| {
+            PolicyDecision::plain(Decision::Deny, "default", &default_reason("deny"))
+        });
+        Self { rules, default }
+    }
+
+    /// Returns the verdict of the first matching rule, else the default.
+    pub fn evaluate(&self, input: &PolicyInput) -> PolicyDecision {
+        self.rules
+            .iter()
+            .find(|rule| rule.conditions.hold(input))
+            .map_or_else(|| self.default.clone(), |rule| rule.outcome.clone())
+    }
+
+    /// Returns the number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Returns whether there are no rules (only the default applies).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// Which rule set answers which agent.
+#[derive(Clone, Debug)]
+enum Routing {
+    /// One file for every agent.
+    Single(RuleSet),
+    /// A directory: per-agent sets (already merged with the global file) and the global set.
+    PerAgent {
+        agents: HashMap<String, RuleSet>,
+        global: Option<RuleSet>,
+    },
+}
+
+/// A loaded policy: the engine behind `--policy FILE|DIR`.
+#[derive(Clone, Debug)]
+pub struct CompiledPolicy {
+    routing: Routing,
+    digest: String,
+}
+
+/// Rule id reported when a directory has neither a file for the agent nor a global file.
+pub const AGENT_DEFAULT_RULE_ID: &str = "agent-default";
+
+impl CompiledPolicy {
+    /// Returns the engine of a single policy file.
+    pub fn single(rules: RuleSet, digest: String) -> Self {
+        Self {
+            routing: Routing::Single(rules),
+            digest,
+        }
+    }
+
+    /// Returns the engine of a policy directory: `agents` maps agent ids to their merged rule
+    /// sets; other agents use `global`, or are denied with rule id `agent-default` without it.
+    pub fn per_agent(
+        agents: HashMap<String, RuleSet>,
+        global: Option<RuleSet>,
+        digest: String,
+    ) -> Self {
+        Self {
+            routing: Routing::PerAgent { agents, global },
+            digest,
+        }
+    }
+}
+
+impl PolicyEngine for CompiledPolicy {
+    fn evaluate(&self, input: &PolicyInput) -> PolicyDecision {
+        match &self.routing {
+            Routing::Single(rules) => rules.evaluate(input),
+            Routing::PerAgent { agents, global } => {
+                match agents.get(&input.agent_id).or(global.as_ref()) {
+                    Some(rules) => rules.evaluate(input),
+                    None => PolicyDecision::plain(
+                        Decision::Deny,
+                        AGENT_DEFAULT_RULE_ID,
+                        &format!(
+                            "no policy file for agent {} and no _global policy",
+                            input.agent_id
+                        ),
+                    ),
+                }
+            }
+        }
+    }
+
+    fn digest(&self) -> String {
+        self.digest.clone()
+    }
+}

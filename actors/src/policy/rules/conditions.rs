@@ -1,0 +1,226 @@
+//! The compiled `when:` section of a rule: every present condition must hold for the rule to
+//! match. Compiling checks each condition and reports every problem, not just the first.
+
+use std::collections::BTreeMap;
+
+use super::definition::{CompileIssue, ConditionDefinition, FieldPath};
+use super::glob::Glob;
+use super::predicates::Predicate;
+use super::schedule::Schedule;
+use crate::policy::engine::PolicyInput;
+
+/// Actions a policy can be asked about today.
+pub const KNOWN_ACTIONS: [&str; 1] = ["tool.invoke"];
+
+/// The compiled conditions of one rule.
+#[derive(Clone, Debug, Default)]
+pub struct Conditions {
+    action: Option<String>,
+    tool_id: Option<Glob>,
+    tool_ids: Option<Vec<Glob>>,
+    agent_id: Option<String>,
+    agent_ids: Option<Vec<String>>,
+    labels: Vec<(String, String)>,
+    arguments: Option<Vec<(String, Predicate)>>,
+    min_step_count: Option<u64>,
+    min_duration_ms: Option<u64>,
+    schedule: Option<Schedule>,
+}
+
+impl Conditions {
+    /// Compiles a `when:` section found at `path`; `rule` names the rule in messages.
+    pub fn compile(
+        definition: &ConditionDefinition,
+        path: &FieldPath,
+        rule: &str,
+        errors: &mut Vec<CompileIssue>,
+        warnings: &mut Vec<CompileIssue>,
+    ) -> Self {
+        let mut issue = |keys: &[&str], message: String| {
+            errors.push(CompileIssue::new(
+                path.keys(keys),
+                format!("rule `{rule}`: when.{}: {message}", keys.join(".")),
+            ));
+        };
+        if let Some(action) = &definition.action
+            && !KNOWN_ACTIONS.contains(&action.as_str())
+        {
+            issue(
+                &["action"],
+                format!(
+                    "unknown action `{action}` (known: {})",
+                    KNOWN_ACTIONS.join(", ")
+                ),
+            );
+        }
+        let tool_id = definition.tool_id.as_deref().and_then(|pattern| {
+            Glob::new(pattern)
+                .map_err(|message| issue(&["tool_id"], message))
+                .ok()
+        });
+        let tool_ids = definition.tool_ids.as_ref().map(|patterns| {
+            if patterns.is_empty() {
+                issue(&["tool_ids"], "list is empty".to_owned());
+            }
+            patterns
+                .iter()
+                .filter_map(|pattern| {
+                    Glob::new(pattern)
+                        .map_err(|message| issue(&["tool_ids"], message))
+                        .ok()
+                })
+                .collect::<Vec<_>>()
+        });
+        if definition.agent_ids.as_ref().is_some_and(Vec::is_empty) {
+            issue(&["agent_ids"], "list is empty".to_owned());
+        }
+        if definition.labels.as_ref().is_some_and(BTreeMap::is_empty) {
+            issue(
+                &["labels"],
+                "map is empty (list at least one label)".to_owned(),
+            );
+        }
+        if definition
+            .arguments
+            .as_ref()
+            .is_some_and(BTreeMap::is_empty)
+        {
+            issue(
+                &["arguments"],
+                "map is empty (list at least one field)".to_owned(),
+            );
+        }
+        let min_step_count = definition.min_step_count.and_then(|count| {
+            u64::try_from(count)
+                .map_err(|_| {
+                    issue(
+                        &["min_step_count"],
+                        format!("must be 0 or more, got {count}"),
+                    )
+                })
+                .ok()
+        });
+        let min_duration_ms =
+            definition
+                .min_duration_ms
+                .and_then(|duration| match u64::try_from(duration) {
+                    Ok(duration) if duration > 0 => Some(duration),
+                    _ => {
+                        issue(
+                            &["min_duration_ms"],
+                            format!("must be greater than 0, got {duration}"),
+                        );
+                        None
+                    }
+                });
+        let schedule = definition.schedule.as_deref().and_then(|text| {
+            Schedule::parse(text)
+                .map_err(|message| issue(&["schedule"], message))
+                .ok()
+        });
+        let arguments = definition.arguments.as_ref().map(|fields| {
+            let mut compiled = Vec::with_capacity(fields.len());
+            for (field, predicate) in fields {
+                let predicate_path = path.keys(&["arguments", field]);
+                let context = format!("rule `{rule}`: when.arguments.{field}");
+                if let Some(predicate) =
+                    Predicate::compile(predicate, &predicate_path, &context, errors, warnings)
+                {
+                    compiled.push((field.clone(), predicate));
+                }
+            }
+            compiled
+        });
+        Self {
+            action: definition.action.clone(),
+            tool_id,
+            tool_ids,
+            agent_id: definition.agent_id.clone(),
+            agent_ids: definition.agent_ids.clone(),
+            labels: definition
+                .labels
+                .iter()
+                .flatten()
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+            arguments,
+            min_step_count,
+            min_duration_ms,
+            schedule,
+        }
+    }
+
+    /// Returns whether every present condition holds for the input.
+    pub fn hold(&self, input: &PolicyInput) -> bool {
+        if self
+            .action
+            .as_ref()
+            .is_some_and(|action| *action != input.action)
+        {
+            return false;
+        }
+        if self
+            .tool_id
+            .as_ref()
+            .is_some_and(|glob| !glob.is_match(&input.tool_id))
+        {
+            return false;
+        }
+        if self
+            .tool_ids
+            .as_ref()
+            .is_some_and(|globs| !globs.iter().any(|glob| glob.is_match(&input.tool_id)))
+        {
+            return false;
+        }
+        if self
+            .agent_id
+            .as_ref()
+            .is_some_and(|agent| *agent != input.agent_id)
+        {
+            return false;
+        }
+        if self
+            .agent_ids
+            .as_ref()
+            .is_some_and(|agents| !agents.contains(&input.agent_id))
+        {
+            return false;
+        }
+        if !self
+            .labels
+            .iter()
+            .all(|(key, value)| input.labels.get(key) == Some(value))
+        {
+            return false;
+        }
+        if self
+            .min_step_count
+            .is_some_and(|count| input.step_count < count)
+        {
+            return false;
+        }
+        if self
+            .min_duration_ms
+            .is_some_and(|duration| input.duration_ms < duration)
+        {
+            return false;
+        }
+        if self
+            .schedule
+            .as_ref()
+            .is_some_and(|schedule| !schedule.contains(&input.now))
+        {
+            return false;
+        }
+        if let Some(predicates) = &self.arguments {
+            let Some(arguments) = input.arguments.as_object() else {
+                return false;
+            };
+            return predicates
+                .iter()
+                .all(|(field, predicate)| predicate.holds(arguments.get(field)));
+        }
+        true
+    }
+}

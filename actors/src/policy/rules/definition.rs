@@ -1,0 +1,209 @@
+//! The rule language as plain data: what a policy file says, already split into typed fields by
+//! the loader (the `keel` crate parses YAML into these), but not yet checked for meaning. The
+//! compiler in `compile.rs` turns a [`PolicyDefinition`] into a `CompiledRules` or into a list of
+//! [`CompileIssue`]s, each pointing at the field it is about.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::policy::engine::Decision;
+
+/// One policy file: its rules in file order and its optional default.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicyDefinition {
+    /// Rules in the order the file lists them.
+    pub rules: Vec<RuleDefinition>,
+    /// What applies when no rule matches; absent means deny.
+    pub default: Option<DefaultDefinition>,
+}
+
+/// The `default:` section of a file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DefaultDefinition {
+    /// Decision when no rule matches.
+    pub decision: Decision,
+    /// Reason reported with it.
+    pub reason: Option<String>,
+}
+
+/// One entry of `rules:`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleDefinition {
+    /// Unique id, reported as `rule_id`.
+    pub id: String,
+    /// Evaluation order, ascending; unique.
+    pub priority: i64,
+    /// Free text for humans.
+    pub description: Option<String>,
+    /// Conditions that must all hold.
+    pub when: ConditionDefinition,
+    /// Outcome when the conditions hold.
+    pub then: OutcomeDefinition,
+    /// Sliding-window limit checked after an allow.
+    pub rate_limit: Option<RateLimitDefinition>,
+    /// Retry settings for the tools this rule matches.
+    pub retry: Option<RetryDefinition>,
+}
+
+/// The `when:` section of a rule; every present field must hold.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConditionDefinition {
+    /// Exact action name (`tool.invoke`).
+    pub action: Option<String>,
+    /// Glob the tool id must match.
+    pub tool_id: Option<String>,
+    /// Globs of which the tool id must match at least one.
+    pub tool_ids: Option<Vec<String>>,
+    /// Exact agent id.
+    pub agent_id: Option<String>,
+    /// Agent ids of which one must equal the agent's.
+    pub agent_ids: Option<Vec<String>>,
+    /// Labels the execution must carry with these exact values.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Predicates on top-level fields of the arguments object.
+    pub arguments: Option<BTreeMap<String, PredicateDefinition>>,
+    /// Holds when `step_count >= n`.
+    pub min_step_count: Option<i64>,
+    /// Holds when `duration_ms >= n`.
+    pub min_duration_ms: Option<i64>,
+    /// Weekly time window, e.g. `Mon-Fri 09:00-17:00 America/New_York`.
+    pub schedule: Option<String>,
+}
+
+/// Constraints on one argument field; every present constraint must hold.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PredicateDefinition {
+    /// Regular expression a string value must match.
+    pub pattern: Option<String>,
+    /// Values of which the field must equal one (numbers compare by value).
+    pub one_of: Option<Vec<Value>>,
+    /// Lower bound of a numeric value (inclusive).
+    pub min: Option<f64>,
+    /// Upper bound of a numeric value (inclusive).
+    pub max: Option<f64>,
+    /// Upper bound of a string value's length in Unicode scalar values.
+    pub max_length: Option<i64>,
+    /// Whether the field must be present.
+    pub required: Option<bool>,
+}
+
+/// The `then:` section of a rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutcomeDefinition {
+    /// What to do.
+    pub decision: Decision,
+    /// Reason reported with the decision.
+    pub reason: Option<String>,
+    /// Step deadline in milliseconds.
+    pub timeout_ms: Option<i64>,
+}
+
+/// The `rate_limit:` section of a rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateLimitDefinition {
+    /// Allowed calls per window.
+    pub max: i64,
+    /// Window length as written (`1m`, `1h30m`).
+    pub window: String,
+}
+
+/// The `retry:` section of a rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryDefinition {
+    /// Attempts in total, including the first.
+    pub max_attempts: i64,
+    /// Delay before the second attempt, as written.
+    pub base_delay: String,
+    /// Upper bound of any delay, as written.
+    pub max_delay: String,
+}
+
+/// One step of a [`FieldPath`]: a mapping key or a sequence index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PathSegment {
+    /// A mapping key.
+    Key(String),
+    /// A sequence index, from 0.
+    Index(usize),
+}
+
+/// Where in a policy file something is, from the document root (`rules[2].when.schedule`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FieldPath(pub Vec<PathSegment>);
+
+impl FieldPath {
+    /// Returns the path of rule `index`.
+    pub fn rule(index: usize) -> Self {
+        Self(vec![
+            PathSegment::Key("rules".to_owned()),
+            PathSegment::Index(index),
+        ])
+    }
+
+    /// Returns this path extended by the keys given.
+    pub fn keys(&self, keys: &[&str]) -> Self {
+        let mut segments = self.0.clone();
+        segments.extend(keys.iter().map(|key| PathSegment::Key((*key).to_owned())));
+        Self(segments)
+    }
+
+    /// Returns this path extended by one sequence index.
+    pub fn index(&self, index: usize) -> Self {
+        let mut segments = self.0.clone();
+        segments.push(PathSegment::Index(index));
+        Self(segments)
+    }
+
+    /// Returns the rule index when the path lies inside `rules[i]`.
+    pub fn rule_index(&self) -> Option<usize> {
+        match self.0.as_slice() {
+            [PathSegment::Key(key), PathSegment::Index(index), ..] if key == "rules" => {
+                Some(*index)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (position, segment) in self.0.iter().enumerate() {
+            match segment {
+                PathSegment::Key(key) if position == 0 => write!(f, "{key}")?,
+                PathSegment::Key(key) => write!(f, ".{key}")?,
+                PathSegment::Index(index) => write!(f, "[{index}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A problem (or a warning) the compiler found, tied to the field it is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompileIssue {
+    /// Field the issue is about.
+    pub path: FieldPath,
+    /// What is wrong, lowercase, naming the rule when there is one.
+    pub message: String,
+    /// Another field involved (the first definition of a duplicate id or priority).
+    pub related: Option<FieldPath>,
+}
+
+impl CompileIssue {
+    /// Returns an issue without a related field.
+    pub fn new(path: FieldPath, message: impl Into<String>) -> Self {
+        Self {
+            path,
+            message: message.into(),
+            related: None,
+        }
+    }
+}
+
+impl fmt::Display for CompileIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}

@@ -1,0 +1,28 @@
+//! Keel's YAML policy language, compiled: rule definitions as plain data, the compiler that
+//! checks them and builds globs, regexes and schedules once, and the engine that evaluates them
+//! (first matching rule by ascending priority wins). No YAML and no I/O here: the `keel` crate
+//! parses files into [`PolicyDefinition`]s and maps [`CompileIssue`] paths to file lines.
+
+mod compile;
+mod compiled;
+mod conditions;
+mod definition;
+mod duration;
+mod glob;
+mod predicates;
+mod schedule;
+#[cfg(test)]
+mod tests;
+
+pub use compile::{Compilation, compile};
+pub use compiled::{AGENT_DEFAULT_RULE_ID, CompiledPolicy, CompiledRules, MergeConflict, RuleSet};
+pub use conditions::KNOWN_ACTIONS;
+pub use definition::{
+    CompileIssue, ConditionDefinition, DefaultDefinition, FieldPath, OutcomeDefinition,
+    PathSegment, PolicyDefinition, PredicateDefinition, RateLimitDefinition, RetryDefinition,
+    RuleDefinition,
+};
+pub use duration::parse_duration;
+pub use glob::Glob;
+pub use predicates::{PATTERN_SIZE_LIMIT, json_equal};
+pub use schedule::Schedule;

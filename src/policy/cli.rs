@@ -1,0 +1,107 @@
+//! The two policy subcommands, as functions returning text so the CLI only prints:
+//! `keel policy check PATH` (validate a file or directory without starting a kernel) and
+//! `keel policy eval PATH ...` (show what a policy decides about one tool call, now).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+
+use keel_actors::policy::PolicyInput;
+use keel_actors::time;
+
+use super::load::load_path;
+
+/// Validates a policy path; returns the report to print and whether the policy is valid.
+/// Problems are listed one per line as `FILE:LINE: message`, then the warnings.
+pub fn check_command(path: &Path) -> (String, bool) {
+    let mut report = String::new();
+    match load_path(path) {
+        Ok(loaded) => {
+            for file in &loaded.files {
+                let _ = writeln!(report, "{}: ok", file.display());
+            }
+            for warning in &loaded.warnings {
+                let _ = writeln!(report, "{warning}");
+            }
+            let _ = writeln!(
+                report,
+                "policy ok: {} file(s), {} warning(s), digest {}",
+                loaded.files.len(),
+                loaded.warnings.len(),
+                loaded.digest
+            );
+            (report, true)
+        }
+        Err(errors) => {
+            for problem in &errors.problems {
+                let _ = writeln!(report, "{problem}");
+            }
+            for warning in &errors.warnings {
+                let _ = writeln!(report, "{warning}");
+            }
+            let _ = writeln!(
+                report,
+                "policy invalid: {} problem(s)",
+                errors.problems.len()
+            );
+            (report, false)
+        }
+    }
+}
+
+/// Evaluates one `tool.invoke` call against a policy path at the current time (step count and
+/// duration 0); `args_json` is the arguments object (`None` means `{}`). Returns the decision,
+/// rule id and reason (plus timeout, rate limit and retry when the rule sets them), or the load
+/// problems / a bad-arguments message.
+pub fn eval_command(
+    path: &Path,
+    agent: &str,
+    tool: &str,
+    args_json: Option<&str>,
+    labels: Vec<(String, String)>,
+) -> Result<String, String> {
+    let loaded = load_path(path).map_err(|errors| errors.to_string())?;
+    let arguments: Value = match args_json {
+        None => Value::Object(serde_json::Map::new()),
+        Some(text) => serde_json::from_str(text)
+            .map_err(|error| format!("arguments are not valid JSON: {error}"))?,
+    };
+    let input = PolicyInput {
+        action: "tool.invoke".to_owned(),
+        agent_id: agent.to_owned(),
+        tool_id: tool.to_owned(),
+        execution_id: "policy-eval".to_owned(),
+        labels: labels.into_iter().collect::<BTreeMap<_, _>>(),
+        arguments,
+        step_count: 0,
+        duration_ms: 0,
+        now: time::now(),
+    };
+    let decision = loaded.engine.evaluate(&input);
+    let mut output = String::new();
+    let _ = writeln!(output, "decision: {}", decision.decision.as_str());
+    let _ = writeln!(output, "rule: {}", decision.rule_id);
+    let _ = writeln!(output, "reason: {}", decision.reason);
+    if let Some(timeout_ms) = decision.timeout_ms {
+        let _ = writeln!(output, "timeout_ms: {timeout_ms}");
+    }
+    if let Some(limit) = &decision.rate_limit {
+        let _ = writeln!(
+            output,
+            "rate_limit: max {} per {}",
+            limit.max, limit.window_text
+        );
+    }
+    if let Some(retry) = &decision.retry {
+        let _ = writeln!(
+            output,
+            "retry: max_attempts {}, base_delay {}ms, max_delay {}ms",
+            retry.max_attempts,
+            retry.base_delay.as_millis(),
+            retry.max_delay.as_millis()
+        );
+    }
+    Ok(output)
+}

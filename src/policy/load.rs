@@ -1,0 +1,271 @@
+//! Loads `--policy PATH`: one YAML file, or a directory of per-agent files (see
+//! `directory.rs`). Parsing is strict (unknown keys and wrong types are errors) and collects
+//! every problem of a file: the top level and each rule are parsed separately, then the
+//! compiler in `keel_actors::policy::rules` checks meaning, and every problem gets its line.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_yaml_ng::Value;
+
+use keel_actors::policy::PolicyEngine;
+use keel_actors::policy::rules::{
+    CompileIssue, CompiledPolicy, CompiledRules, FieldPath, PathSegment, PolicyDefinition, RuleSet,
+    compile,
+};
+
+use super::directory::load_directory;
+use super::errors::{PolicyLoadErrors, PolicyProblem};
+use super::locate::{deserialize_at, line_of, strip_positions};
+use super::spec::{FileShellSpec, RuleSpec};
+
+/// Largest policy file accepted, in bytes.
+const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// A policy ready to install in the policy actor.
+#[derive(Clone)]
+pub struct LoadedPolicy {
+    /// The compiled engine.
+    pub engine: Arc<dyn PolicyEngine>,
+    /// Things that load but are probably mistakes, formatted `FILE:LINE: warning: ...`.
+    pub warnings: Vec<String>,
+    /// Short hex digest of the source bytes (FNV-1a 64), also returned by `engine.digest()`.
+    pub digest: String,
+    /// Files read, in load order.
+    pub files: Vec<PathBuf>,
+}
+
+impl fmt::Debug for LoadedPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedPolicy")
+            .field("digest", &self.digest)
+            .field("files", &self.files)
+            .field("warnings", &self.warnings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loads a policy file or directory; returns every problem found when it is not valid.
+/// Reads files synchronously: async callers (hot reload) should use `spawn_blocking`.
+pub fn load_path(path: &Path) -> Result<LoadedPolicy, PolicyLoadErrors> {
+    let metadata = fs::metadata(path).map_err(|error| {
+        let problem = PolicyProblem::new(path, None, format!("cannot read policy path: {error}"));
+        PolicyLoadErrors {
+            problems: vec![problem],
+            warnings: Vec::new(),
+        }
+    })?;
+    if metadata.is_dir() {
+        return load_directory(path);
+    }
+    let source = read_source(path).map_err(|problem| PolicyLoadErrors {
+        problems: vec![problem],
+        warnings: Vec::new(),
+    })?;
+    let file = load_file(path, &source);
+    let Some(rules) = file.compiled.filter(|_| file.problems.is_empty()) else {
+        return Err(PolicyLoadErrors {
+            problems: file.problems,
+            warnings: file.warnings,
+        });
+    };
+    let mut digest = Fnv64::new();
+    digest.write(source.as_bytes());
+    let digest = digest.hex();
+    Ok(LoadedPolicy {
+        engine: Arc::new(CompiledPolicy::single(
+            RuleSet::single(&rules),
+            digest.clone(),
+        )),
+        warnings: file.warnings,
+        digest,
+        files: vec![path.to_path_buf()],
+    })
+}
+
+/// Reads a policy file as UTF-8 text, refusing huge files.
+pub(super) fn read_source(path: &Path) -> Result<String, PolicyProblem> {
+    let size = fs::metadata(path)
+        .map(|metadata| metadata.len())
+        .unwrap_or(0);
+    if size > MAX_FILE_BYTES {
+        return Err(PolicyProblem::new(
+            path,
+            None,
+            format!("file is larger than {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    let bytes = fs::read(path)
+        .map_err(|error| PolicyProblem::new(path, None, format!("cannot read file: {error}")))?;
+    String::from_utf8(bytes).map_err(|error| {
+        let valid = error.utf8_error().valid_up_to();
+        let line = error.as_bytes()[..valid]
+            .iter()
+            .filter(|byte| **byte == b'\n')
+            .count()
+            + 1;
+        PolicyProblem::new(path, Some(line), "file is not valid UTF-8")
+    })
+}
+
+/// What loading one file produced.
+pub(super) struct FileLoad {
+    /// The compiled rules; `None` when there are problems.
+    pub compiled: Option<CompiledRules>,
+    /// Every problem found, by line.
+    pub problems: Vec<PolicyProblem>,
+    /// Warnings, formatted.
+    pub warnings: Vec<String>,
+}
+
+/// Parses and compiles one file's source, collecting every problem.
+pub(super) fn load_file(path: &Path, source: &str) -> FileLoad {
+    let (parsed, mut problems) = parse(path, source);
+    let Some((definition, rule_indices)) = parsed else {
+        return FileLoad {
+            compiled: None,
+            problems,
+            warnings: Vec::new(),
+        };
+    };
+    let compilation = compile(&definition);
+    let locate = |issue: &CompileIssue| {
+        let line = line_of(source, &in_file(&issue.path, &rule_indices));
+        let related_line = issue
+            .related
+            .as_ref()
+            .and_then(|related| line_of(source, &in_file(related, &rule_indices)));
+        let message = match related_line {
+            Some(related_line) => {
+                format!("{} (first defined at line {related_line})", issue.message)
+            }
+            None => issue.message.clone(),
+        };
+        (line, message)
+    };
+    let warnings = compilation
+        .warnings
+        .iter()
+        .map(|issue| {
+            let (line, message) = locate(issue);
+            PolicyProblem::new(path, line, format!("warning: {message}")).to_string()
+        })
+        .collect();
+    let compiled = match compilation.result {
+        Ok(compiled) => Some(compiled),
+        Err(issues) => {
+            problems.extend(issues.iter().map(|issue| {
+                let (line, message) = locate(issue);
+                PolicyProblem::new(path, line, message)
+            }));
+            None
+        }
+    };
+    problems.sort_by_key(|problem| problem.line);
+    FileLoad {
+        compiled: compiled.filter(|_| problems.is_empty()),
+        problems,
+        warnings,
+    }
+}
+
+/// Maps a path in the compiled definition (which holds only the rules that parsed) back to
+/// the rule's index in the file.
+fn in_file(path: &FieldPath, rule_indices: &[usize]) -> FieldPath {
+    let mut segments = path.0.clone();
+    if let Some(index) = path.rule_index()
+        && let Some(file_index) = rule_indices.get(index)
+    {
+        segments[1] = PathSegment::Index(*file_index);
+    }
+    FieldPath(segments)
+}
+
+/// Parses the file's structure: the definition of every rule that parsed (with each one's
+/// index in the file), and the problems of the rest.
+fn parse(
+    path: &Path,
+    source: &str,
+) -> (Option<(PolicyDefinition, Vec<usize>)>, Vec<PolicyProblem>) {
+    let from_yaml = |error: serde_yaml_ng::Error| {
+        PolicyProblem::new(
+            path,
+            error.location().map(|location| location.line()),
+            strip_positions(&error.to_string()),
+        )
+    };
+    let document: Value = match serde_yaml_ng::from_str(source) {
+        Ok(document) => document,
+        Err(error) => return (None, vec![from_yaml(error)]),
+    };
+    if document.is_null() {
+        let message = "policy file is empty (expected `rules:` and an optional `default:`)";
+        return (None, vec![PolicyProblem::new(path, Some(1), message)]);
+    }
+    if !document.is_mapping() {
+        let message = "the top level must be a mapping with `rules:` and an optional `default:`";
+        return (None, vec![PolicyProblem::new(path, Some(1), message)]);
+    }
+    let mut problems = Vec::new();
+    let default = match serde_yaml_ng::from_str::<FileShellSpec>(source) {
+        Ok(shell) => shell.default.map(Into::into),
+        Err(error) => {
+            problems.push(from_yaml(error));
+            None
+        }
+    };
+    let mut rules = Vec::new();
+    let mut rule_indices = Vec::new();
+    let items = match document.get("rules") {
+        Some(Value::Sequence(items)) => items.as_slice(),
+        _ => &[],
+    };
+    for (index, item) in items.iter().enumerate() {
+        // Parsing the already-loaded value is cheap; only a rule that fails is parsed again
+        // from the text, which gives the exact position (and the text's scalar rules).
+        let parsed = match serde_yaml_ng::from_value::<RuleSpec>(item.clone()) {
+            Ok(rule) => Some(rule),
+            Err(_) => match deserialize_at::<RuleSpec>(source, &FieldPath::rule(index)) {
+                Ok(rule) => rule,
+                Err(error) => {
+                    problems.push(from_yaml(error));
+                    None
+                }
+            },
+        };
+        if let Some(rule) = parsed {
+            rules.push(rule.into());
+            rule_indices.push(index);
+        }
+    }
+    (
+        Some((PolicyDefinition { rules, default }, rule_indices)),
+        problems,
+    )
+}
+
+/// FNV-1a, 64 bits: a stable, dependency-free hash for policy digests (not cryptographic; the
+/// digest identifies a policy version in logs, it does not authenticate it).
+pub(super) struct Fnv64(u64);
+
+impl Fnv64 {
+    /// Returns the hash of nothing.
+    pub fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    /// Feeds bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// Returns the hash as 16 lowercase hex digits.
+    pub fn hex(&self) -> String {
+        format!("{:016x}", self.0)
+    }
+}

@@ -1,0 +1,262 @@
+//! The YAML shape of a policy file, as serde structs that reject unknown keys and wrong types.
+//! Each converts into the plain definitions of `keel_actors::policy::rules`, whose compiler
+//! then checks meaning (regexes, globs, schedules, durations, uniqueness).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::Value;
+
+use keel_actors::policy::Decision;
+use keel_actors::policy::rules::{
+    ConditionDefinition, DefaultDefinition, OutcomeDefinition, PredicateDefinition,
+    RateLimitDefinition, RetryDefinition, RuleDefinition,
+};
+
+/// The top level of a file with each rule left unparsed, so that one bad rule does not hide
+/// problems in the others (each rule is parsed on its own).
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with `rules` and an optional `default`"
+)]
+pub struct FileShellSpec {
+    /// The rules, parsed one by one afterwards.
+    #[allow(dead_code, reason = "only its shape (a sequence) is checked here")]
+    pub rules: Vec<IgnoredAny>,
+    /// What applies when no rule matches.
+    #[serde(default)]
+    pub default: Option<DefaultSpec>,
+}
+
+/// `default:` — the decision when no rule matches.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a `default` mapping with `decision` and an optional `reason`"
+)]
+pub struct DefaultSpec {
+    /// `allow`, `deny` or `require_approval`.
+    pub decision: DecisionSpec,
+    /// Reason reported with it.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A decision as YAML spells it.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionSpec {
+    /// Run the tool.
+    Allow,
+    /// Refuse the call.
+    Deny,
+    /// Hold the step for a human.
+    RequireApproval,
+}
+
+/// One entry of `rules:`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a rule mapping with `id`, `priority`, `when`, `then`"
+)]
+pub struct RuleSpec {
+    /// Unique rule id.
+    pub id: String,
+    /// Unique evaluation order, ascending.
+    pub priority: i64,
+    /// Free text.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Conditions; `{}` matches every call.
+    pub when: WhenSpec,
+    /// Outcome.
+    pub then: ThenSpec,
+    /// Sliding-window limit after an allow.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitSpec>,
+    /// Retry settings.
+    #[serde(default)]
+    pub retry: Option<RetrySpec>,
+}
+
+/// `when:` of a rule.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a `when` mapping of conditions")]
+pub struct WhenSpec {
+    /// Exact action (`tool.invoke`).
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Tool-id glob.
+    #[serde(default)]
+    pub tool_id: Option<String>,
+    /// Tool-id globs, any of which may match.
+    #[serde(default)]
+    pub tool_ids: Option<Vec<String>>,
+    /// Exact agent id.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// Agent ids, any of which may match.
+    #[serde(default)]
+    pub agent_ids: Option<Vec<String>>,
+    /// Labels that must all be equal.
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Predicates on top-level argument fields.
+    #[serde(default)]
+    pub arguments: Option<BTreeMap<String, PredicateSpec>>,
+    /// `step_count >= n`.
+    #[serde(default)]
+    pub min_step_count: Option<i64>,
+    /// `duration_ms >= n`.
+    #[serde(default)]
+    pub min_duration_ms: Option<i64>,
+    /// `<days> <HH:MM>-<HH:MM> <IANA zone>`.
+    #[serde(default)]
+    pub schedule: Option<String>,
+}
+
+/// Constraints on one argument field.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a predicate mapping (pattern, one_of, min, max, max_length, required)"
+)]
+pub struct PredicateSpec {
+    /// Regex a string must match.
+    #[serde(default)]
+    pub pattern: Option<String>,
+    /// Allowed values.
+    #[serde(default)]
+    pub one_of: Option<Vec<Value>>,
+    /// Inclusive numeric lower bound.
+    #[serde(default)]
+    pub min: Option<f64>,
+    /// Inclusive numeric upper bound.
+    #[serde(default)]
+    pub max: Option<f64>,
+    /// Maximum string length in characters.
+    #[serde(default)]
+    pub max_length: Option<i64>,
+    /// Whether the field must be present.
+    #[serde(default)]
+    pub required: Option<bool>,
+}
+
+/// `then:` of a rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a `then` mapping with `decision`")]
+pub struct ThenSpec {
+    /// What to do.
+    pub decision: DecisionSpec,
+    /// Reason reported.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Step deadline in milliseconds.
+    #[serde(default)]
+    pub timeout_ms: Option<i64>,
+}
+
+/// `rate_limit:` of a rule.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a `rate_limit` mapping with `max` and `window`"
+)]
+pub struct RateLimitSpec {
+    /// Allowed calls per window.
+    pub max: i64,
+    /// Window (`1m`, `1h30m`).
+    pub window: String,
+}
+
+/// `retry:` of a rule.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a `retry` mapping with `max_attempts`, `base_delay`, `max_delay`"
+)]
+pub struct RetrySpec {
+    /// Attempts in total.
+    pub max_attempts: i64,
+    /// First delay.
+    pub base_delay: String,
+    /// Largest delay.
+    pub max_delay: String,
+}
+
+impl From<DecisionSpec> for Decision {
+    fn from(spec: DecisionSpec) -> Self {
+        match spec {
+            DecisionSpec::Allow => Self::Allow,
+            DecisionSpec::Deny => Self::Deny,
+            DecisionSpec::RequireApproval => Self::RequireApproval,
+        }
+    }
+}
+
+impl From<DefaultSpec> for DefaultDefinition {
+    fn from(spec: DefaultSpec) -> Self {
+        Self {
+            decision: spec.decision.into(),
+            reason: spec.reason,
+        }
+    }
+}
+
+impl From<RuleSpec> for RuleDefinition {
+    fn from(spec: RuleSpec) -> Self {
+        let when = spec.when;
+        Self {
+            id: spec.id,
+            priority: spec.priority,
+            description: spec.description,
+            when: ConditionDefinition {
+                action: when.action,
+                tool_id: when.tool_id,
+                tool_ids: when.tool_ids,
+                agent_id: when.agent_id,
+                agent_ids: when.agent_ids,
+                labels: when.labels,
+                arguments: when.arguments.map(|fields| {
+                    fields
+                        .into_iter()
+                        .map(|(field, predicate)| (field, predicate.into()))
+                        .collect()
+                }),
+                min_step_count: when.min_step_count,
+                min_duration_ms: when.min_duration_ms,
+                schedule: when.schedule,
+            },
+            then: OutcomeDefinition {
+                decision: spec.then.decision.into(),
+                reason: spec.then.reason,
+                timeout_ms: spec.then.timeout_ms,
+            },
+            rate_limit: spec.rate_limit.map(|limit| RateLimitDefinition {
+                max: limit.max,
+                window: limit.window,
+            }),
+            retry: spec.retry.map(|retry| RetryDefinition {
+                max_attempts: retry.max_attempts,
+                base_delay: retry.base_delay,
+                max_delay: retry.max_delay,
+            }),
+        }
+    }
+}
+
+impl From<PredicateSpec> for PredicateDefinition {
+    fn from(spec: PredicateSpec) -> Self {
+        Self {
+            pattern: spec.pattern,
+            one_of: spec.one_of,
+            min: spec.min,
+            max: spec.max,
+            max_length: spec.max_length,
+            required: spec.required,
+        }
+    }
+}
