@@ -75,6 +75,8 @@ pub struct Metrics {
     pub commit_seconds: Histogram,
     /// Executions per store commit.
     pub commit_batch: Histogram,
+    /// Terminal executions deleted by retention.
+    pub retention_deleted: Counter,
 }
 
 impl Default for Metrics {
@@ -96,6 +98,7 @@ impl Metrics {
         let supervision = Family::<SupervisionLabels, Counter>::default();
         let commit_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         let commit_batch = Histogram::new(exponential_buckets(1.0, 2.0, 12));
+        let retention_deleted = Counter::default();
         registry.register("live_executions", "Non-terminal executions by current status", executions.clone());
         registry.register("executions", "Executions created and ended, by outcome", executions_total.clone());
         registry.register("intents", "Intents processed by type and decision", intents.clone());
@@ -105,6 +108,7 @@ impl Metrics {
         registry.register("supervision_events", "Actor supervision events", supervision.clone());
         registry.register("store_commit_seconds", "Store commit latency", commit_seconds.clone());
         registry.register("store_commit_batch_size", "Executions per store commit", commit_batch.clone());
+        registry.register("retention_deleted_executions", "Terminal executions deleted by retention", retention_deleted.clone());
         Self {
             registry: Mutex::new(registry),
             executions,
@@ -116,6 +120,7 @@ impl Metrics {
             supervision,
             commit_seconds,
             commit_batch,
+            retention_deleted,
         }
     }
 

@@ -242,6 +242,11 @@ async fn handle_message(
                 apply(state, transition).await?;
             }
         }
+        ExecutionMsg::RunnerLost { step_id, job_id } => {
+            if let Some(transition) = machine::runner_lost(&state.exec, &step_id, &job_id, time::now(), &settings) {
+                apply(state, transition).await?;
+            }
+        }
         ExecutionMsg::StepDeadlineReached { step_id } => {
             state.armed.remove(&step_id);
             if let Some(transition) = machine::step_deadline(&state.exec, &step_id, time::now()) {

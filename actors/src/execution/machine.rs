@@ -482,6 +482,29 @@ fn retry(
     transition
 }
 
+/// Handles a runner that went away holding `job_id` and did not come back: the job counts as a
+/// retryable failure (re-queued while attempts remain, reported to the agent otherwise).
+pub fn runner_lost(
+    state: &ExecutionState,
+    step_id: &StepId,
+    job_id: &str,
+    now: Timestamp,
+    settings: &ExecutionSettings,
+) -> Option<Transition> {
+    let step = state.step(step_id)?;
+    if step.status.is_terminal() || step.job_id.as_deref() != Some(job_id) {
+        return None;
+    }
+    let outcome = StepOutcome {
+        step_id: step_id.clone(),
+        success: false,
+        data: None,
+        error: Some("runner disconnected".to_owned()),
+        retryable: true,
+    };
+    runner_result(state, &outcome, now, settings).ok()
+}
+
 /// Records that a runner started a step; a no-op for running or ended steps.
 pub fn step_started(state: &ExecutionState, step_id: &StepId, runner_id: &str) -> Result<Transition, Rejection> {
     let step = state.step(step_id).ok_or_else(|| Rejection::StepNotFound(step_id.to_string()))?;

@@ -89,6 +89,13 @@ pub enum ExecutionMsg {
         /// Reset reason (`agent_disconnect` or `recovery`).
         reason: String,
     },
+    /// A runner holding a job of this execution went away and did not come back in time.
+    RunnerLost {
+        /// Step of the job.
+        step_id: StepId,
+        /// The job.
+        job_id: String,
+    },
     /// A step deadline timer fired.
     StepDeadlineReached {
         /// Step id.

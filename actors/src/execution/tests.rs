@@ -381,4 +381,50 @@ mod actors {
         assert!(reply.accepted);
         t.shutdown().await;
     }
+
+    async fn running_execution(t: &TestKernel) -> (crate::ids::ExecutionId, SessionId, PushStream) {
+        let mut agent = t.kernel.connect_agent(AgentId::new("a"), ConsumerId::new("c1")).await.expect("connect");
+        let row = t.kernel.create_execution(AgentId::new("a"), json!(null), None).await.expect("create");
+        let assigned = next(&mut agent).await;
+        let session = SessionId::new(assigned.data["session_id"].as_str().expect("session"));
+        (row.id, session, agent)
+    }
+
+    fn remote_call(key: &str) -> Intent {
+        Intent::InvokeTool { tool_id: "t".into(), arguments: json!({}), idempotency_key: Some(key.into()), remote: true }
+    }
+
+    #[tokio::test]
+    async fn a_job_of_a_runner_that_does_not_come_back_goes_to_another_runner() {
+        let t = TestKernel::start_with(Arc::new(MemoryStore::default()), Arc::new(crate::policy::PermissiveEngine), |config| {
+            config.runner_grace = Duration::from_millis(200);
+        })
+        .await;
+        let (id, session, _agent) = running_execution(&t).await;
+        let mut first = t.kernel.connect_runner("r1".into(), ConsumerId::new("r1-a"), vec!["t".into()]).await.expect("runner");
+        let reply = t.kernel.submit_intent(&id, &session, remote_call("k")).await.expect("invoke");
+        let job = next(&mut first).await;
+        assert_eq!((job.event, job.data["attempt"].as_i64()), ("job.assigned", Some(1)));
+        drop(first);
+        let mut second = t.kernel.connect_runner("r2".into(), ConsumerId::new("r2-a"), vec!["t".into()]).await.expect("runner");
+        let retried = next(&mut second).await;
+        assert_eq!(retried.data["step_id"], reply.step_id.as_ref().map(|s| s.as_str()).unwrap_or_default());
+        assert_eq!(retried.data["attempt"], 2);
+        assert_ne!(retried.data["id"], job.data["id"], "a fresh job id");
+        t.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn cancelling_tells_the_agent_and_the_runner_holding_a_job() {
+        let t = TestKernel::start().await;
+        let (id, session, mut agent) = running_execution(&t).await;
+        let mut runner = t.kernel.connect_runner("r1".into(), ConsumerId::new("r1-a"), vec!["t".into()]).await.expect("runner");
+        t.kernel.submit_intent(&id, &session, remote_call("k")).await.expect("invoke");
+        assert_eq!(next(&mut runner).await.event, "job.assigned");
+        t.kernel.cancel(&id).await.expect("cancel");
+        assert_eq!(next(&mut runner).await.event, "job.cancelled");
+        let notice = next(&mut agent).await;
+        assert_eq!((notice.event, notice.data["execution_id"].as_str()), ("execution.cancelled", Some(id.as_str())));
+        t.shutdown().await;
+    }
 }

@@ -18,6 +18,9 @@ pub struct KernelConfig {
     pub execution: ExecutionSettings,
     /// How long a disconnected agent consumer keeps its sessions (`--agent-timeout`).
     pub agent_grace: Duration,
+    /// How long a disconnected runner may take to come back before its in-flight job is
+    /// re-queued (or failed when no attempt is left).
+    pub runner_grace: Duration,
     /// How long a call into an actor may take before the caller gets a timeout.
     pub call_timeout: Duration,
     /// Push buffer per SSE connection; a consumer that falls this far behind is disconnected.
@@ -30,6 +33,10 @@ pub struct KernelConfig {
     pub restart_window: Duration,
     /// How long shutdown waits for the actor tree to stop.
     pub shutdown_timeout: Duration,
+    /// Terminal executions last updated longer ago than this are deleted (`None`: keep all).
+    pub retention_period: Option<Duration>,
+    /// How often the retention clean-up runs.
+    pub cleanup_interval: Duration,
 }
 
 impl KernelConfig {
@@ -40,12 +47,15 @@ impl KernelConfig {
             policy,
             execution: ExecutionSettings::default(),
             agent_grace: Duration::from_secs(10),
+            runner_grace: Duration::from_secs(10),
             call_timeout: Duration::from_secs(30),
             push_buffer: 1024,
             max_batch: 512,
             max_restarts: 3,
             restart_window: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(10),
+            retention_period: Some(Duration::from_secs(168 * 3600)),
+            cleanup_interval: Duration::from_secs(3600),
         }
     }
 }

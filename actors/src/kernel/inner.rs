@@ -32,6 +32,7 @@ pub struct KernelInner {
     executions: ActorRef<ExecutionSupervisorMsg>,
     connections: AtomicU64,
     stopped: AtomicBool,
+    janitor: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Starts the actor tree, recovers every non-terminal execution from the store, and returns
@@ -55,7 +56,11 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
         .await
         .map_err(|error| KernelError::Unavailable(format!("actor tree did not start: {error}")))?;
     let executions = ready_rx.await.map_err(|_| KernelError::Unavailable("actor tree did not start".into()))?;
+    let janitor = ctx.config.retention_period.map(|period| {
+        tokio::spawn(retention_loop(store.clone(), metrics.clone(), period, ctx.config.cleanup_interval))
+    });
     let inner = KernelInner {
+        janitor,
         ctx,
         store,
         metrics,
@@ -307,10 +312,47 @@ impl KernelInner {
         if self.stopped.swap(true, Ordering::SeqCst) {
             return;
         }
+        if let Some(janitor) = &self.janitor {
+            janitor.abort();
+        }
         let started = std::time::Instant::now();
         let timeout = self.ctx.config.shutdown_timeout;
         let _ = self.root.stop_and_wait(Some("kernel shutdown".into()), Some(timeout)).await;
         tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "actor tree stopped");
+    }
+}
+
+/// Rows deleted per retention transaction.
+const RETENTION_BATCH: i64 = 100;
+
+/// Deletes terminal executions older than `period`, every `interval`, in bounded batches.
+async fn retention_loop(store: Arc<dyn Store>, metrics: Arc<Metrics>, period: std::time::Duration, interval: std::time::Duration) {
+    let mut ticker = tokio::time::interval(interval.max(std::time::Duration::from_secs(1)));
+    loop {
+        ticker.tick().await;
+        let Ok(age) = chrono::Duration::from_std(period) else {
+            return;
+        };
+        let before = crate::time::now() - age;
+        let mut total = 0u64;
+        loop {
+            match store.delete_terminal_before(before, RETENTION_BATCH).await {
+                Ok(deleted) => {
+                    total += deleted;
+                    metrics.retention_deleted.inc_by(deleted);
+                    if deleted < RETENTION_BATCH as u64 {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error, "retention clean-up failed");
+                    break;
+                }
+            }
+        }
+        if total > 0 {
+            tracing::info!(deleted = total, "retention clean-up deleted terminal executions");
+        }
     }
 }
 

@@ -64,6 +64,15 @@ pub enum DispatcherMsg {
         /// Why the runner should stop, if not by its own result.
         cancel_reason: Option<String>,
     },
+    /// The grace of a runner that left holding a job ended (sent to itself).
+    RunnerGraceExpired {
+        /// Runner id.
+        runner_id: String,
+        /// Consumer id.
+        consumer_id: String,
+        /// Orphan generation the timer was armed for.
+        generation: u64,
+    },
     /// Periodic pass for jobs whose `not_before` has come.
     Tick,
 }
@@ -81,6 +90,8 @@ pub struct DispatcherState {
     connections: BTreeMap<(String, String), Connection>,
     queue: VecDeque<JobSpec>,
     rotation: HashMap<String, usize>,
+    orphans: HashMap<(String, String), (JobSpec, u64)>,
+    generation: u64,
 }
 
 /// The dispatcher actor.
@@ -93,7 +104,14 @@ impl Actor for Dispatcher {
 
     async fn pre_start(&self, myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
         myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
-        Ok(DispatcherState { ctx, connections: BTreeMap::new(), queue: VecDeque::new(), rotation: HashMap::new() })
+        Ok(DispatcherState {
+            ctx,
+            connections: BTreeMap::new(),
+            queue: VecDeque::new(),
+            rotation: HashMap::new(),
+            orphans: HashMap::new(),
+            generation: 0,
+        })
     }
 
     async fn post_stop(&self, myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
@@ -119,6 +137,8 @@ impl Actor for Dispatcher {
                 let (actor, _) = Actor::spawn_linked(None, RunnerActor, args, myself.get_cell()).await?;
                 supervision::report(&state.ctx.metrics, ActorKind::Runner, Some(&runner_id), &SupervisionEvent::Started);
                 let entry = Connection { connection, capabilities: capabilities.into_iter().collect(), actor, busy: None };
+                // A runner that comes back keeps working on its job and posts the result itself.
+                state.orphans.remove(&(runner_id.clone(), consumer_id.clone()));
                 if let Some(old) = state.connections.insert((runner_id, consumer_id), entry) {
                     old.actor.stop(Some("replaced by a new connection".into()));
                 }
@@ -128,6 +148,9 @@ impl Actor for Dispatcher {
                 if state.connections.get(&key).is_some_and(|entry| entry.connection == connection) {
                     if let Some(entry) = state.connections.remove(&key) {
                         entry.actor.stop(Some("runner disconnected".into()));
+                        if let Some(job) = entry.busy {
+                            orphan(&myself, state, key, job);
+                        }
                     }
                 }
             }
@@ -145,6 +168,14 @@ impl Actor for Dispatcher {
                 }
             }
             DispatcherMsg::StepEnded { step_id, cancel_reason } => step_ended(state, &step_id, cancel_reason.as_deref()),
+            DispatcherMsg::RunnerGraceExpired { runner_id, consumer_id, generation } => {
+                let key = (runner_id, consumer_id);
+                if state.orphans.get(&key).is_some_and(|(_, armed)| *armed == generation) {
+                    if let Some((job, _)) = state.orphans.remove(&key) {
+                        tell_runner_lost(state, job);
+                    }
+                }
+            }
             DispatcherMsg::Tick => {}
         }
         dispatch_pass(state);
@@ -169,8 +200,29 @@ impl Actor for Dispatcher {
     }
 }
 
+fn orphan(myself: &ActorRef<DispatcherMsg>, state: &mut DispatcherState, key: (String, String), job: JobSpec) {
+    state.generation += 1;
+    let generation = state.generation;
+    tracing::info!(runner.id = %key.0, step.id = %job.step_id, "runner left holding a job, grace started");
+    state.orphans.insert(key.clone(), (job, generation));
+    let (runner_id, consumer_id) = key;
+    myself.send_after(state.ctx.config.runner_grace, move || DispatcherMsg::RunnerGraceExpired {
+        runner_id,
+        consumer_id,
+        generation,
+    });
+}
+
+fn tell_runner_lost(state: &DispatcherState, job: JobSpec) {
+    let execution_id = crate::ids::ExecutionId::from(job.execution_id.as_str());
+    if let Some(execution) = state.ctx.execution(&execution_id) {
+        let _ = execution.send_message(crate::execution::ExecutionMsg::RunnerLost { step_id: job.step_id, job_id: job.job_id });
+    }
+}
+
 fn step_ended(state: &mut DispatcherState, step_id: &StepId, cancel_reason: Option<&str>) {
     state.queue.retain(|job| &job.step_id != step_id);
+    state.orphans.retain(|_, (job, _)| &job.step_id != step_id);
     for entry in state.connections.values_mut() {
         let holds = entry.busy.as_ref().is_some_and(|job| &job.step_id == step_id);
         if !holds {
