@@ -131,7 +131,9 @@ pub fn precheck_intent(state: &ExecutionState, intent: &Intent) -> Result<Option
             return Ok(Some(IntentReply::accepted()));
         }
     }
-    if state.hard_blocked() {
+    // `complete`/`fail` may abandon signal waits (WIRE.md corrections, item 18), not approvals.
+    let finishing = matches!(intent, Intent::Complete { .. } | Intent::Fail { .. });
+    if state.hard_blocked() && !(finishing && state.approval.is_none()) {
         return Err(Rejection::Blocked(state.id.to_string()));
     }
     match intent {

@@ -138,6 +138,11 @@ fn waits_block_until_the_signal_and_pending_signals_satisfy_at_once() {
     assert!(matches!(&signalled.effects[0], Effect::PushToAgent(push) if push.data["execution_id"] == "e1"));
     assert_eq!(fold(&blocked, &signalled).status, ExecutionStatus::Running);
 
+    let complete = Intent::Complete { output: None };
+    assert_eq!(machine::precheck_intent(&blocked, &complete), Ok(None), "complete may abandon a signal wait");
+    let (_, abandoned, _) = decide(&blocked, &complete, &allow());
+    assert_eq!(types(&abandoned), ["intent.accepted", "execution.resumed", "execution.completed"]);
+
     let early = fold(&state, &machine::signal(&state, "go", &json!(7), time::now(), &settings).expect("signal"));
     let (resumed, transition, _) = decide(&early, &wait, &allow());
     assert_eq!(types(&transition), ["intent.accepted", "execution.resumed"]);
