@@ -26,15 +26,8 @@ use crate::time::{self, Timestamp};
 
 /// How an execution actor comes to life.
 pub enum StartMode {
-    /// A new execution: records `execution.created`.
-    New {
-        /// Agent that will run it.
-        agent_id: String,
-        /// Input.
-        input: Value,
-        /// Labels.
-        labels: Option<BTreeMap<String, String>>,
-    },
+    /// A new execution whose `execution.created` is already durable.
+    Created(Box<ExecutionState>),
     /// An existing execution, rebuilt from its events.
     Rehydrate,
     /// An execution whose actor kept crashing: rebuilt, then failed with this error.
@@ -42,6 +35,26 @@ pub enum StartMode {
         /// Error recorded in `execution.failed`.
         error: String,
     },
+}
+
+/// Records `execution.created` for a new execution (through the store writer, so concurrent
+/// creations share transactions) and returns its state.
+pub async fn record_creation(
+    ctx: &Ctx,
+    id: &ExecutionId,
+    agent_id: &str,
+    input: Value,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Result<ExecutionState, KernelError> {
+    let labels_json = labels.map_or(Value::Null, |labels| serde_json::json!(labels));
+    let created = machine::create(agent_id, input, labels_json);
+    let events = seal(id, 0, time::now(), None, vec![created]);
+    let exec = ExecutionState::from_events(&events)
+        .ok_or_else(|| KernelError::Unavailable("execution.created did not fold".into()))?;
+    ctx.commit(Commit { execution: exec.row(), events, steps: Vec::new() }).await?;
+    ctx.metrics.execution_outcome("created");
+    ctx.metrics.execution_moved(None, exec.status);
+    Ok(exec)
 }
 
 /// Arguments of an execution actor.
@@ -91,16 +104,7 @@ impl Actor for ExecutionActor {
             _ => None,
         };
         let (exec, rehydrated) = match args.mode {
-            StartMode::New { agent_id, input, labels } => {
-                let labels_json = labels.as_ref().map_or(Value::Null, |labels| serde_json::json!(labels));
-                let created = machine::create(&agent_id, input, labels_json);
-                let events = seal(&args.id, 0, time::now(), None, vec![created]);
-                let exec = ExecutionState::from_events(&events).ok_or("execution.created did not fold")?;
-                ctx.commit(Commit { execution: exec.row(), events, steps: Vec::new() }).await?;
-                ctx.metrics.execution_outcome("created");
-                ctx.metrics.execution_moved(None, exec.status);
-                (exec, false)
-            }
+            StartMode::Created(exec) => (*exec, false),
             StartMode::Rehydrate | StartMode::GiveUp { .. } => {
                 let events = load_events(&ctx, &args.id).await?;
                 let exec = ExecutionState::from_events(&events)

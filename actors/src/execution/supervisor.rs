@@ -2,12 +2,11 @@
 //! passivated or crashed ones from the store through the same path, and past the restart limit
 //! fails the execution with reason `crash_loop` instead of restarting it forever.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent as RactorEvent};
-use serde_json::Value;
 
 use super::actor::{ExecutionActor, ExecutionArgs, StartMode};
 use super::messages::ExecutionMsg;
@@ -19,16 +18,10 @@ use crate::supervision::{self, ActorKind, RestartBudget, SupervisionEvent};
 
 /// Messages of the execution supervisor.
 pub enum ExecutionSupervisorMsg {
-    /// Spawns the actor of a new execution (records `execution.created`).
+    /// Spawns the actor of a new execution whose creation is already durable.
     Create {
-        /// Id of the new execution.
-        id: ExecutionId,
-        /// Agent that will run it.
-        agent_id: String,
-        /// Input.
-        input: Value,
-        /// Labels.
-        labels: Option<BTreeMap<String, String>>,
+        /// Its state after `execution.created`.
+        state: Box<super::state::ExecutionState>,
         /// Answer: the live actor.
         reply: RpcReplyPort<Result<ActorRef<ExecutionMsg>, KernelError>>,
     },
@@ -73,9 +66,9 @@ impl Actor for ExecutionSupervisor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ExecutionSupervisorMsg::Create { id, agent_id, input, labels, reply } => {
-                let mode = StartMode::New { agent_id, input, labels };
-                let _ = reply.send(spawn(&myself, state, id, mode).await);
+            ExecutionSupervisorMsg::Create { state: created, reply } => {
+                let id = created.id.clone();
+                let _ = reply.send(spawn(&myself, state, id, StartMode::Created(created)).await);
             }
             ExecutionSupervisorMsg::Activate { id, reply } => {
                 let live = read(&state.ctx.executions).get(&id).cloned().filter(is_alive);

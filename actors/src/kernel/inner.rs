@@ -15,6 +15,7 @@ use super::handle::Kernel;
 use super::root::{KernelSupervisor, RootArgs};
 use super::types::{CommitNotice, KernelError, PushStream, ToolSchema};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
+use crate::execution::actor::record_creation;
 use crate::execution::{ExecutionMsg, ExecutionSupervisorMsg, Intent, IntentReply, Rejection, StepOutcome};
 use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
 use crate::metrics::Metrics;
@@ -134,13 +135,8 @@ impl KernelInner {
         labels: Option<BTreeMap<String, String>>,
     ) -> Result<ExecutionRow, KernelError> {
         let id = ExecutionId::generate();
-        let message = |reply| ExecutionSupervisorMsg::Create {
-            id: id.clone(),
-            agent_id: agent_id.to_string(),
-            input,
-            labels,
-            reply,
-        };
+        let created = record_creation(&self.ctx, &id, agent_id.as_str(), input, labels.as_ref()).await?;
+        let message = |reply| ExecutionSupervisorMsg::Create { state: Box::new(created), reply };
         let actor = call(&self.executions, message, self.timeout(), "execution supervisor").await??;
         let group = self.group(&agent_id).await?;
         let pending = |reply| AgentGroupMsg::ExecutionPending { execution_id: id.clone(), reply: Some(reply) };
