@@ -16,7 +16,7 @@ use crate::store::{Commit, Store};
 /// Messages of the store writer.
 pub enum StoreWriterMsg {
     /// Makes one execution's changes durable; answers after the transaction commits.
-    Append(Commit, RpcReplyPort<Result<(), StoreError>>),
+    Append(Box<Commit>, RpcReplyPort<Result<(), StoreError>>),
     /// A transaction finished (sent by the writer to itself).
     Flushed(Vec<Result<(), StoreError>>, Duration),
 }
@@ -33,11 +33,14 @@ pub struct StoreWriterArgs {
     pub max_batch: usize,
 }
 
+/// A commit and the caller waiting for it.
+type Waiting = (Box<Commit>, RpcReplyPort<Result<(), StoreError>>);
+
 /// State of the store writer.
 pub struct StoreWriterState {
     args: StoreWriterArgs,
-    queued: Vec<(Commit, RpcReplyPort<Result<(), StoreError>>)>,
-    in_flight: Vec<(Commit, RpcReplyPort<Result<(), StoreError>>)>,
+    queued: Vec<Waiting>,
+    in_flight: Vec<Waiting>,
 }
 
 /// The group-committing store writer.
@@ -90,7 +93,7 @@ impl Actor for StoreWriter {
 fn start_flush(myself: &ActorRef<StoreWriterMsg>, state: &mut StoreWriterState) {
     let take = state.queued.len().min(state.args.max_batch.max(1));
     state.in_flight = state.queued.drain(..take).collect();
-    let commits: Vec<Commit> = state.in_flight.iter().map(|(commit, _)| commit.clone()).collect();
+    let commits: Vec<Commit> = state.in_flight.iter().map(|(commit, _)| commit.as_ref().clone()).collect();
     let store = state.args.store.clone();
     let myself = myself.clone();
     tokio::spawn(async move {

@@ -207,11 +207,10 @@ fn deliver(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, consum
         }
     }
     let bound = state.bindings.get(consumer_id).is_some_and(|bound| push.execution_id().is_some_and(|id| bound.contains(&ExecutionId::from(id))));
-    if state.lost.contains(consumer_id) {
-        if let Some(execution_id) = push.execution_id().map(ExecutionId::from) {
+    if state.lost.contains(consumer_id)
+        && let Some(execution_id) = push.execution_id().map(ExecutionId::from) {
             tell_lost(state, &execution_id, consumer_id, "agent_disconnect");
         }
-    }
     if bound || state.away.contains_key(consumer_id) {
         keep(state, consumer_id, push);
     }
@@ -244,11 +243,10 @@ async fn assign_pending(state: &mut AgentGroupState) {
         match call(&execution, offer, timeout, "execution actor").await {
             Ok(Ok(push)) => {
                 state.bindings.entry(consumer_id.clone()).or_default().insert(execution_id);
-                if let Some(consumer) = state.connected.get(&consumer_id) {
-                    if consumer.sender.try_send(push.clone()).is_err() {
+                if let Some(consumer) = state.connected.get(&consumer_id)
+                    && consumer.sender.try_send(push.clone()).is_err() {
                         keep(state, &consumer_id, push);
                     }
-                }
             }
             Ok(Err(KernelError::Rejected(Rejection::NotPending(_)))) => {}
             Ok(Err(error)) | Err(error) => {

@@ -114,11 +114,10 @@ impl Actor for ExecutionActor {
             }
         };
         let mut state = ExecutionActorState { ctx, exec, rehydrated, armed: HashMap::new(), span };
-        if let Some(error) = give_up {
-            if let Some(transition) = machine::fail_by_kernel(&state.exec, &error) {
+        if let Some(error) = give_up
+            && let Some(transition) = machine::fail_by_kernel(&state.exec, &error) {
                 apply(&mut state, transition).await?;
             }
-        }
         Ok(state)
     }
 
@@ -324,13 +323,11 @@ async fn check_policy(state: &ExecutionActorState, tool_id: &str, arguments: &Va
 }
 
 fn count_step(state: &ExecutionActorState, outcome: &StepOutcome, result: &Result<(), KernelError>) {
-    if result.is_ok() {
-        if let Some(step) = state.exec.step(&outcome.step_id) {
-            if step.status.is_terminal() {
+    if result.is_ok()
+        && let Some(step) = state.exec.step(&outcome.step_id)
+            && step.status.is_terminal() {
                 state.ctx.metrics.step_ended(step.status.as_str());
             }
-        }
-    }
 }
 
 async fn decide_and_apply(
@@ -352,11 +349,10 @@ async fn apply(state: &mut ExecutionActorState, transition: Transition) -> Resul
         let mut touched: Vec<StepId> = Vec::new();
         for event in &events {
             next.apply(event);
-            if let Some(step_id) = &event.step_id {
-                if !touched.contains(step_id) {
+            if let Some(step_id) = &event.step_id
+                && !touched.contains(step_id) {
                     touched.push(step_id.clone());
                 }
-            }
         }
         let steps = touched.iter().filter_map(|id| next.step(id)).map(|step| next.step_row(step)).collect();
         state.ctx.commit(Commit { execution: next.row(), events, steps }).await?;
@@ -411,11 +407,10 @@ fn arm_step_timers(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorSt
     }
     let mut wanted: Vec<(StepId, Timestamp)> = Vec::new();
     for step in state.exec.active_steps() {
-        if let Some(deadline) = step.deadline {
-            if step.status != StepStatus::Pending || !step.remote || step.not_before.is_none() {
+        if let Some(deadline) = step.deadline
+            && (step.status != StepStatus::Pending || !step.remote || step.not_before.is_none()) {
                 wanted.push((step.id.clone(), deadline));
             }
-        }
     }
     for (step_id, deadline) in wanted {
         if state.armed.get(&step_id) == Some(&deadline) {

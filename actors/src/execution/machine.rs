@@ -126,11 +126,10 @@ pub fn precheck_intent(state: &ExecutionState, intent: &Intent) -> Result<Option
     if state.status.is_terminal() {
         return Err(Rejection::Terminal { execution: state.id.to_string(), status: state.status });
     }
-    if let Intent::Wait { signal_type } = intent {
-        if state.signal_wait.as_deref() == Some(signal_type.as_str()) {
+    if let Intent::Wait { signal_type } = intent
+        && state.signal_wait.as_deref() == Some(signal_type.as_str()) {
             return Ok(Some(IntentReply::accepted()));
         }
-    }
     // `complete`/`fail` may abandon signal waits (WIRE.md corrections, item 18), not approvals.
     let finishing = matches!(intent, Intent::Complete { .. } | Intent::Fail { .. });
     if state.hard_blocked() && !(finishing && state.approval.is_none()) {

@@ -292,8 +292,8 @@ impl ExecutionState {
                 }
             }
             EventBody::StepDispatched { runner_id, job_id, deadline } => {
-                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
-                    if !step.status.is_terminal() {
+                if let Some(step) = self.step_mut(event.step_id.as_ref())
+                    && !step.status.is_terminal() {
                         step.status = StepStatus::Dispatched;
                         step.deadline = Some(*deadline);
                         step.awaiting_approval = false;
@@ -302,16 +302,14 @@ impl ExecutionState {
                         step.runner_id = non_empty(runner_id);
                         step.updated_at = at;
                     }
-                }
             }
             EventBody::StepStarted { runner_id } => {
-                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
-                    if !step.status.is_terminal() && step.status != StepStatus::Running {
+                if let Some(step) = self.step_mut(event.step_id.as_ref())
+                    && !step.status.is_terminal() && step.status != StepStatus::Running {
                         step.status = StepStatus::Running;
                         step.runner_id = non_empty(runner_id);
                         step.updated_at = at;
                     }
-                }
             }
             EventBody::StepCompleted { result } => {
                 self.end_step(event.step_id.as_ref(), StepStatus::Succeeded, Some(result.clone()), None, at);

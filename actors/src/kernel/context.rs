@@ -106,11 +106,10 @@ impl Ctx {
             },
             None => Some(message),
         };
-        if let Some(message) = undelivered {
-            if let Some(agents) = self.agents() {
+        if let Some(message) = undelivered
+            && let Some(agents) = self.agents() {
                 let _ = agents.send_message(AgentSupervisorMsg::Forward(agent_id.clone(), message));
             }
-        }
     }
 
     /// Sends a message to the dispatcher; dropped (and logged) if it is gone.
@@ -129,7 +128,7 @@ impl Ctx {
     pub async fn commit(&self, commit: Commit) -> Result<(), KernelError> {
         let writer = self.writer().ok_or_else(|| KernelError::Unavailable("store writer is not running".into()))?;
         let timeout = self.config.call_timeout;
-        let result = writer.call(|reply| StoreWriterMsg::Append(commit, reply), Some(timeout)).await;
+        let result = writer.call(|reply| StoreWriterMsg::Append(Box::new(commit), reply), Some(timeout)).await;
         match result {
             Ok(CallResult::Success(Ok(()))) => Ok(()),
             Ok(CallResult::Success(Err(error))) => Err(KernelError::Store(error)),

@@ -145,14 +145,13 @@ impl Actor for Dispatcher {
             }
             DispatcherMsg::RunnerDisconnected { runner_id, consumer_id, connection } => {
                 let key = (runner_id, consumer_id);
-                if state.connections.get(&key).is_some_and(|entry| entry.connection == connection) {
-                    if let Some(entry) = state.connections.remove(&key) {
+                if state.connections.get(&key).is_some_and(|entry| entry.connection == connection)
+                    && let Some(entry) = state.connections.remove(&key) {
                         entry.actor.stop(Some("runner disconnected".into()));
                         if let Some(job) = entry.busy {
                             orphan(&myself, state, key, job);
                         }
                     }
-                }
             }
             DispatcherMsg::SetCapabilities { runner_id, tools } => {
                 for ((runner, _), entry) in state.connections.iter_mut() {
@@ -170,11 +169,10 @@ impl Actor for Dispatcher {
             DispatcherMsg::StepEnded { step_id, cancel_reason } => step_ended(state, &step_id, cancel_reason.as_deref()),
             DispatcherMsg::RunnerGraceExpired { runner_id, consumer_id, generation } => {
                 let key = (runner_id, consumer_id);
-                if state.orphans.get(&key).is_some_and(|(_, armed)| *armed == generation) {
-                    if let Some((job, _)) = state.orphans.remove(&key) {
+                if state.orphans.get(&key).is_some_and(|(_, armed)| *armed == generation)
+                    && let Some((job, _)) = state.orphans.remove(&key) {
                         tell_runner_lost(state, job);
                     }
-                }
             }
             DispatcherMsg::Tick => {}
         }
