@@ -1,2 +1,3 @@
 
 pub mod policy;
+pub mod store;

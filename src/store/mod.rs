@@ -1,0 +1,254 @@
+//! Storage adapters: the SQL implementations of the `keel_actors::store::Store` port. [`open`]
+//! picks the backend from the store URL (`sqlite://PATH`, `sqlite:PATH`; `postgres://` later) and
+//! startup hands the result to the actor tree as `Arc<dyn Store>`.
+//!
+//! This module also holds what every backend shares: options, the mapping of sqlx errors to
+//! [`StoreError`], the checks a [`Commit`] must pass before it is written, and the refusal to run
+//! on a schema newer than the binary. sqlx types never leave `src/store/`.
+
+mod rows;
+pub mod sqlite;
+
+#[cfg(test)]
+pub(crate) mod conformance;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use keel_actors::error::StoreError;
+pub use keel_actors::store::{Commit, ExecutionRow, ListFilter, StepRow, Store};
+pub use sqlite::SqliteStore;
+
+/// SQL list of the terminal execution statuses, for `status IN` / `status NOT IN` filters.
+/// It must match the partial indexes of the migrations word for word so the planner uses them.
+pub(crate) const TERMINAL_STATUSES_SQL: &str = "('completed', 'failed', 'cancelled')";
+
+/// How a store is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Connections in the read pool (at least one is used).
+    pub max_read_connections: u32,
+    /// How long a statement waits for a lock held by another connection before failing.
+    pub busy_timeout: Duration,
+    /// Whether a missing database file (and its directory) is created.
+    pub create_if_missing: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_read_connections: 4,
+            busy_timeout: Duration::from_secs(5),
+            create_if_missing: true,
+        }
+    }
+}
+
+/// Opens the store named by `url`, creating and migrating it as needed.
+///
+/// Accepts `sqlite://PATH` and `sqlite:PATH` (a relative or absolute file path). Fails with
+/// `Unavailable` for other schemes, for PostgreSQL (not built yet), when the database cannot be
+/// opened, and when its schema is newer than this binary.
+pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, StoreError> {
+    match parse_url(url)? {
+        Backend::Sqlite(path) => {
+            let store = SqliteStore::open(&path, options).await?;
+            Ok(Arc::new(store))
+        }
+        Backend::Postgres => Err(StoreError::Unavailable(
+            "postgres backend not built yet".to_owned(),
+        )),
+    }
+}
+
+/// Backend named by a store URL.
+#[derive(Debug, PartialEq)]
+enum Backend {
+    /// A SQLite database file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+/// Splits a store URL into its backend and location. Never echoes a whole URL back, since a
+/// PostgreSQL URL may carry a password.
+fn parse_url(url: &str) -> Result<Backend, StoreError> {
+    if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    {
+        if path.is_empty() || path == ":memory:" {
+            return Err(StoreError::Unavailable(format!(
+                "store url {url:?} must name a database file (in-memory sqlite is not supported)"
+            )));
+        }
+        if path.contains('?') {
+            return Err(StoreError::Unavailable(format!(
+                "store url {url:?} has query parameters, which are not supported"
+            )));
+        }
+        return Ok(Backend::Sqlite(PathBuf::from(path)));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Backend::Postgres);
+    }
+    let scheme = url.split_once(':').map_or("", |(scheme, _)| scheme);
+    Err(StoreError::Unavailable(format!(
+        "unsupported store url scheme {scheme:?}, expected sqlite://PATH or postgres://..."
+    )))
+}
+
+/// Checks that a commit is internally consistent and returns the stored last sequence its
+/// events must follow. A failure here is a caller bug, hence `Internal`.
+fn expected_previous_sequence(commit: &Commit) -> Result<i64, StoreError> {
+    let execution = &commit.execution;
+    let id = &execution.id;
+    for step in &commit.steps {
+        if step.execution_id != *id {
+            return Err(StoreError::Internal(format!(
+                "commit for execution {id} carries step {} of execution {}",
+                step.id, step.execution_id
+            )));
+        }
+    }
+    let (Some(first), Some(last)) = (commit.events.first(), commit.events.last()) else {
+        return Ok(execution.last_sequence);
+    };
+    for (offset, event) in (0_i64..).zip(&commit.events) {
+        if event.execution_id != *id {
+            return Err(StoreError::Internal(format!(
+                "commit for execution {id} carries event {} of execution {}",
+                event.id, event.execution_id
+            )));
+        }
+        if event.sequence != first.sequence + offset {
+            return Err(StoreError::Internal(format!(
+                "commit for execution {id} has non-contiguous event sequences ({} after {})",
+                event.sequence,
+                first.sequence + offset - 1
+            )));
+        }
+    }
+    if execution.last_sequence != last.sequence {
+        return Err(StoreError::Internal(format!(
+            "commit for execution {id} sets last_sequence {} but its last event has sequence {}",
+            execution.last_sequence, last.sequence
+        )));
+    }
+    Ok(first.sequence - 1)
+}
+
+/// Returns the error for events that do not follow the stored ones.
+fn sequence_conflict(id: &keel_actors::ids::ExecutionId, first_sequence: i64) -> StoreError {
+    StoreError::Conflict(format!(
+        "execution {id}: event sequence {first_sequence} does not follow the stored last sequence \
+         (already taken or out of order)"
+    ))
+}
+
+/// Fails when the database was migrated by a newer binary: its newest applied migration is
+/// newer than every migration `migrator` embeds. Runs before the migrator, whose own error
+/// ("migration N was previously applied but is missing") would not say what to do.
+fn refuse_newer_schema(
+    applied: Option<i64>,
+    migrator: &sqlx::migrate::Migrator,
+) -> Result<(), StoreError> {
+    let supported = migrator
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap_or(0);
+    match applied {
+        Some(found) if found > supported => Err(StoreError::Unavailable(format!(
+            "database schema version {found} is newer than this keel binary supports ({supported})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Prefixes an error's message with what was being done, keeping its class.
+fn with_context(error: StoreError, context: &str) -> StoreError {
+    match error {
+        StoreError::NotFound(message) => StoreError::NotFound(format!("{context}: {message}")),
+        StoreError::Conflict(message) => StoreError::Conflict(format!("{context}: {message}")),
+        StoreError::Unavailable(message) => {
+            StoreError::Unavailable(format!("{context}: {message}"))
+        }
+        StoreError::Internal(message) => StoreError::Internal(format!("{context}: {message}")),
+    }
+}
+
+/// Maps a migration failure; the database is unusable until it is fixed.
+fn migrate_error(error: sqlx::migrate::MigrateError) -> StoreError {
+    StoreError::Unavailable(format!("database migration failed: {error}"))
+}
+
+/// Maps a sqlx error to the port's error classes.
+fn map_sqlx_error(error: sqlx::Error) -> StoreError {
+    match error {
+        sqlx::Error::RowNotFound => StoreError::NotFound("row not found".to_owned()),
+        sqlx::Error::PoolTimedOut => {
+            StoreError::Unavailable("timed out waiting for a database connection".to_owned())
+        }
+        sqlx::Error::PoolClosed => StoreError::Unavailable("database pool is closed".to_owned()),
+        sqlx::Error::WorkerCrashed => StoreError::Unavailable("database worker crashed".to_owned()),
+        sqlx::Error::Io(error) => StoreError::Unavailable(format!("database i/o error: {error}")),
+        sqlx::Error::Tls(error) => StoreError::Unavailable(format!("database tls error: {error}")),
+        sqlx::Error::Database(error) => {
+            let message = error.message().to_owned();
+            if error.is_unique_violation() {
+                StoreError::Conflict(message)
+            } else if is_unavailable(error.as_ref()) {
+                StoreError::Unavailable(message)
+            } else {
+                StoreError::Internal(message)
+            }
+        }
+        other => StoreError::Internal(other.to_string()),
+    }
+}
+
+/// Returns whether a database error means "cannot serve now" rather than a bug.
+fn is_unavailable(error: &dyn sqlx::error::DatabaseError) -> bool {
+    let Some(code) = error.code() else {
+        return false;
+    };
+    if error
+        .try_downcast_ref::<sqlx::sqlite::SqliteError>()
+        .is_some()
+    {
+        sqlite_code_is_unavailable(&code)
+    } else {
+        sqlstate_is_unavailable(&code)
+    }
+}
+
+/// Returns whether a SQLite result code is busy, locked, read-only, i/o, full or cannot-open.
+fn sqlite_code_is_unavailable(code: &str) -> bool {
+    const BUSY: i32 = 5;
+    const LOCKED: i32 = 6;
+    const READONLY: i32 = 8;
+    const IOERR: i32 = 10;
+    const FULL: i32 = 13;
+    const CANTOPEN: i32 = 14;
+    // SQLite reports extended result codes; the primary code is the low byte.
+    code.parse::<i32>().is_ok_and(|extended| {
+        matches!(
+            extended & 0xff,
+            BUSY | LOCKED | READONLY | IOERR | FULL | CANTOPEN
+        )
+    })
+}
+
+/// Returns whether a PostgreSQL SQLSTATE is a connection exception, insufficient resources,
+/// operator intervention, a read-only transaction or a lock not available.
+fn sqlstate_is_unavailable(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("57")
+        || code == "25006"
+        || code == "55P03"
+}

@@ -1,0 +1,253 @@
+//! Row shapes of the `events`, `executions` and `steps` tables and their conversions to and from
+//! the storage port's types. The SQL adapters bind these records' fields when writing and read
+//! them back with `query_as`; nothing outside `src/store/` sees them.
+//!
+//! Values are kept in portable shapes: times as RFC 3339 text with exactly six fractional digits
+//! and a `Z` suffix (so text order is time order), JSON as text, statuses as their wire names.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use keel_actors::error::StoreError;
+use keel_actors::events::{Event, EventBody};
+use keel_actors::ids::{AgentId, ExecutionId, StepId};
+use keel_actors::status::{ExecutionStatus, StepStatus};
+use keel_actors::store::{ExecutionRow, StepRow};
+use keel_actors::time::{self, Timestamp};
+
+/// Columns of `events` in the shape [`EventRecord`] reads.
+pub(crate) const EVENT_COLUMNS: &str = "id, execution_id, sequence, step_id, type AS event_type, \
+     schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key";
+
+/// Columns of `executions` in the shape [`ExecutionRecord`] reads.
+pub(crate) const EXECUTION_COLUMNS: &str = "id, agent_id, status, labels, input, output, \
+     created_at, updated_at, session_id, consumer_id, last_sequence";
+
+/// Columns of `steps` in the shape [`StepRecord`] reads.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const STEP_COLUMNS: &str = "id, execution_id, tool_id, status, attempt, max_attempts, \
+     remote, job_id, runner_id, deadline, updated_at";
+
+/// One row of `events` (without `position`, which the database assigns). Fields mirror the
+/// columns of the same names; `event_type` reads `type`.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub(crate) struct EventRecord {
+    pub id: String,
+    pub execution_id: String,
+    pub sequence: i64,
+    pub step_id: Option<String>,
+    pub event_type: String,
+    pub schema_version: i64,
+    pub timestamp: String,
+    pub payload: String,
+    pub causation_id: String,
+    pub correlation_id: String,
+    pub idempotency_key: Option<String>,
+}
+
+impl EventRecord {
+    /// Returns the record that stores `event`.
+    pub fn from_event(event: &Event) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: event.id.clone(),
+            execution_id: event.execution_id.as_str().to_owned(),
+            sequence: event.sequence,
+            step_id: event.step_id.as_ref().map(|step| step.as_str().to_owned()),
+            event_type: event.body.type_name().to_owned(),
+            schema_version: event.schema_version,
+            timestamp: time::format(&event.timestamp),
+            payload: encode_json("events.payload", &event.body.payload())?,
+            causation_id: event.causation_id.clone(),
+            correlation_id: event.correlation_id.clone(),
+            idempotency_key: event.idempotency_key.clone(),
+        })
+    }
+
+    /// Rebuilds the event this record stores.
+    pub fn into_event(self) -> Result<Event, StoreError> {
+        let payload = decode_json("events.payload", &self.payload)?;
+        let body = EventBody::from_parts(&self.event_type, payload).map_err(|error| {
+            StoreError::Internal(format!(
+                "event {} of type {} does not decode: {error}",
+                self.id, self.event_type
+            ))
+        })?;
+        Ok(Event {
+            timestamp: parse_time("events.timestamp", &self.timestamp)?,
+            id: self.id,
+            execution_id: ExecutionId::new(self.execution_id),
+            step_id: self.step_id.map(StepId::new),
+            body,
+            schema_version: self.schema_version,
+            causation_id: self.causation_id,
+            correlation_id: self.correlation_id,
+            idempotency_key: self.idempotency_key,
+            sequence: self.sequence,
+        })
+    }
+}
+
+/// One row of `executions`. Fields mirror the columns of the same names.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub(crate) struct ExecutionRecord {
+    pub id: String,
+    pub agent_id: String,
+    pub status: String,
+    pub labels: Option<String>,
+    pub input: String,
+    pub output: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub session_id: Option<String>,
+    pub consumer_id: Option<String>,
+    pub last_sequence: i64,
+}
+
+impl ExecutionRecord {
+    /// Returns the record that stores `row`.
+    pub fn from_row(row: &ExecutionRow) -> Result<Self, StoreError> {
+        let labels = match &row.labels {
+            Some(labels) => Some(encode_json("executions.labels", labels)?),
+            None => None,
+        };
+        let output = match &row.output {
+            Some(output) => Some(encode_json("executions.output", output)?),
+            None => None,
+        };
+        Ok(Self {
+            id: row.id.as_str().to_owned(),
+            agent_id: row.agent_id.as_str().to_owned(),
+            status: row.status.as_str().to_owned(),
+            labels,
+            input: encode_json("executions.input", &row.input)?,
+            output,
+            created_at: time::format(&row.created_at),
+            updated_at: time::format(&row.updated_at),
+            session_id: row.session_id.clone(),
+            consumer_id: row.consumer_id.clone(),
+            last_sequence: row.last_sequence,
+        })
+    }
+
+    /// Rebuilds the projection row this record stores.
+    pub fn into_row(self) -> Result<ExecutionRow, StoreError> {
+        let status = self.status.parse::<ExecutionStatus>().map_err(|value| {
+            StoreError::Internal(format!(
+                "execution {} has invalid status {value:?}",
+                self.id
+            ))
+        })?;
+        let labels = match &self.labels {
+            Some(text) => Some(decode_labels(text)?),
+            None => None,
+        };
+        let output = match &self.output {
+            Some(text) => Some(decode_json("executions.output", text)?),
+            None => None,
+        };
+        Ok(ExecutionRow {
+            agent_id: AgentId::new(self.agent_id),
+            status,
+            labels,
+            input: decode_json("executions.input", &self.input)?,
+            output,
+            created_at: parse_time("executions.created_at", &self.created_at)?,
+            updated_at: parse_time("executions.updated_at", &self.updated_at)?,
+            session_id: self.session_id,
+            consumer_id: self.consumer_id,
+            last_sequence: self.last_sequence,
+            id: ExecutionId::new(self.id),
+        })
+    }
+}
+
+/// One row of `steps`. Fields mirror the columns of the same names.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub(crate) struct StepRecord {
+    pub id: String,
+    pub execution_id: String,
+    pub tool_id: String,
+    pub status: String,
+    pub attempt: i64,
+    pub max_attempts: i64,
+    pub remote: bool,
+    pub job_id: Option<String>,
+    pub runner_id: Option<String>,
+    pub deadline: Option<String>,
+    pub updated_at: String,
+}
+
+impl StepRecord {
+    /// Returns the record that stores `step`.
+    pub fn from_step(step: &StepRow) -> Self {
+        Self {
+            id: step.id.as_str().to_owned(),
+            execution_id: step.execution_id.as_str().to_owned(),
+            tool_id: step.tool_id.clone(),
+            status: step.status.as_str().to_owned(),
+            attempt: step.attempt,
+            max_attempts: step.max_attempts,
+            remote: step.remote,
+            job_id: step.job_id.clone(),
+            runner_id: step.runner_id.clone(),
+            deadline: step.deadline.as_ref().map(time::format),
+            updated_at: time::format(&step.updated_at),
+        }
+    }
+
+    /// Rebuilds the projection row this record stores.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn into_step(self) -> Result<StepRow, StoreError> {
+        let status = self.status.parse::<StepStatus>().map_err(|value| {
+            StoreError::Internal(format!("step {} has invalid status {value:?}", self.id))
+        })?;
+        let deadline = match &self.deadline {
+            Some(text) => Some(parse_time("steps.deadline", text)?),
+            None => None,
+        };
+        Ok(StepRow {
+            execution_id: ExecutionId::new(self.execution_id),
+            tool_id: self.tool_id,
+            status,
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            remote: self.remote,
+            job_id: self.job_id,
+            runner_id: self.runner_id,
+            deadline,
+            updated_at: parse_time("steps.updated_at", &self.updated_at)?,
+            id: StepId::new(self.id),
+        })
+    }
+}
+
+/// Serializes a value stored in a JSON text column.
+fn encode_json<T: serde::Serialize>(column: &str, value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .map_err(|error| StoreError::Internal(format!("{column} does not encode: {error}")))
+}
+
+/// Parses a JSON text column.
+fn decode_json(column: &str, text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text)
+        .map_err(|error| StoreError::Internal(format!("{column} is not valid json: {error}")))
+}
+
+/// Parses the labels column, a JSON object of strings.
+fn decode_labels(text: &str) -> Result<BTreeMap<String, String>, StoreError> {
+    serde_json::from_str(text).map_err(|error| {
+        StoreError::Internal(format!("executions.labels is not a string map: {error}"))
+    })
+}
+
+/// Parses a stored RFC 3339 time.
+fn parse_time(column: &str, text: &str) -> Result<Timestamp, StoreError> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|parsed| parsed.with_timezone(&chrono::Utc))
+        .map_err(|error| {
+            StoreError::Internal(format!(
+                "{column} {text:?} is not an rfc 3339 time: {error}"
+            ))
+        })
+}
