@@ -93,6 +93,14 @@ impl Store for MemoryStore {
             .values()
             .filter(|row| filter.status.is_none_or(|status| row.status == status))
             .filter(|row| filter.agent_id.as_deref().is_none_or(|agent| row.agent_id.as_str() == agent))
+            .filter(|row| {
+                filter.labels.iter().all(|(key, value)| {
+                    row.labels.as_ref().and_then(|labels| labels.get(key)).is_some_and(|found| found == value)
+                })
+            })
+            .filter(|row| {
+                filter.after.as_ref().is_none_or(|(at, id)| (row.created_at, row.id.as_str()) < (*at, id.as_str()))
+            })
             .cloned()
             .collect();
         rows.sort_by(|left, right| (right.created_at, &right.id).cmp(&(left.created_at, &left.id)));
