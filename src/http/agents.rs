@@ -1,0 +1,268 @@
+//! Agent routes: the agent stream (WIRE.md §10.1), intents (§9) and local step results (§11.1).
+//!
+//! The handlers check what WIRE.md assigns to the handler (required fields and lengths, in
+//! §9.2 step 1 order); session, state and type checks belong to the execution actor.
+
+use axum::Json;
+use axum::extract::{RawQuery, Request, State};
+use axum::response::Response;
+use keel_actors::execution::{Intent, IntentReply, StepOutcome};
+use keel_actors::ids::{AgentId, ConsumerId, ExecutionId, SessionId, StepId};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::body::read_json;
+use super::error::ApiError;
+use super::executions::check_length;
+use super::query::QueryParams;
+use super::sse;
+
+#[derive(Deserialize)]
+struct IntentRequest {
+    execution_id: Option<String>,
+    session_id: Option<String>,
+    intent: Option<IntentFields>,
+}
+
+/// The `intent` object: every field of every type, all optional (WIRE.md §9.1).
+#[derive(Deserialize)]
+struct IntentFields {
+    #[serde(rename = "type")]
+    intent_type: Option<String>,
+    tool_id: Option<String>,
+    arguments: Option<Value>,
+    idempotency_key: Option<String>,
+    remote: Option<bool>,
+    output: Option<Value>,
+    error: Option<String>,
+    signal_type: Option<String>,
+}
+
+/// Body of an intent answer (WIRE.md §9.3): absent rather than null or false.
+#[derive(Serialize)]
+pub struct IntentBody {
+    accepted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_id: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pending_approval: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl From<IntentReply> for IntentBody {
+    fn from(reply: IntentReply) -> Self {
+        Self {
+            accepted: reply.accepted,
+            step_id: reply.step_id.map(StepId::into_string),
+            pending_approval: reply.pending_approval,
+            error: reply.error.filter(|error| !error.is_empty()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct StepResultRequest {
+    execution_id: Option<String>,
+    session_id: Option<String>,
+    step_id: Option<String>,
+    success: Option<bool>,
+    data: Option<Value>,
+    error: Option<String>,
+}
+
+/// `GET /v0/agents/stream?agent_id=&consumer_id=`: the agent's push stream.
+pub async fn stream(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let query = QueryParams::parse(raw.as_deref());
+    let (Some(agent_id), Some(consumer_id)) = (query.get("agent_id"), query.get("consumer_id"))
+    else {
+        return Err(ApiError::validation(
+            "agent_id and consumer_id query params are required",
+        ));
+    };
+    check_length("agent_id", agent_id)?;
+    check_length("consumer_id", consumer_id)?;
+    let pushes = state
+        .kernel
+        .connect_agent(AgentId::new(agent_id), ConsumerId::new(consumer_id))
+        .await?;
+    tracing::debug!(
+        agent.id = agent_id,
+        consumer.id = consumer_id,
+        "agent stream opened"
+    );
+    Ok(sse::push_response(&state, sse::StreamKind::Agent, pushes))
+}
+
+/// `POST /v0/agents/intent`.
+pub async fn intent(
+    State(state): State<AppState>,
+    request: Request,
+) -> Result<Json<IntentBody>, ApiError> {
+    let body: IntentRequest = read_json(request, state.settings.large_body_limit).await?;
+    let execution_id = body.execution_id.unwrap_or_default();
+    if execution_id.is_empty() {
+        return Err(ApiError::validation("execution_id is required"));
+    }
+    let session_id = body.session_id.unwrap_or_default();
+    if session_id.is_empty() {
+        return Err(ApiError::validation("session_id is required"));
+    }
+    let Some(fields) = body.intent else {
+        return Err(ApiError::validation("intent.type is required"));
+    };
+    let intent = to_intent(fields)?;
+    let reply = state
+        .kernel
+        .submit_intent(
+            &ExecutionId::new(execution_id),
+            &SessionId::new(session_id),
+            intent,
+        )
+        .await?;
+    Ok(Json(reply.into()))
+}
+
+/// Checks the handler's part of an intent (type present, lengths) and builds the command.
+fn to_intent(fields: IntentFields) -> Result<Intent, ApiError> {
+    let intent_type = fields.intent_type.unwrap_or_default();
+    if intent_type.is_empty() {
+        return Err(ApiError::validation("intent.type is required"));
+    }
+    let tool_id = fields.tool_id.unwrap_or_default();
+    check_length("tool_id", &tool_id)?;
+    let signal_type = fields.signal_type.unwrap_or_default();
+    check_length("signal_type", &signal_type)?;
+    // `error` over 4096 bytes is truncated by the kernel, not rejected (Corrections item 8).
+    // A missing type-specific field is passed on as `Invalid`: the kernel refuses it only after
+    // its session and state checks (WIRE.md §9.2 step 6).
+    let intent = match intent_type.as_str() {
+        "invoke_tool" if tool_id.is_empty() => Intent::Invalid {
+            intent_type,
+            message: "tool_id is required for invoke_tool".to_owned(),
+        },
+        "invoke_tool" => Intent::InvokeTool {
+            tool_id,
+            arguments: fields.arguments.unwrap_or(Value::Null),
+            idempotency_key: fields.idempotency_key.filter(|key| !key.is_empty()),
+            remote: fields.remote.unwrap_or(false),
+        },
+        "complete" => Intent::Complete {
+            output: fields.output,
+        },
+        "fail" => Intent::Fail {
+            error: fields.error,
+        },
+        "wait" if signal_type.is_empty() => Intent::Invalid {
+            intent_type,
+            message: "signal_type is required for wait".to_owned(),
+        },
+        "wait" => Intent::Wait { signal_type },
+        _ => Intent::Unknown { intent_type },
+    };
+    Ok(intent)
+}
+
+/// `POST /v0/agents/step-result`: the agent reports the outcome of a (local) step.
+pub async fn step_result(
+    State(state): State<AppState>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let body: StepResultRequest = read_json(request, state.settings.large_body_limit).await?;
+    let execution_id = body.execution_id.unwrap_or_default();
+    let session_id = body.session_id.unwrap_or_default();
+    let step_id = body.step_id.unwrap_or_default();
+    if execution_id.is_empty() || session_id.is_empty() || step_id.is_empty() {
+        return Err(ApiError::validation(
+            "execution_id, session_id, and step_id are required",
+        ));
+    }
+    let outcome = StepOutcome {
+        step_id: StepId::new(step_id),
+        success: body.success.unwrap_or(false),
+        data: body.data,
+        error: body.error,
+        retryable: false,
+    };
+    state
+        .kernel
+        .agent_step_result(
+            &ExecutionId::new(execution_id),
+            &SessionId::new(session_id),
+            outcome,
+        )
+        .await?;
+    Ok(Json(json!({ "status": "ok" })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(value: Value) -> IntentFields {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn intents_map_to_commands() {
+        let intent = to_intent(fields(
+            json!({"type": "invoke_tool", "tool_id": "t", "remote": true}),
+        ))
+        .unwrap();
+        assert_eq!(
+            intent,
+            Intent::InvokeTool {
+                tool_id: "t".into(),
+                arguments: Value::Null,
+                idempotency_key: None,
+                remote: true
+            }
+        );
+        assert_eq!(
+            to_intent(fields(json!({"type": "complete"}))).unwrap(),
+            Intent::Complete { output: None }
+        );
+        assert_eq!(
+            to_intent(fields(json!({"type": "fail", "error": ""}))).unwrap(),
+            Intent::Fail {
+                error: Some(String::new())
+            }
+        );
+        assert_eq!(
+            to_intent(fields(json!({"type": "dance"}))).unwrap(),
+            Intent::Unknown {
+                intent_type: "dance".into()
+            }
+        );
+        assert!(matches!(
+            to_intent(fields(json!({"type": "invoke_tool"}))).unwrap(),
+            Intent::Invalid { .. }
+        ));
+        assert!(matches!(
+            to_intent(fields(json!({"type": "wait", "signal_type": ""}))).unwrap(),
+            Intent::Invalid { .. }
+        ));
+    }
+
+    #[test]
+    fn lengths_are_checked_regardless_of_type() {
+        let long = "x".repeat(257);
+        let error = to_intent(fields(json!({"type": "complete", "tool_id": long}))).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "validation error: tool_id exceeds maximum length of 256 characters"
+        );
+        let error =
+            to_intent(fields(json!({"type": "complete", "signal_type": long}))).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "validation error: signal_type exceeds maximum length of 256 characters"
+        );
+        let long_error = "e".repeat(5000);
+        assert!(to_intent(fields(json!({"type": "fail", "error": long_error}))).is_ok());
+    }
+}

@@ -1,0 +1,142 @@
+//! Bearer authentication (WIRE.md §2) and CORS (§1.3), as middleware in front of every route.
+//!
+//! With a token configured every route but `GET /v0/health` and `GET /v0/ready` needs exactly
+//! `Authorization: Bearer <token>` (capital B, one space, byte-for-byte equal, compared in
+//! constant time); anything else is 401 before the handler runs, so an SSE request with a bad
+//! token gets the JSON envelope, never a stream. With CORS origins configured every response
+//! carries the CORS headers and any `OPTIONS` request is answered 204 before authentication.
+
+use axum::extract::{Request, State};
+use axum::http::header::{
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
+    ACCESS_CONTROL_MAX_AGE, AUTHORIZATION, ORIGIN, VARY,
+};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Paths reachable without a token (only with `GET`).
+const EXEMPT_PATHS: [&str; 2] = ["/v0/health", "/v0/ready"];
+
+/// Rejects requests without the configured bearer token.
+pub async fn require_bearer(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = state.settings.bearer_token.as_deref() else {
+        return next.run(request).await;
+    };
+    let exempt = request.method() == Method::GET && EXEMPT_PATHS.contains(&request.uri().path());
+    if exempt || authorized(request.headers(), token) {
+        return next.run(request).await;
+    }
+    ApiError::Unauthorized("unauthorized".to_owned()).into_response()
+}
+
+/// Returns whether `headers` carry `Authorization: Bearer <token>`.
+fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    let Some(value) = headers.get(AUTHORIZATION) else {
+        return false;
+    };
+    let Some(given) = value.as_bytes().strip_prefix(b"Bearer ") else {
+        return false;
+    };
+    // Different lengths compare unequal (and only the length leaks, as with any comparison).
+    !token.is_empty() && bool::from(given.ct_eq(token.as_bytes()))
+}
+
+/// Adds the CORS headers when origins are configured, answering `OPTIONS` with 204 at once.
+pub async fn cors(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let origins = &state.settings.cors_origins;
+    if origins.is_empty() {
+        return next.run(request).await;
+    }
+    let allow_origin = allowed_origin(origins, request.headers());
+    let mut response = if request.method() == Method::OPTIONS {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        next.run(request).await
+    };
+    let headers = response.headers_mut();
+    if let Some(origin) = allow_origin {
+        if origin != "*" {
+            headers.append(VARY, HeaderValue::from_static("Origin"));
+        }
+        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    }
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, PUT, DELETE, OPTIONS"),
+    );
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("Content-Type, Authorization, X-Request-ID"),
+    );
+    headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+    response
+}
+
+/// Returns the `Access-Control-Allow-Origin` value for a request: `*` when any origin is
+/// allowed, else the request's origin when it is configured.
+fn allowed_origin(origins: &[String], headers: &HeaderMap) -> Option<HeaderValue> {
+    if origins.iter().any(|origin| origin == "*") {
+        return Some(HeaderValue::from_static("*"));
+    }
+    let origin = headers.get(ORIGIN)?;
+    let text = origin.to_str().ok()?;
+    origins
+        .iter()
+        .any(|allowed| allowed == text)
+        .then(|| origin.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_authorization(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn only_the_exact_bearer_form_is_accepted() {
+        assert!(authorized(&with_authorization("Bearer s3cret"), "s3cret"));
+        for bad in [
+            "bearer s3cret",
+            "Bearer  s3cret",
+            "Basic s3cret",
+            "s3cret",
+            "Bearer ",
+            "Bearer s3cre",
+            "Bearer s3cret ",
+        ] {
+            assert!(!authorized(&with_authorization(bad), "s3cret"), "{bad}");
+        }
+        assert!(!authorized(&HeaderMap::new(), "s3cret"));
+    }
+
+    #[test]
+    fn origins_are_echoed_only_when_configured() {
+        let mut headers = HeaderMap::new();
+        headers.insert(ORIGIN, HeaderValue::from_static("https://a.example"));
+        let any = vec!["*".to_owned()];
+        assert_eq!(
+            allowed_origin(&any, &headers),
+            Some(HeaderValue::from_static("*"))
+        );
+        let listed = vec!["https://a.example".to_owned()];
+        assert_eq!(
+            allowed_origin(&listed, &headers),
+            Some(HeaderValue::from_static("https://a.example"))
+        );
+        let other = vec!["https://b.example".to_owned()];
+        assert_eq!(allowed_origin(&other, &headers), None);
+    }
+}

@@ -1,0 +1,124 @@
+//! Request-body decoding shared by every route that reads JSON (WIRE.md §1.1): the body is read
+//! under a size limit, only its first JSON value is decoded, `null` means "all fields absent",
+//! and every failure is a 400 in our envelope (never axum's plain-text rejections).
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::header::CONTENT_LENGTH;
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::error::ApiError;
+
+/// How much of an oversized body is still read (and discarded) so that the client, which may
+/// still be writing, receives the 400 instead of a reset connection.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Reads the body of `request` (at most `limit` bytes) and decodes it as `T`.
+pub async fn read_json<T: DeserializeOwned>(request: Request, limit: usize) -> Result<T, ApiError> {
+    let bytes = read_limited(request, limit).await?;
+    decode(&bytes)
+}
+
+/// Decodes the first JSON value of `bytes` as `T`; `null` decodes like `{}`.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
+    let value = match values.next() {
+        None => return Err(ApiError::validation("invalid JSON: EOF")),
+        Some(Err(error)) => {
+            return Err(ApiError::validation(format_args!("invalid JSON: {error}")));
+        }
+        Some(Ok(Value::Null)) => Value::Object(serde_json::Map::new()),
+        Some(Ok(value)) => value,
+    };
+    serde_json::from_value(value)
+        .map_err(|error| ApiError::validation(format_args!("invalid JSON: {error}")))
+}
+
+/// Reads the whole body, failing with `request body too large` past `limit` bytes.
+async fn read_limited(request: Request, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    let too_large = || ApiError::validation("request body too large");
+    let body: Body = request.into_body();
+    if declared.is_some_and(|length| length > limit as u64) {
+        drain(body).await;
+        return Err(too_large());
+    }
+    let mut stream = body.into_data_stream();
+    let mut buffer = Vec::with_capacity(declared.map_or(0, |length| length as usize));
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|error| ApiError::validation(format_args!("invalid request body: {error}")))?;
+        if buffer.len() + chunk.len() > limit {
+            drain_stream(stream, buffer.len() + chunk.len()).await;
+            return Err(too_large());
+        }
+        buffer.extend_from_slice(&chunk);
+    }
+    Ok(buffer)
+}
+
+/// Discards a body, up to [`DRAIN_LIMIT`] bytes.
+async fn drain(body: Body) {
+    drain_stream(body.into_data_stream(), 0).await;
+}
+
+async fn drain_stream(mut stream: axum::body::BodyDataStream, mut seen: usize) {
+    while seen < DRAIN_LIMIT {
+        match stream.next().await {
+            Some(Ok(chunk)) => seen += chunk.len(),
+            _ => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Sample {
+        name: Option<String>,
+    }
+
+    #[test]
+    fn empty_and_blank_bodies_are_eof() {
+        for body in [&b""[..], b"  \n"] {
+            let error = decode::<Sample>(body).unwrap_err();
+            assert_eq!(
+                error,
+                ApiError::BadRequest("validation error: invalid JSON: EOF".into())
+            );
+        }
+    }
+
+    #[test]
+    fn null_means_every_field_absent_and_trailing_data_is_ignored() {
+        assert_eq!(decode::<Sample>(b"null").unwrap(), Sample { name: None });
+        assert_eq!(
+            decode::<Sample>(br#"{"name":"a","x":1} trailing"#).unwrap(),
+            Sample {
+                name: Some("a".into())
+            }
+        );
+    }
+
+    #[test]
+    fn malformed_json_and_wrong_types_are_validation_errors() {
+        for body in [&b"{"[..], br#"{"name": 5}"#, b"[1]"] {
+            match decode::<Sample>(body) {
+                Err(ApiError::BadRequest(message)) => {
+                    assert!(message.starts_with("validation error: invalid JSON: "))
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The error envelope of WIRE.md §3: every failed request answers
+//! `{"error": "<message>", "code": "<CODE>"}` with the matching status. Kernel errors are mapped
+//! through their [`ErrorCode`]; 5xx bodies never carry internal details (the cause is logged here,
+//! once, inside the request's span).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use keel_actors::error::ErrorCode;
+use keel_actors::kernel::KernelError;
+use serde::Serialize;
+
+/// A failed request, as the client sees it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `VALIDATION_ERROR`; the message is sent as is (`validation error: ...`).
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401 `UNAUTHORIZED`; the message is sent as is.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 404 `NOT_FOUND`; the message is sent as is.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409 `CONFLICT`; the message is sent as is.
+    #[error("{0}")]
+    Conflict(String),
+    /// 503 `SERVICE_UNAVAILABLE`; the message is sent as is (it must not be internal detail).
+    #[error("{0}")]
+    Unavailable(String),
+    /// 500 `INTERNAL_ERROR`; the cause is logged and the client sees `internal error`.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// Returns a 400 with the `validation error: <detail>` message shape of WIRE.md §3.3.
+    pub fn validation(detail: impl std::fmt::Display) -> Self {
+        Self::BadRequest(format!("validation error: {detail}"))
+    }
+
+    /// Returns the status and wire code of this error.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "VALIDATION_ERROR"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
+            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
+        }
+    }
+}
+
+impl From<KernelError> for ApiError {
+    fn from(error: KernelError) -> Self {
+        let message = error.to_string();
+        match error.code() {
+            ErrorCode::BadRequest => Self::BadRequest(message),
+            ErrorCode::Unauthorized => Self::Unauthorized(message),
+            ErrorCode::NotFound => Self::NotFound(message),
+            ErrorCode::Conflict => Self::Conflict(message),
+            ErrorCode::Unavailable | ErrorCode::Timeout => {
+                tracing::warn!(error = %message, "kernel unavailable");
+                Self::Unavailable("service unavailable".to_owned())
+            }
+            ErrorCode::Internal => Self::Internal(message),
+        }
+    }
+}
+
+/// Body of every error response.
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: &'a str,
+    code: &'static str,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = match &self {
+            Self::Internal(cause) => {
+                tracing::error!(error = %cause, "request failed");
+                "internal error"
+            }
+            Self::BadRequest(message)
+            | Self::Unauthorized(message)
+            | Self::NotFound(message)
+            | Self::Conflict(message)
+            | Self::Unavailable(message) => message.as_str(),
+        };
+        (
+            status,
+            Json(Envelope {
+                error: message,
+                code,
+            }),
+        )
+            .into_response()
+    }
+}
+
+/// Answers paths no route matches.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound("not found".to_owned())
+}

@@ -1,0 +1,355 @@
+//! Execution routes (WIRE.md §7.1–7.6): create, list, get, cancel, signal and the events
+//! snapshot. The live stream (§7.7) is in [`super::sse`].
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::StatusCode;
+use keel_actors::events::Event;
+use keel_actors::ids::{AgentId, ExecutionId};
+use keel_actors::status::ExecutionStatus;
+use keel_actors::store::{ExecutionRow, ListFilter};
+use keel_actors::time;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::body::read_json;
+use super::cursor;
+use super::error::ApiError;
+use super::query::QueryParams;
+
+/// Longest agent id accepted, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+const DEFAULT_LIST_LIMIT: i64 = 50;
+const MAX_LIST_LIMIT: i64 = 200;
+const DEFAULT_EVENTS_LIMIT: i64 = 100;
+const MAX_EVENTS_LIMIT: i64 = 1000;
+
+/// The Execution object of WIRE.md §6.
+#[derive(Serialize)]
+pub struct ExecutionBody {
+    id: String,
+    status: ExecutionStatus,
+    agent_id: String,
+    labels: Option<BTreeMap<String, String>>,
+    input: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<Value>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<ExecutionRow> for ExecutionBody {
+    fn from(row: ExecutionRow) -> Self {
+        let output = match row.status {
+            ExecutionStatus::Completed => row.output.filter(|output| !output.is_null()),
+            _ => None,
+        };
+        Self {
+            id: row.id.into_string(),
+            status: row.status,
+            agent_id: row.agent_id.into_string(),
+            labels: row.labels,
+            input: row.input,
+            output,
+            created_at: time::format(&row.created_at),
+            updated_at: time::format(&row.updated_at),
+        }
+    }
+}
+
+/// One entry of the list response: labels are always an object.
+#[derive(Serialize)]
+pub struct ExecutionSummary {
+    id: String,
+    status: ExecutionStatus,
+    agent_id: String,
+    labels: BTreeMap<String, String>,
+    created_at: String,
+    updated_at: String,
+}
+
+/// Body of `GET /v0/executions`.
+#[derive(Serialize)]
+pub struct ListBody {
+    executions: Vec<ExecutionSummary>,
+    next_cursor: String,
+}
+
+/// Body of `GET /v0/executions/{id}/events`.
+#[derive(Serialize)]
+pub struct EventsBody {
+    events: Vec<Event>,
+    latest_sequence: i64,
+}
+
+#[derive(Deserialize)]
+struct CreateRequest {
+    agent_id: Option<String>,
+    input: Option<Value>,
+    labels: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct SignalRequest {
+    signal_type: Option<String>,
+    payload: Option<Value>,
+}
+
+/// Returns the path's id, mapping axum's rejection into the envelope.
+pub fn path_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    path.map(|Path(id)| id)
+        .map_err(|rejection| ApiError::validation(rejection.body_text()))
+}
+
+/// Returns a 400 unless `value` fits [`MAX_ID_BYTES`].
+pub fn check_length(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.len() > MAX_ID_BYTES {
+        return Err(ApiError::validation(format_args!(
+            "{field} exceeds maximum length of {MAX_ID_BYTES} characters"
+        )));
+    }
+    Ok(())
+}
+
+/// `POST /v0/executions`.
+pub async fn create(
+    State(state): State<AppState>,
+    request: Request,
+) -> Result<(StatusCode, Json<ExecutionBody>), ApiError> {
+    let body: CreateRequest = read_json(request, state.settings.body_limit).await?;
+    let agent_id = body.agent_id.unwrap_or_default();
+    check_length("agent_id", &agent_id)?;
+    if agent_id.is_empty() {
+        return Err(ApiError::validation("agent_id is required"));
+    }
+    let labels = parse_labels(body.labels)?;
+    let input = body.input.unwrap_or(Value::Null);
+    let row = state
+        .kernel
+        .create_execution(AgentId::new(agent_id), input, labels)
+        .await?;
+    Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+/// Accepts labels only as an object of string values (Corrections item 3).
+fn parse_labels(labels: Option<Value>) -> Result<Option<BTreeMap<String, String>>, ApiError> {
+    let Some(labels) = labels else {
+        return Ok(None);
+    };
+    let Value::Object(map) = labels else {
+        return Err(ApiError::validation(
+            "labels must be an object of string values",
+        ));
+    };
+    let mut parsed = BTreeMap::new();
+    for (key, value) in map {
+        let Value::String(value) = value else {
+            return Err(ApiError::validation(format_args!(
+                "label {key:?} must be a string"
+            )));
+        };
+        parsed.insert(key, value);
+    }
+    Ok(Some(parsed))
+}
+
+/// `GET /v0/executions`.
+pub async fn list(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<ListBody>, ApiError> {
+    let query = QueryParams::parse(raw.as_deref());
+    let mut filter = list_filter(&query)?;
+    let limit = filter.limit;
+    filter.limit = limit + 1;
+    let mut rows = state.kernel.list_executions(&filter).await?;
+    let mut next_cursor = String::new();
+    if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        if let Some(last) = rows.last() {
+            next_cursor = cursor::encode(&last.created_at, last.id.as_str());
+        }
+    }
+    let executions = rows
+        .into_iter()
+        .map(|row| ExecutionSummary {
+            id: row.id.into_string(),
+            status: row.status,
+            agent_id: row.agent_id.into_string(),
+            labels: row.labels.unwrap_or_default(),
+            created_at: time::format(&row.created_at),
+            updated_at: time::format(&row.updated_at),
+        })
+        .collect();
+    Ok(Json(ListBody {
+        executions,
+        next_cursor,
+    }))
+}
+
+/// Builds the list filter from the query (WIRE.md §7.2), with the page's own limit.
+fn list_filter(query: &QueryParams) -> Result<ListFilter, ApiError> {
+    let status = match query.get("status") {
+        None => None,
+        Some(text) => Some(
+            text.parse::<ExecutionStatus>()
+                .map_err(|_| ApiError::validation(format_args!("invalid status {text:?}")))?,
+        ),
+    };
+    let mut labels = Vec::new();
+    for label in query.all("label") {
+        match label.split_once(':') {
+            Some((key, value)) if !key.is_empty() => {
+                labels.push((key.to_owned(), value.to_owned()))
+            }
+            _ => {
+                return Err(ApiError::validation(format_args!(
+                    "invalid label filter {label:?}, expected key:value"
+                )));
+            }
+        }
+    }
+    let after = match query.get("cursor") {
+        None => None,
+        Some(text) => {
+            Some(cursor::decode(text).ok_or_else(|| ApiError::validation("invalid cursor"))?)
+        }
+    };
+    let limit = match query.non_negative("limit", DEFAULT_LIST_LIMIT) {
+        0 => DEFAULT_LIST_LIMIT,
+        limit => limit.min(MAX_LIST_LIMIT),
+    };
+    Ok(ListFilter {
+        status,
+        agent_id: query.get("agent_id").map(str::to_owned),
+        labels,
+        after,
+        limit,
+    })
+}
+
+/// `GET /v0/executions/{id}`.
+pub async fn get(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<ExecutionBody>, ApiError> {
+    let id = ExecutionId::new(path_id(path)?);
+    let row = state.kernel.execution(&id).await?;
+    Ok(Json(row.into()))
+}
+
+/// `POST /v0/executions/{id}/cancel`; never reads the body.
+pub async fn cancel(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<ExecutionBody>, ApiError> {
+    let id = ExecutionId::new(path_id(path)?);
+    let row = state.kernel.cancel(&id).await?;
+    Ok(Json(row.into()))
+}
+
+/// `POST /v0/executions/{id}/signal`.
+pub async fn signal(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let id = ExecutionId::new(path_id(path)?);
+    let body: SignalRequest = read_json(request, state.settings.body_limit).await?;
+    let signal_type = body.signal_type.unwrap_or_default();
+    if signal_type.is_empty() {
+        return Err(ApiError::validation("signal_type is required"));
+    }
+    state
+        .kernel
+        .signal(&id, signal_type, body.payload.unwrap_or(Value::Null))
+        .await?;
+    Ok(Json(json!({ "status": "ok" })))
+}
+
+/// `GET /v0/executions/{id}/events`: one page of the log; unknown executions give an empty page.
+pub async fn events(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<EventsBody>, ApiError> {
+    let id = ExecutionId::new(path_id(path)?);
+    let query = QueryParams::parse(raw.as_deref());
+    let after_sequence = query.non_negative("after_sequence", 0);
+    let limit = match query.non_negative("limit", DEFAULT_EVENTS_LIMIT) {
+        0 => DEFAULT_EVENTS_LIMIT,
+        limit => limit.min(MAX_EVENTS_LIMIT),
+    };
+    let events = state.kernel.events(&id, after_sequence, limit).await?;
+    let latest_sequence = events.last().map_or(0, |event| event.sequence);
+    Ok(Json(EventsBody {
+        events,
+        latest_sequence,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_must_be_an_object_of_strings() {
+        assert_eq!(parse_labels(None).unwrap(), None);
+        let parsed = parse_labels(Some(json!({"team": "ops"}))).unwrap().unwrap();
+        assert_eq!(parsed.get("team").map(String::as_str), Some("ops"));
+        for bad in [
+            json!({"n": 1}),
+            json!(["a"]),
+            json!("x"),
+            json!({"a": null}),
+        ] {
+            assert!(matches!(
+                parse_labels(Some(bad)),
+                Err(ApiError::BadRequest(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn list_limits_are_defaulted_and_clamped() {
+        let limit = |raw: &str| list_filter(&QueryParams::parse(Some(raw))).unwrap().limit;
+        assert_eq!(limit(""), 50);
+        assert_eq!(limit("limit=0"), 50);
+        assert_eq!(limit("limit=-1"), 50);
+        assert_eq!(limit("limit=abc"), 50);
+        assert_eq!(limit("limit=7"), 7);
+        assert_eq!(limit("limit=500"), 200);
+    }
+
+    #[test]
+    fn bad_filters_have_the_wire_messages() {
+        let error = |raw: &str| {
+            list_filter(&QueryParams::parse(Some(raw)))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            error("status=done"),
+            r#"validation error: invalid status "done""#
+        );
+        assert_eq!(
+            error("label=nocolon"),
+            r#"validation error: invalid label filter "nocolon", expected key:value"#
+        );
+        assert_eq!(
+            error("label=:v"),
+            r#"validation error: invalid label filter ":v", expected key:value"#
+        );
+        assert_eq!(error("cursor=zzz"), "validation error: invalid cursor");
+        let filter = list_filter(&QueryParams::parse(Some(
+            "label=a:b:c&status=running&agent_id=x",
+        )))
+        .unwrap();
+        assert_eq!(filter.labels, vec![("a".to_owned(), "b:c".to_owned())]);
+        assert_eq!(filter.status, Some(ExecutionStatus::Running));
+    }
+}

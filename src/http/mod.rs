@@ -1,0 +1,146 @@
+//! The HTTP + SSE adapter of WIRE.md: routes, request decoding, the error envelope, bearer
+//! authentication, CORS, request ids and the three SSE streams. Handlers only decode, call the
+//! [`Kernel`] handle and encode; no handler changes state by itself.
+//!
+//! `main`/`run` builds one [`AppState`] and serves [`router`]; the integration tests do the same.
+
+mod agents;
+mod auth;
+mod body;
+mod cursor;
+mod error;
+mod executions;
+mod health;
+mod query;
+mod request_id;
+mod runners;
+mod sse;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::middleware;
+use axum::routing::{delete, get, post};
+use keel_actors::kernel::Kernel;
+use tokio_util::sync::CancellationToken;
+
+pub use error::ApiError;
+
+/// Default limit of ordinary request bodies (WIRE.md §1.1).
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+/// Default limit of intents, step results and runner results (Corrections item 10).
+pub const DEFAULT_LARGE_BODY_LIMIT: usize = 16 * 1024 * 1024;
+/// Default SSE heartbeat period (WIRE.md §8).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// Settings of the HTTP layer.
+#[derive(Clone)]
+pub struct HttpSettings {
+    /// Bearer token every route but health and ready requires; `None` disables authentication.
+    pub bearer_token: Option<String>,
+    /// Allowed CORS origins (`*` allows any); empty disables CORS.
+    pub cors_origins: Vec<String>,
+    /// Body limit in bytes of create, signal and the runner administration routes.
+    pub body_limit: usize,
+    /// Body limit in bytes of intents, agent step results and runner results.
+    pub large_body_limit: usize,
+    /// Period of the `:heartbeat` comment on every SSE stream.
+    pub heartbeat: Duration,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            bearer_token: None,
+            cors_origins: Vec::new(),
+            body_limit: DEFAULT_BODY_LIMIT,
+            large_body_limit: DEFAULT_LARGE_BODY_LIMIT,
+            heartbeat: DEFAULT_HEARTBEAT,
+        }
+    }
+}
+
+impl std::fmt::Debug for HttpSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSettings")
+            .field(
+                "bearer_token",
+                &self.bearer_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("cors_origins", &self.cors_origins)
+            .field("body_limit", &self.body_limit)
+            .field("large_body_limit", &self.large_body_limit)
+            .field("heartbeat", &self.heartbeat)
+            .finish()
+    }
+}
+
+/// What every handler receives.
+#[derive(Clone)]
+pub struct AppState {
+    /// Handle to the actor tree.
+    pub kernel: Kernel,
+    /// HTTP settings.
+    pub settings: Arc<HttpSettings>,
+    /// Cancelled when the server shuts down; every open SSE stream then ends, so that the
+    /// graceful shutdown of the server does not wait for them forever.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// Returns the state for `kernel` with `settings`; streams end when `shutdown` is cancelled.
+    pub fn new(kernel: Kernel, settings: HttpSettings, shutdown: CancellationToken) -> Self {
+        Self {
+            kernel,
+            settings: Arc::new(settings),
+            shutdown,
+        }
+    }
+}
+
+/// Builds the router of every route of WIRE.md §4, each also reachable with a trailing slash.
+pub fn router(state: AppState) -> Router {
+    let routes = Router::new()
+        .route("/v0/health", get(health::health))
+        .route("/v0/ready", get(health::ready))
+        .route("/metrics", get(health::metrics))
+        .route(
+            "/v0/executions",
+            post(executions::create).get(executions::list),
+        )
+        .route(
+            "/v0/executions/",
+            post(executions::create).get(executions::list),
+        )
+        .route("/v0/executions/{id}", get(executions::get))
+        .route("/v0/executions/{id}/", get(executions::get))
+        .route("/v0/executions/{id}/cancel", post(executions::cancel))
+        .route("/v0/executions/{id}/signal", post(executions::signal))
+        .route("/v0/executions/{id}/events", get(executions::events))
+        .route("/v0/executions/{id}/stream", get(sse::execution_stream))
+        .route("/v0/agents/stream", get(agents::stream))
+        .route("/v0/agents/intent", post(agents::intent))
+        .route("/v0/agents/step-result", post(agents::step_result))
+        .route("/v0/runners/stream", get(runners::stream))
+        .route(
+            "/v0/runners/steps/{step_id}/started",
+            post(runners::step_started),
+        )
+        .route("/v0/runners/{id}", delete(runners::unregister))
+        .route("/v0/runners/{id}/", delete(runners::unregister))
+        .route("/v0/runners/{id}/results", post(runners::result))
+        .route("/v0/runners/{id}/capabilities", post(runners::capabilities))
+        .route("/v0/runners/{id}/tools", post(runners::publish_tools))
+        .route("/v0/tools", get(runners::tools))
+        .fallback(error::not_found);
+    // Layers run outermost last-added: request id, then CORS, then authentication.
+    routes
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_bearer,
+        ))
+        .layer(middleware::from_fn_with_state(state.clone(), auth::cors))
+        .layer(middleware::from_fn(request_id::request_id))
+        .with_state(state)
+}

@@ -1,0 +1,81 @@
+//! Request ids (WIRE.md §1.3) and the per-request tracing span.
+//!
+//! Every response carries `X-Request-ID`: the caller's value when it is at most 128 bytes and
+//! free of CR/LF, otherwise a fresh UUID. Each request runs in a span with its method, matched
+//! route and request id, so every log line of a handler (and of the error envelope) names them.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
+use tracing::Instrument;
+
+/// Header carrying the request id.
+pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Longest caller-chosen request id that is echoed.
+const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// Assigns the request id, runs the request in its span and echoes the id.
+pub async fn request_id(mut request: Request, next: Next) -> Response {
+    let id = request
+        .headers()
+        .get(&X_REQUEST_ID)
+        .filter(|value| acceptable(value.as_bytes()))
+        .cloned()
+        .unwrap_or_else(fresh_id);
+    request
+        .headers_mut()
+        .insert(X_REQUEST_ID.clone(), id.clone());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "<unmatched>".to_owned(), |path| path.as_str().to_owned());
+    let span = tracing::info_span!(
+        "request",
+        http.method = %request.method(),
+        http.route = %route,
+        request.id = %String::from_utf8_lossy(id.as_bytes()),
+    );
+    let started = Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    span.in_scope(|| {
+        tracing::debug!(
+            http.status = response.status().as_u16(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "request answered"
+        );
+    });
+    response.headers_mut().insert(X_REQUEST_ID.clone(), id);
+    response
+}
+
+/// Returns whether a caller's request id may be echoed.
+fn acceptable(value: &[u8]) -> bool {
+    !value.is_empty()
+        && value.len() <= MAX_REQUEST_ID_BYTES
+        && !value.iter().any(|&byte| byte == b'\r' || byte == b'\n')
+}
+
+fn fresh_id() -> HeaderValue {
+    let id = uuid::Uuid::new_v4().hyphenated().to_string();
+    // A hyphenated UUID is always a valid header value.
+    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("invalid-request-id"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_or_empty_ids_are_replaced() {
+        assert!(acceptable(b"abc-123"));
+        assert!(acceptable(&[b'a'; 128]));
+        assert!(!acceptable(&[b'a'; 129]));
+        assert!(!acceptable(b""));
+        assert!(!acceptable(b"a\nb"));
+        assert_eq!(fresh_id().len(), 36);
+    }
+}

@@ -1,0 +1,306 @@
+//! Runner routes: the runner stream (WIRE.md §13.1), results (§11.2), step started (§11.3),
+//! tool publishing and the tool directory (§13.6, §13.7), capabilities (§13.8) and
+//! unregistering (§13.9).
+
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use keel_actors::execution::StepOutcome;
+use keel_actors::ids::{ConsumerId, ExecutionId, RunnerId, StepId};
+use keel_actors::kernel::{ToolEntry, ToolSchema};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::body::read_json;
+use super::error::ApiError;
+use super::executions::{check_length, path_id};
+use super::query::QueryParams;
+use super::sse;
+
+#[derive(Deserialize)]
+struct ResultRequest {
+    job_id: Option<String>,
+    execution_id: Option<String>,
+    step_id: Option<String>,
+    success: Option<bool>,
+    data: Option<Value>,
+    error: Option<String>,
+    retryable: Option<bool>,
+    started_at: Option<String>,
+    completed_at: Option<String>,
+    consumer_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct StartedRequest {
+    execution_id: Option<String>,
+    runner_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PublishRequest {
+    tools: Option<Vec<PublishedTool>>,
+}
+
+#[derive(Deserialize)]
+struct PublishedTool {
+    id: Option<String>,
+    description: Option<Value>,
+    input_schema: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct CapabilitiesRequest {
+    tools: Option<Vec<String>>,
+}
+
+/// `GET /v0/runners/stream?runner_id=&consumer_id=&capabilities=a,b`: the runner's job stream.
+pub async fn stream(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let query = QueryParams::parse(raw.as_deref());
+    let (Some(runner_id), Some(consumer_id)) = (query.get("runner_id"), query.get("consumer_id"))
+    else {
+        return Err(ApiError::validation(
+            "runner_id and consumer_id query params are required",
+        ));
+    };
+    check_length("runner_id", runner_id)?;
+    check_length("consumer_id", consumer_id)?;
+    let capabilities = query
+        .get("capabilities")
+        .map(|list| {
+            list.split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let pushes = state
+        .kernel
+        .connect_runner(
+            RunnerId::new(runner_id),
+            ConsumerId::new(consumer_id),
+            capabilities,
+        )
+        .await?;
+    tracing::debug!(
+        runner.id = runner_id,
+        consumer.id = consumer_id,
+        "runner stream opened"
+    );
+    Ok(sse::push_response(&state, sse::StreamKind::Runner, pushes))
+}
+
+/// `POST /v0/runners/{id}/results`. The runner connection named by the path id and the body's
+/// `consumer_id` is freed on every path, including validation failures.
+pub async fn result(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let runner_id = RunnerId::new(path_id(path)?);
+    let body: ResultRequest = read_json(request, state.settings.large_body_limit).await?;
+    let consumer_id = body
+        .consumer_id
+        .clone()
+        .filter(|id| !id.is_empty())
+        .map(ConsumerId::new);
+    let execution_id = body.execution_id.clone().unwrap_or_default();
+    let outcome = match validate_result(&body) {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            release_runner(&state, &runner_id, consumer_id.as_ref(), &execution_id).await;
+            return Err(error);
+        }
+    };
+    state
+        .kernel
+        .runner_result(
+            &runner_id,
+            consumer_id.as_ref(),
+            &ExecutionId::new(execution_id),
+            outcome,
+        )
+        .await?;
+    Ok(Json(json!({ "status": "ok" })))
+}
+
+/// Checks a runner result (timestamps first, as the reference decodes them with the body).
+fn validate_result(body: &ResultRequest) -> Result<StepOutcome, ApiError> {
+    for (field, value) in [
+        ("started_at", &body.started_at),
+        ("completed_at", &body.completed_at),
+    ] {
+        if let Some(text) = value
+            && chrono::DateTime::parse_from_rfc3339(text).is_err()
+        {
+            return Err(ApiError::validation(format_args!(
+                "invalid JSON: {field} {text:?} is not an RFC 3339 time"
+            )));
+        }
+    }
+    let present = |value: &Option<String>| value.as_deref().is_some_and(|text| !text.is_empty());
+    if !present(&body.job_id) || !present(&body.execution_id) || !present(&body.step_id) {
+        return Err(ApiError::validation(
+            "job_id, execution_id, and step_id are required",
+        ));
+    }
+    Ok(StepOutcome {
+        step_id: StepId::new(body.step_id.clone().unwrap_or_default()),
+        success: body.success.unwrap_or(false),
+        data: body.data.clone(),
+        error: body.error.clone(),
+        retryable: body.retryable.unwrap_or(false),
+    })
+}
+
+/// Frees a runner connection after a result that could not be applied. The kernel frees the
+/// connection on every outcome of `runner_result`; an empty step id records nothing.
+async fn release_runner(
+    state: &AppState,
+    runner_id: &RunnerId,
+    consumer_id: Option<&ConsumerId>,
+    execution_id: &str,
+) {
+    if consumer_id.is_none() || runner_id.as_str().is_empty() {
+        return;
+    }
+    let outcome = StepOutcome {
+        step_id: StepId::new(""),
+        success: false,
+        data: None,
+        error: None,
+        retryable: false,
+    };
+    if let Err(error) = state
+        .kernel
+        .runner_result(
+            runner_id,
+            consumer_id,
+            &ExecutionId::new(execution_id),
+            outcome,
+        )
+        .await
+    {
+        tracing::debug!(runner.id = %runner_id, error = %error, "runner released after a rejected result");
+    }
+}
+
+/// `POST /v0/runners/steps/{step_id}/started`.
+pub async fn step_started(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let step_id = StepId::new(path_id(path)?);
+    let body: StartedRequest = read_json(request, state.settings.body_limit).await?;
+    let execution_id = body.execution_id.unwrap_or_default();
+    let runner_id = body.runner_id.unwrap_or_default();
+    if execution_id.is_empty() || runner_id.is_empty() {
+        return Err(ApiError::validation(
+            "execution_id and runner_id are required",
+        ));
+    }
+    state
+        .kernel
+        .step_started(
+            &ExecutionId::new(execution_id),
+            &step_id,
+            &RunnerId::new(runner_id),
+        )
+        .await?;
+    Ok(Json(json!({ "status": "ok" })))
+}
+
+/// `POST /v0/runners/{id}/tools`: replaces the runner's published schemas; 204.
+pub async fn publish_tools(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<StatusCode, ApiError> {
+    let runner_id = RunnerId::new(path_id(path)?);
+    let body: PublishRequest = read_json(request, state.settings.body_limit).await?;
+    let mut tools = Vec::new();
+    for (index, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
+        let id = tool.id.unwrap_or_default();
+        if id.is_empty() {
+            return Err(ApiError::validation(format_args!(
+                "tools[{index}].id is required"
+            )));
+        }
+        tools.push(ToolSchema {
+            id,
+            description: tool.description.unwrap_or(Value::Null),
+            input_schema: tool.input_schema.unwrap_or(Value::Null),
+        });
+    }
+    state.kernel.publish_tools(&runner_id, tools).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v0/tools?prefix=`: the tool directory, always a JSON array.
+pub async fn tools(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Json<Vec<ToolEntry>> {
+    let query = QueryParams::parse(raw.as_deref());
+    Json(state.kernel.tools(query.get("prefix").unwrap_or("")))
+}
+
+/// `POST /v0/runners/{id}/capabilities`: replaces the capabilities of the runner's connections.
+pub async fn capabilities(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let runner_id = RunnerId::new(path_id(path)?);
+    let body: CapabilitiesRequest = read_json(request, state.settings.body_limit).await?;
+    state
+        .kernel
+        .update_capabilities(&runner_id, body.tools.unwrap_or_default())
+        .await?;
+    Ok(Json(json!({ "status": "ok" })))
+}
+
+/// `DELETE /v0/runners/{id}`: drops the runner's schemas; 204. Never reads the body.
+pub async fn unregister(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let runner_id = RunnerId::new(path_id(path)?);
+    state.kernel.unregister_runner(&runner_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(value: Value) -> ResultRequest {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn results_need_ids_and_valid_times() {
+        let error = validate_result(&request(json!({"job_id": "j", "step_id": "s"}))).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "validation error: job_id, execution_id, and step_id are required"
+        );
+        let error = validate_result(&request(
+            json!({"job_id": "j", "execution_id": "e", "step_id": "s", "started_at": "yesterday"}),
+        ))
+        .unwrap_err();
+        assert!(matches!(error, ApiError::BadRequest(_)));
+        let outcome = validate_result(&request(json!({
+            "job_id": "j", "execution_id": "e", "step_id": "s", "success": true, "data": {"x": 1},
+            "completed_at": "2026-01-01T00:00:00.5+02:00"
+        })))
+        .unwrap();
+        assert!(outcome.success && !outcome.retryable);
+        assert_eq!(outcome.data, Some(json!({"x": 1})));
+    }
+}

@@ -1,0 +1,321 @@
+//! SSE streams (WIRE.md §8): framing, heartbeats, shutdown, and the three streams.
+//!
+//! * Agent and runner streams relay the kernel's [`PushStream`] (`event:` + `data:`); they end
+//!   when the kernel ends the connection or the server shuts down. Dropping the body (client
+//!   gone) drops the `PushStream`, which tells the kernel.
+//! * The execution stream (§7.7) subscribes to commit notices *before* reading, replays every
+//!   page of the log, then tails it; it ends right after a terminal event, or at once when the
+//!   execution is terminal and nothing remains.
+//!
+//! Responses are never compressed and every message is its own body chunk, so it reaches the
+//! socket at once (Corrections item 4).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::header::{CACHE_CONTROL, CONNECTION, CONTENT_TYPE};
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::Response;
+use futures::Stream;
+use keel_actors::events::{Event, is_terminal_type};
+use keel_actors::ids::ExecutionId;
+use keel_actors::kernel::{CommitNotice, Kernel, PushStream};
+use keel_actors::push::Push;
+use tokio::sync::broadcast;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+use super::error::ApiError;
+use super::executions::path_id;
+use super::query::QueryParams;
+
+/// First bytes of every stream.
+const PREAMBLE: &[u8] = b"retry: 5000\n\n";
+/// Comment sent every heartbeat period.
+const HEARTBEAT: &[u8] = b":heartbeat\n\n";
+/// Events read from the store per page while replaying.
+const PAGE: i64 = 1000;
+
+/// Which stream a connection is, for metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamKind {
+    /// `GET /v0/agents/stream`.
+    Agent,
+    /// `GET /v0/runners/stream`.
+    Runner,
+    /// `GET /v0/executions/{id}/stream`.
+    Execution,
+}
+
+impl StreamKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Runner => "runner",
+            Self::Execution => "execution",
+        }
+    }
+}
+
+/// Counts a connection in the kernel's metrics while it lives.
+struct ConnectionGuard {
+    kernel: Kernel,
+    kind: StreamKind,
+}
+
+impl ConnectionGuard {
+    fn new(kernel: &Kernel, kind: StreamKind) -> Self {
+        kernel.metrics().sse_connected(kind.as_str());
+        Self {
+            kernel: kernel.clone(),
+            kind,
+        }
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.kernel.metrics().sse_disconnected(self.kind.as_str());
+        tracing::debug!(stream.kind = self.kind.as_str(), "sse stream closed");
+    }
+}
+
+/// What every stream has: the heartbeat timer, the shutdown token and its metrics guard.
+struct Common {
+    heartbeat: Interval,
+    shutdown: CancellationToken,
+    preamble_sent: bool,
+    _guard: ConnectionGuard,
+}
+
+impl Common {
+    fn new(state: &AppState, kind: StreamKind) -> Self {
+        let period = state.settings.heartbeat;
+        let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Self {
+            heartbeat,
+            shutdown: state.shutdown.clone(),
+            preamble_sent: false,
+            _guard: ConnectionGuard::new(&state.kernel, kind),
+        }
+    }
+
+    /// Returns the preamble the first time it is called.
+    fn preamble(&mut self) -> Option<Bytes> {
+        if self.preamble_sent {
+            return None;
+        }
+        self.preamble_sent = true;
+        Some(Bytes::from_static(PREAMBLE))
+    }
+}
+
+/// Returns the streaming response with the SSE headers of WIRE.md §8.
+fn sse_response(
+    stream: impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+) -> Response {
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(CONNECTION, HeaderValue::from_static("keep-alive"));
+    headers.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+    response
+}
+
+/// Frames one message: optional `id:`, `event:`, one `data:` line per line of the JSON.
+fn frame(id: Option<i64>, event: &str, data: &str) -> Bytes {
+    let mut text = String::with_capacity(data.len() + event.len() + 32);
+    if let Some(id) = id {
+        text.push_str(&format!("id: {id}\n"));
+    }
+    text.push_str("event: ");
+    text.push_str(event);
+    text.push('\n');
+    for line in data.split('\n') {
+        text.push_str("data: ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push('\n');
+    Bytes::from(text)
+}
+
+fn push_frame(push: &Push) -> Bytes {
+    frame(None, push.event, &push.data.to_string())
+}
+
+/// Relays an agent or runner connection's pushes as an SSE response.
+pub fn push_response(state: &AppState, kind: StreamKind, pushes: PushStream) -> Response {
+    struct Relay {
+        pushes: PushStream,
+        common: Common,
+    }
+    let relay = Relay {
+        pushes,
+        common: Common::new(state, kind),
+    };
+    let stream = futures::stream::unfold(relay, |mut relay| async move {
+        if let Some(preamble) = relay.common.preamble() {
+            return Some((Ok(preamble), relay));
+        }
+        let chunk = tokio::select! {
+            biased;
+            () = relay.common.shutdown.cancelled() => None,
+            push = relay.pushes.next() => push.map(|push| push_frame(&push)),
+            _ = relay.common.heartbeat.tick() => Some(Bytes::from_static(HEARTBEAT)),
+        };
+        chunk.map(|chunk| (Ok(chunk), relay))
+    });
+    sse_response(stream)
+}
+
+/// `GET /v0/executions/{id}/stream?after_sequence=`: the live event stream (WIRE.md §7.7).
+pub async fn execution_stream(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let id = ExecutionId::new(path_id(path)?);
+    let after_sequence = QueryParams::parse(raw.as_deref())
+        .get("after_sequence")
+        .and_then(|text| text.parse::<i64>().ok())
+        .unwrap_or(0);
+    // Subscribe before the first read, so no commit between the read and the wait is missed.
+    let notices = state.kernel.subscribe_commits();
+    state.kernel.execution(&id).await?;
+    let tail = Tail {
+        kernel: state.kernel.clone(),
+        id,
+        cursor: after_sequence,
+        buffer: VecDeque::new(),
+        need_read: true,
+        done: false,
+        notices,
+        common: Common::new(&state, StreamKind::Execution),
+    };
+    Ok(sse_response(futures::stream::unfold(
+        tail,
+        |mut tail| async move { tail.next_chunk().await.map(|chunk| (Ok(chunk), tail)) },
+    )))
+}
+
+/// State of one execution stream.
+struct Tail {
+    kernel: Kernel,
+    id: ExecutionId,
+    /// Sequence of the last event sent (or `after_sequence`).
+    cursor: i64,
+    /// Events read but not sent yet.
+    buffer: VecDeque<Event>,
+    /// Whether the store may hold events after `cursor` that are not in `buffer`.
+    need_read: bool,
+    /// Set once a terminal event was sent.
+    done: bool,
+    notices: broadcast::Receiver<CommitNotice>,
+    common: Common,
+}
+
+impl Tail {
+    /// Returns the next chunk to send, or `None` to end the response.
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(preamble) = self.common.preamble() {
+            return Some(preamble);
+        }
+        loop {
+            if self.done || self.common.shutdown.is_cancelled() {
+                return None;
+            }
+            if let Some(event) = self.buffer.pop_front() {
+                return Some(self.send(&event));
+            }
+            if self.need_read {
+                self.need_read = false;
+                if self.read_page().await? {
+                    continue;
+                }
+            }
+            tokio::select! {
+                biased;
+                () = self.common.shutdown.cancelled() => return None,
+                notice = self.notices.recv() => match notice {
+                    Ok(notice) => {
+                        if notice.execution_id == self.id && notice.last_sequence > self.cursor {
+                            self.need_read = true;
+                        }
+                    }
+                    // Lagging behind the broadcast only means we must look at the store again.
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.need_read = true,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+                _ = self.common.heartbeat.tick() => return Some(Bytes::from_static(HEARTBEAT)),
+            }
+        }
+    }
+
+    /// Reads the next page into the buffer. Returns `Some(true)` when it found events, and
+    /// `None` when the stream must end (store failure, or terminal with nothing left).
+    async fn read_page(&mut self) -> Option<bool> {
+        let page = match self.kernel.events(&self.id, self.cursor, PAGE).await {
+            Ok(page) => page,
+            Err(error) => {
+                tracing::warn!(execution.id = %self.id, error = %error, "execution stream read failed");
+                return None;
+            }
+        };
+        if page.is_empty() {
+            // Nothing after the cursor: if the execution has ended, nothing ever will be.
+            return match self.kernel.execution(&self.id).await {
+                Ok(row) if row.status.is_terminal() => None,
+                Ok(_) => Some(false),
+                Err(error) => {
+                    tracing::warn!(execution.id = %self.id, error = %error, "execution stream lookup failed");
+                    None
+                }
+            };
+        }
+        // A full page may have more behind it; a short one is everything committed so far,
+        // and later commits arrive as notices.
+        self.need_read = page.len() as i64 >= PAGE;
+        self.buffer.extend(page);
+        Some(true)
+    }
+
+    fn send(&mut self, event: &Event) -> Bytes {
+        self.cursor = event.sequence;
+        let type_name = event.body.type_name();
+        if is_terminal_type(type_name) {
+            self.done = true;
+        }
+        let data = serde_json::to_string(event).unwrap_or_else(|error| {
+            tracing::error!(execution.id = %self.id, error = %error, "event not serializable");
+            "{}".to_owned()
+        });
+        frame(Some(event.sequence), type_name, &data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_carry_id_event_and_one_data_line_per_line() {
+        assert_eq!(
+            &frame(Some(3), "step.created", "{\"a\":1}")[..],
+            b"id: 3\nevent: step.created\ndata: {\"a\":1}\n\n"
+        );
+        assert_eq!(
+            &frame(None, "tool.result", "a\nb")[..],
+            b"event: tool.result\ndata: a\ndata: b\n\n"
+        );
+    }
+}
