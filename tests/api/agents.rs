@@ -210,6 +210,10 @@ async fn wrong_sessions_are_401_or_400() {
         "VALIDATION_ERROR",
         Some(&message),
     );
+    // Session checks come before the intent's own type checks.
+    let body = json!({"execution_id": first.execution_id, "session_id": unknown, "intent": {"type": "invoke_tool"}});
+    let response = kernel.post("/v0/agents/intent", &body).await;
+    assert_error(&response, StatusCode::UNAUTHORIZED, "UNAUTHORIZED", None);
     // Step results go through the same session checks.
     let body = json!({"execution_id": first.execution_id, "session_id": unknown, "step_id": "s"});
     let response = kernel.post("/v0/agents/step-result", &body).await;
@@ -623,5 +627,140 @@ async fn an_over_long_fail_error_is_truncated_not_rejected() {
         error.len()
     );
     assert!(long.starts_with(&error));
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn idempotency_keys_return_the_original_answer() {
+    let kernel = TestKernel::start().await;
+    let (_agent, assignment) = running_execution(&kernel, "retrying").await;
+    let key = format!("{}:search:0badf00d", assignment.execution_id);
+    let intent = json!({"type": "invoke_tool", "tool_id": "search", "idempotency_key": key});
+    let (status, first) = assignment.intent(&kernel, intent.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let count = kernel.events(&assignment.execution_id).await.len();
+    let (status, again) = assignment.intent(&kernel, intent).await;
+    assert_eq!(
+        (status, &again),
+        (StatusCode::OK, &first),
+        "a repeat gets the original answer"
+    );
+    assert_eq!(
+        kernel.events(&assignment.execution_id).await.len(),
+        count,
+        "and records nothing"
+    );
+    let other = json!({"type": "invoke_tool", "tool_id": "fetch", "idempotency_key": key});
+    let response = assignment.intent(&kernel, other).await;
+    assert_error(&response, StatusCode::CONFLICT, "CONFLICT", None);
+    assert!(
+        response.1["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("idempotency conflict")
+    );
+    assert_eq!(kernel.events(&assignment.execution_id).await.len(), count);
+    // Denials are remembered too.
+    let denied = json!({"type": "invoke_tool", "tool_id": "shell_rm", "idempotency_key": "k2"});
+    let (_, first) = assignment.intent(&kernel, denied.clone()).await;
+    let (_, again) = assignment.intent(&kernel, denied).await;
+    assert_eq!(first["accepted"], false);
+    assert_eq!(again, first);
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn waits_are_idempotent_and_pending_signals_satisfy_them_at_once() {
+    let kernel = TestKernel::start().await;
+    let (mut agent, assignment) = running_execution(&kernel, "signalled").await;
+    let path = format!("/v0/executions/{}/signal", assignment.execution_id);
+    // A signal before the wait stays pending; the wait then returns at once and re-pushes it.
+    let (status, _) = kernel
+        .post(&path, &json!({"signal_type": "early", "payload": 7}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    agent.stream.next_of("signal.received").await;
+    let (status, body) = assignment
+        .intent(&kernel, json!({"type": "wait", "signal_type": "early"}))
+        .await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"accepted": true})));
+    let repushed = agent.stream.next_of("signal.received").await.data;
+    assert_eq!(
+        repushed,
+        json!({"execution_id": assignment.execution_id, "signal_type": "early", "payload": 7})
+    );
+    assert_eq!(kernel.status(&assignment.execution_id).await, "running");
+    let types = kernel.event_types(&assignment.execution_id).await;
+    assert!(
+        !types.contains(&"execution.blocked".to_owned()),
+        "{types:?}"
+    );
+    // Waiting twice for the same type is a harmless repeat.
+    let wait = json!({"type": "wait", "signal_type": "late"});
+    let (status, _) = assignment.intent(&kernel, wait.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+    let count = kernel.events(&assignment.execution_id).await.len();
+    let (status, body) = assignment.intent(&kernel, wait).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"accepted": true})));
+    assert_eq!(kernel.events(&assignment.execution_id).await.len(), count);
+    // A signal of another type leaves it blocked; complete abandons the wait.
+    kernel
+        .post(&path, &json!({"signal_type": "unrelated"}))
+        .await;
+    assert_eq!(kernel.status(&assignment.execution_id).await, "blocked");
+    assignment.complete(&kernel, json!("early exit")).await;
+    let events = kernel.events(&assignment.execution_id).await;
+    let resumed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "execution.resumed")
+        .collect();
+    assert_eq!(
+        resumed.last().unwrap()["payload"]["reason"],
+        "wait abandoned"
+    );
+    assert_eq!(events.last().unwrap()["type"], "execution.completed");
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_denied_approval_fails_the_step_and_resumes_the_execution() {
+    let kernel = TestKernel::start().await;
+    let (mut agent, assignment) = running_execution(&kernel, "refused").await;
+    let (_, body) = assignment
+        .intent(
+            &kernel,
+            json!({"type": "invoke_tool", "tool_id": "approve_deploy"}),
+        )
+        .await;
+    let step_id = body["step_id"].as_str().unwrap().to_owned();
+    // While approval is pending every intent is refused.
+    let response = assignment
+        .intent(&kernel, json!({"type": "invoke_tool", "tool_id": "other"}))
+        .await;
+    let message = format!(
+        "execution is blocked: execution {} is blocked pending approval",
+        assignment.execution_id
+    );
+    assert_error(&response, StatusCode::CONFLICT, "CONFLICT", Some(&message));
+    let deny = json!({"signal_type": "step.approve", "payload": {"step_id": step_id, "approved": false, "reason": "not today"}});
+    let (status, _) = kernel
+        .post(
+            &format!("/v0/executions/{}/signal", assignment.execution_id),
+            &deny,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let resolved = agent.stream.next_of("approval.resolved").await.data;
+    assert_eq!(resolved["approved"], false);
+    assert_eq!(kernel.status(&assignment.execution_id).await, "running");
+    let events = kernel.events(&assignment.execution_id).await;
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "step.failed")
+        .expect("step.failed");
+    assert_eq!(
+        failed["payload"],
+        json!({"error": "not today", "retryable": false})
+    );
     kernel.shutdown().await;
 }
