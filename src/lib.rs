@@ -1,4 +1,15 @@
+//! The `keel` crate: adapters around the actor system (HTTP/SSE, storage, policy loading,
+//! configuration, telemetry) and the `run` entry point used by `main` and by tests.
+#![forbid(unsafe_code)]
 
+pub mod app;
+pub mod bench;
+pub mod cli;
+pub mod config;
 pub mod http;
 pub mod policy;
+pub mod shutdown;
 pub mod store;
+pub mod telemetry;
+
+pub use app::run;

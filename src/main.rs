@@ -1,1 +1,89 @@
-fn main() {}
+//! The `keel` binary: parses the command line, installs the log subscriber and dispatches —
+//! `dev`/`serve` bind the listener and call [`keel::run`] until SIGTERM/SIGINT; `bench` and the
+//! client and policy commands run to completion. Exit codes: 0 success, 1 failure, 2 bad
+//! usage or configuration (clap's own errors also exit 2).
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use keel::cli::{self, Cli, Command};
+use keel::config::{Config, LogFormat, Mode};
+use tokio::net::TcpListener;
+
+/// Exit code of an invalid configuration.
+const EXIT_USAGE: u8 = 2;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Dev(config) => serve(config.with_mode(Mode::Dev)).await,
+        Command::Serve(config) => serve(config.with_mode(Mode::Serve)).await,
+        Command::Bench(args) => {
+            install_client_telemetry(args.client.log_filter());
+            report(keel::bench::run(args).await)
+        }
+        command => {
+            let filter = cli::client_config(&command).map_or("warn", |client| client.log_filter());
+            install_client_telemetry(filter);
+            report(cli::execute(command).await)
+        }
+    }
+}
+
+/// Runs a kernel until a shutdown signal.
+async fn serve(config: Config) -> ExitCode {
+    let settings = match config.validate() {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("keel {}: invalid configuration:\n{error}", config.mode.as_str());
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if config.dump_config {
+        println!("{}", keel::cli::output::pretty(&settings.dump()));
+        return ExitCode::SUCCESS;
+    }
+    if let Err(error) = keel::telemetry::init(&settings.log_filter, settings.log_format) {
+        eprintln!("keel: {error}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let started = async {
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        keel::run(config, listener, keel::shutdown::signal()).await
+    };
+    match started.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "keel stopped with an error");
+            eprintln!("keel: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs warnings (or `RUST_LOG`) of client commands as text on stderr.
+fn install_client_telemetry(filter: &str) {
+    if let Err(error) = keel::telemetry::init(filter, LogFormat::Text) {
+        eprintln!("keel: {error}; logging stays off");
+    }
+}
+
+/// Prints a command's error and returns its exit code.
+fn report(result: Result<(), cli::CliError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(cli::CliError::InvalidArgument { what, message }) => {
+            eprintln!("keel: invalid {what}: {message}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(error) => {
+            eprintln!("keel: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

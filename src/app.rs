@@ -1,0 +1,215 @@
+//! Startup and shutdown wiring of a kernel process: [`run`] opens the store, loads the policy,
+//! starts the actor tree, serves the HTTP router on the given listener, and on the shutdown
+//! signal stops everything in order under one deadline. `main`, `keel bench --embedded` and
+//! the integration tests all go through it. `anyhow` is used here and in `main` only.
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use keel_actors::execution::ExecutionSettings;
+use keel_actors::kernel::{self, KernelConfig};
+use keel_actors::policy::{PermissiveEngine, PolicyEngine, SecureDefaultEngine};
+use keel_actors::store::Store;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::{Config, Mode, Settings};
+use crate::http::{AppState, DEFAULT_HEARTBEAT, HttpSettings, router};
+use crate::store::StoreOptions;
+
+/// Share of the shutdown deadline kept for the actor tree after the HTTP drain.
+const KERNEL_SHARE_OF_DEADLINE: u32 = 4;
+
+/// Runs a kernel on `listener` until `shutdown` resolves, then shuts down gracefully: stop
+/// accepting connections and end SSE streams, drain in-flight requests, stop the actor tree.
+/// The whole sequence is bounded by `--shutdown-timeout`.
+///
+/// Fails before serving when the configuration is invalid, the database cannot be opened, the
+/// policy does not load (every problem is in the error) or the actor tree does not start.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let settings = config.validate().map_err(|error| anyhow!("invalid configuration:\n{error}"))?;
+    let address = listener.local_addr().context("cannot read the listener's address")?;
+    info!(mode = settings.mode.as_str(), version = env!("CARGO_PKG_VERSION"), "keel starting");
+
+    let store = open_store(&settings).await?;
+    let policy = load_policy(&settings).await?;
+    let phase = Instant::now();
+    let kernel = kernel::start(kernel_config(&settings, store, policy))
+        .await
+        .map_err(|error| anyhow!("cannot start the actor tree: {error}"))?;
+    info!(elapsed_ms = millis(phase.elapsed()), "actor tree started");
+
+    let streams_end = CancellationToken::new();
+    let stop_accepting = CancellationToken::new();
+    let state = AppState::new(kernel.clone(), http_settings(&settings), streams_end.clone());
+    let app = router(state);
+    let mut server: JoinHandle<std::io::Result<()>> = tokio::spawn(
+        axum::serve(listener, app.into_make_service())
+            .with_graceful_shutdown(stop_accepting.clone().cancelled_owned())
+            .into_future(),
+    );
+    announce(&settings, address);
+
+    let server_ended_early = tokio::select! {
+        () = shutdown => None,
+        result = &mut server => Some(result),
+    };
+    let started = Instant::now();
+    let deadline = started + settings.shutdown_timeout;
+    let http_deadline = deadline - settings.shutdown_timeout / KERNEL_SHARE_OF_DEADLINE;
+    info!(timeout_ms = millis(settings.shutdown_timeout), "shutdown started");
+
+    streams_end.cancel();
+    stop_accepting.cancel();
+    let server_result = match server_ended_early {
+        Some(result) => result,
+        None => drain_http(&mut server, http_deadline.into()).await,
+    };
+
+    let phase = Instant::now();
+    match tokio::time::timeout_at(deadline.into(), kernel.shutdown()).await {
+        Ok(()) => info!(elapsed_ms = millis(phase.elapsed()), "shutdown: actor tree stopped"),
+        Err(_) => warn!(elapsed_ms = millis(phase.elapsed()), "shutdown: actor tree did not stop before the deadline"),
+    }
+    drop(kernel);
+    info!(elapsed_ms = millis(started.elapsed()), "shutdown complete");
+
+    match server_result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(anyhow!(error).context("the HTTP server failed")),
+        Err(error) if error.is_cancelled() => Ok(()),
+        Err(error) => Err(anyhow!(error).context("the HTTP server task failed")),
+    }
+}
+
+/// Waits for the HTTP server to finish its in-flight requests; past `deadline` it is aborted,
+/// which closes the remaining connections.
+async fn drain_http(
+    server: &mut JoinHandle<std::io::Result<()>>,
+    deadline: tokio::time::Instant,
+) -> Result<std::io::Result<()>, tokio::task::JoinError> {
+    let phase = Instant::now();
+    match tokio::time::timeout_at(deadline, &mut *server).await {
+        Ok(result) => {
+            info!(elapsed_ms = millis(phase.elapsed()), "shutdown: HTTP drained and closed");
+            result
+        }
+        Err(_) => {
+            warn!(
+                elapsed_ms = millis(phase.elapsed()),
+                "shutdown: HTTP requests still in flight at the deadline; closing their connections"
+            );
+            server.abort();
+            (&mut *server).await
+        }
+    }
+}
+
+/// Opens (creating and migrating) the configured database.
+async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+    let phase = Instant::now();
+    let options = StoreOptions { max_read_connections: settings.db_max_conns, ..StoreOptions::default() };
+    let store = crate::store::open(&settings.db.connection_string(), &options)
+        .await
+        .map_err(|error| anyhow!("cannot open the database {}: {error}", settings.db.redacted()))?;
+    info!(db = %settings.db.redacted(), elapsed_ms = millis(phase.elapsed()), "database open");
+    Ok(store)
+}
+
+/// Loads `--policy`, or picks the mode's built-in engine when none is given. A policy with
+/// problems stops startup with every problem listed.
+async fn load_policy(settings: &Settings) -> anyhow::Result<Arc<dyn PolicyEngine>> {
+    let Some(path) = settings.policy.clone() else {
+        return Ok(match settings.mode {
+            Mode::Dev => {
+                info!("no --policy given: every tool call is allowed (keel dev)");
+                Arc::new(PermissiveEngine)
+            }
+            Mode::Serve => {
+                warn!("no --policy given: every tool call is denied (secure default); pass --policy to allow tools");
+                Arc::new(SecureDefaultEngine)
+            }
+        });
+    };
+    let phase = Instant::now();
+    let shown = path.display().to_string();
+    let loaded = tokio::task::spawn_blocking(move || crate::policy::load_path(&path))
+        .await
+        .context("policy loading task failed")?;
+    match loaded {
+        Ok(policy) => {
+            for warning in &policy.warnings {
+                warn!(policy = %shown, warning = %warning, "policy warning");
+            }
+            info!(
+                policy = %shown,
+                files = policy.files.len(),
+                digest = %policy.digest,
+                elapsed_ms = millis(phase.elapsed()),
+                "policy loaded"
+            );
+            Ok(policy.engine)
+        }
+        Err(errors) => Err(anyhow!(
+            "policy {shown} is invalid ({} problem(s)); refusing to start:\n{errors}",
+            errors.problems.len()
+        )),
+    }
+}
+
+/// Maps the settings onto the actor tree's configuration.
+fn kernel_config(settings: &Settings, store: Arc<dyn Store>, policy: Arc<dyn PolicyEngine>) -> KernelConfig {
+    let mut config = KernelConfig::new(store, policy);
+    config.execution = ExecutionSettings {
+        step_timeout: settings.step_timeout,
+        execution_timeout: settings.execution_timeout,
+        retry_base_delay: settings.retry_base_delay,
+        retry_max_delay: settings.retry_max_delay,
+        ..ExecutionSettings::default()
+    };
+    config.agent_grace = settings.agent_timeout;
+    config.runner_grace = settings.runner_timeout;
+    config.retention_period = settings.retention_period;
+    config.cleanup_interval = settings.cleanup_interval;
+    config.shutdown_timeout = settings.shutdown_timeout / KERNEL_SHARE_OF_DEADLINE;
+    config
+}
+
+/// Maps the settings onto the HTTP layer's configuration.
+fn http_settings(settings: &Settings) -> HttpSettings {
+    HttpSettings {
+        bearer_token: settings.bearer_token.as_ref().map(|token| token.expose().to_owned()),
+        cors_origins: settings.cors_origins.clone(),
+        body_limit: settings.body_limit,
+        large_body_limit: settings.large_body_limit,
+        heartbeat: DEFAULT_HEARTBEAT,
+    }
+}
+
+/// Logs the address (the line tools and tests look for) and warns about risky settings.
+fn announce(settings: &Settings, address: SocketAddr) {
+    info!(address = %address, "listening on {address}");
+    if settings.bearer_token.is_none() && !address.ip().is_loopback() {
+        warn!(address = %address, "no --bearer-token: anyone who can reach this address can use the API");
+    }
+    if settings.agent_timeout.is_zero() {
+        warn!("--agent-timeout 0: a disconnected agent's executions are reset at once (meant for tests)");
+    }
+    if settings.production && settings.cors_origins.iter().any(|origin| origin == "*") {
+        warn!("--cors-origins * in production: any web page may call the API with a user's token");
+    }
+}
+
+/// Returns a duration in whole milliseconds, for log fields.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,186 @@
+//! The command tree of the `keel` binary (clap derive): `dev`, `serve`, `policy`, the client
+//! commands and `bench`. `main` parses it and dispatches; the server flags live in
+//! [`crate::config`], the client flags in [`ClientConfig`].
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::bench::BenchArgs;
+use crate::config::{ClientConfig, Config};
+
+/// Keel: an execution kernel for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "keel", version, about, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands of `keel`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Runs a kernel for local development: 127.0.0.1:8080, SQLite in ./.keel, every tool
+    /// allowed unless --policy is given, no authentication unless --bearer-token is given.
+    #[command(
+        mut_arg("bind", |arg| arg.default_value("127.0.0.1")),
+        mut_arg("log_format", |arg| arg.default_value("text")),
+        mut_arg("cors_origins", |arg| arg.default_value("*")),
+        mut_arg("production", |arg| arg.hide(true)),
+    )]
+    Dev(Config),
+    /// Runs a production kernel (0.0.0.0:8080, JSON logs, secure-default policy without
+    /// --policy); --production refuses to start without a token, a policy and a database URL.
+    Serve(Config),
+    /// Validates policy files or evaluates one tool call against them, without a kernel.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Lists executions of a running kernel, newest first.
+    Executions(ExecutionsArgs),
+    /// Shows one execution.
+    Execution(ExecutionArgs),
+    /// Prints the events of an execution; --tail follows them until it ends.
+    Events(EventsArgs),
+    /// Creates an execution.
+    Create(CreateArgs),
+    /// Cancels an execution.
+    Cancel(CancelArgs),
+    /// Sends a signal to an execution.
+    Signal(SignalArgs),
+    /// Checks that a kernel is up and its database reachable.
+    Health(HealthArgs),
+    /// Load generator: plays agents and runners over HTTP/SSE and reports throughput,
+    /// intent latency and kernel memory.
+    Bench(BenchArgs),
+}
+
+/// `keel policy …`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Loads a policy file or directory and reports every problem (exit 1 if any).
+    Check {
+        /// Policy file or directory of YAML files.
+        path: std::path::PathBuf,
+    },
+    /// Evaluates one tool call against a policy and prints the decision.
+    Eval {
+        /// Policy file or directory of YAML files.
+        path: std::path::PathBuf,
+        /// Agent id of the call.
+        #[arg(long, value_name = "AGENT")]
+        agent: String,
+        /// Tool id of the call.
+        #[arg(long, value_name = "TOOL")]
+        tool: String,
+        /// Tool arguments as a JSON object [default: {}].
+        #[arg(long, value_name = "JSON")]
+        args: Option<String>,
+        /// Execution label `key=value` (repeatable).
+        #[arg(long = "labels", alias = "label", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+        labels: Vec<(String, String)>,
+    },
+}
+
+/// `keel executions`.
+#[derive(Debug, Args)]
+pub struct ExecutionsArgs {
+    /// Only executions in this status (pending, running, blocked, completed, failed, cancelled).
+    #[arg(long, value_name = "STATUS")]
+    pub status: Option<String>,
+    /// Only executions of this agent.
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
+    /// Only executions carrying this label, `key:value` (repeatable; all must match).
+    #[arg(long, value_name = "KEY:VALUE")]
+    pub label: Vec<String>,
+    /// Most executions to list (the kernel caps a page at 200; more are fetched page by page).
+    #[arg(long, value_name = "N", default_value = "50")]
+    pub limit: usize,
+    /// Kernel connection and output flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+}
+
+/// `keel execution ID`.
+#[derive(Debug, Args)]
+pub struct ExecutionArgs {
+    /// Execution id.
+    pub id: String,
+    /// Kernel connection and output flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+}
+
+/// `keel events ID`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Execution id.
+    pub id: String,
+    /// Keep following new events until the execution ends (Ctrl-C to stop).
+    #[arg(long)]
+    pub tail: bool,
+    /// Only events with a sequence greater than this.
+    #[arg(long, value_name = "SEQUENCE", default_value = "0")]
+    pub after: i64,
+    /// Kernel connection and output flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+}
+
+/// `keel create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Agent that runs the execution.
+    #[arg(long, value_name = "AGENT")]
+    pub agent: String,
+    /// Input as JSON.
+    #[arg(long, value_name = "JSON")]
+    pub input: Option<String>,
+    /// Label `key=value` (repeatable).
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub label: Vec<(String, String)>,
+    /// Kernel connection and output flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+}
+
+/// `keel cancel ID`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Execution id.
+    pub id: String,
+    /// Kernel connection and output flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+}
+
+/// `keel signal ID`.
+#[derive(Debug, Args)]
+pub struct SignalArgs {
+    /// Execution id.
+    pub id: String,
+    /// Signal type.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub signal_type: String,
+    /// Payload as JSON.
+    #[arg(long, value_name = "JSON")]
+    pub payload: Option<String>,
+    /// Kernel connection and output flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+}
+
+/// `keel health`.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// Kernel connection and output flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+}
+
+/// Parses `key=value` (split at the first `=`; the key must not be empty).
+pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}

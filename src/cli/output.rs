@@ -1,0 +1,115 @@
+//! Rendering of kernel answers for the client commands: aligned text for people, JSON for
+//! scripts (`--output json`: the kernel's own documents, events one per line).
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// Longest payload printed on an event line in text mode.
+const PAYLOAD_PREVIEW_CHARS: usize = 160;
+
+/// Returns a JSON document pretty-printed.
+pub fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// Returns a string field of a JSON object, or `""`.
+fn text<'a>(value: &'a Value, field: &str) -> &'a str {
+    value.get(field).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Formats labels as `k=v,k2=v2`.
+fn labels(value: &Value) -> String {
+    match value.get("labels").and_then(Value::as_object) {
+        Some(map) => map
+            .iter()
+            .map(|(key, label)| format!("{key}={}", label.as_str().map_or_else(|| label.to_string(), str::to_owned)))
+            .collect::<Vec<_>>()
+            .join(","),
+        None => String::new(),
+    }
+}
+
+/// Renders execution summaries as an aligned table with a header.
+pub fn executions_table(executions: &[Value]) -> String {
+    let header = ["ID", "STATUS", "AGENT", "CREATED", "LABELS"];
+    let rows: Vec<[String; 5]> = executions
+        .iter()
+        .map(|execution| {
+            [
+                text(execution, "id").to_owned(),
+                text(execution, "status").to_owned(),
+                text(execution, "agent_id").to_owned(),
+                text(execution, "created_at").to_owned(),
+                labels(execution),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: [&str; 5]| {
+        let mut rendered = String::new();
+        for (index, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if index + 1 == cells.len() {
+                rendered.push_str(cell);
+            } else {
+                let _ = write!(rendered, "{cell:<width$}  ");
+            }
+        }
+        out.push_str(rendered.trim_end());
+        out.push('\n');
+    };
+    line(header);
+    for row in &rows {
+        line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+    }
+    if rows.is_empty() {
+        out.push_str("(no executions)\n");
+    }
+    out
+}
+
+/// Renders one execution as `field: value` lines.
+pub fn execution_details(execution: &Value) -> String {
+    let mut out = String::new();
+    for (name, field) in [("id", "id"), ("status", "status"), ("agent", "agent_id"), ("created", "created_at"), ("updated", "updated_at")] {
+        let _ = writeln!(out, "{name:<8} {}", text(execution, field));
+    }
+    let _ = writeln!(out, "{:<8} {}", "labels", labels(execution));
+    for field in ["input", "output"] {
+        if let Some(value) = execution.get(field) {
+            let _ = writeln!(out, "{field:<8} {value}");
+        }
+    }
+    out
+}
+
+/// Renders one event as a single line: sequence, time, type, step, payload preview.
+pub fn event_line(event: &Value) -> String {
+    let sequence = event.get("sequence").and_then(Value::as_i64).unwrap_or_default();
+    let payload = event.get("payload").map(Value::to_string).unwrap_or_default();
+    let preview: String = if payload.chars().count() > PAYLOAD_PREVIEW_CHARS {
+        let mut cut: String = payload.chars().take(PAYLOAD_PREVIEW_CHARS).collect();
+        cut.push('…');
+        cut
+    } else {
+        payload
+    };
+    let step = text(event, "step_id");
+    let step_column = if step.is_empty() { String::new() } else { format!("step={step} ") };
+    format!(
+        "{sequence:>5}  {}  {:<24} {step_column}{preview}",
+        text(event, "timestamp"),
+        text(event, "type")
+    )
+}
+
+/// Returns whether an event type ends an execution.
+pub fn is_terminal_event(event_type: &str) -> bool {
+    matches!(event_type, "execution.completed" | "execution.failed" | "execution.cancelled")
+}

@@ -1,0 +1,322 @@
+//! Configuration of the `keel` binary: the flags of `keel dev` and `keel serve` ([`Config`]) and
+//! of the client commands ([`ClientConfig`]), each with a `KEEL_*` environment equivalent.
+//!
+//! Layers, lowest first: built-in defaults → environment (`KEEL_*`) → command-line flags. `dev`
+//! and `serve` share one [`Config`]; the few defaults that differ (`--bind`, `--log-format`,
+//! `--cors-origins`) are set per subcommand where the command tree is built (`cli::args`), so
+//! `--help` prints the right one. [`Config::validate`] turns the raw values into typed
+//! [`Settings`] once; nothing else in the binary reads the environment.
+
+mod bytes;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args, Parser, ValueEnum};
+use serde::Serialize;
+
+pub use bytes::parse_byte_size;
+pub use validate::{ConfigError, DbUrl, Secret, Settings};
+
+/// Which command runs the kernel; decides the defaults that differ between them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// `keel dev`: local, permissive policy without `--policy`, no auth without a token.
+    #[default]
+    Dev,
+    /// `keel serve`: production defaults, secure-default policy without `--policy`.
+    Serve,
+}
+
+impl Mode {
+    /// Returns the subcommand name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Dev => "dev",
+            Self::Serve => "serve",
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Output format of client commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutputFormat {
+    /// Human-readable text.
+    Text,
+    /// JSON (one document, or one object per line for event listings).
+    Json,
+}
+
+/// Flags of `keel dev` and `keel serve`. Defaults shown are `serve`'s; `dev` overrides a few.
+#[derive(Clone, Args)]
+pub struct Config {
+    /// Which command this configuration is for (set by the command, not a flag).
+    #[arg(skip)]
+    pub mode: Mode,
+
+    /// IP address to listen on.
+    #[arg(long, env = "KEEL_BIND", value_name = "IP", default_value = "0.0.0.0")]
+    pub bind: String,
+
+    /// TCP port to listen on (0 picks a free port; the chosen address is logged).
+    #[arg(long, env = "KEEL_PORT", value_name = "PORT", default_value = "8080")]
+    pub port: u16,
+
+    /// Directory of the embedded SQLite database (`<data-dir>/keel.db`); created if missing.
+    #[arg(long, env = "KEEL_DATA_DIR", value_name = "DIR", default_value = "./.keel")]
+    pub data_dir: PathBuf,
+
+    /// Database URL: `sqlite://PATH` or `postgres://USER:PASSWORD@HOST/DB`
+    /// [default: sqlite://<data-dir>/keel.db].
+    #[arg(long, env = "KEEL_DB_URL", value_name = "URL", hide_env_values = true)]
+    pub db_url: Option<String>,
+
+    /// Read connections of the database pool.
+    #[arg(long, env = "KEEL_DB_MAX_CONNS", value_name = "N", default_value = "4")]
+    pub db_max_conns: u32,
+
+    /// Policy file or directory of YAML files [default: `dev` allows every tool, `serve`
+    /// applies the secure default].
+    #[arg(long, env = "KEEL_POLICY", value_name = "PATH")]
+    pub policy: Option<PathBuf>,
+
+    /// Token every request except health and readiness must present as
+    /// `Authorization: Bearer <token>` [default: none, no authentication].
+    #[arg(long, env = "KEEL_BEARER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    pub bearer_token: Option<String>,
+
+    /// Refuse to start unless `--bearer-token`, `--policy` and `--db-url` are all set.
+    #[arg(long, env = "KEEL_PRODUCTION", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub production: bool,
+
+    /// Allowed CORS origins, comma-separated; `*` allows any; none turns CORS off (the
+    /// `serve` default).
+    #[arg(long, env = "KEEL_CORS_ORIGINS", value_name = "ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+
+    /// Default deadline of a tool step (policy rules may set their own).
+    #[arg(long, env = "KEEL_STEP_TIMEOUT", value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub step_timeout: Duration,
+
+    /// Maximum lifetime of an execution, from its creation.
+    #[arg(long, env = "KEEL_EXECUTION_TIMEOUT", value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub execution_timeout: Duration,
+
+    /// Grace period of a disconnected agent: its sessions wait this long for it to reconnect
+    /// before its running executions are reset and reassigned (0 = at once; tests only).
+    #[arg(long, env = "KEEL_AGENT_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub agent_timeout: Duration,
+
+    /// Grace period of a disconnected runner: a job it holds is re-queued (or failed when no
+    /// attempt is left) only if it has not reconnected within this time.
+    #[arg(long, env = "KEEL_RUNNER_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub runner_timeout: Duration,
+
+    /// Delay before the second attempt of a retried remote step (doubles per attempt).
+    #[arg(long, env = "KEEL_RETRY_BASE_DELAY", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub retry_base_delay: Duration,
+
+    /// Cap of any retry delay.
+    #[arg(long, env = "KEEL_RETRY_MAX_DELAY", value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub retry_max_delay: Duration,
+
+    /// Terminal executions not updated for this long are deleted (0 keeps them forever).
+    #[arg(long, env = "KEEL_RETENTION_PERIOD", value_name = "DURATION", default_value = "168h", value_parser = parse_duration)]
+    pub retention_period: Duration,
+
+    /// How often the retention clean-up runs.
+    #[arg(long, env = "KEEL_CLEANUP_INTERVAL", value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub cleanup_interval: Duration,
+
+    /// Deadline of the whole graceful shutdown (drain HTTP, stop the actor tree).
+    #[arg(long, env = "KEEL_SHUTDOWN_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Largest request body of ordinary routes (`512KiB`, `1MiB`, bytes without a unit).
+    #[arg(long, env = "KEEL_BODY_LIMIT", value_name = "SIZE", default_value = "1MiB", value_parser = parse_byte_size)]
+    pub body_limit: usize,
+
+    /// Largest request body of intents, step results and runner results.
+    #[arg(long, env = "KEEL_LARGE_BODY_LIMIT", value_name = "SIZE", default_value = "16MiB", value_parser = parse_byte_size)]
+    pub large_body_limit: usize,
+
+    /// Log filter: a level (`trace`, `debug`, `info`, `warn`, `error`) or `tracing` directives
+    /// such as `info,keel=debug`; `RUST_LOG`, when set, wins.
+    #[arg(long, env = "KEEL_LOG_LEVEL", value_name = "FILTER", default_value = "info")]
+    pub log_level: String,
+
+    /// Log format.
+    #[arg(long, env = "KEEL_LOG_FORMAT", value_name = "FORMAT", default_value = "json")]
+    pub log_format: LogFormat,
+
+    /// Print the effective configuration (secrets redacted) as JSON and exit.
+    #[arg(long, env = "KEEL_DUMP_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub dump_config: bool,
+
+    /// `RUST_LOG`, read here so that no other module reads the environment.
+    #[arg(long = "rust-log", env = "RUST_LOG", hide = true)]
+    pub rust_log: Option<String>,
+}
+
+impl Config {
+    /// Returns this configuration marked as being for `mode`.
+    #[must_use]
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Returns the configuration of a throwaway `keel dev` kernel on 127.0.0.1 with a free port
+    /// and its database in `data_dir` (`keel bench --embedded`). Timeouts and limits follow the
+    /// `KEEL_*` variables as usual; address, database, token, policy and production mode are
+    /// set here, so that variables meant for another kernel do not leak in.
+    pub fn embedded(data_dir: &Path) -> Result<Self, clap::Error> {
+        /// A parser for the flags alone, to get their defaults and the environment.
+        #[derive(Parser)]
+        struct Flags {
+            #[command(flatten)]
+            config: Config,
+        }
+        let mut config = Flags::try_parse_from(["keel-embedded"])?.config;
+        config.mode = Mode::Dev;
+        config.bind = "127.0.0.1".to_owned();
+        config.port = 0;
+        config.data_dir = data_dir.to_path_buf();
+        config.db_url = None;
+        config.policy = None;
+        config.bearer_token = None;
+        config.production = false;
+        config.dump_config = false;
+        config.cors_origins = Vec::new();
+        config.log_format = LogFormat::Text;
+        Ok(config)
+    }
+
+    /// Returns the database URL used: `--db-url`, else the SQLite file in the data directory.
+    pub fn effective_db_url(&self) -> String {
+        match &self.db_url {
+            Some(url) if !url.trim().is_empty() => url.trim().to_owned(),
+            _ => format!("sqlite://{}", self.data_dir.join("keel.db").display()),
+        }
+    }
+
+    /// Returns the log filter in force: `RUST_LOG` when set, else `--log-level`.
+    pub fn log_filter(&self) -> &str {
+        match &self.rust_log {
+            Some(filter) if !filter.trim().is_empty() => filter,
+            _ => &self.log_level,
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("mode", &self.mode)
+            .field("bind", &self.bind)
+            .field("port", &self.port)
+            .field("data_dir", &self.data_dir)
+            .field("db_url", &self.db_url.as_deref().map(validate::redact_url))
+            .field("db_max_conns", &self.db_max_conns)
+            .field("policy", &self.policy)
+            .field("bearer_token", &self.bearer_token.as_ref().map(|_| validate::REDACTED))
+            .field("production", &self.production)
+            .field("cors_origins", &self.cors_origins)
+            .field("step_timeout", &self.step_timeout)
+            .field("execution_timeout", &self.execution_timeout)
+            .field("agent_timeout", &self.agent_timeout)
+            .field("runner_timeout", &self.runner_timeout)
+            .field("retry_base_delay", &self.retry_base_delay)
+            .field("retry_max_delay", &self.retry_max_delay)
+            .field("retention_period", &self.retention_period)
+            .field("cleanup_interval", &self.cleanup_interval)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("body_limit", &self.body_limit)
+            .field("large_body_limit", &self.large_body_limit)
+            .field("log_level", &self.log_level)
+            .field("log_format", &self.log_format)
+            .field("dump_config", &self.dump_config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Flags shared by the client commands that talk to a running kernel.
+#[derive(Clone, Args)]
+pub struct ClientConfig {
+    /// Base URL of the kernel.
+    #[arg(long, env = "KEEL_URL", value_name = "URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+
+    /// Bearer token sent with every request [default: none].
+    #[arg(long, env = "KEEL_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Output format.
+    #[arg(long, env = "KEEL_OUTPUT", value_name = "FORMAT", default_value = "text")]
+    pub output: OutputFormat,
+
+    /// `RUST_LOG`, read here so that no other module reads the environment.
+    #[arg(long = "rust-log", env = "RUST_LOG", hide = true)]
+    pub rust_log: Option<String>,
+}
+
+impl ClientConfig {
+    /// Returns the log filter of client commands: `RUST_LOG` when set, else warnings only.
+    pub fn log_filter(&self) -> &str {
+        match &self.rust_log {
+            Some(filter) if !filter.trim().is_empty() => filter,
+            _ => "warn",
+        }
+    }
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| validate::REDACTED))
+            .field("output", &self.output)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parses a duration such as `500ms`, `30s`, `5m`, `1h30m` or `168h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|error| format!("invalid duration {text:?} ({error}); use e.g. 500ms, 30s, 5m, 1h30m"))
+}
+
+/// Formats a duration the way flags accept it: `168h`, `1h30m`, `1m500ms`, `0s`.
+pub fn format_duration(duration: Duration) -> String {
+    let total_seconds = duration.as_secs();
+    let parts = [
+        (total_seconds / 3600, "h"),
+        (total_seconds / 60 % 60, "m"),
+        (total_seconds % 60, "s"),
+        (u64::from(duration.subsec_millis()), "ms"),
+    ];
+    let text: String = parts
+        .iter()
+        .filter(|(value, _)| *value > 0)
+        .map(|(value, unit)| format!("{value}{unit}"))
+        .collect();
+    if text.is_empty() { "0s".to_owned() } else { text }
+}

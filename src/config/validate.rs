@@ -1,0 +1,317 @@
+//! [`Config::validate`]: checks every flag once and turns the raw values into typed
+//! [`Settings`] (socket address, durations, database URL), collecting every problem so an
+//! operator fixes them in one go. Also the redacted dump printed by `--dump-config`.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::bytes::format_byte_size;
+use super::{Config, LogFormat, Mode, format_duration};
+
+/// What [`Debug`] and `--dump-config` print in place of a secret.
+pub(crate) const REDACTED: &str = "<redacted>";
+
+/// A secret string (bearer token) that never shows up in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// Returns the secret itself, for the one place that must compare or send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+/// The database a kernel uses, chosen by the URL scheme.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DbUrl {
+    /// An embedded SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL server; the URL may carry a password.
+    Postgres(String),
+}
+
+impl DbUrl {
+    /// Parses `sqlite://PATH`, `sqlite:PATH`, `postgres://…` or `postgresql://…`.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let trimmed = url.trim();
+        if let Some(path) = trimmed.strip_prefix("sqlite://").or_else(|| trimmed.strip_prefix("sqlite:")) {
+            if path.is_empty() || path == ":memory:" {
+                return Err(format!("--db-url {trimmed:?} must name a database file"));
+            }
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
+            return Ok(Self::Postgres(trimmed.to_owned()));
+        }
+        Err(format!(
+            "--db-url {:?} has an unsupported scheme; expected sqlite://PATH or postgres://...",
+            redact_url(trimmed)
+        ))
+    }
+
+    /// Returns the URL to hand to the store, password included.
+    pub fn connection_string(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Self::Postgres(url) => url.clone(),
+        }
+    }
+
+    /// Returns the URL with any password replaced, for logs and `--dump-config`.
+    pub fn redacted(&self) -> String {
+        redact_url(&self.connection_string())
+    }
+}
+
+impl fmt::Debug for DbUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// Replaces the password of `scheme://user:password@host/...` with a placeholder.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let Some((credentials, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match credentials.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:{REDACTED}@{host}{path}"),
+        None => url.to_owned(),
+    }
+}
+
+/// Why a configuration was refused; lists every problem found.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .problems.join("\n"))]
+pub struct ConfigError {
+    /// One line per problem.
+    pub problems: Vec<String>,
+}
+
+/// A validated configuration: every value typed and checked.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// `dev` or `serve`.
+    pub mode: Mode,
+    /// Address the HTTP server listens on.
+    pub listen: SocketAddr,
+    /// Data directory (holds the default SQLite file).
+    pub data_dir: PathBuf,
+    /// Database in use.
+    pub db: DbUrl,
+    /// Read connections of the pool.
+    pub db_max_conns: u32,
+    /// Policy file or directory; `None` picks the mode's built-in engine.
+    pub policy: Option<PathBuf>,
+    /// Bearer token; `None` disables authentication.
+    pub bearer_token: Option<Secret>,
+    /// Whether `--production` was given.
+    pub production: bool,
+    /// Allowed CORS origins; empty disables CORS.
+    pub cors_origins: Vec<String>,
+    /// Default step deadline.
+    pub step_timeout: Duration,
+    /// Maximum execution lifetime.
+    pub execution_timeout: Duration,
+    /// Disconnect grace of agent consumers.
+    pub agent_timeout: Duration,
+    /// Disconnect grace of runner connections holding a job.
+    pub runner_timeout: Duration,
+    /// First retry delay.
+    pub retry_base_delay: Duration,
+    /// Cap of retry delays.
+    pub retry_max_delay: Duration,
+    /// Age after which terminal executions are deleted; `None` keeps them forever.
+    pub retention_period: Option<Duration>,
+    /// Period of the retention clean-up.
+    pub cleanup_interval: Duration,
+    /// Deadline of the graceful shutdown.
+    pub shutdown_timeout: Duration,
+    /// Body limit of ordinary routes, in bytes.
+    pub body_limit: usize,
+    /// Body limit of intents and results, in bytes.
+    pub large_body_limit: usize,
+    /// Log filter directives (`RUST_LOG` or `--log-level`).
+    pub log_filter: String,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// Checks every flag and returns typed settings, or every problem found.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let mut problems = Vec::new();
+        let listen = match parse_ip(&self.bind) {
+            Ok(ip) => SocketAddr::new(ip, self.port),
+            Err(problem) => {
+                problems.push(problem);
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port)
+            }
+        };
+        let explicit_db_url = self.db_url.as_deref().map(str::trim).filter(|url| !url.is_empty());
+        let db = match DbUrl::parse(&self.effective_db_url()) {
+            Ok(db) => db,
+            Err(problem) => {
+                problems.push(problem);
+                DbUrl::Sqlite(self.data_dir.join("keel.db"))
+            }
+        };
+        let bearer_token = self.bearer_token.as_deref().filter(|token| !token.is_empty()).map(Secret::new);
+        let policy = self.policy.clone().filter(|path| !path.as_os_str().is_empty());
+        let cors_origins: Vec<String> = self
+            .cors_origins
+            .iter()
+            .map(|origin| origin.trim().to_owned())
+            .filter(|origin| !origin.is_empty())
+            .collect();
+
+        if self.mode == Mode::Dev && self.production {
+            problems.push("--production is a `keel serve` flag; `keel dev` is for local use".to_owned());
+        }
+        if self.production {
+            let mut missing = Vec::new();
+            if bearer_token.is_none() {
+                missing.push("--bearer-token (KEEL_BEARER_TOKEN)");
+            }
+            if policy.is_none() {
+                missing.push("--policy (KEEL_POLICY)");
+            }
+            if explicit_db_url.is_none() {
+                missing.push("--db-url (KEEL_DB_URL)");
+            }
+            if !missing.is_empty() {
+                problems.push(format!(
+                    "refusing to start in --production mode without {}; production needs \
+                     authentication, an explicit policy and an explicit database",
+                    missing.join(", ")
+                ));
+            }
+        }
+        if self.db_max_conns == 0 {
+            problems.push("--db-max-conns must be at least 1".to_owned());
+        }
+        check_positive(&mut problems, "--step-timeout", self.step_timeout);
+        check_positive(&mut problems, "--execution-timeout", self.execution_timeout);
+        check_positive(&mut problems, "--cleanup-interval", self.cleanup_interval);
+        check_positive(&mut problems, "--shutdown-timeout", self.shutdown_timeout);
+        if self.retry_base_delay > self.retry_max_delay {
+            problems.push(format!(
+                "--retry-base-delay ({}) must not exceed --retry-max-delay ({})",
+                format_duration(self.retry_base_delay),
+                format_duration(self.retry_max_delay)
+            ));
+        }
+        if self.body_limit == 0 {
+            problems.push("--body-limit must be at least 1 byte".to_owned());
+        }
+        if self.large_body_limit < self.body_limit {
+            problems.push(format!(
+                "--large-body-limit ({}) must be at least --body-limit ({})",
+                format_byte_size(self.large_body_limit),
+                format_byte_size(self.body_limit)
+            ));
+        }
+        let log_filter = self.log_filter().trim().to_owned();
+        if let Err(error) = tracing_subscriber::EnvFilter::try_new(&log_filter) {
+            problems.push(format!("invalid log filter {log_filter:?} (--log-level or RUST_LOG): {error}"));
+        }
+
+        if !problems.is_empty() {
+            return Err(ConfigError { problems });
+        }
+        Ok(Settings {
+            mode: self.mode,
+            listen,
+            data_dir: self.data_dir.clone(),
+            db,
+            db_max_conns: self.db_max_conns,
+            policy,
+            bearer_token,
+            production: self.production,
+            cors_origins,
+            step_timeout: self.step_timeout,
+            execution_timeout: self.execution_timeout,
+            agent_timeout: self.agent_timeout,
+            runner_timeout: self.runner_timeout,
+            retry_base_delay: self.retry_base_delay,
+            retry_max_delay: self.retry_max_delay,
+            retention_period: (!self.retention_period.is_zero()).then_some(self.retention_period),
+            cleanup_interval: self.cleanup_interval,
+            shutdown_timeout: self.shutdown_timeout,
+            body_limit: self.body_limit,
+            large_body_limit: self.large_body_limit,
+            log_filter,
+            log_format: self.log_format,
+        })
+    }
+}
+
+impl Settings {
+    /// Returns the effective configuration as JSON, secrets redacted (`--dump-config`).
+    pub fn dump(&self) -> Value {
+        json!({
+            "mode": self.mode.as_str(),
+            "bind": self.listen.ip().to_string(),
+            "port": self.listen.port(),
+            "data-dir": self.data_dir.display().to_string(),
+            "db-url": self.db.redacted(),
+            "db-max-conns": self.db_max_conns,
+            "policy": self.policy.as_ref().map(|path| path.display().to_string()),
+            "bearer-token": self.bearer_token.as_ref().map(|_| REDACTED),
+            "production": self.production,
+            "cors-origins": self.cors_origins,
+            "step-timeout": format_duration(self.step_timeout),
+            "execution-timeout": format_duration(self.execution_timeout),
+            "agent-timeout": format_duration(self.agent_timeout),
+            "runner-timeout": format_duration(self.runner_timeout),
+            "retry-base-delay": format_duration(self.retry_base_delay),
+            "retry-max-delay": format_duration(self.retry_max_delay),
+            "retention-period": format_duration(self.retention_period.unwrap_or_default()),
+            "cleanup-interval": format_duration(self.cleanup_interval),
+            "shutdown-timeout": format_duration(self.shutdown_timeout),
+            "body-limit": format_byte_size(self.body_limit),
+            "large-body-limit": format_byte_size(self.large_body_limit),
+            "log-level": self.log_filter,
+            "log-format": self.log_format,
+        })
+    }
+}
+
+/// Parses the `--bind` address: an IPv4 or IPv6 address, or `localhost`.
+fn parse_ip(text: &str) -> Result<IpAddr, String> {
+    let trimmed = text.trim().trim_start_matches('[').trim_end_matches(']');
+    if trimmed.eq_ignore_ascii_case("localhost") {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    trimmed
+        .parse()
+        .map_err(|_| format!("--bind {text:?} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::)"))
+}
+
+/// Records a problem when a duration flag that must be positive is zero.
+fn check_positive(problems: &mut Vec<String>, flag: &str, value: Duration) {
+    if value.is_zero() {
+        problems.push(format!("{flag} must be greater than zero"));
+    }
+}

@@ -1,0 +1,41 @@
+//! The process's only tracing subscriber: an `EnvFilter` built from the configured filter
+//! (`RUST_LOG` when set, else `--log-level`; read by [`crate::config`]), writing human-readable
+//! text or one JSON object per line to stderr. `main` installs it once; tests may call
+//! [`init`] too, since it uses `try_init` and leaves an existing subscriber in place.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::FmtSpan;
+
+use crate::config::LogFormat;
+
+/// Why the subscriber could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// The filter directives do not parse.
+    #[error("invalid log filter {filter:?}: {message}")]
+    InvalidFilter {
+        /// The directives given.
+        filter: String,
+        /// The parser's complaint.
+        message: String,
+    },
+}
+
+/// Installs the global subscriber. Returns `Ok(false)` when one was already installed (tests).
+pub fn init(filter: &str, format: LogFormat) -> Result<bool, TelemetryError> {
+    let env_filter = EnvFilter::try_new(filter).map_err(|error| TelemetryError::InvalidFilter {
+        filter: filter.to_owned(),
+        message: error.to_string(),
+    })?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_writer(std::io::stderr)
+        .with_span_events(FmtSpan::NONE);
+    let installed = match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init(),
+    };
+    Ok(installed.is_ok())
+}
