@@ -247,11 +247,10 @@ impl Tail {
                 biased;
                 () = self.common.shutdown.cancelled() => return None,
                 notice = self.notices.recv() => match notice {
-                    Ok(notice) => {
-                        if notice.execution_id == self.id && notice.last_sequence > self.cursor {
-                            self.need_read = true;
-                        }
-                    }
+                    // Any commit of this execution means a read, even one at or below the
+                    // cursor: when `after_sequence` is past the end, the empty read then sees
+                    // a terminal status and ends the stream.
+                    Ok(notice) => self.need_read |= notice.execution_id == self.id,
                     // Lagging behind the broadcast only means we must look at the store again.
                     Err(broadcast::error::RecvError::Lagged(_)) => self.need_read = true,
                     Err(broadcast::error::RecvError::Closed) => return None,

@@ -208,3 +208,21 @@ async fn shutdown_ends_open_streams() {
     assert!(agent.ends().await);
     assert!(runner.ends().await);
 }
+
+#[tokio::test]
+async fn a_stream_started_past_the_end_closes_when_the_execution_ends() {
+    let kernel = TestKernel::start().await;
+    let created = kernel.create("nobody", json!(null)).await;
+    let id = created["id"].as_str().unwrap();
+    let mut stream = kernel
+        .sse(&format!("/v0/executions/{id}/stream?after_sequence=50"))
+        .await;
+    stream.wait_raw("retry: 5000").await;
+    let (status, _) = kernel
+        .post_raw(&format!("/v0/executions/{id}/cancel"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(stream.ends().await, "terminal with nothing left to send");
+    assert!(!stream.raw.contains("event:"), "{}", stream.raw);
+    kernel.shutdown().await;
+}
