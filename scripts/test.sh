@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The whole test suite: build, Rust tests, then the SDK compatibility scenarios that drive
+# the kernel binary with the real rebuno==0.4.8 Python SDK.
+#
+#   bash scripts/test.sh
+#
+# Environment:
+#   PYTHON                  interpreter for the SDK venv (default: first of python3,
+#                           python3.13, python3.12, python3.11 that is >= 3.11)
+#   KEEL_BIN                kernel binary for the SDK tests (default: the one just built)
+#   KEEL_TEST_POSTGRES_URL  enables the PostgreSQL tests (postgres://user@host:port/db)
+#   PYTEST_ARGS             extra arguments for pytest (e.g. "-k signal -x")
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$(pwd)
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+venv=$target_dir/sdk-venv
+requirements=$root/tests/sdk/requirements.txt
+
+step() { printf '\n==> %s\n' "$*"; }
+
+failures=()
+
+step "cargo build --bins"
+cargo build --bins
+
+if [ -n "${KEEL_TEST_POSTGRES_URL:-}" ]; then
+    echo "postgres: KEEL_TEST_POSTGRES_URL is set; PostgreSQL tests will run"
+else
+    echo "postgres: KEEL_TEST_POSTGRES_URL is not set; PostgreSQL tests are skipped"
+fi
+
+if cargo nextest --version >/dev/null 2>&1; then
+    step "cargo nextest run --workspace"
+    cargo nextest run --workspace --no-tests=warn || failures+=("rust tests")
+else
+    step "cargo test --workspace (cargo-nextest not found)"
+    cargo test --workspace || failures+=("rust tests")
+fi
+
+# --- SDK compatibility tests --------------------------------------------------------
+
+find_python() {
+    local candidates=("${PYTHON:-}" python3 python3.13 python3.12 python3.11) c
+    for c in "${candidates[@]}"; do
+        [ -n "$c" ] || continue
+        command -v "$c" >/dev/null 2>&1 || continue
+        if "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+            echo "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+
+sdk_summary() {
+    # The summary line the CI log is read for: "sdk: N passed, M failed[, K skipped]".
+    local report=$1
+    "$venv/bin/python" - "$report" <<'EOF' 2>/dev/null || echo "sdk: 0 passed, 1 failed"
+import sys
+import xml.etree.ElementTree as ET
+
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else list(root)
+total = sum(int(s.get("tests", 0)) for s in suites)
+failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+skipped = sum(int(s.get("skipped", 0)) for s in suites)
+line = f"sdk: {total - failed - skipped} passed, {failed} failed"
+print(line + (f", {skipped} skipped" if skipped else ""))
+EOF
+}
+
+step "SDK compatibility tests (rebuno==0.4.8)"
+if ! python=$(find_python); then
+    echo "error: the SDK compatibility tests need Python >= 3.11 (rebuno 0.4.8 imports enum.StrEnum)," >&2
+    echo "       but no python3/python3.11+ on PATH is new enough. Install Python 3.11 or newer" >&2
+    echo "       (Debian: apt-get install python3 python3-venv) or set PYTHON=/path/to/python3.11." >&2
+    echo "sdk: 0 passed, 1 failed"
+    exit 1
+fi
+echo "python: $("$python" --version 2>&1) ($(command -v "$python"))"
+
+# (Re)create the venv when it is missing, broken, or built by another interpreter.
+want_version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ ! -x "$venv/bin/python" ] ||
+    [ "$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$want_version" ]; then
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+fi
+stamp=$venv/.requirements.sha256
+want_hash=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want_hash" ]; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+    echo "$want_hash" >"$stamp"
+fi
+
+export KEEL_BIN=${KEEL_BIN:-$target_dir/debug/keel}
+echo "kernel: $KEEL_BIN"
+report=$target_dir/sdk-junit.xml
+rm -f "$report"
+set +e
+# shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+"$venv/bin/python" -m pytest "$root/tests/sdk" --junitxml="$report" ${PYTEST_ARGS:-}
+sdk_rc=$?
+set -e
+# 5 = no tests collected: that is a failure too.
+[ "$sdk_rc" -eq 0 ] || failures+=("sdk tests (pytest exit $sdk_rc)")
+
+echo
+if [ "${#failures[@]}" -gt 0 ]; then
+    echo "FAILED: ${failures[*]}"
+else
+    echo "all tests passed"
+fi
+sdk_summary "$report"
+[ "${#failures[@]}" -eq 0 ]

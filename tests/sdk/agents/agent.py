@@ -1,0 +1,179 @@
+"""A test agent built only on the public API of the real rebuno==0.4.8 SDK.
+
+One process serves one (agent_id, consumer_id). What a handler does is chosen by the
+execution's input field ``op``; every output carries the consumer that produced it, so a
+test can tell which process finished an execution.
+
+Markers (one JSON object per line, appended to --markers) tell the tests what the
+handler saw: ``start``, ``cancelled`` (the SDK cancelled the handler task), ``done``.
+
+Usage: agent.py --agent-id ID --consumer-id CID --markers FILE [--hang]
+The kernel URL comes from REBUNO_URL, as for any SDK agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from rebuno import Agent, PolicyError, ToolError, execution, remote, tool
+
+ARGS: argparse.Namespace
+
+
+def mark(event: str, **fields: Any) -> None:
+    """Append one marker line; O_APPEND keeps concurrent lines whole."""
+    line = json.dumps({"event": event, "consumer_id": ARGS.consumer_id, **fields}) + "\n"
+    fd = os.open(ARGS.markers, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+# Local tools: the SDK runs them in this process and reports the step result.
+@tool("math.add")
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool("text.shout")
+async def shout(text: str) -> str:
+    """Upper-case a string."""
+    await asyncio.sleep(0)
+    return text.upper() + "!"
+
+
+@tool("text.fail")
+def broken(reason: str) -> str:
+    """Always raises: the SDK reports a failed step."""
+    raise ValueError(reason)
+
+
+@tool("slow.hang")
+async def hang_tool() -> None:
+    """Never returns (used while the process is killed)."""
+    await asyncio.sleep(3600)
+
+
+@tool("danger.rm")
+def danger_rm(path: str) -> str:
+    """Denied by the test policy; the body must never run."""
+    mark("danger-ran", path=path)
+    return "removed " + path
+
+
+@tool("safe.echo")
+def echo(value: Any) -> Any:
+    """Allowed by the test policy."""
+    return value
+
+
+# Remote tools hosted by tests/sdk/agents/runner.py, discovered through the kernel.
+calc = remote.Tools("calc")
+
+
+async def op_tools(inp: dict[str, Any]) -> dict[str, Any]:
+    total = await add(a=inp["a"], b=inp["b"])
+    loud = await shout(text=inp["word"])
+    return {"sum": total, "shout": loud}
+
+
+async def op_remote(inp: dict[str, Any]) -> dict[str, Any]:
+    # Via the remote.Tools handle (ids come from the kernel's tool directory) ...
+    product = await calc["calc_mul"](a=inp["a"], b=inp["b"])
+    # ... and via the execution proxy, remote because no local runner is given.
+    flaky = await execution.invoke_tool("calc_flaky", {"token": inp["token"]})
+    return {"product": product, "flaky": flaky, "remote_tools": sorted(calc.tools)}
+
+
+async def op_signal(inp: dict[str, Any]) -> dict[str, Any]:
+    payloads = []
+    for signal_type in inp["signals"]:
+        payloads.append(await execution.wait_signal(signal_type))
+    return {"payloads": payloads}
+
+
+async def op_hold(inp: dict[str, Any]) -> dict[str, Any]:
+    return {"finished": await execution.wait_signal(inp.get("signal", "finish"))}
+
+
+async def op_work(inp: dict[str, Any]) -> dict[str, Any]:
+    if ARGS.hang:
+        if inp.get("in_tool"):
+            await hang_tool()
+        else:
+            await asyncio.sleep(3600)
+    await asyncio.sleep(float(inp.get("sleep", 0)))
+    return {"n": inp.get("n")}
+
+
+async def op_policy(inp: dict[str, Any]) -> dict[str, Any]:
+    echoed = await echo(value=inp.get("value", "ok"))
+    if not inp.get("catch"):
+        await danger_rm(path="/")  # PolicyError propagates: the SDK sends a fail intent
+    try:
+        await danger_rm(path="/")
+    except PolicyError as e:
+        return {"echo": echoed, "denied": str(e), "error_type": type(e).__name__}
+    return {"echo": echoed, "denied": None}
+
+
+async def op_tool_error(inp: dict[str, Any]) -> dict[str, Any]:
+    try:
+        await broken(reason=inp.get("reason", "boom"))
+    except ToolError as e:
+        return {"tool_error": str(e)}
+    return {"tool_error": None}
+
+
+OPS = {
+    "tools": op_tools,
+    "remote": op_remote,
+    "signal": op_signal,
+    "hold": op_hold,
+    "work": op_work,
+    "policy": op_policy,
+    "tool_error": op_tool_error,
+}
+
+
+async def handle(payload: dict) -> Any:
+    eid = execution.id
+    mark("start", execution_id=eid, op=payload.get("op"))
+    try:
+        out = await OPS[payload["op"]](payload)
+    except asyncio.CancelledError:
+        mark("cancelled", execution_id=eid)
+        raise
+    out["consumer"] = ARGS.consumer_id
+    mark("done", execution_id=eid)
+    return out
+
+
+def main() -> None:
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--agent-id", required=True)
+    p.add_argument("--consumer-id", required=True)
+    p.add_argument("--markers", required=True)
+    p.add_argument("--hang", action="store_true", help="op=work never finishes")
+    ARGS = p.parse_args()
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # Reconnect fast: the tests run with a 1 s disconnect grace.
+    agent = Agent(ARGS.agent_id, consumer_id=ARGS.consumer_id, reconnect_delay=0.5)
+    agent.run(handle)
+
+
+if __name__ == "__main__":
+    main()
