@@ -115,7 +115,9 @@ pub async fn result(
     let outcome = match validate_result(&body) {
         Ok(outcome) => outcome,
         Err(error) => {
-            release_runner(&state, &runner_id, consumer_id.as_ref(), &execution_id).await;
+            if let Some(consumer_id) = &consumer_id {
+                state.kernel.release_runner(&runner_id, consumer_id);
+            }
             return Err(error);
         }
     };
@@ -158,38 +160,6 @@ fn validate_result(body: &ResultRequest) -> Result<StepOutcome, ApiError> {
         error: body.error.clone(),
         retryable: body.retryable.unwrap_or(false),
     })
-}
-
-/// Frees a runner connection after a result that could not be applied. The kernel frees the
-/// connection on every outcome of `runner_result`; an empty step id records nothing.
-async fn release_runner(
-    state: &AppState,
-    runner_id: &RunnerId,
-    consumer_id: Option<&ConsumerId>,
-    execution_id: &str,
-) {
-    if consumer_id.is_none() || runner_id.as_str().is_empty() {
-        return;
-    }
-    let outcome = StepOutcome {
-        step_id: StepId::new(""),
-        success: false,
-        data: None,
-        error: None,
-        retryable: false,
-    };
-    if let Err(error) = state
-        .kernel
-        .runner_result(
-            runner_id,
-            consumer_id,
-            &ExecutionId::new(execution_id),
-            outcome,
-        )
-        .await
-    {
-        tracing::debug!(runner.id = %runner_id, error = %error, "runner released after a rejected result");
-    }
 }
 
 /// `POST /v0/runners/steps/{step_id}/started`.

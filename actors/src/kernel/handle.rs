@@ -87,6 +87,12 @@ impl Kernel {
         self.inner.runner_result(runner_id, consumer_id, execution_id, outcome).await
     }
 
+    /// Frees a runner connection without recording anything (a result that could not be
+    /// parsed still means the runner is done with its job).
+    pub fn release_runner(&self, runner_id: &RunnerId, consumer_id: &ConsumerId) {
+        self.inner.release_runner(runner_id, consumer_id);
+    }
+
     /// Records that a runner started a step.
     pub async fn step_started(
         &self,

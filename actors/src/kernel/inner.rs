@@ -222,14 +222,20 @@ impl KernelInner {
             .ask(execution_id, |reply| ExecutionMsg::ReportRunnerResult { outcome: outcome.clone(), reply })
             .await
             .map_err(|error| unknown_step(error, &step_id));
-        if let Some(consumer_id) = consumer_id.filter(|consumer| !consumer.as_str().is_empty())
-            && !runner_id.as_str().is_empty() {
-                self.ctx.tell_dispatcher(DispatcherMsg::ConnectionFree {
-                    runner_id: runner_id.to_string(),
-                    consumer_id: consumer_id.to_string(),
-                });
-            }
+        if let Some(consumer_id) = consumer_id {
+            self.release_runner(runner_id, consumer_id);
+        }
         result
+    }
+
+    pub(crate) fn release_runner(&self, runner_id: &RunnerId, consumer_id: &ConsumerId) {
+        if runner_id.as_str().is_empty() || consumer_id.as_str().is_empty() {
+            return;
+        }
+        self.ctx.tell_dispatcher(DispatcherMsg::ConnectionFree {
+            runner_id: runner_id.to_string(),
+            consumer_id: consumer_id.to_string(),
+        });
     }
 
     pub(crate) async fn step_started(
