@@ -1,4 +1,7 @@
 -- Keel schema v1 (PostgreSQL). Same tables, numbers and meaning as migrations/sqlite/0001_init.sql.
+-- Times are TIMESTAMPTZ (microsecond precision, like the kernel's timestamps). JSON columns are
+-- JSON, not JSONB: JSON keeps the text the kernel wrote, so every value reads back exactly
+-- (JSONB rejects strings containing \u0000 and rewrites numbers such as 1e18 as integers).
 
 -- Projection of each execution, written in the same transaction as its events. `id` sorts
 -- bytewise (COLLATE "C") so list order matches SQLite whatever the database locale.
@@ -7,9 +10,9 @@ CREATE TABLE executions (
     agent_id      TEXT        NOT NULL,
     status        TEXT        NOT NULL CHECK (status IN
                       ('pending', 'running', 'blocked', 'completed', 'failed', 'cancelled')),
-    labels        JSONB,
-    input         JSONB       NOT NULL,
-    output        JSONB,
+    labels        JSON,
+    input         JSON        NOT NULL,
+    output        JSON,
     created_at    TIMESTAMPTZ NOT NULL,
     updated_at    TIMESTAMPTZ NOT NULL,
     session_id    TEXT,
@@ -18,7 +21,9 @@ CREATE TABLE executions (
 );
 
 -- The event log, the source of truth. `position` is a kernel-wide, monotonically increasing
--- offset for a future cross-execution feed.
+-- offset for a future cross-execution feed. It follows commit order because all writes go
+-- through one session, one transaction at a time (src/store/postgres.rs); rolled-back
+-- transactions leave gaps.
 CREATE TABLE events (
     position        BIGSERIAL   PRIMARY KEY,
     id              TEXT        NOT NULL UNIQUE,
@@ -28,7 +33,7 @@ CREATE TABLE events (
     type            TEXT        NOT NULL,
     schema_version  BIGINT      NOT NULL,
     timestamp       TIMESTAMPTZ NOT NULL,
-    payload         JSONB       NOT NULL,
+    payload         JSON        NOT NULL,
     causation_id    TEXT        NOT NULL,
     correlation_id  TEXT        NOT NULL,
     idempotency_key TEXT,

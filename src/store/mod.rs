@@ -1,16 +1,24 @@
 //! Storage adapters: the SQL implementations of the `keel_actors::store::Store` port. [`open`]
-//! picks the backend from the store URL (`sqlite://PATH`, `sqlite:PATH`; `postgres://` later) and
-//! startup hands the result to the actor tree as `Arc<dyn Store>`.
+//! picks the backend from the store URL (`sqlite://PATH`, `sqlite:PATH`, `postgres://...`,
+//! `postgresql://...`) and startup hands the result to the actor tree as `Arc<dyn Store>`.
 //!
 //! This module also holds what every backend shares: options, the mapping of sqlx errors to
 //! [`StoreError`], the checks a [`Commit`] must pass before it is written, and the refusal to run
 //! on a schema newer than the binary. sqlx types never leave `src/store/`.
+//!
+//! Both backends allow one kernel per database: the second `open` of a database in use fails
+//! with `Unavailable` ([`ANOTHER_KERNEL`]), via a `.lock` file next to a SQLite database and a
+//! session-level advisory lock on PostgreSQL.
 
+mod lock_file;
+pub mod postgres;
 mod rows;
 pub mod sqlite;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+#[cfg(test)]
+mod sqlite_lock_tests;
 #[cfg(test)]
 mod tests;
 
@@ -20,7 +28,12 @@ use std::time::Duration;
 
 pub use keel_actors::error::StoreError;
 pub use keel_actors::store::{Commit, ExecutionRow, ListFilter, StepRow, Store};
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+
+/// Start of the message of the `Unavailable` error a second kernel gets when it opens a database
+/// that a running kernel holds.
+pub const ANOTHER_KERNEL: &str = "another keel kernel is using this database";
 
 /// SQL list of the terminal execution statuses, for `status IN` / `status NOT IN` filters.
 /// It must match the partial indexes of the migrations word for word so the planner uses them.
@@ -29,12 +42,20 @@ pub(crate) const TERMINAL_STATUSES_SQL: &str = "('completed', 'failed', 'cancell
 /// How a store is opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
-    /// Connections in the read pool (at least one is used).
+    /// Connections in the read pool (at least one is used). Both backends add exactly one
+    /// writer connection, so PostgreSQL sees at most `max_read_connections + 1` sessions.
     pub max_read_connections: u32,
-    /// How long a statement waits for a lock held by another connection before failing.
+    /// SQLite: how long a statement waits for a lock held by another connection before failing.
     pub busy_timeout: Duration,
-    /// Whether a missing database file (and its directory) is created.
+    /// SQLite: whether a missing database file (and its directory) is created. PostgreSQL
+    /// databases are never created.
     pub create_if_missing: bool,
+    /// PostgreSQL: how long an operation waits for a connection, including reconnecting after
+    /// an outage, before failing with `Unavailable`.
+    pub acquire_timeout: Duration,
+    /// PostgreSQL: the longest one operation (a statement, or a whole commit transaction) may
+    /// run before it is cancelled and fails with `Unavailable`. Migrations at open are exempt.
+    pub statement_timeout: Duration,
 }
 
 impl Default for StoreOptions {
@@ -43,24 +64,28 @@ impl Default for StoreOptions {
             max_read_connections: 4,
             busy_timeout: Duration::from_secs(5),
             create_if_missing: true,
+            acquire_timeout: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(5),
         }
     }
 }
 
 /// Opens the store named by `url`, creating and migrating it as needed.
 ///
-/// Accepts `sqlite://PATH` and `sqlite:PATH` (a relative or absolute file path). Fails with
-/// `Unavailable` for other schemes, for PostgreSQL (not built yet), when the database cannot be
-/// opened, and when its schema is newer than this binary.
+/// Accepts `sqlite://PATH` and `sqlite:PATH` (a relative or absolute file path) and
+/// `postgres://...` / `postgresql://...` (a libpq-style URL). Fails with `Unavailable` for other
+/// schemes, when the database cannot be opened, when another kernel holds it
+/// ([`ANOTHER_KERNEL`]), and when its schema is newer than this binary.
 pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, StoreError> {
     match parse_url(url)? {
         Backend::Sqlite(path) => {
             let store = SqliteStore::open(&path, options).await?;
             Ok(Arc::new(store))
         }
-        Backend::Postgres => Err(StoreError::Unavailable(
-            "postgres backend not built yet".to_owned(),
-        )),
+        Backend::Postgres => {
+            let store = PostgresStore::open(url, options).await?;
+            Ok(Arc::new(store))
+        }
     }
 }
 
@@ -69,7 +94,7 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, S
 enum Backend {
     /// A SQLite database file.
     Sqlite(PathBuf),
-    /// A PostgreSQL server.
+    /// A PostgreSQL server; the URL is passed on as given.
     Postgres,
 }
 

@@ -1,8 +1,14 @@
 //! SQLite implementation of the storage port: one file in WAL mode with `synchronous=FULL`,
 //! one writer connection (the only one that ever writes: `commit` and retention) and a pool of
 //! read-only connections for everything else. Built by [`super::open`] for `sqlite:` URLs.
+//!
+//! One kernel per file: the store holds an exclusive lock on `<file>.lock` for its lifetime
+//! (released by `close`, by dropping the last clone, or by the OS when the process dies), so a
+//! second kernel on the same file refuses to start instead of interleaving writes.
 
+use std::fs::File;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
@@ -19,8 +25,8 @@ use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord, StepRecord};
 use super::{
-    StoreOptions, TERMINAL_STATUSES_SQL, expected_previous_sequence, map_sqlx_error, migrate_error,
-    refuse_newer_schema, sequence_conflict, with_context,
+    StoreOptions, TERMINAL_STATUSES_SQL, expected_previous_sequence, lock_file, map_sqlx_error,
+    migrate_error, refuse_newer_schema, sequence_conflict, with_context,
 };
 
 /// Migrations embedded in the binary, applied at open.
@@ -30,19 +36,22 @@ static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 /// `busy_timeout`) at `BEGIN` instead of deadlocking on a lock upgrade halfway through.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
-/// The SQLite store: a writer pool of exactly one connection and a read-only pool.
+/// The SQLite store: a writer pool of exactly one connection, a read-only pool and the
+/// one-kernel-per-file lock.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     writer: SqlitePool,
     readers: SqlitePool,
+    /// The locked `<file>.lock`, shared by clones; `None` once closed.
+    kernel_lock: Arc<Mutex<Option<File>>>,
 }
 
 impl SqliteStore {
     /// Opens the database file at `path`, creating it (and its directory) when
     /// `options.create_if_missing` is set, and applies the embedded migrations.
     ///
-    /// Fails with `Unavailable` when the file cannot be opened or its schema is newer than this
-    /// binary.
+    /// Fails with `Unavailable` when the file cannot be opened, another kernel holds it
+    /// ([`ANOTHER_KERNEL`](super::ANOTHER_KERNEL)) or its schema is newer than this binary.
     pub async fn open(path: &Path, options: &StoreOptions) -> Result<Self, StoreError> {
         let context = format!("opening sqlite database {}", path.display());
         if options.create_if_missing
@@ -72,6 +81,14 @@ impl SqliteStore {
             )
             .await
             .map_err(|error| with_context(map_sqlx_error(error), &context))?;
+        // Taken once the file is known to exist and before anything is written to it.
+        let kernel_lock = match lock_file::lock_kernel_file(path) {
+            Ok(file) => file,
+            Err(error) => {
+                writer.close().await;
+                return Err(error);
+            }
+        };
         refuse_newer_schema(applied_schema_version(&writer).await?, &MIGRATOR)?;
         MIGRATOR.run(&writer).await.map_err(migrate_error)?;
         let readers = SqlitePoolOptions::new()
@@ -79,14 +96,24 @@ impl SqliteStore {
             .connect_with(base.read_only(true))
             .await
             .map_err(|error| with_context(map_sqlx_error(error), &context))?;
-        Ok(Self { writer, readers })
+        Ok(Self {
+            writer,
+            readers,
+            kernel_lock: Arc::new(Mutex::new(Some(kernel_lock))),
+        })
     }
 
-    /// Closes both pools, waiting for connections in use to be returned. Later calls fail with
-    /// `Unavailable`.
+    /// Closes both pools, waiting for connections in use to be returned, then releases the
+    /// kernel lock. Later calls fail with `Unavailable`.
     pub async fn close(&self) {
         self.readers.close().await;
         self.writer.close().await;
+        // A poisoned lock still guards the file; releasing it is all that is left to do.
+        let mut kernel_lock = self
+            .kernel_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kernel_lock.take();
     }
 
     /// Returns the writer and reader pools, for tests that inspect the file.

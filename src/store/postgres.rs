@@ -1,0 +1,375 @@
+//! PostgreSQL implementation of the storage port, built by [`super::open`] for `postgres://` and
+//! `postgresql://` URLs.
+//!
+//! Connections: one dedicated writer connection (`writer.rs`) that holds the kernel's
+//! session-level advisory lock and runs every write (`commit`, retention), plus a pool of
+//! read-only connections for everything else. Because the kernel has a single writer (the
+//! `StoreWriter` actor, one transaction in flight) and this adapter writes through one session,
+//! transactions commit one after another and `events.position` (a sequence) increases in commit
+//! order; rolled-back transactions may leave gaps, which a feed resuming "after position P"
+//! tolerates.
+//!
+//! Outages: every operation is bounded (`acquire_timeout` to get or re-establish a connection,
+//! `statement_timeout` for the work, server-side and client-side) and connection trouble maps
+//! to `Unavailable`. The read pool tests connections before handing them out and the writer
+//! reconnects (and re-takes its lock) on the next call, so the store recovers by itself when the
+//! database returns.
+
+mod write;
+mod writer;
+
+#[cfg(test)]
+mod outage_tests;
+#[cfg(test)]
+mod test_db;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Postgres, QueryBuilder};
+
+use keel_actors::error::StoreError;
+use keel_actors::events::Event;
+use keel_actors::ids::ExecutionId;
+use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
+use keel_actors::time::{self, Timestamp};
+
+use super::rows::{EventRecord, ExecutionRecord};
+use super::{
+    StoreOptions, TERMINAL_STATUSES_SQL, map_sqlx_error, migrate_error, refuse_newer_schema,
+};
+use writer::Writer;
+
+/// Migrations embedded in the binary, applied at open.
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
+
+/// `ping` answers within this bound, so `/v0/ready` reports an outage within 2 s.
+const PING_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// Renders a `TIMESTAMPTZ` column as the RFC 3339 text `rows.rs` parses (six fractional digits,
+/// `Z`), independent of the session time zone.
+macro_rules! utc_text {
+    ($column:literal) => {
+        concat!(
+            "to_char(",
+            $column,
+            " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        )
+    };
+}
+
+/// Columns of `events` in the shape `EventRecord` reads.
+const EVENT_COLUMNS: &str = concat!(
+    "id, execution_id, sequence, step_id, type AS event_type, schema_version, ",
+    utc_text!("timestamp"),
+    " AS timestamp, payload::text AS payload, causation_id, correlation_id, idempotency_key"
+);
+
+/// Columns of `executions` in the shape `ExecutionRecord` reads.
+const EXECUTION_COLUMNS: &str = concat!(
+    "id, agent_id, status, labels::text AS labels, input::text AS input, ",
+    "output::text AS output, ",
+    utc_text!("created_at"),
+    " AS created_at, ",
+    utc_text!("updated_at"),
+    " AS updated_at, session_id, consumer_id, last_sequence"
+);
+
+/// Columns of `steps` in the shape `StepRecord` reads.
+#[cfg(test)]
+const STEP_COLUMNS: &str = concat!(
+    "id, execution_id, tool_id, status, attempt, max_attempts, remote, job_id, runner_id, ",
+    utc_text!("deadline"),
+    " AS deadline, ",
+    utc_text!("updated_at"),
+    " AS updated_at"
+);
+
+/// The PostgreSQL store: a dedicated writer connection holding the kernel lock and a
+/// read-only pool.
+#[derive(Debug)]
+pub struct PostgresStore {
+    writer: Writer,
+    readers: PgPool,
+    /// Client-side bound of one read, on top of the server's `statement_timeout`.
+    read_timeout: Duration,
+}
+
+impl PostgresStore {
+    /// Connects to the database named by `url`, takes the one-kernel-per-database lock and
+    /// applies the embedded migrations. The database itself must exist.
+    ///
+    /// Fails with `Unavailable` when the URL is invalid, the server cannot be reached within
+    /// `options.acquire_timeout`, another kernel holds the database, or its schema is newer than
+    /// this binary. Error messages name host, port and database, never the password.
+    pub async fn open(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        let base = PgConnectOptions::from_str(url)
+            .map_err(|error| StoreError::Unavailable(format!("invalid postgres url: {error}")))?;
+        let base = with_session_settings(base, options);
+        let writer = Writer::new(base.clone(), options);
+        let mut connection = writer.connect_and_lock().await?;
+        migrate(&mut connection).await?;
+        writer.install(connection).await;
+        let readers = PgPoolOptions::new()
+            .max_connections(options.max_read_connections.max(1))
+            .min_connections(0)
+            .acquire_timeout(options.acquire_timeout)
+            // A pooled connection may have died with the server; a round trip before each use
+            // replaces it instead of failing the caller.
+            .test_before_acquire(true)
+            .idle_timeout(Some(Duration::from_secs(60)))
+            .connect_lazy_with(base.options([("default_transaction_read_only", "on")]));
+        Ok(Self {
+            writer,
+            readers,
+            read_timeout: options.acquire_timeout + options.statement_timeout,
+        })
+    }
+
+    /// Closes the read pool and the writer connection, releasing the kernel lock so another
+    /// kernel can open the database at once. Later calls fail with `Unavailable`.
+    pub async fn close(&self) {
+        self.readers.close().await;
+        self.writer.close().await;
+    }
+
+    /// Returns the read pool, for tests that inspect the database.
+    #[cfg(test)]
+    pub(crate) fn readers(&self) -> &PgPool {
+        &self.readers
+    }
+
+    /// Runs one read, failing with `Unavailable` when it outlives `read_timeout`.
+    async fn bounded<T>(
+        &self,
+        read: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.read_timeout, read).await {
+            Ok(result) => result.map_err(map_sqlx_error),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "database read did not finish within {} ms",
+                self.read_timeout.as_millis()
+            ))),
+        }
+    }
+}
+
+/// Adds the settings every session gets: an application name (unless the URL sets one) and the
+/// server-side timeouts, so a statement or an abandoned transaction cannot hold the database.
+fn with_session_settings(base: PgConnectOptions, options: &StoreOptions) -> PgConnectOptions {
+    let named = if base.get_application_name().is_some() {
+        base
+    } else {
+        base.application_name("keel")
+    };
+    let statement_ms = options.statement_timeout.as_millis().max(1).to_string();
+    let idle_ms = (options.statement_timeout * 2)
+        .as_millis()
+        .max(1)
+        .to_string();
+    named.options([
+        ("statement_timeout", statement_ms),
+        ("idle_in_transaction_session_timeout", idle_ms),
+    ])
+}
+
+/// Refuses a schema newer than this binary, then applies the embedded migrations (with no
+/// statement timeout: a migration may rewrite a large table). sqlx serialises concurrent
+/// migrators with an advisory lock of its own.
+async fn migrate(connection: &mut PgConnection) -> Result<(), StoreError> {
+    refuse_newer_schema(applied_schema_version(connection).await?, &MIGRATOR)?;
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut *connection)
+        .await
+        .map_err(map_sqlx_error)?;
+    MIGRATOR
+        .run_direct(&mut *connection)
+        .await
+        .map_err(migrate_error)?;
+    sqlx::query("RESET statement_timeout")
+        .execute(&mut *connection)
+        .await
+        .map_err(map_sqlx_error)?;
+    Ok(())
+}
+
+/// Returns the newest migration version applied to the database, if it was ever migrated.
+async fn applied_schema_version(connection: &mut PgConnection) -> Result<Option<i64>, StoreError> {
+    let table =
+        sqlx::query_scalar::<_, Option<String>>("SELECT to_regclass('_sqlx_migrations')::text")
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(map_sqlx_error)?;
+    if table.is_none() {
+        return Ok(None);
+    }
+    sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(version) FROM _sqlx_migrations")
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(map_sqlx_error)
+}
+
+/// Returns whether a filter value can match stored text: PostgreSQL text never holds NUL, and
+/// sending one fails the query instead of matching nothing.
+fn storable(text: &str) -> bool {
+    !text.contains('\0')
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn commit(&self, batch: &[Commit]) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let plan = write::BatchPlan::new(batch)?;
+        let mut checkout = self.writer.checkout().await?;
+        let outcome = self
+            .writer
+            .bounded(write::write_batch(checkout.connection(), &plan))
+            .await;
+        checkout.finish(outcome)
+    }
+
+    async fn events(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, StoreError> {
+        if !storable(id.as_str()) {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
+             WHERE execution_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
+        );
+        let records = self
+            .bounded(
+                sqlx::query_as::<_, EventRecord>(&sql)
+                    .bind(id.as_str())
+                    .bind(after_sequence)
+                    .bind(limit.max(0))
+                    .fetch_all(&self.readers),
+            )
+            .await?;
+        records.into_iter().map(EventRecord::into_event).collect()
+    }
+
+    async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError> {
+        if !storable(id.as_str()) {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = $1");
+        let record = self
+            .bounded(
+                sqlx::query_as::<_, ExecutionRecord>(&sql)
+                    .bind(id.as_str())
+                    .fetch_optional(&self.readers),
+            )
+            .await?;
+        record.map(ExecutionRecord::into_row).transpose()
+    }
+
+    async fn list_executions(&self, filter: &ListFilter) -> Result<Vec<ExecutionRow>, StoreError> {
+        let texts = filter
+            .agent_id
+            .iter()
+            .chain(filter.labels.iter().flat_map(|(key, value)| [key, value]))
+            .chain(filter.after.iter().map(|(_, id)| id));
+        if texts.into_iter().any(|text| !storable(text)) {
+            return Ok(Vec::new());
+        }
+        let mut query = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions AS e WHERE TRUE"
+        ));
+        if let Some(status) = filter.status {
+            query.push(" AND e.status = ").push_bind(status.as_str());
+        }
+        if let Some(agent_id) = &filter.agent_id {
+            query
+                .push(" AND e.agent_id = ")
+                .push_bind(agent_id.as_str());
+        }
+        for (key, value) in &filter.labels {
+            query
+                .push(" AND EXISTS (SELECT 1 FROM execution_labels AS l")
+                .push(" WHERE l.execution_id = e.id AND l.key = ")
+                .push_bind(key.as_str())
+                .push(" AND l.value = ")
+                .push_bind(value.as_str())
+                .push(")");
+        }
+        if let Some((created_at, id)) = &filter.after {
+            // Strictly after (created_at, id) in descending order, as a row comparison the
+            // (created_at DESC, id DESC) indexes answer directly.
+            query
+                .push(" AND (e.created_at, e.id) < (")
+                .push_bind(time::format(created_at))
+                .push("::timestamptz, ")
+                .push_bind(id.as_str())
+                .push(")");
+        }
+        query
+            .push(" ORDER BY e.created_at DESC, e.id DESC LIMIT ")
+            .push_bind(filter.limit.max(0));
+        let records = self
+            .bounded(
+                query
+                    .build_query_as::<ExecutionRecord>()
+                    .fetch_all(&self.readers),
+            )
+            .await?;
+        records.into_iter().map(ExecutionRecord::into_row).collect()
+    }
+
+    async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError> {
+        let sql = format!(
+            "SELECT id FROM executions WHERE status NOT IN {TERMINAL_STATUSES_SQL} \
+             ORDER BY created_at, id"
+        );
+        let ids = self
+            .bounded(sqlx::query_scalar::<_, String>(&sql).fetch_all(&self.readers))
+            .await?;
+        Ok(ids.into_iter().map(ExecutionId::new).collect())
+    }
+
+    async fn delete_terminal_before(
+        &self,
+        before: Timestamp,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let mut checkout = self.writer.checkout().await?;
+        let outcome = self
+            .writer
+            .bounded(write::delete_terminal_before(
+                checkout.connection(),
+                &time::format(&before),
+                limit.max(0),
+            ))
+            .await;
+        checkout.finish(outcome)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let check = async {
+            sqlx::query("SELECT 1")
+                .execute(&self.readers)
+                .await
+                .map_err(map_sqlx_error)?;
+            self.writer.check().await
+        };
+        match tokio::time::timeout(PING_TIMEOUT, check).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "database did not answer within {} ms",
+                PING_TIMEOUT.as_millis()
+            ))),
+        }
+    }
+}
