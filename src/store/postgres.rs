@@ -14,6 +14,9 @@
 //! to `Unavailable`. The read pool tests connections before handing them out and the writer
 //! reconnects (and re-takes its lock) on the next call, so the store recovers by itself when the
 //! database returns.
+//!
+//! The URL must reach a real session (directly, or through a session-mode pooler): a
+//! transaction-mode pooler would break the session lock and prepared statements.
 
 mod write;
 mod writer;
