@@ -36,12 +36,21 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let settings = config.validate().map_err(|error| anyhow!("invalid configuration:\n{error}"))?;
-    let address = listener.local_addr().context("cannot read the listener's address")?;
-    info!(mode = settings.mode.as_str(), version = env!("CARGO_PKG_VERSION"), "keel starting");
+    let settings = config
+        .validate()
+        .map_err(|error| anyhow!("invalid configuration:\n{error}"))?;
+    let address = listener
+        .local_addr()
+        .context("cannot read the listener's address")?;
+    info!(
+        mode = settings.mode.as_str(),
+        version = env!("CARGO_PKG_VERSION"),
+        "keel starting"
+    );
 
-    let store = open_store(&settings).await?;
+    // The policy first: it is cheap, and a typo in it should not wait for a database.
     let policy = load_policy(&settings).await?;
+    let store = open_store(&settings).await?;
     let phase = Instant::now();
     let kernel = kernel::start(kernel_config(&settings, store, policy))
         .await
@@ -50,7 +59,11 @@ pub async fn run(
 
     let streams_end = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
-    let state = AppState::new(kernel.clone(), http_settings(&settings), streams_end.clone());
+    let state = AppState::new(
+        kernel.clone(),
+        http_settings(&settings),
+        streams_end.clone(),
+    );
     let app = router(state);
     let mut server: JoinHandle<std::io::Result<()>> = tokio::spawn(
         axum::serve(listener, app.into_make_service())
@@ -66,7 +79,10 @@ pub async fn run(
     let started = Instant::now();
     let deadline = started + settings.shutdown_timeout;
     let http_deadline = deadline - settings.shutdown_timeout / KERNEL_SHARE_OF_DEADLINE;
-    info!(timeout_ms = millis(settings.shutdown_timeout), "shutdown started");
+    info!(
+        timeout_ms = millis(settings.shutdown_timeout),
+        "shutdown started"
+    );
 
     streams_end.cancel();
     stop_accepting.cancel();
@@ -77,8 +93,14 @@ pub async fn run(
 
     let phase = Instant::now();
     match tokio::time::timeout_at(deadline.into(), kernel.shutdown()).await {
-        Ok(()) => info!(elapsed_ms = millis(phase.elapsed()), "shutdown: actor tree stopped"),
-        Err(_) => warn!(elapsed_ms = millis(phase.elapsed()), "shutdown: actor tree did not stop before the deadline"),
+        Ok(()) => info!(
+            elapsed_ms = millis(phase.elapsed()),
+            "shutdown: actor tree stopped"
+        ),
+        Err(_) => warn!(
+            elapsed_ms = millis(phase.elapsed()),
+            "shutdown: actor tree did not stop before the deadline"
+        ),
     }
     drop(kernel);
     info!(elapsed_ms = millis(started.elapsed()), "shutdown complete");
@@ -100,7 +122,10 @@ async fn drain_http(
     let phase = Instant::now();
     match tokio::time::timeout_at(deadline, &mut *server).await {
         Ok(result) => {
-            info!(elapsed_ms = millis(phase.elapsed()), "shutdown: HTTP drained and closed");
+            info!(
+                elapsed_ms = millis(phase.elapsed()),
+                "shutdown: HTTP drained and closed"
+            );
             result
         }
         Err(_) => {
@@ -117,10 +142,18 @@ async fn drain_http(
 /// Opens (creating and migrating) the configured database.
 async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     let phase = Instant::now();
-    let options = StoreOptions { max_read_connections: settings.db_max_conns, ..StoreOptions::default() };
+    let options = StoreOptions {
+        max_read_connections: settings.db_max_conns,
+        ..StoreOptions::default()
+    };
     let store = crate::store::open(&settings.db.connection_string(), &options)
         .await
-        .map_err(|error| anyhow!("cannot open the database {}: {error}", settings.db.redacted()))?;
+        .map_err(|error| {
+            anyhow!(
+                "cannot open the database {}: {error}",
+                settings.db.redacted()
+            )
+        })?;
     info!(db = %settings.db.redacted(), elapsed_ms = millis(phase.elapsed()), "database open");
     Ok(store)
 }
@@ -135,7 +168,9 @@ async fn load_policy(settings: &Settings) -> anyhow::Result<Arc<dyn PolicyEngine
                 Arc::new(PermissiveEngine)
             }
             Mode::Serve => {
-                warn!("no --policy given: every tool call is denied (secure default); pass --policy to allow tools");
+                warn!(
+                    "no --policy given: every tool call is denied (secure default); pass --policy to allow tools"
+                );
                 Arc::new(SecureDefaultEngine)
             }
         });
@@ -167,7 +202,11 @@ async fn load_policy(settings: &Settings) -> anyhow::Result<Arc<dyn PolicyEngine
 }
 
 /// Maps the settings onto the actor tree's configuration.
-fn kernel_config(settings: &Settings, store: Arc<dyn Store>, policy: Arc<dyn PolicyEngine>) -> KernelConfig {
+fn kernel_config(
+    settings: &Settings,
+    store: Arc<dyn Store>,
+    policy: Arc<dyn PolicyEngine>,
+) -> KernelConfig {
     let mut config = KernelConfig::new(store, policy);
     config.execution = ExecutionSettings {
         step_timeout: settings.step_timeout,
@@ -187,7 +226,10 @@ fn kernel_config(settings: &Settings, store: Arc<dyn Store>, policy: Arc<dyn Pol
 /// Maps the settings onto the HTTP layer's configuration.
 fn http_settings(settings: &Settings) -> HttpSettings {
     HttpSettings {
-        bearer_token: settings.bearer_token.as_ref().map(|token| token.expose().to_owned()),
+        bearer_token: settings
+            .bearer_token
+            .as_ref()
+            .map(|token| token.expose().to_owned()),
         cors_origins: settings.cors_origins.clone(),
         body_limit: settings.body_limit,
         large_body_limit: settings.large_body_limit,
@@ -202,7 +244,9 @@ fn announce(settings: &Settings, address: SocketAddr) {
         warn!(address = %address, "no --bearer-token: anyone who can reach this address can use the API");
     }
     if settings.agent_timeout.is_zero() {
-        warn!("--agent-timeout 0: a disconnected agent's executions are reset at once (meant for tests)");
+        warn!(
+            "--agent-timeout 0: a disconnected agent's executions are reset at once (meant for tests)"
+        );
     }
     if settings.production && settings.cors_origins.iter().any(|origin| origin == "*") {
         warn!("--cors-origins * in production: any web page may call the API with a user's token");

@@ -81,7 +81,12 @@ pub struct Config {
     pub port: u16,
 
     /// Directory of the embedded SQLite database (`<data-dir>/keel.db`); created if missing.
-    #[arg(long, env = "KEEL_DATA_DIR", value_name = "DIR", default_value = "./.keel")]
+    #[arg(
+        long,
+        env = "KEEL_DATA_DIR",
+        value_name = "DIR",
+        default_value = "./.keel"
+    )]
     pub data_dir: PathBuf,
 
     /// Database URL: `sqlite://PATH` or `postgres://USER:PASSWORD@HOST/DB`
@@ -100,7 +105,12 @@ pub struct Config {
 
     /// Token every request except health and readiness must present as
     /// `Authorization: Bearer <token>` [default: none, no authentication].
-    #[arg(long, env = "KEEL_BEARER_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "KEEL_BEARER_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
     pub bearer_token: Option<String>,
 
     /// Refuse to start unless `--bearer-token`, `--policy` and `--db-url` are all set.
@@ -109,7 +119,12 @@ pub struct Config {
 
     /// Allowed CORS origins, comma-separated; `*` allows any; none turns CORS off (the
     /// `serve` default).
-    #[arg(long, env = "KEEL_CORS_ORIGINS", value_name = "ORIGINS", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "KEEL_CORS_ORIGINS",
+        value_name = "ORIGINS",
+        value_delimiter = ','
+    )]
     pub cors_origins: Vec<String>,
 
     /// Default deadline of a tool step (policy rules may set their own).
@@ -160,11 +175,21 @@ pub struct Config {
 
     /// Log filter: a level (`trace`, `debug`, `info`, `warn`, `error`) or `tracing` directives
     /// such as `info,keel=debug`; `RUST_LOG`, when set, wins.
-    #[arg(long, env = "KEEL_LOG_LEVEL", value_name = "FILTER", default_value = "info")]
+    #[arg(
+        long,
+        env = "KEEL_LOG_LEVEL",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
     pub log_level: String,
 
     /// Log format.
-    #[arg(long, env = "KEEL_LOG_FORMAT", value_name = "FORMAT", default_value = "json")]
+    #[arg(
+        long,
+        env = "KEEL_LOG_FORMAT",
+        value_name = "FORMAT",
+        default_value = "json"
+    )]
     pub log_format: LogFormat,
 
     /// Print the effective configuration (secrets redacted) as JSON and exit.
@@ -237,7 +262,10 @@ impl fmt::Debug for Config {
             .field("db_url", &self.db_url.as_deref().map(validate::redact_url))
             .field("db_max_conns", &self.db_max_conns)
             .field("policy", &self.policy)
-            .field("bearer_token", &self.bearer_token.as_ref().map(|_| validate::REDACTED))
+            .field(
+                "bearer_token",
+                &self.bearer_token.as_ref().map(|_| validate::REDACTED),
+            )
             .field("production", &self.production)
             .field("cors_origins", &self.cors_origins)
             .field("step_timeout", &self.step_timeout)
@@ -262,7 +290,12 @@ impl fmt::Debug for Config {
 #[derive(Clone, Args)]
 pub struct ClientConfig {
     /// Base URL of the kernel.
-    #[arg(long, env = "KEEL_URL", value_name = "URL", default_value = "http://127.0.0.1:8080")]
+    #[arg(
+        long,
+        env = "KEEL_URL",
+        value_name = "URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
     pub url: String,
 
     /// Bearer token sent with every request [default: none].
@@ -270,7 +303,12 @@ pub struct ClientConfig {
     pub token: Option<String>,
 
     /// Output format.
-    #[arg(long, env = "KEEL_OUTPUT", value_name = "FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        env = "KEEL_OUTPUT",
+        value_name = "FORMAT",
+        default_value = "text"
+    )]
     pub output: OutputFormat,
 
     /// `RUST_LOG`, read here so that no other module reads the environment.
@@ -300,8 +338,9 @@ impl fmt::Debug for ClientConfig {
 
 /// Parses a duration such as `500ms`, `30s`, `5m`, `1h30m` or `168h`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|error| format!("invalid duration {text:?} ({error}); use e.g. 500ms, 30s, 5m, 1h30m"))
+    humantime::parse_duration(text.trim()).map_err(|error| {
+        format!("invalid duration {text:?} ({error}); use e.g. 500ms, 30s, 5m, 1h30m")
+    })
 }
 
 /// Formats a duration the way flags accept it: `168h`, `1h30m`, `1m500ms`, `0s`.
@@ -318,5 +357,9 @@ pub fn format_duration(duration: Duration) -> String {
         .filter(|(value, _)| *value > 0)
         .map(|(value, unit)| format!("{value}{unit}"))
         .collect();
-    if text.is_empty() { "0s".to_owned() } else { text }
+    if text.is_empty() {
+        "0s".to_owned()
+    } else {
+        text
+    }
 }

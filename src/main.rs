@@ -38,12 +38,15 @@ async fn serve(config: Config) -> ExitCode {
     let settings = match config.validate() {
         Ok(settings) => settings,
         Err(error) => {
-            eprintln!("keel {}: invalid configuration:\n{error}", config.mode.as_str());
+            eprintln!(
+                "keel {}: invalid configuration:\n{error}",
+                config.mode.as_str()
+            );
             return ExitCode::from(EXIT_USAGE);
         }
     };
     if config.dump_config {
-        println!("{}", keel::cli::output::pretty(&settings.dump()));
+        keel::cli::output::emit(&keel::cli::output::pretty(&settings.dump()));
         return ExitCode::SUCCESS;
     }
     if let Err(error) = keel::telemetry::init(&settings.log_filter, settings.log_format) {
@@ -59,7 +62,11 @@ async fn serve(config: Config) -> ExitCode {
     match started.await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "keel stopped with an error");
+            // Text logs already go to the terminal: print the error once, plainly. JSON logs go
+            // to a collector, which gets the error as a log record too.
+            if settings.log_format == LogFormat::Json {
+                tracing::error!(error = format!("{error:#}"), "keel stopped with an error");
+            }
             eprintln!("keel: {error:#}");
             ExitCode::FAILURE
         }

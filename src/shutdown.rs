@@ -14,26 +14,34 @@ pub const FORCED_EXIT_CODE: i32 = 130;
 /// resources), the failure is logged and the future never resolves: the kernel keeps serving
 /// and can still be stopped with SIGKILL.
 pub async fn signal() {
-    let (mut terminate, mut interrupt) =
-        match (unix_signal(SignalKind::terminate()), unix_signal(SignalKind::interrupt())) {
-            (Ok(terminate), Ok(interrupt)) => (terminate, interrupt),
-            (Err(error), _) | (_, Err(error)) => {
-                tracing::error!(%error, "cannot install signal handlers; graceful shutdown is unavailable");
-                std::future::pending::<()>().await;
-                return;
-            }
-        };
+    let (mut terminate, mut interrupt) = match (
+        unix_signal(SignalKind::terminate()),
+        unix_signal(SignalKind::interrupt()),
+    ) {
+        (Ok(terminate), Ok(interrupt)) => (terminate, interrupt),
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::error!(%error, "cannot install signal handlers; graceful shutdown is unavailable");
+            std::future::pending::<()>().await;
+            return;
+        }
+    };
     let name = tokio::select! {
         _ = terminate.recv() => "SIGTERM",
         _ = interrupt.recv() => "SIGINT",
     };
-    tracing::info!(signal = name, "shutdown signal received; a second signal exits at once");
+    tracing::info!(
+        signal = name,
+        "shutdown signal received; a second signal exits at once"
+    );
     tokio::spawn(async move {
         let second = tokio::select! {
             _ = terminate.recv() => "SIGTERM",
             _ = interrupt.recv() => "SIGINT",
         };
-        tracing::warn!(signal = second, "second shutdown signal received; exiting immediately");
+        tracing::warn!(
+            signal = second,
+            "second shutdown signal received; exiting immediately"
+        );
         std::process::exit(FORCED_EXIT_CODE);
     });
 }

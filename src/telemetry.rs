@@ -34,8 +34,15 @@ pub fn init(filter: &str, format: LogFormat) -> Result<bool, TelemetryError> {
         .with_writer(std::io::stderr)
         .with_span_events(FmtSpan::NONE);
     let installed = match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
     };
     Ok(installed.is_ok())
 }

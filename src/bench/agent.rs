@@ -26,7 +26,10 @@ type Routes = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<(String, Value)>>>
 /// consumer id (as the SDK does) when the stream drops.
 pub async fn consume(shared: Arc<Shared>, consumer_id: String) {
     let routes: Routes = Arc::default();
-    let query = [("agent_id", shared.agent_id.clone()), ("consumer_id", consumer_id.clone())];
+    let query = [
+        ("agent_id", shared.agent_id.clone()),
+        ("consumer_id", consumer_id.clone()),
+    ];
     while !shared.stop.is_cancelled() {
         let response = tokio::select! {
             response = shared.client.stream("/v0/agents/stream", &query) => response,
@@ -35,7 +38,9 @@ pub async fn consume(shared: Arc<Shared>, consumer_id: String) {
         let response = match response {
             Ok(response) => response,
             Err(error) => {
-                shared.stats.error(format!("agent stream {consumer_id}: {error}"));
+                shared
+                    .stats
+                    .error(format!("agent stream {consumer_id}: {error}"));
                 tokio::time::sleep(RECONNECT_DELAY).await;
                 continue;
             }
@@ -50,7 +55,9 @@ pub async fn consume(shared: Arc<Shared>, consumer_id: String) {
             match message {
                 Some(Ok(message)) => dispatch(&shared, &routes, &message.event, &message.data),
                 Some(Err(error)) => {
-                    shared.stats.error(format!("agent stream {consumer_id}: {error}"));
+                    shared
+                        .stats
+                        .error(format!("agent stream {consumer_id}: {error}"));
                     break;
                 }
                 None => break,
@@ -65,12 +72,22 @@ fn dispatch(shared: &Arc<Shared>, routes: &Routes, event: &str, data: &str) {
     let Ok(data) = serde_json::from_str::<Value>(data) else {
         return;
     };
-    let Some(execution_id) = data.get("execution_id").and_then(Value::as_str).map(str::to_owned) else {
+    let Some(execution_id) = data
+        .get("execution_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
         return;
     };
     if event == "execution.assigned" {
-        let Some(session_id) = data.get("session_id").and_then(Value::as_str).map(str::to_owned) else {
-            shared.stats.error(format!("execution.assigned for {execution_id} without session_id"));
+        let Some(session_id) = data
+            .get("session_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            shared.stats.error(format!(
+                "execution.assigned for {execution_id} without session_id"
+            ));
             return;
         };
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -81,8 +98,16 @@ fn dispatch(shared: &Arc<Shared>, routes: &Routes, event: &str, data: &str) {
         let shared = shared.clone();
         let routes = routes.clone();
         tokio::spawn(async move {
-            let handler = Handler { shared: &shared, execution_id: &execution_id, session_id: &session_id };
-            let outcome = handler.run(receiver).await;
+            let handler = Handler {
+                shared: &shared,
+                execution_id: &execution_id,
+                session_id: &session_id,
+            };
+            // Once the run is over, unfinished handlers stop without counting as failures.
+            let outcome = tokio::select! {
+                outcome = handler.run(receiver) => outcome,
+                () = shared.stop.cancelled() => return,
+            };
             if let Ok(mut routes) = routes.lock() {
                 routes.remove(&execution_id);
             }
@@ -90,7 +115,10 @@ fn dispatch(shared: &Arc<Shared>, routes: &Routes, event: &str, data: &str) {
         });
         return;
     }
-    let sender = routes.lock().ok().and_then(|routes| routes.get(&execution_id).cloned());
+    let sender = routes
+        .lock()
+        .ok()
+        .and_then(|routes| routes.get(&execution_id).cloned());
     if let Some(sender) = sender {
         let _ = sender.send((event.to_owned(), data));
     }
@@ -105,7 +133,10 @@ struct Handler<'a> {
 
 impl Handler<'_> {
     /// Plays the script; returns why it gave up, if it did.
-    async fn run(&self, mut pushes: mpsc::UnboundedReceiver<(String, Value)>) -> Result<(), String> {
+    async fn run(
+        &self,
+        mut pushes: mpsc::UnboundedReceiver<(String, Value)>,
+    ) -> Result<(), String> {
         let mut early_results: HashMap<String, Value> = HashMap::new();
         for index in 0..self.shared.tools_per_execution {
             let remote = index % 2 == 1;
@@ -125,25 +156,36 @@ impl Handler<'_> {
                 .ok_or_else(|| format!("accepted invoke_tool without step_id: {answer}"))?
                 .to_owned();
             if remote {
-                self.wait_tool_result(&mut pushes, &mut early_results, &step_id).await?;
+                self.wait_tool_result(&mut pushes, &mut early_results, &step_id)
+                    .await?;
                 self.shared.stats.remote_tool.record(started.elapsed());
             } else {
                 self.step_result(&step_id, index).await?;
             }
         }
-        self.intent(json!({ "type": "complete", "output": { "tools": self.shared.tools_per_execution } }))
-            .await
-            .map(|_| ())
+        self.intent(
+            json!({ "type": "complete", "output": { "tools": self.shared.tools_per_execution } }),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Sends an intent, records its latency, and fails on a denial.
     async fn intent(&self, intent: Value) -> Result<Value, String> {
         let body = json!({ "execution_id": self.execution_id, "session_id": self.session_id, "intent": intent });
         let started = Instant::now();
-        let answer = self.shared.client.post("/v0/agents/intent", Some(&body)).await.map_err(|error| error.to_string())?;
+        let answer = self
+            .shared
+            .client
+            .post("/v0/agents/intent", Some(&body))
+            .await
+            .map_err(|error| error.to_string())?;
         self.shared.stats.intent.record(started.elapsed());
         if answer.get("accepted").and_then(Value::as_bool) != Some(true) {
-            let reason = answer.get("error").and_then(Value::as_str).unwrap_or("no reason given");
+            let reason = answer
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("no reason given");
             return Err(format!(
                 "intent denied: {reason} (run the kernel with a policy allowing {LOCAL_TOOL} and {REMOTE_TOOL}, e.g. keel dev)"
             ));
@@ -161,7 +203,11 @@ impl Handler<'_> {
             "data": { "index": index },
         });
         let started = Instant::now();
-        self.shared.client.post("/v0/agents/step-result", Some(&body)).await.map_err(|error| error.to_string())?;
+        self.shared
+            .client
+            .post("/v0/agents/step-result", Some(&body))
+            .await
+            .map_err(|error| error.to_string())?;
         self.shared.stats.step_result.record(started.elapsed());
         Ok(())
     }
@@ -178,12 +224,24 @@ impl Handler<'_> {
         while result.is_none() {
             let push = tokio::time::timeout_at(deadline, pushes.recv())
                 .await
-                .map_err(|_| format!("no tool.result for step {step_id} within {TOOL_RESULT_TIMEOUT:?}"))?
+                .map_err(|_| {
+                    format!("no tool.result for step {step_id} within {TOOL_RESULT_TIMEOUT:?}")
+                })?
                 .ok_or_else(|| "agent stream closed".to_owned())?;
             match push.0.as_str() {
-                "execution.cancelled" => return Err(format!("execution {} cancelled by the kernel", self.execution_id)),
+                "execution.cancelled" => {
+                    return Err(format!(
+                        "execution {} cancelled by the kernel",
+                        self.execution_id
+                    ));
+                }
                 "tool.result" => {
-                    let pushed_step = push.1.get("step_id").and_then(Value::as_str).unwrap_or_default().to_owned();
+                    let pushed_step = push
+                        .1
+                        .get("step_id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
                     if pushed_step == step_id {
                         result = Some(push.1);
                     } else {
@@ -195,7 +253,10 @@ impl Handler<'_> {
         }
         let result = result.unwrap_or_default();
         match result.get("status").and_then(Value::as_str) {
-            Some("failed") => Err(format!("remote step {step_id} failed: {}", result.get("error").unwrap_or(&Value::Null))),
+            Some("failed") => Err(format!(
+                "remote step {step_id} failed: {}",
+                result.get("error").unwrap_or(&Value::Null)
+            )),
             _ => Ok(()),
         }
     }

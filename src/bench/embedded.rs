@@ -29,19 +29,28 @@ impl EmbeddedKernel {
         let data_dir = tempfile::Builder::new()
             .prefix("keel-bench-")
             .tempdir()
-            .map_err(|error| CliError::Failed(format!("cannot create a temporary data directory: {error}")))?;
+            .map_err(|error| {
+                CliError::Failed(format!("cannot create a temporary data directory: {error}"))
+            })?;
         let config = Config::embedded(data_dir.path())
             .map_err(|error| CliError::Failed(format!("embedded kernel configuration: {error}")))?;
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .map_err(|error| CliError::Failed(format!("cannot listen on 127.0.0.1: {error}")))?;
-        let address = listener
-            .local_addr()
-            .map_err(|error| CliError::Failed(format!("cannot read the listener address: {error}")))?;
+        let address = listener.local_addr().map_err(|error| {
+            CliError::Failed(format!("cannot read the listener address: {error}"))
+        })?;
         let stop = CancellationToken::new();
         let signal = stop.clone();
-        let task = tokio::spawn(crate::run(config, listener, async move { signal.cancelled().await }));
-        let kernel = Self { url: format!("http://{address}"), stop, task, _data_dir: data_dir };
+        let task = tokio::spawn(crate::run(config, listener, async move {
+            signal.cancelled().await
+        }));
+        let kernel = Self {
+            url: format!("http://{address}"),
+            stop,
+            task,
+            _data_dir: data_dir,
+        };
         kernel.wait_until_up().await?;
         Ok(kernel)
     }
@@ -52,14 +61,18 @@ impl EmbeddedKernel {
         let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
         loop {
             if self.task.is_finished() {
-                return Err(CliError::Failed("the embedded kernel stopped during startup (see the log)".to_owned()));
+                return Err(CliError::Failed(
+                    "the embedded kernel stopped during startup (see the log)".to_owned(),
+                ));
             }
             let answered = client.get(format!("{}/v0/health", self.url)).send().await;
             if answered.is_ok_and(|response| response.status().is_success()) {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(CliError::Failed(format!("the embedded kernel did not answer within {STARTUP_TIMEOUT:?}")));
+                return Err(CliError::Failed(format!(
+                    "the embedded kernel did not answer within {STARTUP_TIMEOUT:?}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

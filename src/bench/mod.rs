@@ -98,8 +98,16 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Counts a finished execution once and frees its slot.
-    pub fn finish(&self, execution_id: &str, outcome: Result<(), String>, created_micros: Option<u64>) {
-        let first_time = self.finished.lock().is_ok_and(|mut finished| finished.insert(execution_id.to_owned()));
+    pub fn finish(
+        &self,
+        execution_id: &str,
+        outcome: Result<(), String>,
+        created_micros: Option<u64>,
+    ) {
+        let first_time = self
+            .finished
+            .lock()
+            .is_ok_and(|mut finished| finished.insert(execution_id.to_owned()));
         if !first_time {
             return;
         }
@@ -108,12 +116,15 @@ impl Shared {
                 self.stats.completed.fetch_add(1, Ordering::Relaxed);
                 if let Some(created) = created_micros {
                     let now = u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    self.stats.execution.record(Duration::from_micros(now.saturating_sub(created)));
+                    self.stats
+                        .execution
+                        .record(Duration::from_micros(now.saturating_sub(created)));
                 }
             }
             Err(error) => {
                 self.stats.abandoned.fetch_add(1, Ordering::Relaxed);
-                self.stats.error(format!("execution {execution_id}: {error}"));
+                self.stats
+                    .error(format!("execution {execution_id}: {error}"));
             }
         }
         self.slots.add_permits(1);
@@ -123,7 +134,11 @@ impl Shared {
 /// Runs the bench and prints its report; fails when a request failed or nothing completed.
 pub async fn run(args: BenchArgs) -> Result<(), CliError> {
     check_args(&args)?;
-    let embedded = if args.embedded { Some(EmbeddedKernel::start().await?) } else { None };
+    let embedded = if args.embedded {
+        Some(EmbeddedKernel::start().await?)
+    } else {
+        None
+    };
     let mut client_config = args.client.clone();
     if let Some(kernel) = &embedded {
         client_config.url = kernel.url.clone();
@@ -131,7 +146,9 @@ pub async fn run(args: BenchArgs) -> Result<(), CliError> {
     }
     let client = Client::new(&client_config)?;
     client.get("/v0/health", &[]).await?;
-    let pid = args.pid.or_else(|| embedded.as_ref().map(|_| std::process::id()));
+    let pid = args
+        .pid
+        .or_else(|| embedded.as_ref().map(|_| std::process::id()));
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let shape = report::RunShape {
         url: client.base_url().to_owned(),
@@ -146,7 +163,10 @@ pub async fn run(args: BenchArgs) -> Result<(), CliError> {
         client,
         stats: Stats::new(),
         stop: CancellationToken::new(),
-        agent_id: args.agent_id.clone().unwrap_or_else(|| format!("bench-{}", &suffix[..8])),
+        agent_id: args
+            .agent_id
+            .clone()
+            .unwrap_or_else(|| format!("bench-{}", &suffix[..8])),
         runner_id: format!("bench-runner-{}", &suffix[..8]),
         tools_per_execution: args.tools_per_execution,
         slots: Semaphore::new(args.concurrency),
@@ -157,15 +177,26 @@ pub async fn run(args: BenchArgs) -> Result<(), CliError> {
 
     let mut tasks = Vec::new();
     for index in 0..args.agents {
-        tasks.push(tokio::spawn(agent::consume(shared.clone(), format!("{}-{index}", shared.agent_id))));
+        tasks.push(tokio::spawn(agent::consume(
+            shared.clone(),
+            format!("{}-{index}", shared.agent_id),
+        )));
     }
     for index in 0..args.runners {
-        tasks.push(tokio::spawn(runner::serve(shared.clone(), format!("{}-{index}", shared.runner_id))));
+        tasks.push(tokio::spawn(runner::serve(
+            shared.clone(),
+            format!("{}-{index}", shared.runner_id),
+        )));
     }
     let streams = u32::try_from(args.agents + args.runners).unwrap_or(u32::MAX);
-    if tokio::time::timeout(CONNECT_TIMEOUT, shared.connected.acquire_many(streams)).await.is_err() {
+    if tokio::time::timeout(CONNECT_TIMEOUT, shared.connected.acquire_many(streams))
+        .await
+        .is_err()
+    {
         shared.stop.cancel();
-        return Err(CliError::Failed(format!("agents and runners did not connect within {CONNECT_TIMEOUT:?}")));
+        return Err(CliError::Failed(format!(
+            "agents and runners did not connect within {CONNECT_TIMEOUT:?}"
+        )));
     }
 
     let started = Instant::now();
@@ -191,15 +222,22 @@ pub async fn run(args: BenchArgs) -> Result<(), CliError> {
     }
 
     match args.client.output {
-        OutputFormat::Text => print!("{}", report::report_text(&shape, &shared.stats, elapsed, memory, capped)),
-        OutputFormat::Json => println!(
-            "{}",
-            crate::cli::output::pretty(&report::report_json(&shape, &shared.stats, elapsed, memory, capped))
-        ),
+        OutputFormat::Text => crate::cli::output::emit(&report::report_text(
+            &shape,
+            &shared.stats,
+            elapsed,
+            memory,
+            capped,
+        )),
+        OutputFormat::Json => crate::cli::output::emit(&crate::cli::output::pretty(
+            &report::report_json(&shape, &shared.stats, elapsed, memory, capped),
+        )),
     }
     let errors = shared.stats.errors.load(Ordering::Relaxed);
     if errors > 0 {
-        return Err(CliError::Failed(format!("{errors} request(s) failed during the bench")));
+        return Err(CliError::Failed(format!(
+            "{errors} request(s) failed during the bench"
+        )));
     }
     if shared.stats.completed.load(Ordering::Relaxed) == 0 {
         return Err(CliError::Failed("no execution completed".to_owned()));
@@ -209,7 +247,12 @@ pub async fn run(args: BenchArgs) -> Result<(), CliError> {
 
 /// Rejects flag combinations that cannot run.
 fn check_args(args: &BenchArgs) -> Result<(), CliError> {
-    let invalid = |what, message: &str| Err(CliError::InvalidArgument { what, message: message.to_owned() });
+    let invalid = |what, message: &str| {
+        Err(CliError::InvalidArgument {
+            what,
+            message: message.to_owned(),
+        })
+    };
     if args.executions == 0 {
         return invalid("--executions", "must be at least 1");
     }
@@ -220,7 +263,10 @@ fn check_args(args: &BenchArgs) -> Result<(), CliError> {
         return invalid("--agents", "must be at least 1");
     }
     if args.tools_per_execution >= 2 && args.runners == 0 {
-        return invalid("--runners", "must be at least 1 when executions call remote tools");
+        return invalid(
+            "--runners",
+            "must be at least 1 when executions call remote tools",
+        );
     }
     if args.duration.is_zero() {
         return invalid("--duration", "must be greater than zero");
@@ -230,7 +276,11 @@ fn check_args(args: &BenchArgs) -> Result<(), CliError> {
 
 /// Creates executions as slots free up, until all are created or the deadline passes; returns
 /// the ids created.
-async fn create_all(shared: &Arc<Shared>, executions: u64, deadline: tokio::time::Instant) -> Vec<String> {
+async fn create_all(
+    shared: &Arc<Shared>,
+    executions: u64,
+    deadline: tokio::time::Instant,
+) -> Vec<String> {
     let mut creations = tokio::task::JoinSet::new();
     for index in 0..executions {
         let permit = tokio::select! {
@@ -253,7 +303,10 @@ async fn create_all(shared: &Arc<Shared>, executions: u64, deadline: tokio::time
             match shared.client.post("/v0/executions", Some(&body)).await {
                 Ok(execution) => {
                     shared.stats.created.fetch_add(1, Ordering::Relaxed);
-                    execution.get("id").and_then(|id| id.as_str()).map(str::to_owned)
+                    execution
+                        .get("id")
+                        .and_then(|id| id.as_str())
+                        .map(str::to_owned)
                 }
                 Err(error) => {
                     shared.stats.error(format!("create: {error}"));
@@ -274,14 +327,21 @@ async fn create_all(shared: &Arc<Shared>, executions: u64, deadline: tokio::time
 
 /// Cancels executions of this run that did not finish, so they do not linger on the kernel.
 async fn cancel_unfinished(shared: &Shared, created: &[String]) {
-    let finished = shared.finished.lock().map(|finished| finished.clone()).unwrap_or_default();
+    let finished = shared
+        .finished
+        .lock()
+        .map(|finished| finished.clone())
+        .unwrap_or_default();
     let cleanup = async {
         for id in created.iter().filter(|id| !finished.contains(*id)) {
             let path = format!("/v0/executions/{}/cancel", crate::cli::path_segment(id));
             let _ = shared.client.post(&path, None).await;
         }
     };
-    if tokio::time::timeout(CLEANUP_TIMEOUT, cleanup).await.is_err() {
+    if tokio::time::timeout(CLEANUP_TIMEOUT, cleanup)
+        .await
+        .is_err()
+    {
         tracing::warn!("some unfinished bench executions were not cancelled in time");
     }
 }

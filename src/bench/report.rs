@@ -28,12 +28,16 @@ impl Default for Latency {
 impl Latency {
     /// Returns an empty histogram (1 µs to 1 h, 3 significant digits).
     pub fn new() -> Self {
-        Self { histogram: Mutex::new(Histogram::new_with_bounds(1, HIGHEST_MICROS, 3).ok()) }
+        Self {
+            histogram: Mutex::new(Histogram::new_with_bounds(1, HIGHEST_MICROS, 3).ok()),
+        }
     }
 
     /// Records one sample.
     pub fn record(&self, elapsed: Duration) {
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX).clamp(1, HIGHEST_MICROS);
+        let micros = u64::try_from(elapsed.as_micros())
+            .unwrap_or(u64::MAX)
+            .clamp(1, HIGHEST_MICROS);
         if let Ok(mut guard) = self.histogram.lock()
             && let Some(histogram) = guard.as_mut()
         {
@@ -86,7 +90,10 @@ impl LatencySummary {
         if self.count == 0 {
             return "no samples".to_owned();
         }
-        format!("p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms  (n={})", self.p50, self.p90, self.p99, self.max, self.count)
+        format!(
+            "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms  (n={})",
+            self.p50, self.p90, self.p99, self.max, self.count
+        )
     }
 }
 
@@ -176,7 +183,11 @@ pub fn read_memory(pid: u32) -> Option<Memory> {
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|value| value.parse::<u64>().ok())
     };
-    Some(Memory { pid, rss_kib: field("VmRSS:")?, peak_kib: field("VmHWM:").unwrap_or_default() })
+    Some(Memory {
+        pid,
+        rss_kib: field("VmRSS:")?,
+        peak_kib: field("VmHWM:").unwrap_or_default(),
+    })
 }
 
 /// The parameters of a run, echoed in the report.
@@ -199,7 +210,13 @@ pub struct RunShape {
 }
 
 /// Returns the final report as JSON.
-pub fn report_json(shape: &RunShape, stats: &Stats, elapsed: Duration, memory: Option<Memory>, capped: bool) -> Value {
+pub fn report_json(
+    shape: &RunShape,
+    stats: &Stats,
+    elapsed: Duration,
+    memory: Option<Memory>,
+    capped: bool,
+) -> Value {
     let completed = stats.completed.load(Ordering::Relaxed);
     let seconds = elapsed.as_secs_f64();
     json!({
@@ -230,10 +247,20 @@ pub fn report_json(shape: &RunShape, stats: &Stats, elapsed: Duration, memory: O
 }
 
 /// Returns the final report as text.
-pub fn report_text(shape: &RunShape, stats: &Stats, elapsed: Duration, memory: Option<Memory>, capped: bool) -> String {
+pub fn report_text(
+    shape: &RunShape,
+    stats: &Stats,
+    elapsed: Duration,
+    memory: Option<Memory>,
+    capped: bool,
+) -> String {
     let completed = stats.completed.load(Ordering::Relaxed);
     let seconds = elapsed.as_secs_f64();
-    let rate = if seconds > 0.0 { completed as f64 / seconds } else { 0.0 };
+    let rate = if seconds > 0.0 {
+        completed as f64 / seconds
+    } else {
+        0.0
+    };
     let local = shape.tools_per_execution.div_ceil(2);
     let remote = shape.tools_per_execution / 2;
     let mut out = String::new();
@@ -248,14 +275,36 @@ pub fn report_text(shape: &RunShape, stats: &Stats, elapsed: Duration, memory: O
         shape.agents,
         shape.runners,
     );
-    let _ = writeln!(out, "completed        {completed}/{} in {seconds:.2} s = {rate:.1} executions/s", shape.executions);
+    let _ = writeln!(
+        out,
+        "completed        {completed}/{} in {seconds:.2} s = {rate:.1} executions/s",
+        shape.executions
+    );
     if capped {
-        let _ = writeln!(out, "                 (stopped by --duration; {} unfinished)", shape.executions.saturating_sub(completed));
+        let created = stats.created.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "                 (stopped by --duration: {} unfinished, {} never created)",
+            created.saturating_sub(completed),
+            shape.executions.saturating_sub(created)
+        );
     }
     let _ = writeln!(out, "intent latency   {}", stats.intent.summary().to_text());
-    let _ = writeln!(out, "step result      {}", stats.step_result.summary().to_text());
-    let _ = writeln!(out, "remote tool      {}", stats.remote_tool.summary().to_text());
-    let _ = writeln!(out, "execution        {}", stats.execution.summary().to_text());
+    let _ = writeln!(
+        out,
+        "step result      {}",
+        stats.step_result.summary().to_text()
+    );
+    let _ = writeln!(
+        out,
+        "remote tool      {}",
+        stats.remote_tool.summary().to_text()
+    );
+    let _ = writeln!(
+        out,
+        "execution        {}",
+        stats.execution.summary().to_text()
+    );
     match memory {
         Some(memory) => {
             let _ = writeln!(
@@ -264,16 +313,28 @@ pub fn report_text(shape: &RunShape, stats: &Stats, elapsed: Duration, memory: O
                 memory.rss_kib as f64 / 1024.0,
                 memory.peak_kib as f64 / 1024.0,
                 memory.pid,
-                if shape.embedded { ", includes the bench itself" } else { "" }
+                if shape.embedded {
+                    ", includes the bench itself"
+                } else {
+                    ""
+                }
             );
         }
         None => {
-            let _ = writeln!(out, "kernel memory    unknown (pass --pid PID of the kernel)");
+            let _ = writeln!(
+                out,
+                "kernel memory    unknown (pass --pid PID of the kernel)"
+            );
         }
     }
     let errors = stats.errors.load(Ordering::Relaxed);
     let _ = write!(out, "errors           {errors}");
-    if let Some(first) = stats.first_error.lock().ok().and_then(|first| first.clone()) {
+    if let Some(first) = stats
+        .first_error
+        .lock()
+        .ok()
+        .and_then(|first| first.clone())
+    {
         let _ = write!(out, " (first: {first})");
     }
     out.push('\n');

@@ -29,7 +29,11 @@ pub async fn serve(shared: Arc<Shared>, consumer_id: String) {
         ("capabilities", REMOTE_TOOL.to_owned()),
     ];
     while !shared.stop.is_cancelled() {
-        if let Err(error) = shared.client.post(&format!("/v0/runners/{runner}/tools"), Some(&tools)).await {
+        if let Err(error) = shared
+            .client
+            .post(&format!("/v0/runners/{runner}/tools"), Some(&tools))
+            .await
+        {
             shared.stats.error(format!("publish tools: {error}"));
         }
         let response = tokio::select! {
@@ -39,7 +43,9 @@ pub async fn serve(shared: Arc<Shared>, consumer_id: String) {
         let response = match response {
             Ok(response) => response,
             Err(error) => {
-                shared.stats.error(format!("runner stream {consumer_id}: {error}"));
+                shared
+                    .stats
+                    .error(format!("runner stream {consumer_id}: {error}"));
                 tokio::time::sleep(RECONNECT_DELAY).await;
                 continue;
             }
@@ -54,12 +60,21 @@ pub async fn serve(shared: Arc<Shared>, consumer_id: String) {
             match message {
                 Some(Ok(message)) if message.event == "job.assigned" => {
                     if let Ok(job) = serde_json::from_str::<Value>(&message.data) {
-                        tokio::spawn(run_job(shared.clone(), consumer_id.clone(), job));
+                        let stop = shared.stop.clone();
+                        let job = run_job(shared.clone(), consumer_id.clone(), job);
+                        tokio::spawn(async move {
+                            tokio::select! {
+                                () = job => {}
+                                () = stop.cancelled() => {}
+                            }
+                        });
                     }
                 }
                 Some(Ok(_)) => {}
                 Some(Err(error)) => {
-                    shared.stats.error(format!("runner stream {consumer_id}: {error}"));
+                    shared
+                        .stats
+                        .error(format!("runner stream {consumer_id}: {error}"));
                     break;
                 }
                 None => break,
@@ -71,7 +86,12 @@ pub async fn serve(shared: Arc<Shared>, consumer_id: String) {
 
 /// Acknowledges and answers one job.
 async fn run_job(shared: Arc<Shared>, consumer_id: String, job: Value) {
-    let field = |name: &str| job.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let field = |name: &str| {
+        job.get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
     let (job_id, execution_id, step_id) = (field("id"), field("execution_id"), field("step_id"));
     let runner = path_segment(&shared.runner_id);
     let started_body = json!({ "execution_id": execution_id, "runner_id": shared.runner_id });
@@ -86,10 +106,19 @@ async fn run_job(shared: Arc<Shared>, consumer_id: String, job: Value) {
         "data": { "echo": job.get("arguments").cloned().unwrap_or(Value::Null) },
         "consumer_id": consumer_id,
     });
-    match shared.client.post(&format!("/v0/runners/{runner}/results"), Some(&result)).await {
+    match shared
+        .client
+        .post(&format!("/v0/runners/{runner}/results"), Some(&result))
+        .await
+    {
         Ok(_) => {
-            shared.stats.jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            shared
+                .stats
+                .jobs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        Err(error) => shared.stats.error(format!("runner result for step {step_id}: {error}")),
+        Err(error) => shared
+            .stats
+            .error(format!("runner result for step {step_id}: {error}")),
     }
 }

@@ -9,7 +9,13 @@ use crate::config::{ClientConfig, Config};
 
 /// Keel: an execution kernel for AI agents.
 #[derive(Debug, Parser)]
-#[command(name = "keel", version, about, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "keel",
+    version,
+    about,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -84,14 +84,23 @@ impl Client {
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
             .build()
-            .map_err(|error| CliError::Failed(format!("cannot build the HTTP client: {}", chain(&error))))?;
+            .map_err(|error| {
+                CliError::Failed(format!("cannot build the HTTP client: {}", chain(&error)))
+            })?;
         let streams = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(STREAM_READ_TIMEOUT)
             .build()
-            .map_err(|error| CliError::Failed(format!("cannot build the HTTP client: {}", chain(&error))))?;
+            .map_err(|error| {
+                CliError::Failed(format!("cannot build the HTTP client: {}", chain(&error)))
+            })?;
         let token = config.token.clone().filter(|token| !token.is_empty());
-        Ok(Self { http, streams, base_url, token })
+        Ok(Self {
+            http,
+            streams,
+            base_url,
+            token,
+        })
     }
 
     /// Returns the kernel's base URL.
@@ -134,7 +143,10 @@ impl Client {
 
     /// Sends a request; a non-2xx answer becomes [`CliError::Api`].
     async fn send(&self, request: RequestBuilder) -> Result<Response, CliError> {
-        let response = request.send().await.map_err(|error| self.transport_error(&error))?;
+        let response = request
+            .send()
+            .await
+            .map_err(|error| self.transport_error(&error))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -143,17 +155,24 @@ impl Client {
 
     /// Maps a transport failure.
     pub fn transport_error(&self, error: &reqwest::Error) -> CliError {
-        CliError::Connect { url: self.base_url.clone(), message: chain(error) }
+        CliError::Connect {
+            url: self.base_url.clone(),
+            message: chain(error),
+        }
     }
 }
 
 /// Decodes a JSON body; an empty body is `null`.
 async fn decode(response: Response) -> Result<Value, CliError> {
-    let bytes = response.bytes().await.map_err(|error| CliError::Decode(chain(&error)))?;
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|error| CliError::Decode(chain(&error)))?;
     if bytes.is_empty() {
         return Ok(Value::Null);
     }
-    serde_json::from_slice(&bytes).map_err(|error| CliError::Decode(format!("invalid JSON: {error}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|error| CliError::Decode(format!("invalid JSON: {error}")))
 }
 
 /// Turns an error response into [`CliError::Api`], using the envelope when there is one.
@@ -162,15 +181,32 @@ async fn api_error(response: Response) -> CliError {
     let text = response.text().await.unwrap_or_default();
     let envelope: Option<Value> = serde_json::from_str(&text).ok();
     let field = |name: &str| {
-        envelope.as_ref().and_then(|body| body.get(name)).and_then(Value::as_str).map(str::to_owned)
+        envelope
+            .as_ref()
+            .and_then(|body| body.get(name))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     };
-    let code = field("code").unwrap_or_else(|| status.canonical_reason().unwrap_or("ERROR").to_uppercase());
-    let message = field("error").unwrap_or_else(|| if text.trim().is_empty() { "(no body)".to_owned() } else { text });
+    let code = field("code")
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("ERROR").to_uppercase());
+    let message = field("error").unwrap_or_else(|| {
+        if text.trim().is_empty() {
+            "(no body)".to_owned()
+        } else {
+            text
+        }
+    });
     let hint = match status {
-        StatusCode::UNAUTHORIZED if !message.contains("session") => " (pass --token or set KEEL_TOKEN)",
+        StatusCode::UNAUTHORIZED if !message.contains("session") => {
+            " (pass --token or set KEEL_TOKEN)"
+        }
         _ => "",
     };
-    CliError::Api { status, code, message: format!("{message}{hint}") }
+    CliError::Api {
+        status,
+        code,
+        message: format!("{message}{hint}"),
+    }
 }
 
 /// Formats an error with its causes, `outer: inner: innermost`.

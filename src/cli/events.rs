@@ -20,19 +20,41 @@ const MAX_RECONNECTS: u32 = 5;
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// Prints every event with `sequence > after`, oldest first.
-pub async fn print_snapshot(client: &Client, id: &str, after: i64, output: OutputFormat) -> Result<(), CliError> {
+pub async fn print_snapshot(
+    client: &Client,
+    id: &str,
+    after: i64,
+    output: OutputFormat,
+) -> Result<(), CliError> {
     let path = format!("/v0/executions/{}/events", path_segment(id));
     // The snapshot route answers an empty page for unknown ids; check existence first.
-    client.get(&format!("/v0/executions/{}", path_segment(id)), &[]).await?;
+    client
+        .get(&format!("/v0/executions/{}", path_segment(id)), &[])
+        .await?;
     let mut cursor = after;
     loop {
         let page = client
-            .get(&path, &[("after_sequence", cursor.to_string()), ("limit", PAGE.to_string())])
+            .get(
+                &path,
+                &[
+                    ("after_sequence", cursor.to_string()),
+                    ("limit", PAGE.to_string()),
+                ],
+            )
             .await?;
-        let events = page.get("events").and_then(Value::as_array).cloned().unwrap_or_default();
+        let events = page
+            .get("events")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         for event in &events {
             print_event(event, output);
-            cursor = cursor.max(event.get("sequence").and_then(Value::as_i64).unwrap_or(cursor));
+            cursor = cursor.max(
+                event
+                    .get("sequence")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(cursor),
+            );
         }
         if events.is_empty() {
             return Ok(());
@@ -41,7 +63,12 @@ pub async fn print_snapshot(client: &Client, id: &str, after: i64, output: Outpu
 }
 
 /// Follows the live stream from `after` until the execution ends.
-pub async fn tail(client: &Client, id: &str, after: i64, output: OutputFormat) -> Result<(), CliError> {
+pub async fn tail(
+    client: &Client,
+    id: &str,
+    after: i64,
+    output: OutputFormat,
+) -> Result<(), CliError> {
     let path = format!("/v0/executions/{}/stream", path_segment(id));
     let mut cursor = after;
     let mut failures = 0;
@@ -65,8 +92,15 @@ pub async fn tail(client: &Client, id: &str, after: i64, output: OutputFormat) -
 
 /// Reads one stream connection; returns `true` once a terminal event was printed, `false` when
 /// the stream ended without one.
-async fn follow(client: &Client, path: &str, cursor: &mut i64, output: OutputFormat) -> Result<bool, CliError> {
-    let response = client.stream(path, &[("after_sequence", cursor.to_string())]).await?;
+async fn follow(
+    client: &Client,
+    path: &str,
+    cursor: &mut i64,
+    output: OutputFormat,
+) -> Result<bool, CliError> {
+    let response = client
+        .stream(path, &[("after_sequence", cursor.to_string())])
+        .await?;
     let mut events = response.bytes_stream().eventsource();
     while let Some(message) = events.next().await {
         let message = message.map_err(|error| CliError::Connect {
@@ -76,7 +110,10 @@ async fn follow(client: &Client, path: &str, cursor: &mut i64, output: OutputFor
         let Ok(event) = serde_json::from_str::<Value>(&message.data) else {
             continue;
         };
-        let sequence = event.get("sequence").and_then(Value::as_i64).unwrap_or_default();
+        let sequence = event
+            .get("sequence")
+            .and_then(Value::as_i64)
+            .unwrap_or_default();
         if sequence <= *cursor {
             continue;
         }
@@ -92,7 +129,7 @@ async fn follow(client: &Client, path: &str, cursor: &mut i64, output: OutputFor
 /// Prints one event in the chosen format.
 fn print_event(event: &Value, output: OutputFormat) {
     match output {
-        OutputFormat::Text => println!("{}", event_line(event)),
-        OutputFormat::Json => println!("{event}"),
+        OutputFormat::Text => super::output::emit(&event_line(event)),
+        OutputFormat::Json => super::output::emit(&event.to_string()),
     }
 }

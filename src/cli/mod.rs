@@ -28,7 +28,9 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
         }
         Command::Execution(args) => {
             let client = Client::new(&args.client)?;
-            let execution = client.get(&format!("/v0/executions/{}", path_segment(&args.id)), &[]).await?;
+            let execution = client
+                .get(&format!("/v0/executions/{}", path_segment(&args.id)), &[])
+                .await?;
             print_document(&execution, args.client.output, output::execution_details);
             Ok(())
         }
@@ -48,21 +50,40 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
                 body.insert("input".to_owned(), parse_json("--input", input)?);
             }
             if !args.label.is_empty() {
-                let labels: Map<String, Value> =
-                    args.label.iter().map(|(key, value)| (key.clone(), Value::String(value.clone()))).collect();
+                let labels: Map<String, Value> = args
+                    .label
+                    .iter()
+                    .map(|(key, value)| (key.clone(), Value::String(value.clone())))
+                    .collect();
                 body.insert("labels".to_owned(), Value::Object(labels));
             }
-            let execution = client.post("/v0/executions", Some(&Value::Object(body))).await?;
+            let execution = client
+                .post("/v0/executions", Some(&Value::Object(body)))
+                .await?;
             print_document(&execution, args.client.output, |execution| {
-                format!("{}\n", execution.get("id").and_then(Value::as_str).unwrap_or_default())
+                format!(
+                    "{}\n",
+                    execution
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                )
             });
             Ok(())
         }
         Command::Cancel(args) => {
             let client = Client::new(&args.client)?;
-            let execution = client.post(&format!("/v0/executions/{}/cancel", path_segment(&args.id)), None).await?;
+            let execution = client
+                .post(
+                    &format!("/v0/executions/{}/cancel", path_segment(&args.id)),
+                    None,
+                )
+                .await?;
             print_document(&execution, args.client.output, |execution| {
-                let status = execution.get("status").and_then(Value::as_str).unwrap_or("cancelled");
+                let status = execution
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("cancelled");
                 format!("{} {status}\n", args.id)
             });
             Ok(())
@@ -73,14 +94,21 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
             if let Some(payload) = &args.payload {
                 body["payload"] = parse_json("--payload", payload)?;
             }
-            let answer = client.post(&format!("/v0/executions/{}/signal", path_segment(&args.id)), Some(&body)).await?;
-            print_document(&answer, args.client.output, |_| format!("signal {} sent to {}\n", args.signal_type, args.id));
+            let answer = client
+                .post(
+                    &format!("/v0/executions/{}/signal", path_segment(&args.id)),
+                    Some(&body),
+                )
+                .await?;
+            print_document(&answer, args.client.output, |_| {
+                format!("signal {} sent to {}\n", args.signal_type, args.id)
+            });
             Ok(())
         }
         Command::Health(args) => health(&args.client).await,
-        Command::Dev(_) | Command::Serve(_) | Command::Bench(_) => {
-            Err(CliError::Failed("dev, serve and bench are run by main, not by the client".to_owned()))
-        }
+        Command::Dev(_) | Command::Serve(_) | Command::Bench(_) => Err(CliError::Failed(
+            "dev, serve and bench are run by main, not by the client".to_owned(),
+        )),
     }
 }
 
@@ -104,13 +132,26 @@ fn run_policy(command: PolicyCommand) -> Result<(), CliError> {
     match command {
         PolicyCommand::Check { path } => {
             let (report, valid) = crate::policy::check_command(&path);
-            print!("{report}");
-            if valid { Ok(()) } else { Err(CliError::Failed(format!("policy {} is invalid", path.display()))) }
+            output::emit(&report);
+            if valid {
+                Ok(())
+            } else {
+                Err(CliError::Failed(format!(
+                    "policy {} is invalid",
+                    path.display()
+                )))
+            }
         }
-        PolicyCommand::Eval { path, agent, tool, args, labels } => {
+        PolicyCommand::Eval {
+            path,
+            agent,
+            tool,
+            args,
+            labels,
+        } => {
             let report = crate::policy::eval_command(&path, &agent, &tool, args.as_deref(), labels)
                 .map_err(CliError::Failed)?;
-            println!("{}", report.trim_end());
+            output::emit(report.trim_end());
             Ok(())
         }
     }
@@ -136,17 +177,27 @@ async fn list_executions(client: &Client, args: &args::ExecutionsArgs) -> Result
             query.push(("cursor", cursor.clone()));
         }
         let page = client.get("/v0/executions", &query).await?;
-        let executions = page.get("executions").and_then(Value::as_array).cloned().unwrap_or_default();
+        let executions = page
+            .get("executions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         collected.extend(executions);
-        cursor = page.get("next_cursor").and_then(Value::as_str).unwrap_or_default().to_owned();
+        cursor = page
+            .get("next_cursor")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         if cursor.is_empty() {
             break;
         }
     }
     collected.truncate(args.limit);
     match args.client.output {
-        OutputFormat::Text => print!("{}", output::executions_table(&collected)),
-        OutputFormat::Json => println!("{}", output::pretty(&json!({ "executions": collected, "next_cursor": cursor }))),
+        OutputFormat::Text => output::emit(&output::executions_table(&collected)),
+        OutputFormat::Json => output::emit(&output::pretty(
+            &json!({ "executions": collected, "next_cursor": cursor }),
+        )),
     }
     Ok(())
 }
@@ -158,27 +209,39 @@ async fn health(config: &ClientConfig) -> Result<(), CliError> {
     let ready = client.get("/v0/ready", &[]).await;
     let (ready_json, ready_text, is_ready) = match &ready {
         Ok(body) => (body.clone(), "ready".to_owned(), true),
-        Err(error) => (json!({ "error": error.to_string() }), format!("NOT ready: {error}"), false),
+        Err(error) => (
+            json!({ "error": error.to_string() }),
+            format!("NOT ready: {error}"),
+            false,
+        ),
     };
     match config.output {
-        OutputFormat::Text => println!("{}: healthy, {ready_text}", client.base_url()),
-        OutputFormat::Json => println!(
-            "{}",
-            output::pretty(&json!({ "url": client.base_url(), "health": health, "ready": ready_json, "ok": is_ready }))
-        ),
+        OutputFormat::Text => {
+            output::emit(&format!("{}: healthy, {ready_text}", client.base_url()))
+        }
+        OutputFormat::Json => output::emit(&output::pretty(
+            &json!({ "url": client.base_url(), "health": health, "ready": ready_json, "ok": is_ready }),
+        )),
     }
-    if is_ready { Ok(()) } else { Err(CliError::Failed("kernel is not ready".to_owned())) }
+    if is_ready {
+        Ok(())
+    } else {
+        Err(CliError::Failed("kernel is not ready".to_owned()))
+    }
 }
 
 /// Prints a document as JSON or through `render`.
 fn print_document(document: &Value, output: OutputFormat, render: impl FnOnce(&Value) -> String) {
     match output {
-        OutputFormat::Text => print!("{}", render(document)),
-        OutputFormat::Json => println!("{}", output::pretty(document)),
+        OutputFormat::Text => output::emit(&render(document)),
+        OutputFormat::Json => output::emit(&output::pretty(document)),
     }
 }
 
 /// Parses a JSON argument.
 fn parse_json(what: &'static str, text: &str) -> Result<Value, CliError> {
-    serde_json::from_str(text).map_err(|error| CliError::InvalidArgument { what, message: format!("not JSON: {error}") })
+    serde_json::from_str(text).map_err(|error| CliError::InvalidArgument {
+        what,
+        message: format!("not JSON: {error}"),
+    })
 }

@@ -23,7 +23,14 @@ fn labels(value: &Value) -> String {
     match value.get("labels").and_then(Value::as_object) {
         Some(map) => map
             .iter()
-            .map(|(key, label)| format!("{key}={}", label.as_str().map_or_else(|| label.to_string(), str::to_owned)))
+            .map(|(key, label)| {
+                format!(
+                    "{key}={}",
+                    label
+                        .as_str()
+                        .map_or_else(|| label.to_string(), str::to_owned)
+                )
+            })
             .collect::<Vec<_>>()
             .join(","),
         None => String::new(),
@@ -77,7 +84,13 @@ pub fn executions_table(executions: &[Value]) -> String {
 /// Renders one execution as `field: value` lines.
 pub fn execution_details(execution: &Value) -> String {
     let mut out = String::new();
-    for (name, field) in [("id", "id"), ("status", "status"), ("agent", "agent_id"), ("created", "created_at"), ("updated", "updated_at")] {
+    for (name, field) in [
+        ("id", "id"),
+        ("status", "status"),
+        ("agent", "agent_id"),
+        ("created", "created_at"),
+        ("updated", "updated_at"),
+    ] {
         let _ = writeln!(out, "{name:<8} {}", text(execution, field));
     }
     let _ = writeln!(out, "{:<8} {}", "labels", labels(execution));
@@ -91,8 +104,14 @@ pub fn execution_details(execution: &Value) -> String {
 
 /// Renders one event as a single line: sequence, time, type, step, payload preview.
 pub fn event_line(event: &Value) -> String {
-    let sequence = event.get("sequence").and_then(Value::as_i64).unwrap_or_default();
-    let payload = event.get("payload").map(Value::to_string).unwrap_or_default();
+    let sequence = event
+        .get("sequence")
+        .and_then(Value::as_i64)
+        .unwrap_or_default();
+    let payload = event
+        .get("payload")
+        .map(Value::to_string)
+        .unwrap_or_default();
     let preview: String = if payload.chars().count() > PAYLOAD_PREVIEW_CHARS {
         let mut cut: String = payload.chars().take(PAYLOAD_PREVIEW_CHARS).collect();
         cut.push('…');
@@ -101,7 +120,11 @@ pub fn event_line(event: &Value) -> String {
         payload
     };
     let step = text(event, "step_id");
-    let step_column = if step.is_empty() { String::new() } else { format!("step={step} ") };
+    let step_column = if step.is_empty() {
+        String::new()
+    } else {
+        format!("step={step} ")
+    };
     format!(
         "{sequence:>5}  {}  {:<24} {step_column}{preview}",
         text(event, "timestamp"),
@@ -111,5 +134,30 @@ pub fn event_line(event: &Value) -> String {
 
 /// Returns whether an event type ends an execution.
 pub fn is_terminal_event(event_type: &str) -> bool {
-    matches!(event_type, "execution.completed" | "execution.failed" | "execution.cancelled")
+    matches!(
+        event_type,
+        "execution.completed" | "execution.failed" | "execution.cancelled"
+    )
+}
+
+/// Writes `text` to stdout (a newline is added when missing). When stdout is closed (`keel
+/// executions | head`), the process ends quietly with status 0, as with the default SIGPIPE
+/// behaviour, instead of panicking like `println!`.
+pub fn emit(text: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout.write_all(text.as_bytes()).and_then(|()| {
+        if text.ends_with('\n') {
+            Ok(())
+        } else {
+            stdout.write_all(b"\n")
+        }
+    });
+    match written.and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(error) => {
+            tracing::warn!(error = %error, "cannot write to stdout");
+        }
+    }
 }

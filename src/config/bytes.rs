@@ -4,10 +4,14 @@
 /// Parses a byte size such as `1MiB`, `512KiB`, `16MB` or a plain number of bytes.
 pub fn parse_byte_size(text: &str) -> Result<usize, String> {
     let trimmed = text.trim();
-    let digits_end = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+    let digits_end = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(digits_end);
     if number.is_empty() {
-        return Err(format!("invalid size {text:?}; use e.g. 1048576, 512KiB, 1MiB"));
+        return Err(format!(
+            "invalid size {text:?}; use e.g. 1048576, 512KiB, 1MiB"
+        ));
     }
     let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -17,9 +21,15 @@ pub fn parse_byte_size(text: &str) -> Result<usize, String> {
         "mb" => 1_000_000,
         "g" | "gib" => 1 << 30,
         "gb" => 1_000_000_000,
-        other => return Err(format!("invalid size unit {other:?} in {text:?}; use B, KiB, MiB, GiB, KB, MB or GB")),
+        other => {
+            return Err(format!(
+                "invalid size unit {other:?} in {text:?}; use B, KiB, MiB, GiB, KB, MB or GB"
+            ));
+        }
     };
-    let value: u64 = number.parse().map_err(|_| format!("size {text:?} is too large"))?;
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("size {text:?} is too large"))?;
     value
         .checked_mul(multiplier)
         .and_then(|bytes| usize::try_from(bytes).ok())

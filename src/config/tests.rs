@@ -39,7 +39,10 @@ fn dev_defaults_are_local_and_permissive() {
     assert_eq!(settings.retry_base_delay, Duration::from_secs(1));
     assert_eq!(settings.retry_max_delay, Duration::from_secs(30));
     assert_eq!(settings.runner_timeout, Duration::from_secs(10));
-    assert_eq!(settings.retention_period, Some(Duration::from_secs(168 * 3600)));
+    assert_eq!(
+        settings.retention_period,
+        Some(Duration::from_secs(168 * 3600))
+    );
     assert_eq!(settings.cleanup_interval, Duration::from_secs(3600));
     assert_eq!(settings.shutdown_timeout, Duration::from_secs(10));
     assert_eq!(settings.body_limit, 1 << 20);
@@ -80,13 +83,28 @@ fn flags_are_parsed_into_typed_values() {
     ]);
     let settings = config.validate().unwrap();
     assert_eq!(settings.listen.to_string(), "[::1]:0");
-    assert_eq!(settings.db, DbUrl::Postgres("postgres://keel:hunter2@db:5432/keel".to_owned()));
+    assert_eq!(
+        settings.db,
+        DbUrl::Postgres("postgres://keel:hunter2@db:5432/keel".to_owned())
+    );
     assert_eq!(settings.step_timeout, Duration::from_secs(5400));
     assert_eq!(settings.agent_timeout, Duration::from_millis(500));
-    assert_eq!(parse(&["dev", "--retention-period", "0s"]).validate().unwrap().retention_period, None);
+    assert_eq!(
+        parse(&["dev", "--retention-period", "0s"])
+            .validate()
+            .unwrap()
+            .retention_period,
+        None
+    );
     assert_eq!(settings.body_limit, 512 * 1024);
     assert_eq!(settings.large_body_limit, 2_000_000);
-    assert_eq!(settings.cors_origins, vec!["https://a.example".to_owned(), "https://b.example".to_owned()]);
+    assert_eq!(
+        settings.cors_origins,
+        vec![
+            "https://a.example".to_owned(),
+            "https://b.example".to_owned()
+        ]
+    );
     assert_eq!(settings.log_filter, "info,keel=debug");
 }
 
@@ -139,9 +157,19 @@ fn production_refuses_to_start_without_token_policy_and_db_url() {
     assert!(text.contains("--policy"), "{text}");
     assert!(text.contains("--db-url"), "{text}");
 
-    let missing_token = parse(&["serve", "--production", "--policy", "p.yaml", "--db-url", "sqlite:///var/keel.db"]);
+    let missing_token = parse(&[
+        "serve",
+        "--production",
+        "--policy",
+        "p.yaml",
+        "--db-url",
+        "sqlite:///var/keel.db",
+    ]);
     let text = missing_token.validate().unwrap_err().to_string();
-    assert!(text.contains("--bearer-token") && !text.contains("--policy ("), "{text}");
+    assert!(
+        text.contains("--bearer-token") && !text.contains("--policy ("),
+        "{text}"
+    );
 
     let complete = parse(&[
         "serve",
@@ -155,29 +183,53 @@ fn production_refuses_to_start_without_token_policy_and_db_url() {
     ]);
     let settings = complete.validate().unwrap();
     assert!(settings.production);
-    assert_eq!(settings.bearer_token.as_ref().map(|token| token.expose()), Some("s3cret"));
+    assert_eq!(
+        settings.bearer_token.as_ref().map(|token| token.expose()),
+        Some("s3cret")
+    );
 }
 
 #[test]
 fn production_is_not_a_dev_flag() {
-    let text = parse(&["dev", "--production"]).validate().unwrap_err().to_string();
+    let text = parse(&["dev", "--production"])
+        .validate()
+        .unwrap_err()
+        .to_string();
     assert!(text.contains("keel serve"), "{text}");
 }
 
 #[test]
 fn secrets_are_redacted_in_debug_and_dump() {
-    let config = parse(&["serve", "--bearer-token", "tok-123", "--db-url", "postgres://keel:pw-456@db/keel"]);
+    let config = parse(&[
+        "serve",
+        "--bearer-token",
+        "tok-123",
+        "--db-url",
+        "postgres://keel:pw-456@db/keel",
+    ]);
     let debug = format!("{config:?}");
-    assert!(!debug.contains("tok-123") && !debug.contains("pw-456"), "{debug}");
+    assert!(
+        !debug.contains("tok-123") && !debug.contains("pw-456"),
+        "{debug}"
+    );
     assert!(debug.contains("<redacted>"), "{debug}");
 
     let settings = config.validate().unwrap();
     let settings_debug = format!("{settings:?}");
-    assert!(!settings_debug.contains("tok-123") && !settings_debug.contains("pw-456"), "{settings_debug}");
+    assert!(
+        !settings_debug.contains("tok-123") && !settings_debug.contains("pw-456"),
+        "{settings_debug}"
+    );
 
     let dump = settings.dump().to_string();
-    assert!(!dump.contains("tok-123") && !dump.contains("pw-456"), "{dump}");
-    assert!(dump.contains("postgres://keel:<redacted>@db/keel"), "{dump}");
+    assert!(
+        !dump.contains("tok-123") && !dump.contains("pw-456"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("postgres://keel:<redacted>@db/keel"),
+        "{dump}"
+    );
     assert_eq!(settings.dump()["bearer-token"], "<redacted>");
     assert_eq!(settings.dump()["step-timeout"], "5m");
     assert_eq!(settings.dump()["retention-period"], "168h");
@@ -203,9 +255,18 @@ fn durations_and_sizes_round_trip_through_their_formats() {
 
 #[test]
 fn db_url_parsing_accepts_sqlite_and_postgres_only() {
-    assert_eq!(DbUrl::parse("sqlite:///tmp/k.db").unwrap(), DbUrl::Sqlite(PathBuf::from("/tmp/k.db")));
-    assert_eq!(DbUrl::parse("sqlite:k.db").unwrap(), DbUrl::Sqlite(PathBuf::from("k.db")));
-    assert!(matches!(DbUrl::parse("postgresql://h/db").unwrap(), DbUrl::Postgres(_)));
+    assert_eq!(
+        DbUrl::parse("sqlite:///tmp/k.db").unwrap(),
+        DbUrl::Sqlite(PathBuf::from("/tmp/k.db"))
+    );
+    assert_eq!(
+        DbUrl::parse("sqlite:k.db").unwrap(),
+        DbUrl::Sqlite(PathBuf::from("k.db"))
+    );
+    assert!(matches!(
+        DbUrl::parse("postgresql://h/db").unwrap(),
+        DbUrl::Postgres(_)
+    ));
     assert!(DbUrl::parse("sqlite://").is_err());
     assert!(DbUrl::parse("sqlite::memory:").is_err());
     let error = DbUrl::parse("mysql://root:pw@h/db").unwrap_err();
@@ -217,7 +278,12 @@ fn db_url_parsing_accepts_sqlite_and_postgres_only() {
 #[test]
 fn environment_overrides_defaults_and_flags_override_environment() {
     let output = Process::new(std::env::current_exe().unwrap())
-        .args(["config::tests::environment_child", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "config::tests::environment_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_MARKER, "1")
         .env("KEEL_PORT", "9999")
         .env("KEEL_BIND", "10.1.2.3")
@@ -231,7 +297,11 @@ fn environment_overrides_defaults_and_flags_override_environment() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "child failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(stdout.contains("1 passed"), "child did not run:\n{stdout}");
 }
 
@@ -244,11 +314,22 @@ fn environment_child() {
     assert_eq!(from_env.listen.to_string(), "10.1.2.3:9999");
     assert_eq!(from_env.step_timeout, Duration::from_secs(42));
     assert!(from_env.production);
-    assert_eq!(from_env.bearer_token.as_ref().map(|token| token.expose()), Some("from-env"));
+    assert_eq!(
+        from_env.bearer_token.as_ref().map(|token| token.expose()),
+        Some("from-env")
+    );
     assert_eq!(from_env.log_format, LogFormat::Text);
     assert_eq!(from_env.log_filter, "debug");
 
-    let flags_win = parse(&["serve", "--port", "7000", "--step-timeout", "2m", "--log-level", "warn"]);
+    let flags_win = parse(&[
+        "serve",
+        "--port",
+        "7000",
+        "--step-timeout",
+        "2m",
+        "--log-level",
+        "warn",
+    ]);
     assert_eq!(flags_win.port, 7000);
     assert_eq!(flags_win.step_timeout, Duration::from_secs(120));
     // RUST_LOG still wins over --log-level, as documented.

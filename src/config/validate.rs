@@ -50,7 +50,10 @@ impl DbUrl {
     /// Parses `sqlite://PATH`, `sqlite:PATH`, `postgres://…` or `postgresql://…`.
     pub fn parse(url: &str) -> Result<Self, String> {
         let trimmed = url.trim();
-        if let Some(path) = trimmed.strip_prefix("sqlite://").or_else(|| trimmed.strip_prefix("sqlite:")) {
+        if let Some(path) = trimmed
+            .strip_prefix("sqlite://")
+            .or_else(|| trimmed.strip_prefix("sqlite:"))
+        {
             if path.is_empty() || path == ":memory:" {
                 return Err(format!("--db-url {trimmed:?} must name a database file"));
             }
@@ -169,7 +172,11 @@ impl Config {
                 SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port)
             }
         };
-        let explicit_db_url = self.db_url.as_deref().map(str::trim).filter(|url| !url.is_empty());
+        let explicit_db_url = self
+            .db_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|url| !url.is_empty());
         let db = match DbUrl::parse(&self.effective_db_url()) {
             Ok(db) => db,
             Err(problem) => {
@@ -177,8 +184,15 @@ impl Config {
                 DbUrl::Sqlite(self.data_dir.join("keel.db"))
             }
         };
-        let bearer_token = self.bearer_token.as_deref().filter(|token| !token.is_empty()).map(Secret::new);
-        let policy = self.policy.clone().filter(|path| !path.as_os_str().is_empty());
+        let bearer_token = self
+            .bearer_token
+            .as_deref()
+            .filter(|token| !token.is_empty())
+            .map(Secret::new);
+        let policy = self
+            .policy
+            .clone()
+            .filter(|path| !path.as_os_str().is_empty());
         let cors_origins: Vec<String> = self
             .cors_origins
             .iter()
@@ -187,7 +201,9 @@ impl Config {
             .collect();
 
         if self.mode == Mode::Dev && self.production {
-            problems.push("--production is a `keel serve` flag; `keel dev` is for local use".to_owned());
+            problems.push(
+                "--production is a `keel serve` flag; `keel dev` is for local use".to_owned(),
+            );
         }
         if self.production {
             let mut missing = Vec::new();
@@ -234,7 +250,9 @@ impl Config {
         }
         let log_filter = self.log_filter().trim().to_owned();
         if let Err(error) = tracing_subscriber::EnvFilter::try_new(&log_filter) {
-            problems.push(format!("invalid log filter {log_filter:?} (--log-level or RUST_LOG): {error}"));
+            problems.push(format!(
+                "invalid log filter {log_filter:?} (--log-level or RUST_LOG): {error}"
+            ));
         }
 
         if !problems.is_empty() {
