@@ -31,12 +31,19 @@ struct Tables {
 pub struct MemoryStore {
     tables: Mutex<Tables>,
     failing: AtomicBool,
+    losing_answers: AtomicBool,
 }
 
 impl MemoryStore {
     /// Makes commits fail (`true`) or succeed again (`false`).
     pub fn fail_commits(&self, failing: bool) {
         self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Makes commits land but report failure (`true`), as when the connection dies during
+    /// `COMMIT`.
+    pub fn lose_commit_answers(&self, losing: bool) {
+        self.losing_answers.store(losing, Ordering::SeqCst);
     }
 
     /// Returns every event of an execution.
@@ -72,6 +79,9 @@ impl Store for MemoryStore {
             tables.executions.insert(commit.execution.id.clone(), commit.execution.clone());
         }
         tables.commits += 1;
+        if self.losing_answers.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("injected lost answer".into()));
+        }
         Ok(())
     }
 

@@ -72,6 +72,9 @@ pub struct ExecutionActorState {
     ctx: Arc<Ctx>,
     exec: ExecutionState,
     rehydrated: bool,
+    /// A commit failed: the store may hold more than memory (a `COMMIT` whose answer was lost),
+    /// so the state is reloaded from the store before the next message.
+    stale: bool,
     armed: HashMap<StepId, Timestamp>,
     span: tracing::Span,
 }
@@ -113,7 +116,7 @@ impl Actor for ExecutionActor {
                 (exec, true)
             }
         };
-        let mut state = ExecutionActorState { ctx, exec, rehydrated, armed: HashMap::new(), span };
+        let mut state = ExecutionActorState { ctx, exec, rehydrated, stale: false, armed: HashMap::new(), span };
         if let Some(error) = give_up
             && let Some(transition) = machine::fail_by_kernel(&state.exec, &error) {
                 apply(&mut state, transition).await?;
@@ -145,12 +148,54 @@ impl Actor for ExecutionActor {
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
         let _entered = span.enter();
+        if state.stale {
+            if let Err(error) = reload(state).await {
+                refuse(message, error);
+                return Ok(());
+            }
+        }
         handle_message(&myself, message, state).await?;
         arm_step_timers(&myself, state);
         if state.exec.status.is_terminal() {
             myself.stop(Some("terminal".into()));
         }
         Ok(())
+    }
+}
+
+/// Rebuilds the state from the store after a failed commit.
+async fn reload(state: &mut ExecutionActorState) -> Result<(), KernelError> {
+    let events = load_events(&state.ctx, &state.exec.id).await?;
+    let exec = ExecutionState::from_events(&events)
+        .ok_or_else(|| KernelError::Rejected(Rejection::ExecutionNotFound(state.exec.id.to_string())))?;
+    if exec.last_sequence != state.exec.last_sequence {
+        tracing::warn!(execution.id = %exec.id, "a commit reported as failed had landed; state reloaded from the store");
+        state.ctx.metrics.execution_moved(Some(state.exec.status), exec.status);
+    }
+    state.exec = exec;
+    state.armed.clear();
+    state.stale = false;
+    Ok(())
+}
+
+/// Answers a message with `error` without handling it (the state could not be reloaded).
+fn refuse(message: ExecutionMsg, error: KernelError) {
+    match message {
+        ExecutionMsg::SubmitIntent { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::ReportStepResult { reply, .. }
+        | ExecutionMsg::ReportRunnerResult { reply, .. }
+        | ExecutionMsg::MarkStepStarted { reply, .. }
+        | ExecutionMsg::DeliverSignal { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),
+        ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),
+        ExecutionMsg::GetExecution { .. }
+        | ExecutionMsg::ConsumerLost { .. }
+        | ExecutionMsg::RunnerLost { .. }
+        | ExecutionMsg::StepDeadlineReached { .. }
+        | ExecutionMsg::ExecutionDeadlineReached => {}
+        #[cfg(any(test, feature = "testing"))]
+        ExecutionMsg::Crash => {}
     }
 }
 
@@ -355,7 +400,10 @@ async fn apply(state: &mut ExecutionActorState, transition: Transition) -> Resul
                 }
         }
         let steps = touched.iter().filter_map(|id| next.step(id)).map(|step| next.step_row(step)).collect();
-        state.ctx.commit(Commit { execution: next.row(), events, steps }).await?;
+        if let Err(error) = state.ctx.commit(Commit { execution: next.row(), events, steps }).await {
+            state.stale = true;
+            return Err(error);
+        }
         state.ctx.metrics.execution_moved(Some(state.exec.status), next.status);
         state.exec = next;
     }

@@ -432,4 +432,20 @@ mod actors {
         assert_eq!((notice.event, notice.data["execution_id"].as_str()), ("execution.cancelled", Some(id.as_str())));
         t.shutdown().await;
     }
+
+    #[tokio::test]
+    async fn a_commit_whose_answer_was_lost_is_reloaded_before_the_next_message() {
+        let store = Arc::new(MemoryStore::default());
+        let t = TestKernel::start_with(store.clone(), Arc::new(crate::policy::PermissiveEngine), |_| {}).await;
+        let row = t.kernel.create_execution(AgentId::new("a"), json!(null), None).await.expect("create");
+        store.lose_commit_answers(true);
+        let lost = t.kernel.signal(&row.id, "s".into(), json!(1)).await;
+        assert!(matches!(lost, Err(KernelError::Store(_))));
+        store.lose_commit_answers(false);
+        let cancelled = t.kernel.cancel(&row.id).await.expect("cancel after reload");
+        assert_eq!(cancelled.status, ExecutionStatus::Cancelled);
+        let sequences: Vec<i64> = store.all_events(&row.id).iter().map(|event| event.sequence).collect();
+        assert_eq!(sequences, [1, 2, 3], "the landed signal is kept and sequences stay contiguous");
+        t.shutdown().await;
+    }
 }
