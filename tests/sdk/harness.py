@@ -153,9 +153,12 @@ class Proc:
 class Kernel:
     """`keel dev` on a free 127.0.0.1 port with its own data directory."""
 
-    def __init__(self, workdir: Path, extra_args: list[str] | None = None):
+    def __init__(
+        self, workdir: Path, extra_args: list[str] | None = None, agent_timeout: str = "1s"
+    ):
         self.workdir = workdir
         self.extra_args = extra_args or []
+        self.agent_timeout = agent_timeout
         self.proc: Proc | None = None
         self.port = 0
         self.log = workdir / "kernel.log"
@@ -165,6 +168,24 @@ class Kernel:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
+        for attempt in range(3):  # the free port may be taken before the kernel binds it
+            self.port = free_port()
+            try:
+                self._launch(timeout)
+                return
+            except (TimeoutError, Abort):
+                self.proc.stop(grace=1)
+                if attempt == 2 or "in use" not in tail(self.log, 20).lower():
+                    raise
+
+    def restart(self, timeout: float = 20.0) -> None:
+        """Crash the kernel (SIGKILL) and start it again on the same port and data dir."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.stop()
+        self._launch(timeout)
+
+    def _launch(self, timeout: float) -> None:
         binary = keel_bin()
         if not binary.exists():
             raise FileNotFoundError(
@@ -174,23 +195,15 @@ class Kernel:
         data_dir.mkdir(exist_ok=True)
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
-        for attempt in range(3):  # the free port may be taken before the kernel binds it
-            self.port = free_port()
-            argv = [
-                str(binary), "dev",
-                "--port", str(self.port),
-                "--data-dir", str(data_dir),
-                "--agent-timeout", "1s",
-                *self.extra_args,
-            ]
-            self.proc = Proc("kernel", argv, self.log, env)
-            try:
-                wait_until("kernel /v0/health", self._healthy, timeout)
-                return
-            except (TimeoutError, Abort):
-                self.proc.stop(grace=1)
-                if attempt == 2 or "in use" not in tail(self.log, 20).lower():
-                    raise
+        argv = [
+            str(binary), "dev",
+            "--port", str(self.port),
+            "--data-dir", str(data_dir),
+            "--agent-timeout", self.agent_timeout,
+            *self.extra_args,
+        ]
+        self.proc = Proc("kernel", argv, self.log, env)
+        wait_until("kernel /v0/health", self._healthy, timeout)
 
     def _healthy(self) -> bool:
         assert self.proc is not None
@@ -249,18 +262,22 @@ class Sandbox:
         self.kernels: list[Kernel] = []
         self.procs: list[Proc] = []
 
-    def kernel(self, *extra_args: str) -> Kernel:
-        k = Kernel(self.workdir / f"kernel{len(self.kernels)}", list(extra_args))
+    def kernel(self, *extra_args: str, agent_timeout: str = "1s") -> Kernel:
+        k = Kernel(self.workdir / f"kernel{len(self.kernels)}", list(extra_args), agent_timeout)
         k.workdir.mkdir()
         self.kernels.append(k)
         k.start()
         return k
 
-    def spawn(self, kernel: Kernel, name: str, script: Path, args: list[str]) -> Proc:
+    def spawn(
+        self, kernel: Kernel, name: str, script: Path, args: list[str], api_key: str = ""
+    ) -> Proc:
         """Runs a Python script with REBUNO_URL pointing at `kernel`."""
         env = dict(os.environ)
         env["REBUNO_URL"] = kernel.url
         env.pop("REBUNO_API_KEY", None)
+        if api_key:
+            env["REBUNO_API_KEY"] = api_key
         env["PYTHONUNBUFFERED"] = "1"
         argv = [sys.executable, str(script), *args]
         proc = Proc(name, argv, self.workdir / f"{name}.log", env)
@@ -268,13 +285,19 @@ class Sandbox:
         return proc
 
     def agent(
-        self, kernel: Kernel, agent_id: str, consumer_id: str, *, hang: bool = False
+        self,
+        kernel: Kernel,
+        agent_id: str,
+        consumer_id: str,
+        *,
+        hang: bool = False,
+        api_key: str = "",
     ) -> AgentProc:
         markers = self.workdir / f"{consumer_id}.markers"
         args = ["--agent-id", agent_id, "--consumer-id", consumer_id, "--markers", str(markers)]
         if hang:
             args.append("--hang")
-        proc = self.spawn(kernel, consumer_id, AGENTS / "agent.py", args)
+        proc = self.spawn(kernel, consumer_id, AGENTS / "agent.py", args, api_key)
         return AgentProc(proc, consumer_id, markers)
 
     def runner(self, kernel: Kernel, runner_id: str, consumer_id: str) -> AgentProc:

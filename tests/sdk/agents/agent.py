@@ -75,6 +75,26 @@ def echo(value: Any) -> Any:
     return value
 
 
+@tool("guarded.echo")
+def guarded_echo(value: Any) -> Any:
+    """Needs a human approval under the approval test policy."""
+    mark("guarded-ran", value=value)
+    return value
+
+
+@tool("slow.sleep")
+async def slow_sleep(seconds: float) -> float:
+    """Sleeps, then returns how long it slept."""
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@tool("data.blob")
+def blob(size: int) -> str:
+    """Returns a string of `size` bytes."""
+    return "x" * size
+
+
 # Remote tools hosted by tests/sdk/agents/runner.py, discovered through the kernel.
 calc = remote.Tools("calc")
 
@@ -133,6 +153,53 @@ async def op_tool_error(inp: dict[str, Any]) -> dict[str, Any]:
     return {"tool_error": None}
 
 
+async def op_parallel(inp: dict[str, Any]) -> dict[str, Any]:
+    calls = [add(a=1, b=2), shout(text="par"), slow_sleep(seconds=0.2)]
+    if inp.get("remote"):
+        calls.append(calc["calc_mul"](a=3, b=4))
+    return {"results": list(await asyncio.gather(*calls))}
+
+
+async def op_idle(inp: dict[str, Any]) -> dict[str, Any]:
+    # Longer than the kernel's --agent-timeout while the stream stays connected.
+    await asyncio.sleep(float(inp["sleep"]))
+    return {"sum": await add(a=20, b=22)}
+
+
+async def op_slow_tool(inp: dict[str, Any]) -> dict[str, Any]:
+    return {"slept": await slow_sleep(seconds=float(inp["sleep"]))}
+
+
+async def op_big(inp: dict[str, Any]) -> dict[str, Any]:
+    return {"length": len(await blob(size=int(inp["size"])))}
+
+
+async def op_fail(inp: dict[str, Any]) -> dict[str, Any]:
+    raise RuntimeError(inp.get("error", ""))
+
+
+async def op_approval(inp: dict[str, Any]) -> dict[str, Any]:
+    local = await guarded_echo(value="approved-local")
+    remote_product = await calc["calc_mul"](a=5, b=5)
+    try:
+        await guarded_echo(value="should-be-denied")
+        denied = None
+    except PolicyError as e:
+        denied = str(e)
+    return {"local": local, "remote": remote_product, "denied": denied}
+
+
+async def op_restart(inp: dict[str, Any]) -> dict[str, Any]:
+    """Survives a kernel restart: a wait, a pause, then a tool call and complete."""
+    if inp.get("signal"):
+        payload = await execution.wait_signal(inp["signal"])
+    else:
+        payload = None
+    await asyncio.sleep(float(inp.get("sleep", 0)))
+    total = await add(a=1, b=1)
+    return {"payload": payload, "sum": total, "session": execution.session_id}
+
+
 OPS = {
     "tools": op_tools,
     "remote": op_remote,
@@ -141,6 +208,13 @@ OPS = {
     "work": op_work,
     "policy": op_policy,
     "tool_error": op_tool_error,
+    "parallel": op_parallel,
+    "idle": op_idle,
+    "slow_tool": op_slow_tool,
+    "big": op_big,
+    "fail": op_fail,
+    "approval": op_approval,
+    "restart": op_restart,
 }
 
 
