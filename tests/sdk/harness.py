@@ -300,9 +300,13 @@ class Sandbox:
         proc = self.spawn(kernel, consumer_id, AGENTS / "agent.py", args, api_key)
         return AgentProc(proc, consumer_id, markers)
 
-    def runner(self, kernel: Kernel, runner_id: str, consumer_id: str) -> AgentProc:
+    def runner(
+        self, kernel: Kernel, runner_id: str, consumer_id: str, *, hang: bool = False
+    ) -> AgentProc:
         markers = self.workdir / f"{consumer_id}.markers"
         args = ["--runner-id", runner_id, "--consumer-id", consumer_id, "--markers", str(markers)]
+        if hang:
+            args.append("--hang")
         proc = self.spawn(kernel, consumer_id, AGENTS / "runner.py", args)
         return AgentProc(proc, consumer_id, markers)
 

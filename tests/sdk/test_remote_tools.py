@@ -18,7 +18,7 @@ def test_remote_tools_with_a_retried_failure(sandbox: Sandbox, kernel: Kernel) -
     # The runner published its schemas before connecting; the directory lists them.
     def directory():
         tools = kernel.get("/v0/tools", prefix="calc")
-        return tools if {t["id"] for t in tools} == {"calc_mul", "calc_flaky"} else None
+        return tools if {t["id"] for t in tools} == {"calc_mul", "calc_flaky", "calc_slow"} else None
 
     tools = wait_until("calc_* tools in /v0/tools", directory, timeout=10)
     for t in tools:
@@ -45,7 +45,7 @@ def test_remote_tools_with_a_retried_failure(sandbox: Sandbox, kernel: Kernel) -
     assert final.output == {
         "product": 42,
         "flaky": {"token": token, "ok": True},
-        "remote_tools": ["calc_flaky", "calc_mul"],
+        "remote_tools": ["calc_flaky", "calc_mul", "calc_slow"],
         "consumer": agent.consumer_id,
     }
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))

@@ -189,6 +189,11 @@ async def op_approval(inp: dict[str, Any]) -> dict[str, Any]:
     return {"local": local, "remote": remote_product, "denied": denied}
 
 
+async def op_call(inp: dict[str, Any]) -> dict[str, Any]:
+    """Calls one remote tool by id."""
+    return {"result": await execution.invoke_tool(inp["tool"], inp.get("args", {}))}
+
+
 async def op_restart(inp: dict[str, Any]) -> dict[str, Any]:
     """Survives a kernel restart: a wait, a pause, then a tool call and complete."""
     if inp.get("signal"):
@@ -215,6 +220,7 @@ OPS = {
     "fail": op_fail,
     "approval": op_approval,
     "restart": op_restart,
+    "call": op_call,
 }
 
 

@@ -1,16 +1,17 @@
 """A test runner built only on the public API of the real rebuno==0.4.8 SDK.
 
-Hosts the remote tools ``calc_mul`` and ``calc_flaky``. ``calc_flaky`` fails with a
+Hosts the remote tools ``calc_mul``, ``calc_flaky`` and ``calc_slow``. ``calc_flaky`` fails with a
 retryable ToolError the first time it sees a token and succeeds after that, so the
 kernel's retry path runs exactly once per token.
 
-Usage: runner.py --runner-id ID --consumer-id CID --markers FILE
+Usage: runner.py --runner-id ID --consumer-id CID --markers FILE [--hang]
 The kernel URL comes from REBUNO_URL, as for any SDK runner.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -50,12 +51,22 @@ def flaky(token: str) -> dict[str, Any]:
     return {"token": token, "ok": True}
 
 
+@tool("calc_slow")
+async def slow(seconds: float) -> dict[str, Any]:
+    """Sleeps `seconds` (forever with --hang), then names the runner that ran it."""
+    mark("job", tool_id="calc_slow")
+    await asyncio.sleep(3600 if ARGS.hang else seconds)
+    mark("job-done", tool_id="calc_slow")
+    return {"runner": ARGS.runner_id, "slept": seconds}
+
+
 def main() -> None:
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--runner-id", required=True)
     p.add_argument("--consumer-id", required=True)
     p.add_argument("--markers", required=True)
+    p.add_argument("--hang", action="store_true", help="calc_slow never finishes")
     ARGS = p.parse_args()
     logging.basicConfig(
         level=logging.INFO,
@@ -65,7 +76,7 @@ def main() -> None:
     Runner(
         ARGS.runner_id,
         consumer_id=ARGS.consumer_id,
-        tools=[mul, flaky],
+        tools=[mul, flaky, slow],
         reconnect_delay=0.5,
     ).run()
 
