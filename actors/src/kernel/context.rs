@@ -52,6 +52,8 @@ pub struct Ctx {
     pub agent_groups: RwLock<HashMap<AgentId, ActorRef<AgentGroupMsg>>>,
     /// Session id → execution holding it.
     pub sessions: RwLock<HashMap<String, ExecutionId>>,
+    /// Policy engine in force (the policy actor is restarted with it).
+    pub policy_engine: RwLock<Arc<dyn crate::policy::PolicyEngine>>,
 }
 
 /// Reads a lock, recovering from poisoning (a panicking actor must not wedge the kernel).

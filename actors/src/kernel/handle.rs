@@ -138,6 +138,12 @@ impl Kernel {
         self.inner.unregister_runner(runner_id).await
     }
 
+    /// Replaces the policy engine (hot reload). Rate-limit windows are kept. A restarted
+    /// policy actor also uses the new engine.
+    pub fn replace_policy(&self, engine: std::sync::Arc<dyn crate::policy::PolicyEngine>) {
+        self.inner.replace_policy(engine);
+    }
+
     /// Subscribes to commit notices (used by the live execution stream).
     pub fn subscribe_commits(&self) -> broadcast::Receiver<CommitNotice> {
         self.inner.commits.subscribe()

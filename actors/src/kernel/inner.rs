@@ -43,6 +43,7 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
     let metrics = Arc::new(Metrics::new());
     let store = config.store.clone();
     let ctx = Arc::new(Ctx {
+        policy_engine: RwLock::new(config.policy.clone()),
         config,
         store: store.clone(),
         metrics: metrics.clone(),
@@ -226,6 +227,13 @@ impl KernelInner {
             self.release_runner(runner_id, consumer_id);
         }
         result
+    }
+
+    pub(crate) fn replace_policy(&self, engine: Arc<dyn crate::policy::PolicyEngine>) {
+        *super::context::write(&self.ctx.policy_engine) = engine.clone();
+        if let Some(policy) = self.ctx.policy() {
+            let _ = policy.send_message(crate::policy::PolicyMsg::ReplaceEngine(engine));
+        }
     }
 
     pub(crate) fn release_runner(&self, runner_id: &RunnerId, consumer_id: &ConsumerId) {

@@ -108,7 +108,8 @@ async fn spawn_singleton(myself: &ActorRef<()>, state: &mut RootState, kind: Act
             id
         }
         ActorKind::Policy => {
-            let args = PolicyArgs { engine: ctx.config.policy.clone(), metrics: ctx.metrics.clone() };
+            let engine = super::context::read(&ctx.policy_engine).clone();
+            let args = PolicyArgs { engine, metrics: ctx.metrics.clone() };
             let (actor, _) = Actor::spawn_linked(None, PolicyActor, args, supervisor).await?;
             let id = actor.get_id();
             write(&ctx.singletons).policy = Some(actor);
