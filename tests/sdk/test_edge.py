@@ -100,3 +100,14 @@ def test_bearer_token(sandbox: Sandbox) -> None:
             return wrong.value
 
     assert run(anonymous()).status_code == 401
+
+
+def test_execution_timeout_fails_a_waiting_execution(sandbox: Sandbox) -> None:
+    kernel = sandbox.kernel("--execution-timeout", "2s")
+    agent_id = unique("exec-timeout")
+    agent = sandbox.agent(kernel, agent_id, unique("exec-timeout-c"))
+    final, events = run_one(kernel, agent_id, {"op": "hold", "signal": "never"})
+    assert final.status == ExecutionStatus.FAILED, final
+    assert events[-1].type == "execution.failed"
+    assert events[-1].payload["error"] == "execution exceeded maximum duration"
+    agent.wait_marker("cancelled", final.id, timeout=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rebuno import Client
 
 from harness import Kernel, Sandbox, run, unique
@@ -64,3 +65,32 @@ def test_kernel_restart_is_transparent_to_a_connected_agent(sandbox: Sandbox) ->
         assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
     assert finals[waiting]["output"]["payload"] == {"after": "restart"}
     assert finals[busy]["output"]["sum"] == 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="kernel bug: startup recovery re-queues a job already started at a runner at once "
+    "(actors/src/execution/actor.rs recover()), so the reconnecting runner gets the same job "
+    "again and runs the tool twice; DESIGN.md §3 / WIRE.md correction 16 want it held for "
+    "the runner grace",
+)
+def test_kernel_restart_while_a_runner_holds_a_job(sandbox: Sandbox) -> None:
+    """The runner finishes its job while the kernel restarts; it re-attaches with its
+    consumer_id and posts the result, which is accepted: the job ran once."""
+    kernel = sandbox.kernel("--runner-timeout", "5s", agent_timeout="5s")
+    runner = sandbox.runner(kernel, unique("calc-runner"), unique("calc-runner-c"))
+    runner.wait_connected("runners")
+    agent_id = unique("restart-job")
+    sandbox.agent(kernel, agent_id, unique("restart-job-c"))
+    eid = create(kernel, agent_id, {"op": "call", "tool": "calc_slow", "args": {"seconds": 2}})
+    kernel.wait_event(eid, "step.started")
+
+    kernel.restart()
+    final = kernel.wait_status(eid, "completed", "failed", "cancelled", timeout=15)
+    assert final["status"] == "completed", final
+    assert final["output"]["result"]["slept"] == 2
+    assert len(runner.markers("job")) == 1, runner.markers()
+    types = kernel.event_types(eid)
+    assert types.count("step.started") == 1 and types.count("step.completed") == 1
+    assert "step.retried" not in types and "execution.reset" not in types
+    assert types.count("execution.started") == 1
