@@ -6,6 +6,7 @@ import asyncio
 import time
 from contextlib import aclosing
 
+import httpx
 import pytest
 from rebuno import Client, ConflictError, NotFoundError
 from rebuno.types import Event, ExecutionStatus
@@ -142,3 +143,42 @@ def test_client_calls(sandbox: Sandbox, kernel: Kernel) -> None:
 async def _until(predicate) -> None:
     while not predicate():
         await asyncio.sleep(0.02)
+
+
+def test_client_run_yields_events_until_the_end(sandbox: Sandbox, kernel: Kernel) -> None:
+    agent_id = unique("client-run")
+    sandbox.agent(kernel, agent_id, unique("client-run-c"))
+
+    async def scenario():
+        async with Client(kernel.url) as client:
+            events = [e async for e in client.run(agent_id, input={"op": "work", "n": 7})]
+            return events, await client.get(events[0].execution_id)
+
+    events, final = run(scenario())
+    assert events[0].type == "execution.created"
+    assert events[-1].type == "execution.completed"
+    assert final.output == {"n": 7, "consumer": final.output["consumer"]}
+
+
+def test_non_string_label_is_rejected_and_agents_keep_working(sandbox: Sandbox, kernel: Kernel) -> None:
+    """One execution with a non-string label would break every SDK agent's stream parsing,
+    so create refuses it (WIRE.md corrections, item 3)."""
+    agent_id = unique("labels")
+    sandbox.agent(kernel, agent_id, unique("labels-c"))
+    r = httpx.post(
+        kernel.url + "/v0/executions",
+        json={"agent_id": agent_id, "input": {"op": "work", "n": 1}, "labels": {"n": 1}},
+        timeout=5,
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "VALIDATION_ERROR"
+
+    async def scenario():
+        async with Client(kernel.url) as client:
+            return await client.run_until_complete(
+                agent_id, input={"op": "work", "n": 2}, labels={"n": "2"}
+            )
+
+    final = run(scenario())
+    assert final.status == ExecutionStatus.COMPLETED
+    assert final.labels == {"n": "2"}
