@@ -94,6 +94,19 @@ pub struct ListFilter {
     pub limit: i64,
 }
 
+/// One tool call the policy allowed, as the event log recorded it: a `step.created` that is not
+/// followed by `step.approval_required`. The policy actor rebuilds its rate-limit windows from
+/// these at startup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllowedToolCall {
+    /// Agent of the execution that made the call.
+    pub agent_id: String,
+    /// Tool that was called.
+    pub tool_id: String,
+    /// Time of the `step.created` event.
+    pub at: Timestamp,
+}
+
 /// Durable storage of events and projections.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -116,6 +129,10 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes up to `limit` terminal executions last updated before `before`, with all their
     /// rows; returns how many were deleted.
     async fn delete_terminal_before(&self, before: Timestamp, limit: i64) -> Result<u64, StoreError>;
+
+    /// Returns every tool call allowed at or after `since` (steps created without an approval
+    /// gate, whatever became of them later), oldest first.
+    async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError>;
 
     /// Round-trips to the database.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -11,11 +11,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::events::Event;
+use crate::events::{Event, EventBody};
 use crate::ids::ExecutionId;
 use crate::kernel::{Kernel, KernelConfig};
 use crate::policy::{PermissiveEngine, PolicyEngine};
-use crate::store::{Commit, ExecutionRow, ListFilter, Store};
+use crate::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, Store};
 use crate::time::Timestamp;
 
 #[derive(Default)]
@@ -127,6 +127,29 @@ impl Store for MemoryStore {
 
     async fn delete_terminal_before(&self, _before: Timestamp, _limit: i64) -> Result<u64, StoreError> {
         Ok(0)
+    }
+
+    async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {
+        let tables = self.lock();
+        let mut calls = Vec::new();
+        for (id, events) in &tables.events {
+            let Some(row) = tables.executions.get(id) else { continue };
+            for event in events.iter().filter(|event| event.timestamp >= since) {
+                let EventBody::StepCreated { tool_id, .. } = &event.body else { continue };
+                let gated = events.iter().any(|other| {
+                    other.step_id == event.step_id && matches!(other.body, EventBody::StepApprovalRequired { .. })
+                });
+                if !gated {
+                    calls.push(AllowedToolCall {
+                        agent_id: row.agent_id.to_string(),
+                        tool_id: tool_id.clone(),
+                        at: event.timestamp,
+                    });
+                }
+            }
+        }
+        calls.sort_by_key(|call| call.at);
+        Ok(calls)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

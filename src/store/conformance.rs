@@ -15,6 +15,9 @@ use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
 use keel_actors::time::Timestamp;
 
+mod tool_calls;
+pub use tool_calls::tool_calls_since_lists_allowed_calls_oldest_first;
+
 /// Returns a fixed time `micros` microseconds after 2026-01-01T00:00:00Z.
 pub fn at(micros: i64) -> Timestamp {
     Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)

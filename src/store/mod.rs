@@ -14,6 +14,7 @@ mod lock_file;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
+mod tool_calls;
 
 #[cfg(test)]
 pub(crate) mod conformance;

@@ -40,7 +40,7 @@ use sqlx::{Postgres, QueryBuilder};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::ids::ExecutionId;
-use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
+use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, Store};
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EventRecord, ExecutionRecord};
@@ -357,6 +357,13 @@ impl Store for PostgresStore {
             ))
             .await;
         checkout.finish(outcome)
+    }
+
+    async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {
+        let rows = self
+            .bounded(super::tool_calls::postgres(&self.readers, since))
+            .await?;
+        super::tool_calls::postgres_calls(rows)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -20,7 +20,7 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::ids::ExecutionId;
-use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
+use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, Store};
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord, StepRecord};
@@ -276,6 +276,10 @@ impl Store for SqliteStore {
         }
         transaction.commit().await.map_err(map_sqlx_error)?;
         Ok(ids.len() as u64)
+    }
+
+    async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {
+        super::tool_calls::sqlite(&self.readers, since).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

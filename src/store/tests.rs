@@ -88,6 +88,7 @@ conformance_on_sqlite!(
     list_filters_by_status_agent_and_every_label,
     non_terminal_executions_oldest_first,
     delete_terminal_before_is_bounded_and_spares_live_executions,
+    tool_calls_since_lists_allowed_calls_oldest_first,
 );
 
 #[tokio::test]
@@ -172,7 +173,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_a_clear_message() {
     };
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (1)"
+        "database schema version 9999 is newer than this keel binary supports (2)"
     );
     let pool = raw_pool(&path).await;
     assert_eq!(

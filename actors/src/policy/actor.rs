@@ -1,14 +1,21 @@
 //! `PolicyActor`: answers every `invoke_tool` check with the loaded engine, applies rule rate
 //! limits after an allow, and swaps engines on reload.
+//!
+//! Rate-limit windows survive restarts: when the actor starts (kernel start, or a supervised
+//! restart) and when a reload makes the engine's longest window longer, it reads the allowed
+//! tool calls of that period from the store (`Store::tool_calls_since`). A store that cannot
+//! answer is logged and the windows start from what is in memory.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
+use super::windows::RateWindows;
 use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::time;
 
 /// Messages of the policy actor.
 pub enum PolicyMsg {
@@ -24,13 +31,16 @@ pub struct PolicyArgs {
     pub engine: Arc<dyn PolicyEngine>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Where allowed tool calls are recorded (to rebuild the rate-limit windows).
+    pub store: Arc<dyn Store>,
 }
 
 /// State of the policy actor.
 pub struct PolicyState {
     engine: Arc<dyn PolicyEngine>,
     metrics: Arc<Metrics>,
-    windows: HashMap<(String, String), VecDeque<Instant>>,
+    store: Arc<dyn Store>,
+    windows: RateWindows,
 }
 
 /// The policy actor.
@@ -41,8 +51,20 @@ impl Actor for PolicyActor {
     type State = PolicyState;
     type Arguments = PolicyArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, args: PolicyArgs) -> Result<Self::State, ActorProcessingErr> {
-        Ok(PolicyState { engine: args.engine, metrics: args.metrics, windows: HashMap::new() })
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: PolicyArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut state = PolicyState {
+            windows: RateWindows::new(Instant::now()),
+            engine: args.engine,
+            metrics: args.metrics,
+            store: args.store,
+        };
+        let horizon = state.engine.longest_rate_window();
+        load_history(&mut state, horizon).await;
+        Ok(state)
     }
 
     async fn handle(
@@ -54,15 +76,43 @@ impl Actor for PolicyActor {
         match message {
             PolicyMsg::CheckIntent(input, reply) => {
                 let decision = check(state, &input, Instant::now());
-                state.metrics.policy_decision(decision.decision.as_str(), &decision.rule_id);
+                state
+                    .metrics
+                    .policy_decision(decision.decision.as_str(), &decision.rule_id);
                 let _ = reply.send(decision);
             }
             PolicyMsg::ReplaceEngine(engine) => {
                 tracing::info!(policy.digest = %engine.digest(), "policy engine replaced");
+                let horizon = engine.longest_rate_window();
                 state.engine = engine;
+                if horizon != state.windows.horizon() {
+                    load_history(state, horizon).await;
+                }
             }
         }
         Ok(())
+    }
+}
+
+/// Sets the windows' horizon and loads from the store the allowed calls they are missing.
+async fn load_history(state: &mut PolicyState, horizon: Option<std::time::Duration>) {
+    let Some(request) = state
+        .windows
+        .set_horizon(horizon, Instant::now(), time::now())
+    else {
+        return;
+    };
+    match state.store.tool_calls_since(request.since).await {
+        Ok(calls) => {
+            state
+                .windows
+                .merge_history(request, &calls, Instant::now(), time::now());
+            tracing::info!(calls = calls.len(), since = %time::format(&request.since), "rate-limit windows rebuilt from the store");
+        }
+        Err(error) => tracing::error!(
+            error = %error,
+            "cannot read past tool calls; rate limits count only calls from now on"
+        ),
     }
 }
 
@@ -74,15 +124,15 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
     let Some(limit) = decision.rate_limit.clone() else {
         return decision;
     };
-    let window = state.windows.entry((input.agent_id.clone(), input.tool_id.clone())).or_default();
-    while window.front().is_some_and(|at| now.duration_since(*at) >= limit.window) {
-        window.pop_front();
-    }
-    if window.len() >= limit.max as usize {
+    if !state
+        .windows
+        .admit((input.agent_id.clone(), input.tool_id.clone()), &limit, now)
+    {
         decision.decision = Decision::Deny;
-        decision.reason = format!("rate limit exceeded: max {} per {}", limit.max, limit.window_text);
-        return decision;
+        decision.reason = format!(
+            "rate limit exceeded: max {} per {}",
+            limit.max, limit.window_text
+        );
     }
-    window.push_back(now);
     decision
 }

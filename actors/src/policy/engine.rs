@@ -113,6 +113,14 @@ pub trait PolicyEngine: Send + Sync + 'static {
 
     /// Returns a short digest identifying the loaded policy (logged on reload).
     fn digest(&self) -> String;
+
+    /// Returns the longest `rate_limit` window any rule uses, or `None` without rate limits.
+    /// The policy actor rebuilds this much history from the store at startup (and when a
+    /// reload makes the window longer), so that counters survive a restart; an engine that
+    /// answers `None` while returning rate limits still has them enforced, only not rebuilt.
+    fn longest_rate_window(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Allows every tool call (`keel dev` without `--policy`).

@@ -4,6 +4,9 @@
 pub mod actor;
 pub mod engine;
 pub mod rules;
+mod windows;
+#[cfg(test)]
+mod windows_tests;
 
 pub use actor::{PolicyActor, PolicyArgs, PolicyMsg};
 pub use engine::{

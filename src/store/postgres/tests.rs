@@ -66,6 +66,7 @@ conformance_on_postgres!(
     list_filters_by_status_agent_and_every_label,
     non_terminal_executions_oldest_first,
     delete_terminal_before_is_bounded_and_spares_live_executions,
+    tool_calls_since_lists_allowed_calls_oldest_first,
 );
 
 #[tokio::test]
@@ -109,7 +110,7 @@ async fn two_kernels_starting_at_once_on_an_empty_database_migrate_it_once() {
             .fetch_all(winner.readers())
             .await
             .expect("migrations read");
-    assert_eq!(migrations, vec![(1, true)]);
+    assert_eq!(migrations, vec![(1, true), (2, true)]);
     let store: Arc<dyn Store> = Arc::new(winner);
     conformance::create(&store, "exec-1", "agent-a", &[], at(1)).await;
 }
@@ -134,7 +135,7 @@ async fn concurrent_migrators_serialise_on_the_migration_lock() {
         .fetch_all(store.readers())
         .await
         .expect("migrations read");
-    assert_eq!(versions, vec![1]);
+    assert_eq!(versions, vec![1, 2]);
 }
 
 #[tokio::test]
@@ -168,7 +169,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_the_sqlite_message() {
     .expect("the dropped store releases its lock");
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (1)"
+        "database schema version 9999 is newer than this keel binary supports (2)"
     );
     let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
         .fetch_one(&mut connection)

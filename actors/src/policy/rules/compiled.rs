@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::compile::default_reason;
 use super::conditions::Conditions;
@@ -155,6 +156,16 @@ impl RuleSet {
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
+
+    /// Returns the longest rate-limit window of these rules and the default.
+    pub fn longest_rate_window(&self) -> Option<Duration> {
+        self.rules
+            .iter()
+            .map(|rule| &rule.outcome)
+            .chain(std::iter::once(&self.default))
+            .filter_map(|outcome| outcome.rate_limit.as_ref().map(|limit| limit.window))
+            .max()
+    }
 }
 
 /// Which rule set answers which agent.
@@ -224,5 +235,16 @@ impl PolicyEngine for CompiledPolicy {
 
     fn digest(&self) -> String {
         self.digest.clone()
+    }
+
+    fn longest_rate_window(&self) -> Option<Duration> {
+        match &self.routing {
+            Routing::Single(rules) => rules.longest_rate_window(),
+            Routing::PerAgent { agents, global } => agents
+                .values()
+                .chain(global)
+                .filter_map(RuleSet::longest_rate_window)
+                .max(),
+        }
     }
 }

@@ -1,0 +1,131 @@
+//! Conformance of `Store::tool_calls_since`: allowed tool calls (steps created without an
+//! approval gate) since a time, oldest first, with the agent of their execution.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use keel_actors::events::{EventBody, NewEvent};
+use keel_actors::ids::{ExecutionId, StepId};
+use keel_actors::status::{ExecutionStatus, StepStatus};
+use keel_actors::store::{AllowedToolCall, ExecutionRow, StepRow, Store};
+use keel_actors::time::Timestamp;
+
+use super::{advance, at, commit_each, create};
+
+/// Returns the `step.created` event of `step` (built from its wire form, so it does not depend
+/// on the optional fields other features add).
+fn step_created(step: &StepId, tool_id: &str) -> NewEvent {
+    let body: EventBody = serde_json::from_value(json!({
+        "type": "step.created",
+        "payload": {
+            "tool_id": tool_id, "tool_version": 0, "arguments": {"q": 1}, "max_attempts": 1,
+            "attempt": 1, "deadline": "2026-01-02T00:00:00.000000Z", "remote": false,
+        },
+    }))
+    .expect("step.created decodes");
+    NewEvent::step(step, body)
+}
+
+/// Returns the projection row of a new step.
+fn step_row(execution: &ExecutionRow, step: &StepId, tool_id: &str, when: Timestamp) -> StepRow {
+    StepRow {
+        id: step.clone(),
+        execution_id: execution.id.clone(),
+        tool_id: tool_id.to_owned(),
+        status: StepStatus::Pending,
+        attempt: 1,
+        max_attempts: 1,
+        remote: false,
+        job_id: None,
+        runner_id: None,
+        deadline: None,
+        updated_at: when,
+    }
+}
+
+/// Appends one tool call to `row` at `when`: an allowed one, or one waiting for approval.
+async fn call(
+    store: &Arc<dyn Store>,
+    row: &ExecutionRow,
+    step: &str,
+    tool_id: &str,
+    when: Timestamp,
+    gated: bool,
+) -> ExecutionRow {
+    let step = StepId::new(step);
+    let mut events = vec![step_created(&step, tool_id)];
+    let mut status = ExecutionStatus::Running;
+    if gated {
+        events.push(NewEvent::step(
+            &step,
+            EventBody::StepApprovalRequired {
+                tool_id: tool_id.to_owned(),
+                arguments: json!({"q": 1}),
+                remote: false,
+                reason: "needs a human".to_owned(),
+            },
+        ));
+        status = ExecutionStatus::Blocked;
+    }
+    let mut commit = advance(row, when, status, events);
+    commit.steps.push(step_row(row, &step, tool_id, when));
+    commit_each(store, &[commit]).await
+}
+
+/// Allowed calls at or after the time are listed oldest first with their agent and tool;
+/// approval-gated steps and older calls are not.
+pub async fn tool_calls_since_lists_allowed_calls_oldest_first(store: Arc<dyn Store>) {
+    assert!(
+        store
+            .tool_calls_since(at(0))
+            .await
+            .expect("read")
+            .is_empty(),
+        "an empty store has no calls"
+    );
+    let a = create(&store, "exec-a", "agent-a", &[], at(1)).await;
+    let b = create(&store, "exec-b", "agent-b", &[], at(2)).await;
+    let a = call(&store, &a, "step-a1", "shell.ls", at(10), false).await;
+    let b = call(&store, &b, "step-b1", "http.get", at(15), false).await;
+    let a = call(&store, &a, "step-a2", "shell.ls", at(20), false).await;
+    call(&store, &b, "step-b2", "deploy", at(25), true).await;
+    call(&store, &a, "step-a3", "http.get", at(30), false).await;
+
+    let expected = |agent: &str, tool: &str, when: i64| AllowedToolCall {
+        agent_id: agent.to_owned(),
+        tool_id: tool.to_owned(),
+        at: at(when),
+    };
+    assert_eq!(
+        store.tool_calls_since(at(10)).await.expect("read"),
+        vec![
+            expected("agent-a", "shell.ls", 10),
+            expected("agent-b", "http.get", 15),
+            expected("agent-a", "shell.ls", 20),
+            expected("agent-a", "http.get", 30),
+        ],
+        "the bound is inclusive; the approval-gated step is left out"
+    );
+    assert_eq!(
+        store.tool_calls_since(at(16)).await.expect("read"),
+        vec![
+            expected("agent-a", "shell.ls", 20),
+            expected("agent-a", "http.get", 30),
+        ]
+    );
+    assert!(
+        store
+            .tool_calls_since(at(31))
+            .await
+            .expect("read")
+            .is_empty()
+    );
+    assert!(
+        store
+            .execution(&ExecutionId::new("exec-a"))
+            .await
+            .expect("row")
+            .is_some()
+    );
+}
