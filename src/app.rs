@@ -213,6 +213,8 @@ fn kernel_config(
         execution_timeout: settings.execution_timeout,
         retry_base_delay: settings.retry_base_delay,
         retry_max_delay: settings.retry_max_delay,
+        stall_after: settings.stall_after,
+        job_start_timeout: settings.job_start_timeout,
         ..ExecutionSettings::default()
     };
     config.agent_grace = settings.agent_timeout;

@@ -153,6 +153,16 @@ pub struct Config {
     #[arg(long, env = "KEEL_RETRY_MAX_DELAY", value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub retry_max_delay: Duration,
 
+    /// A `running` execution with no intent for this long is reported as stalled (warn log,
+    /// `keel_stalls_total`, one `execution.stalled` event); 0 turns the check off.
+    #[arg(long, env = "KEEL_STALL_AFTER", value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub stall_after: Duration,
+
+    /// A remote job dispatched but not started by a runner within this time is reported as
+    /// stalled; 0 turns the check off.
+    #[arg(long, env = "KEEL_JOB_START_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub job_start_timeout: Duration,
+
     /// Terminal executions not updated for this long are deleted (0 keeps them forever).
     #[arg(long, env = "KEEL_RETENTION_PERIOD", value_name = "DURATION", default_value = "168h", value_parser = parse_duration)]
     pub retention_period: Duration,
@@ -274,6 +284,8 @@ impl fmt::Debug for Config {
             .field("runner_timeout", &self.runner_timeout)
             .field("retry_base_delay", &self.retry_base_delay)
             .field("retry_max_delay", &self.retry_max_delay)
+            .field("stall_after", &self.stall_after)
+            .field("job_start_timeout", &self.job_start_timeout)
             .field("retention_period", &self.retention_period)
             .field("cleanup_interval", &self.cleanup_interval)
             .field("shutdown_timeout", &self.shutdown_timeout)

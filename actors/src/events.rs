@@ -2,8 +2,10 @@
 //! envelope every event is stored and sent in (§7.6).
 //!
 //! Payload field names are part of the wire contract. Keel adds a few fields the reference
-//! kernel does not write (`remote` on `step.created`, `not_before` on `step.retried`) because a
-//! restarted kernel rebuilds every execution from its events alone.
+//! kernel does not write (`remote`, `timeout_ms`, `retry_base_delay_ms` and
+//! `retry_max_delay_ms` on `step.created`, `not_before` on `step.retried`) because a restarted
+//! kernel rebuilds every execution from its events alone, and one informational event type,
+//! `execution.stalled`, written by the stall watchdog.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -133,6 +135,15 @@ pub enum EventBody {
         /// Whether a runner executes it (Keel addition).
         #[serde(default)]
         remote: bool,
+        /// Per-attempt deadline set by the matching policy rule, in ms (Keel addition).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+        /// Delay before the second attempt set by the matching policy rule, in ms (Keel addition).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_base_delay_ms: Option<u64>,
+        /// Cap of the retry delays set by the matching policy rule, in ms (Keel addition).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_max_delay_ms: Option<u64>,
     },
     /// A step was handed out (to a runner, or to the agent after approval).
     #[serde(rename = "step.dispatched")]
@@ -209,6 +220,23 @@ pub enum EventBody {
         /// Session that was lost (`""` from recovery).
         session_id: String,
     },
+    /// The stall watchdog saw no progress (informational; changes no state but the watchdog's
+    /// own "already reported" mark). Keel addition.
+    #[serde(rename = "execution.stalled")]
+    ExecutionStalled {
+        /// `no_intent` (running, no intent since `since`) or `job_not_started` (a remote job
+        /// dispatched at `since` and not started).
+        reason: String,
+        /// Step of the job (`job_not_started`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step_id: Option<String>,
+        /// Runner holding the job, when one took it (`job_not_started`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runner_id: Option<String>,
+        /// Since when nothing happened.
+        #[serde(with = "time::serde_micros")]
+        since: Timestamp,
+    },
 }
 
 impl EventBody {
@@ -236,6 +264,7 @@ impl EventBody {
             Self::StepApprovalRequired { .. } => "step.approval_required",
             Self::SignalReceived { .. } => "signal.received",
             Self::AgentTimeout { .. } => "agent.timeout",
+            Self::ExecutionStalled { .. } => "execution.stalled",
         }
     }
 

@@ -86,6 +86,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Stalls reported by the watchdog, by kind (`no_intent`, `job_not_started`).
+    pub stalls: Family<KindLabel, Counter>,
     /// Creates and registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("keel");
@@ -109,6 +111,7 @@ impl Metrics {
         registry.register("store_commit_seconds", "Store commit latency", commit_seconds.clone());
         registry.register("store_commit_batch_size", "Executions per store commit", commit_batch.clone());
         registry.register("retention_deleted_executions", "Terminal executions deleted by retention", retention_deleted.clone());
+        let stalls = Family::<KindLabel, Counter>::default();
         Self {
             registry: Mutex::new(registry),
             executions,
@@ -120,6 +123,7 @@ impl Metrics {
             supervision,
             commit_seconds,
             commit_batch,
+        registry.register("stalls", "Stalls reported by the watchdog, by kind", stalls.clone());
             retention_deleted,
         }
     }
@@ -133,6 +137,7 @@ impl Metrics {
         };
         if prometheus_client::encoding::text::encode(&mut text, &registry).is_err() {
             text.clear();
+            stalls,
         }
         text
     }
@@ -195,3 +200,8 @@ impl Metrics {
         self.commit_batch.observe(executions as f64);
     }
 }
+    /// Counts one stall reported by the watchdog.
+    pub fn stall(&self, kind: &str) {
+        self.stalls.get_or_create(&KindLabel { kind: kind.to_owned() }).inc();
+    }
+

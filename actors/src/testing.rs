@@ -1,5 +1,6 @@
 //! Test support (feature `testing`): an in-memory [`Store`] with failure injection, a kernel
-//! started on it, and `eventually` for polling without sleeps.
+//! started on it (with a clock driven by tokio's, so `start_paused` tests move wall time and
+//! timers together), and `eventually` for polling without sleeps.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,7 +17,7 @@ use crate::ids::ExecutionId;
 use crate::kernel::{Kernel, KernelConfig};
 use crate::policy::{PermissiveEngine, PolicyEngine};
 use crate::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, Store};
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
 
 #[derive(Default)]
 struct Tables {
@@ -166,6 +167,8 @@ pub struct TestKernel {
     pub kernel: Kernel,
     /// Its store.
     pub store: Arc<MemoryStore>,
+    /// Its clock (wall time advanced by tokio's clock); a restarted kernel keeps it.
+    pub clock: Clock,
 }
 
 impl TestKernel {
@@ -175,6 +178,7 @@ impl TestKernel {
     }
 
     /// Starts a kernel on `store` with `policy`, letting `adjust` change the configuration.
+    /// Its clock is [`Clock::tokio`] unless `adjust` sets another.
     pub async fn start_with(
         store: Arc<MemoryStore>,
         policy: Arc<dyn PolicyEngine>,
@@ -183,16 +187,46 @@ impl TestKernel {
         let mut config = KernelConfig::new(store.clone(), policy);
         config.agent_grace = Duration::from_millis(200);
         config.call_timeout = Duration::from_secs(5);
+        config.clock = Clock::tokio();
         adjust(&mut config);
+        let clock = config.clock.clone();
         match crate::kernel::start(config).await {
-            Ok(kernel) => Self { kernel, store },
+            Ok(kernel) => Self { kernel, store, clock },
             Err(error) => panic!("test kernel did not start: {error}"),
         }
+    }
+
+    /// Stops this kernel and starts a new one on the same store and clock (a kernel restart);
+    /// `adjust` configures the new one as [`start_with`](Self::start_with) does.
+    pub async fn restart(
+        self,
+        policy: Arc<dyn PolicyEngine>,
+        adjust: impl FnOnce(&mut KernelConfig),
+    ) -> Self {
+        let (store, clock) = (self.store.clone(), self.clock.clone());
+        self.shutdown().await;
+        Self::start_with(store, policy, |config| {
+            adjust(config);
+            config.clock = clock;
+        })
+        .await
     }
 
     /// Stops the kernel.
     pub async fn shutdown(self) {
         self.kernel.shutdown().await;
+    }
+}
+
+/// Sleeps until `clock` reads `at` (exact under paused time with a [`Clock::tokio`] clock);
+/// returns at once for a time already past.
+pub async fn sleep_until(clock: &Clock, at: Timestamp) {
+    match clock {
+        Clock::Tokio { wall, start } => {
+            let offset = (at - *wall).to_std().unwrap_or_default();
+            tokio::time::sleep_until(*start + offset).await;
+        }
+        Clock::System => tokio::time::sleep((at - crate::time::now()).to_std().unwrap_or_default()).await,
     }
 }
 

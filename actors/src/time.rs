@@ -12,6 +12,42 @@ pub fn now() -> Timestamp {
     Utc::now().trunc_subsecs(6)
 }
 
+/// Where the actors read "now" from. The system clock in production; in tests a clock that
+/// advances with tokio's timer (`tokio::time::pause`/`advance`), so that timers armed with
+/// `send_after` and deadline checks against wall time agree under paused time.
+#[derive(Clone, Debug, Default)]
+pub enum Clock {
+    /// The system's wall clock.
+    #[default]
+    System,
+    /// `wall + (tokio::time::Instant::now() - start)`: wall time anchored once, advanced by the
+    /// tokio clock (which a paused test runtime moves only when told or when idle).
+    Tokio {
+        /// Wall time at the anchor.
+        wall: Timestamp,
+        /// Tokio instant at the anchor.
+        start: tokio::time::Instant,
+    },
+}
+
+impl Clock {
+    /// Returns a clock anchored at the current wall time that advances with tokio's clock.
+    pub fn tokio() -> Self {
+        Self::Tokio { wall: now(), start: tokio::time::Instant::now() }
+    }
+
+    /// Returns the current time of this clock, truncated to microseconds.
+    pub fn now(&self) -> Timestamp {
+        match self {
+            Self::System => now(),
+            Self::Tokio { wall, start } => {
+                let elapsed = chrono::Duration::from_std(start.elapsed()).unwrap_or(chrono::Duration::MAX);
+                wall.checked_add_signed(elapsed).unwrap_or(*wall).trunc_subsecs(6)
+            }
+        }
+    }
+}
+
 /// Formats a timestamp the way every payload carries it: `2026-05-21T14:20:38.123456Z`.
 pub fn format(ts: &Timestamp) -> String {
     ts.to_rfc3339_opts(SecondsFormat::Micros, true)

@@ -38,6 +38,8 @@ fn dev_defaults_are_local_and_permissive() {
     assert_eq!(settings.agent_timeout, Duration::from_secs(10));
     assert_eq!(settings.retry_base_delay, Duration::from_secs(1));
     assert_eq!(settings.retry_max_delay, Duration::from_secs(30));
+    assert_eq!(settings.stall_after, Duration::from_secs(300));
+    assert_eq!(settings.job_start_timeout, Duration::from_secs(60));
     assert_eq!(settings.runner_timeout, Duration::from_secs(10));
     assert_eq!(
         settings.retention_period,

@@ -145,6 +145,10 @@ pub struct Settings {
     pub retry_base_delay: Duration,
     /// Cap of retry delays.
     pub retry_max_delay: Duration,
+    /// Idle time after which a running execution is reported as stalled (zero: off).
+    pub stall_after: Duration,
+    /// Time a dispatched job may wait to be started before it is reported (zero: off).
+    pub job_start_timeout: Duration,
     /// Age after which terminal executions are deleted; `None` keeps them forever.
     pub retention_period: Option<Duration>,
     /// Period of the retention clean-up.
@@ -274,6 +278,8 @@ impl Config {
             runner_timeout: self.runner_timeout,
             retry_base_delay: self.retry_base_delay,
             retry_max_delay: self.retry_max_delay,
+            stall_after: self.stall_after,
+            job_start_timeout: self.job_start_timeout,
             retention_period: (!self.retention_period.is_zero()).then_some(self.retention_period),
             cleanup_interval: self.cleanup_interval,
             shutdown_timeout: self.shutdown_timeout,
@@ -305,6 +311,8 @@ impl Settings {
             "runner-timeout": format_duration(self.runner_timeout),
             "retry-base-delay": format_duration(self.retry_base_delay),
             "retry-max-delay": format_duration(self.retry_max_delay),
+            "stall-after": format_duration(self.stall_after),
+            "job-start-timeout": format_duration(self.job_start_timeout),
             "retention-period": format_duration(self.retention_period.unwrap_or_default()),
             "cleanup-interval": format_duration(self.cleanup_interval),
             "shutdown-timeout": format_duration(self.shutdown_timeout),

@@ -187,6 +187,9 @@ pub async fn commit_round_trips_every_event_field(store: Arc<dyn Store>) {
                 attempt: 1,
                 deadline: at(500),
                 remote: true,
+                timeout_ms: None,
+                retry_base_delay_ms: None,
+                retry_max_delay_ms: None,
             },
         )
         .with_key(Some("intent-key-1".into())),

@@ -2,7 +2,7 @@
 //! pure state machine, made durable through the store writer, applied to the in-memory state,
 //! and only then are replies sent and neighbours told. The mailbox is the lock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -13,6 +13,7 @@ use super::machine::{self, Transition};
 use super::messages::ExecutionMsg;
 use super::rejection::Rejection;
 use super::state::ExecutionState;
+use super::watchdog;
 use crate::agent_group::AgentGroupMsg;
 use crate::events::{Event, seal};
 use crate::ids::{ExecutionId, StepId};
@@ -48,7 +49,7 @@ pub async fn record_creation(
 ) -> Result<ExecutionState, KernelError> {
     let labels_json = labels.map_or(Value::Null, |labels| serde_json::json!(labels));
     let created = machine::create(agent_id, input, labels_json);
-    let events = seal(id, 0, time::now(), None, vec![created]);
+    let events = seal(id, 0, ctx.now(), None, vec![created]);
     let exec = ExecutionState::from_events(&events)
         .ok_or_else(|| KernelError::Unavailable("execution.created did not fold".into()))?;
     ctx.commit(Commit { execution: exec.row(), events, steps: Vec::new() }).await?;
@@ -76,6 +77,8 @@ pub struct ExecutionActorState {
     /// so the state is reloaded from the store before the next message.
     stale: bool,
     armed: HashMap<StepId, Timestamp>,
+    /// Due times of the stall watchdog timers already armed.
+    checks: BTreeSet<Timestamp>,
     span: tracing::Span,
 }
 
@@ -116,7 +119,15 @@ impl Actor for ExecutionActor {
                 (exec, true)
             }
         };
-        let mut state = ExecutionActorState { ctx, exec, rehydrated, stale: false, armed: HashMap::new(), span };
+        let mut state = ExecutionActorState {
+            ctx,
+            exec,
+            rehydrated,
+            stale: false,
+            armed: HashMap::new(),
+            checks: BTreeSet::new(),
+            span,
+        };
         if let Some(error) = give_up
             && let Some(transition) = machine::fail_by_kernel(&state.exec, &error) {
                 apply(&mut state, transition).await?;
@@ -129,8 +140,9 @@ impl Actor for ExecutionActor {
             return Ok(());
         }
         let deadline = add(state.exec.created_at, state.ctx.config.execution.execution_timeout);
-        send_at(&myself, deadline, || ExecutionMsg::ExecutionDeadlineReached);
+        send_at(&myself, state.ctx.now(), deadline, || ExecutionMsg::ExecutionDeadlineReached);
         arm_step_timers(&myself, state);
+        arm_stall_checks(&myself, state);
         if let Some(session) = &state.exec.session {
             write(&state.ctx.sessions).insert(session.id.clone(), state.exec.id.clone());
         }
@@ -148,14 +160,15 @@ impl Actor for ExecutionActor {
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
         let _entered = span.enter();
-        if state.stale {
-            if let Err(error) = reload(state).await {
-                refuse(message, error);
-                return Ok(());
-            }
+        if state.stale
+            && let Err(error) = reload(state).await
+        {
+            refuse(message, error);
+            return Ok(());
         }
         handle_message(&myself, message, state).await?;
         arm_step_timers(&myself, state);
+        arm_stall_checks(&myself, state);
         if state.exec.status.is_terminal() {
             myself.stop(Some("terminal".into()));
         }
@@ -174,6 +187,7 @@ async fn reload(state: &mut ExecutionActorState) -> Result<(), KernelError> {
     }
     state.exec = exec;
     state.armed.clear();
+    state.checks.clear();
     state.stale = false;
     Ok(())
 }
@@ -193,7 +207,8 @@ fn refuse(message: ExecutionMsg, error: KernelError) {
         | ExecutionMsg::ConsumerLost { .. }
         | ExecutionMsg::RunnerLost { .. }
         | ExecutionMsg::StepDeadlineReached { .. }
-        | ExecutionMsg::ExecutionDeadlineReached => {}
+        | ExecutionMsg::ExecutionDeadlineReached
+        | ExecutionMsg::StallCheck => {}
         #[cfg(any(test, feature = "testing"))]
         ExecutionMsg::Crash => {}
     }
@@ -219,7 +234,7 @@ fn recover(state: &ExecutionActorState) {
             attempt: step.attempt,
             tool_id: step.tool_id.clone(),
             arguments: step.arguments.clone(),
-            deadline: step.deadline.unwrap_or_else(time::now),
+            deadline: step.deadline.unwrap_or_else(|| state.ctx.now()),
             not_before: step.not_before,
         };
         state.ctx.tell_dispatcher(DispatcherMsg::Enqueue(job));
@@ -246,8 +261,9 @@ async fn handle_message(
             let _ = reply.send(result);
         }
         ExecutionMsg::ReportRunnerResult { outcome, reply } => {
-            let now = time::now();
-            let result = decide_and_apply(state, |exec| machine::runner_result(exec, &outcome, now, &settings)).await;
+            let (now, jitter) = (state.ctx.now(), jitter(&settings));
+            let result =
+                decide_and_apply(state, |exec| machine::runner_result(exec, &outcome, now, &settings, jitter)).await;
             count_step(state, &outcome, &result);
             let _ = reply.send(result);
         }
@@ -256,7 +272,7 @@ async fn handle_message(
             let _ = reply.send(result);
         }
         ExecutionMsg::DeliverSignal { signal_type, payload, reply } => {
-            let now = time::now();
+            let now = state.ctx.now();
             let result =
                 decide_and_apply(state, |exec| machine::signal(exec, &signal_type, &payload, now, &settings)).await;
             let _ = reply.send(result);
@@ -279,7 +295,7 @@ async fn handle_message(
             let _ = reply.send(result);
         }
         ExecutionMsg::ClaimJob { job, runner_id, reply } => {
-            let claimed = match machine::claim_job(&state.exec, &job, &runner_id, time::now(), &settings) {
+            let claimed = match machine::claim_job(&state.exec, &job, &runner_id, state.ctx.now(), &settings) {
                 Some((transition, delivered)) => apply(state, transition).await.ok().map(|()| delivered),
                 None => None,
             };
@@ -291,22 +307,33 @@ async fn handle_message(
             }
         }
         ExecutionMsg::RunnerLost { step_id, job_id } => {
-            if let Some(transition) = machine::runner_lost(&state.exec, &step_id, &job_id, time::now(), &settings) {
+            let (now, jitter) = (state.ctx.now(), jitter(&settings));
+            if let Some(transition) = machine::runner_lost(&state.exec, &step_id, &job_id, now, &settings, jitter) {
                 apply(state, transition).await?;
             }
         }
         ExecutionMsg::StepDeadlineReached { step_id } => {
             state.armed.remove(&step_id);
-            if let Some(transition) = machine::step_deadline(&state.exec, &step_id, time::now()) {
+            if let Some(transition) = machine::step_deadline(&state.exec, &step_id, state.ctx.now()) {
                 apply(state, transition).await?;
             }
         }
         ExecutionMsg::ExecutionDeadlineReached => {
             let deadline = add(state.exec.created_at, settings.execution_timeout);
-            if let Some(transition) = machine::execution_deadline(&state.exec, deadline, time::now()) {
+            let now = state.ctx.now();
+            if let Some(transition) = machine::execution_deadline(&state.exec, deadline, now) {
                 apply(state, transition).await?;
             } else if !state.exec.status.is_terminal() {
-                send_at(myself, deadline, || ExecutionMsg::ExecutionDeadlineReached);
+                send_at(myself, now, deadline, || ExecutionMsg::ExecutionDeadlineReached);
+            }
+        }
+        ExecutionMsg::StallCheck => {
+            let now = state.ctx.now();
+            state.checks.retain(|due| *due > now);
+            if let Some(transition) = watchdog::check(&state.exec, now, &settings) {
+                let stalls = transition.events.clone();
+                apply(state, transition).await?;
+                report_stalls(state, &stalls);
             }
         }
         ExecutionMsg::GetExecution { reply } => {
@@ -333,7 +360,7 @@ async fn submit_intent(
         _ => None,
     };
     let settings = state.ctx.config.execution.clone();
-    let (transition, reply) = machine::intent(&state.exec, &intent, verdict.as_ref(), time::now(), &settings)?;
+    let (transition, reply) = machine::intent(&state.exec, &intent, verdict.as_ref(), state.ctx.now(), &settings)?;
     apply(state, transition).await?;
     let decision = match (&reply, &verdict) {
         (reply, _) if reply.pending_approval => "pending_approval",
@@ -352,7 +379,7 @@ async fn submit_intent(
 
 async fn check_policy(state: &ExecutionActorState, tool_id: &str, arguments: &Value) -> Result<PolicyDecision, KernelError> {
     let policy = state.ctx.policy().ok_or_else(|| KernelError::Unavailable("policy actor is not running".into()))?;
-    let now = time::now();
+    let now = state.ctx.now();
     let input = PolicyInput {
         action: "tool.invoke".to_owned(),
         agent_id: state.exec.agent_id.to_string(),
@@ -389,7 +416,7 @@ async fn apply(state: &mut ExecutionActorState, transition: Transition) -> Resul
     let consumer = state.exec.session.as_ref().map(|session| session.consumer_id.clone());
     let session_before = state.exec.session.as_ref().map(|session| session.id.clone());
     if !transition.events.is_empty() {
-        let events = seal(&state.exec.id, state.exec.last_sequence, time::now(), None, transition.events);
+        let events = seal(&state.exec.id, state.exec.last_sequence, state.ctx.now(), None, transition.events);
         let mut next = state.exec.clone();
         let mut touched: Vec<StepId> = Vec::new();
         for event in &events {
@@ -460,17 +487,57 @@ fn arm_step_timers(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorSt
                 wanted.push((step.id.clone(), deadline));
             }
     }
+    let now = state.ctx.now();
     for (step_id, deadline) in wanted {
         if state.armed.get(&step_id) == Some(&deadline) {
             continue;
         }
         state.armed.insert(step_id.clone(), deadline);
-        send_at(myself, deadline, move || ExecutionMsg::StepDeadlineReached { step_id });
+        send_at(myself, now, deadline, move || ExecutionMsg::StepDeadlineReached { step_id });
     }
 }
 
-fn send_at(myself: &ActorRef<ExecutionMsg>, at: Timestamp, message: impl FnOnce() -> ExecutionMsg + Send + 'static) {
-    let delay = (at - time::now()).to_std().unwrap_or_default();
+/// Arms a watchdog timer for every stall that is not recorded yet and has no timer.
+fn arm_stall_checks(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
+    let now = state.ctx.now();
+    for due in watchdog::due_times(&state.exec, &state.ctx.config.execution) {
+        if state.checks.insert(due) {
+            send_at(myself, now, due, || ExecutionMsg::StallCheck);
+        }
+    }
+}
+
+/// Logs and counts the stalls just recorded.
+fn report_stalls(state: &ExecutionActorState, stalls: &[crate::events::NewEvent]) {
+    for stall in stalls {
+        if let crate::events::EventBody::ExecutionStalled { reason, step_id, runner_id, since } = &stall.body {
+            tracing::warn!(
+                execution.id = %state.exec.id,
+                agent.id = %state.exec.agent_id,
+                reason = %reason,
+                step.id = step_id.as_deref().unwrap_or(""),
+                runner.id = runner_id.as_deref().unwrap_or(""),
+                since = %time::format(since),
+                "execution stalled"
+            );
+            state.ctx.metrics.stall(reason);
+        }
+    }
+}
+
+/// Draws where a retry delay falls within its jitter range (1.0, the full backoff, when
+/// jitter is off).
+fn jitter(settings: &super::commands::ExecutionSettings) -> f64 {
+    if settings.retry_jitter { rand::random::<f64>() } else { 1.0 }
+}
+
+fn send_at(
+    myself: &ActorRef<ExecutionMsg>,
+    now: Timestamp,
+    at: Timestamp,
+    message: impl FnOnce() -> ExecutionMsg + Send + 'static,
+) {
+    let delay = (at - now).to_std().unwrap_or_default();
     myself.send_after(delay, message);
 }
 

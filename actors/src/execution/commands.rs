@@ -22,6 +22,13 @@ pub struct ExecutionSettings {
     pub retry_base_delay: Duration,
     /// Cap of any retry delay.
     pub retry_max_delay: Duration,
+    /// Whether retry delays are jittered (equal jitter: uniformly within the upper half of
+    /// the backoff). Off, every delay is the full backoff (deterministic tests).
+    pub retry_jitter: bool,
+    /// A `running` execution with no intent for this long is reported as stalled (zero: off).
+    pub stall_after: Duration,
+    /// A dispatched remote job not started for this long is reported as stalled (zero: off).
+    pub job_start_timeout: Duration,
 }
 
 impl Default for ExecutionSettings {
@@ -32,6 +39,9 @@ impl Default for ExecutionSettings {
             remote_max_attempts: 3,
             retry_base_delay: Duration::from_secs(1),
             retry_max_delay: Duration::from_secs(30),
+            retry_jitter: true,
+            stall_after: Duration::from_secs(300),
+            job_start_timeout: Duration::from_secs(60),
         }
     }
 }

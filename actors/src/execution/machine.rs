@@ -230,7 +230,8 @@ fn invoke_tool(
     let deadline = add(now, step_timeout);
     if verdict.decision == Decision::RequireApproval {
         let step_deadline = add(now, settings.step_timeout);
-        transition.event(step_created(&step_id, call, 1, step_deadline).with_key(key.clone()));
+        let rule = RuleSettings { timeout_ms: verdict.timeout_ms, retry: None };
+        transition.event(step_created(&step_id, call, 1, step_deadline, rule).with_key(key.clone()));
         transition.event(
             NewEvent::step(&step_id, EventBody::StepApprovalRequired {
                 tool_id: call.tool_id.to_owned(),
@@ -266,7 +267,8 @@ fn invoke_tool(
         (true, Some(retry)) => i64::from(retry.max_attempts.max(1)),
         (true, None) => settings.remote_max_attempts,
     };
-    transition.event(step_created(&step_id, call, max_attempts, deadline).with_key(key));
+    let rule = RuleSettings { timeout_ms: verdict.timeout_ms, retry: verdict.retry.filter(|_| call.remote) };
+    transition.event(step_created(&step_id, call, max_attempts, deadline, rule).with_key(key));
     if call.remote {
         let job_id = JobId::generate().into_string();
         transition.event(NewEvent::step(&step_id, EventBody::StepDispatched {
@@ -297,7 +299,24 @@ fn invoke_tool(
     (transition, IntentReply { accepted: true, step_id: Some(step_id), pending_approval: false, error: None })
 }
 
-fn step_created(step_id: &StepId, call: &ToolCall<'_>, max_attempts: i64, deadline: Timestamp) -> NewEvent {
+/// What the matching policy rule says about a step beyond allow/deny, recorded in
+/// `step.created` so that retries and approvals use it after a restart too.
+struct RuleSettings {
+    timeout_ms: Option<u64>,
+    retry: Option<crate::policy::RetrySettings>,
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn step_created(
+    step_id: &StepId,
+    call: &ToolCall<'_>,
+    max_attempts: i64,
+    deadline: Timestamp,
+    rule: RuleSettings,
+) -> NewEvent {
     NewEvent::step(step_id, EventBody::StepCreated {
         tool_id: call.tool_id.to_owned(),
         tool_version: 0,
@@ -306,6 +325,9 @@ fn step_created(step_id: &StepId, call: &ToolCall<'_>, max_attempts: i64, deadli
         attempt: 1,
         deadline,
         remote: call.remote,
+        timeout_ms: rule.timeout_ms,
+        retry_base_delay_ms: rule.retry.map(|retry| millis(retry.base_delay)),
+        retry_max_delay_ms: rule.retry.map(|retry| millis(retry.max_delay)),
     })
 }
 
@@ -406,12 +428,14 @@ pub fn agent_step_result(state: &ExecutionState, outcome: &StepOutcome) -> Resul
 }
 
 /// Records a result reported by a runner; a retryable failure with attempts left schedules a
-/// retry instead of reporting to the agent.
+/// retry instead of reporting to the agent. `jitter` in `[0, 1]` places the retry delay
+/// within its jitter range (see [`jittered_retry_delay`]); the caller draws it.
 pub fn runner_result(
     state: &ExecutionState,
     outcome: &StepOutcome,
     now: Timestamp,
     settings: &ExecutionSettings,
+    jitter: f64,
 ) -> Result<Transition, Rejection> {
     let step = state.step(&outcome.step_id).ok_or_else(|| Rejection::StepNotFound(outcome.step_id.to_string()))?;
     if step.status.is_terminal() {
@@ -421,7 +445,7 @@ pub fn runner_result(
         return Err(Rejection::AwaitingApproval(step.id.to_string()));
     }
     if !outcome.success && outcome.retryable && step.attempt < step.max_attempts {
-        return Ok(retry(state, step, outcome, now, settings));
+        return Ok(retry(state, step, outcome, now, settings, jitter));
     }
     Ok(final_result(state, step, outcome))
 }
@@ -454,16 +478,33 @@ pub fn retry_delay(next_attempt: i64, base: Duration, cap: Duration) -> Duration
     base.saturating_mul(2u32.saturating_pow(exponent)).min(cap)
 }
 
+/// Returns the delay before attempt `next_attempt` with equal jitter: the backoff `d` of
+/// [`retry_delay`] scaled into `[d/2, d]` by `jitter` (0 → `d/2`, 1 → `d`), so it never
+/// exceeds the cap.
+pub fn jittered_retry_delay(next_attempt: i64, base: Duration, cap: Duration, jitter: f64) -> Duration {
+    let ceiling = retry_delay(next_attempt, base, cap);
+    let jitter = if jitter.is_finite() { jitter.clamp(0.0, 1.0) } else { 1.0 };
+    ceiling.mul_f64(0.5 + 0.5 * jitter)
+}
+
+/// Returns the per-attempt deadline length of a step: its rule's, else the default.
+fn step_timeout(step: &StepState, settings: &ExecutionSettings) -> Duration {
+    step.timeout.unwrap_or(settings.step_timeout)
+}
+
 fn retry(
     state: &ExecutionState,
     step: &StepState,
     outcome: &StepOutcome,
     now: Timestamp,
     settings: &ExecutionSettings,
+    jitter: f64,
 ) -> Transition {
     let mut transition = Transition::default();
     let next_attempt = step.attempt + 1;
-    let not_before = add(now, retry_delay(next_attempt, settings.retry_base_delay, settings.retry_max_delay));
+    let base = step.retry_base_delay.unwrap_or(settings.retry_base_delay);
+    let cap = step.retry_max_delay.unwrap_or(settings.retry_max_delay);
+    let not_before = add(now, jittered_retry_delay(next_attempt, base, cap, jitter));
     transition.event(NewEvent::step(&step.id, EventBody::StepFailed {
         error: tool_error_text(outcome.error.as_deref()),
         retryable: true,
@@ -477,7 +518,7 @@ fn retry(
         attempt: next_attempt,
         tool_id: step.tool_id.clone(),
         arguments: step.arguments.clone(),
-        deadline: add(not_before, settings.step_timeout),
+        deadline: add(not_before, step_timeout(step, settings)),
         not_before: Some(not_before),
     }));
     transition
@@ -491,6 +532,7 @@ pub fn runner_lost(
     job_id: &str,
     now: Timestamp,
     settings: &ExecutionSettings,
+    jitter: f64,
 ) -> Option<Transition> {
     let step = state.step(step_id)?;
     if step.status.is_terminal() || step.job_id.as_deref() != Some(job_id) {
@@ -503,7 +545,7 @@ pub fn runner_lost(
         error: Some("runner disconnected".to_owned()),
         retryable: true,
     };
-    runner_result(state, &outcome, now, settings).ok()
+    runner_result(state, &outcome, now, settings, jitter).ok()
 }
 
 /// Records that a runner started a step; a no-op for running or ended steps.
@@ -535,7 +577,7 @@ pub fn claim_job(
     let mut transition = Transition::default();
     let mut delivered = job.clone();
     if step.status == StepStatus::Pending {
-        let deadline = add(now, settings.step_timeout);
+        let deadline = add(now, step_timeout(step, settings));
         delivered.deadline = deadline;
         transition.event(NewEvent::step(&step.id, EventBody::StepDispatched {
             runner_id: runner_id.to_owned(),
@@ -614,7 +656,7 @@ fn resolve_approval(
         return;
     };
     if approval.approved {
-        let deadline = add(now, settings.step_timeout);
+        let deadline = add(now, step_timeout(step, settings));
         let job_id = step.remote.then(|| JobId::generate().into_string());
         transition.event(NewEvent::step(&step.id, EventBody::StepDispatched {
             runner_id: String::new(),

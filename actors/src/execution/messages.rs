@@ -103,6 +103,8 @@ pub enum ExecutionMsg {
     },
     /// The execution deadline timer fired.
     ExecutionDeadlineReached,
+    /// A stall watchdog timer fired.
+    StallCheck,
     /// Returns the projection.
     GetExecution {
         /// Answer.

@@ -9,9 +9,20 @@ pub mod messages;
 pub mod rejection;
 pub mod state;
 pub mod supervisor;
+pub mod watchdog;
 
 #[cfg(test)]
+mod restart_tests;
+#[cfg(test)]
+mod retry_tests;
+#[cfg(test)]
+mod stall_tests;
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timer_tests;
 
 pub use actor::{ExecutionActor, ExecutionArgs, StartMode};
 pub use commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome};

@@ -3,6 +3,7 @@
 //! rehydrated actor and a live one cannot disagree.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -43,6 +44,16 @@ pub struct StepState {
     pub outcome: Option<bool>,
     /// Last change.
     pub updated_at: Timestamp,
+    /// Per-attempt deadline from the policy rule (else the kernel default).
+    pub timeout: Option<Duration>,
+    /// First retry delay from the policy rule (else the kernel default).
+    pub retry_base_delay: Option<Duration>,
+    /// Retry delay cap from the policy rule (else the kernel default).
+    pub retry_max_delay: Option<Duration>,
+    /// When the current job was last dispatched (queued or handed to a runner), remote only.
+    pub dispatched_at: Option<Timestamp>,
+    /// Whether the watchdog already reported this dispatch as not started.
+    pub stall_reported: bool,
 }
 
 /// One entry of the `history` sent with `execution.assigned` (WIRE.md §10.4.1).
@@ -137,6 +148,10 @@ pub struct ExecutionState {
     pub history: Vec<HistoryEntry>,
     /// Whether `agent.timeout` was recorded for the current session.
     pub session_lost: bool,
+    /// When the execution last became `running` or recorded an intent (stall watchdog).
+    pub idle_since: Timestamp,
+    /// `since` of the last `no_intent` stall recorded, so each occurrence is recorded once.
+    pub stall_reported_since: Option<Timestamp>,
 }
 
 impl ExecutionState {
@@ -167,6 +182,8 @@ impl ExecutionState {
             intents: HashMap::new(),
             history: Vec::new(),
             session_lost: false,
+            idle_since: first.timestamp,
+            stall_reported_since: None,
         };
         for event in &events[1..] {
             state.apply(event);
@@ -213,6 +230,7 @@ impl ExecutionState {
         self.last_sequence = event.sequence;
         self.updated_at = event.timestamp;
         let at = event.timestamp;
+        let before = self.status;
         match &event.body {
             EventBody::ExecutionCreated { .. } => {}
             EventBody::ExecutionStarted { session_id, consumer_id } => {
@@ -247,7 +265,18 @@ impl ExecutionState {
                     self.intents.insert(key.clone(), RecordedIntent::Denied { tool_id, error });
                 }
             }
-            EventBody::StepCreated { tool_id, arguments, max_attempts, attempt, deadline, remote, .. } => {
+            EventBody::StepCreated {
+                tool_id,
+                arguments,
+                max_attempts,
+                attempt,
+                deadline,
+                remote,
+                timeout_ms,
+                retry_base_delay_ms,
+                retry_max_delay_ms,
+                ..
+            } => {
                 let step_id = event.step_id.clone().unwrap_or_else(|| StepId::new(""));
                 if let Some(key) = &event.idempotency_key {
                     self.intents.insert(
@@ -276,6 +305,11 @@ impl ExecutionState {
                     awaiting_approval: false,
                     outcome: None,
                     updated_at: at,
+                    timeout: timeout_ms.map(Duration::from_millis),
+                    retry_base_delay: retry_base_delay_ms.map(Duration::from_millis),
+                    retry_max_delay: retry_max_delay_ms.map(Duration::from_millis),
+                    dispatched_at: None,
+                    stall_reported: false,
                 });
             }
             EventBody::StepApprovalRequired { .. } => {
@@ -301,6 +335,8 @@ impl ExecutionState {
                         step.job_id = non_empty(job_id);
                         step.runner_id = non_empty(runner_id);
                         step.updated_at = at;
+                        step.dispatched_at = step.remote.then_some(at);
+                        step.stall_reported = false;
                     }
             }
             EventBody::StepStarted { runner_id } => {
@@ -334,13 +370,25 @@ impl ExecutionState {
                     step.runner_id = None;
                     step.not_before = *not_before;
                     step.updated_at = at;
+                    step.dispatched_at = None;
+                    step.stall_reported = false;
                 }
             }
+            EventBody::ExecutionStalled { step_id: Some(step_id), .. } => {
+                if let Some(step) = self.step_mut(Some(&StepId::new(step_id.clone()))) {
+                    step.stall_reported = true;
+                }
+            }
+            EventBody::ExecutionStalled { step_id: None, since, .. } => self.stall_reported_since = Some(*since),
             EventBody::SignalReceived { signal_type, payload } => {
                 self.pending_signals.push_back((signal_type.clone(), payload.clone()));
             }
         }
         self.status = self.derived_status();
+        let intent = matches!(event.body, EventBody::IntentAccepted { .. } | EventBody::IntentDenied { .. });
+        if self.status == ExecutionStatus::Running && (before != ExecutionStatus::Running || intent) {
+            self.idle_since = at;
+        }
     }
 
     fn apply_resumed(&mut self, reason: &str) {

@@ -248,13 +248,13 @@ fn retryable_runner_failures_retry_until_attempts_run_out() {
     let step = reply.step_id.expect("step");
     let mut current = busy;
     for attempt in 2..=3 {
-        let retry = machine::runner_result(&current, &outcome(&step, false, true), time::now(), &settings).expect("retry");
+        let retry = machine::runner_result(&current, &outcome(&step, false, true), time::now(), &settings, 1.0).expect("retry");
         assert_eq!(types(&retry), ["step.failed", "step.retried"]);
         assert!(retry.effects.iter().any(|effect| matches!(effect, Effect::EnqueueJob(job) if job.attempt == attempt)));
         current = fold(&current, &retry);
         assert_eq!(current.step(&step).map(|step| (step.status, step.attempt)), Some((StepStatus::Pending, attempt)));
     }
-    let last = machine::runner_result(&current, &outcome(&step, false, true), time::now(), &settings).expect("final");
+    let last = machine::runner_result(&current, &outcome(&step, false, true), time::now(), &settings, 1.0).expect("final");
     assert_eq!(types(&last), ["step.failed", "execution.resumed"]);
     assert_eq!(machine::retry_delay(2, settings.retry_base_delay, settings.retry_max_delay), settings.retry_base_delay);
     assert_eq!(machine::retry_delay(30, settings.retry_base_delay, settings.retry_max_delay), settings.retry_max_delay);

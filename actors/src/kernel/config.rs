@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::execution::ExecutionSettings;
 use crate::policy::PolicyEngine;
 use crate::store::Store;
+use crate::time::Clock;
 
 /// Everything [`start`](super::start) needs.
 #[derive(Clone)]
@@ -37,6 +38,8 @@ pub struct KernelConfig {
     pub retention_period: Option<Duration>,
     /// How often the retention clean-up runs.
     pub cleanup_interval: Duration,
+    /// Where actors read the current time (the system clock; tests use a tokio-driven one).
+    pub clock: Clock,
 }
 
 impl KernelConfig {
@@ -56,6 +59,7 @@ impl KernelConfig {
             shutdown_timeout: Duration::from_secs(10),
             retention_period: Some(Duration::from_secs(168 * 3600)),
             cleanup_interval: Duration::from_secs(3600),
+            clock: Clock::System,
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::policy::PolicyMsg;
 use crate::runner::DispatcherMsg;
 use crate::store::{Commit, Store};
 use crate::store_writer::StoreWriterMsg;
+use crate::time::{Clock, Timestamp};
 
 /// References to the singleton actors; replaced when one is restarted.
 #[derive(Default)]
@@ -38,6 +39,8 @@ pub struct Singletons {
 pub struct Ctx {
     /// Settings.
     pub config: KernelConfig,
+    /// Where "now" comes from (copied from the configuration).
+    pub clock: Clock,
     /// Storage (reads; writes go through the store writer).
     pub store: Arc<dyn Store>,
     /// Metrics.
@@ -67,6 +70,11 @@ pub fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 impl Ctx {
+    /// Returns the current time of the kernel's clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
     /// Returns the store writer.
     pub fn writer(&self) -> Option<ActorRef<StoreWriterMsg>> {
         read(&self.singletons).writer.clone()

@@ -44,6 +44,7 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
     let store = config.store.clone();
     let ctx = Arc::new(Ctx {
         policy_engine: RwLock::new(config.policy.clone()),
+        clock: config.clock.clone(),
         config,
         store: store.clone(),
         metrics: metrics.clone(),
@@ -59,7 +60,7 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
         .map_err(|error| KernelError::Unavailable(format!("actor tree did not start: {error}")))?;
     let executions = ready_rx.await.map_err(|_| KernelError::Unavailable("actor tree did not start".into()))?;
     let janitor = ctx.config.retention_period.map(|period| {
-        tokio::spawn(retention_loop(store.clone(), metrics.clone(), period, ctx.config.cleanup_interval))
+        tokio::spawn(retention_loop(store.clone(), metrics.clone(), ctx.clock.clone(), period, ctx.config.cleanup_interval))
     });
     let inner = KernelInner {
         janitor,
@@ -335,14 +336,20 @@ impl KernelInner {
 const RETENTION_BATCH: i64 = 100;
 
 /// Deletes terminal executions older than `period`, every `interval`, in bounded batches.
-async fn retention_loop(store: Arc<dyn Store>, metrics: Arc<Metrics>, period: std::time::Duration, interval: std::time::Duration) {
+async fn retention_loop(
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    clock: crate::time::Clock,
+    period: std::time::Duration,
+    interval: std::time::Duration,
+) {
     let mut ticker = tokio::time::interval(interval.max(std::time::Duration::from_secs(1)));
     loop {
         ticker.tick().await;
         let Ok(age) = chrono::Duration::from_std(period) else {
             return;
         };
-        let before = crate::time::now() - age;
+        let before = clock.now() - age;
         let mut total = 0u64;
         loop {
             match store.delete_terminal_before(before, RETENTION_BATCH).await {

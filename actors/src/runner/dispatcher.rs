@@ -160,7 +160,13 @@ impl Actor for Dispatcher {
                     }
                 }
             }
-            DispatcherMsg::Enqueue(job) => state.queue.push_back(job),
+            DispatcherMsg::Enqueue(job) => {
+                // A retry job is due at `not_before`: pass again right then, not at the next tick.
+                if let Some(delay) = job.not_before.and_then(|at| (at - state.ctx.now()).to_std().ok()) {
+                    myself.send_after(delay, || DispatcherMsg::Tick);
+                }
+                state.queue.push_back(job);
+            }
             DispatcherMsg::ConnectionFree { runner_id, consumer_id } => {
                 if let Some(entry) = state.connections.get_mut(&(runner_id, consumer_id)) {
                     entry.busy = None;
@@ -234,7 +240,7 @@ fn step_ended(state: &mut DispatcherState, step_id: &StepId, cancel_reason: Opti
 }
 
 fn dispatch_pass(state: &mut DispatcherState) {
-    let now = crate::time::now();
+    let now = state.ctx.now();
     let mut index = 0;
     while index < state.queue.len() {
         let job = &state.queue[index];
