@@ -215,7 +215,8 @@ fn refuse(message: ExecutionMsg, error: KernelError) {
 }
 
 /// Re-announces a rebuilt execution to its neighbours: pending ones to the agent group, held
-/// sessions for a reconnect, remote jobs to the dispatcher.
+/// sessions for a reconnect, remote jobs to the dispatcher (retries waiting for `not_before`
+/// queued at once, jobs that may be in a runner's hands held for the runner grace first).
 fn recover(state: &ExecutionActorState) {
     let exec = &state.exec;
     if exec.status == crate::status::ExecutionStatus::Pending {
@@ -237,7 +238,8 @@ fn recover(state: &ExecutionActorState) {
             deadline: step.deadline.unwrap_or_else(|| state.ctx.now()),
             not_before: step.not_before,
         };
-        state.ctx.tell_dispatcher(DispatcherMsg::Enqueue(job));
+        let waiting_retry = step.status == crate::status::StepStatus::Pending;
+        state.ctx.tell_dispatcher(if waiting_retry { DispatcherMsg::Enqueue(job) } else { DispatcherMsg::Recovered(job) });
     }
 }
 

@@ -223,3 +223,93 @@ async fn a_rule_retry_timer_armed_before_a_restart_fires_on_time_with_the_rule_d
     assert!(reply.expect("same session after the restart").accepted);
     t.shutdown().await;
 }
+
+fn runner_grace(config: &mut KernelConfig) {
+    config.runner_grace = Duration::from_secs(10);
+    config.agent_grace = Duration::from_secs(600);
+}
+
+#[tokio::test(start_paused = true)]
+async fn jobs_in_runners_hands_at_a_restart_wait_the_runner_grace_before_going_elsewhere() {
+    let t = start(allow_all(), runner_grace).await;
+    let run = running(&t, "c1").await;
+    let mut r1 = t
+        .kernel
+        .connect_runner("r1".into(), ConsumerId::new("r1-a"), vec!["a".into()])
+        .await
+        .expect("r1");
+    let mut r3 = t
+        .kernel
+        .connect_runner("r3".into(), ConsumerId::new("r3-a"), vec!["b".into()])
+        .await
+        .expect("r3");
+    let returning = invoke(&t, &run, call("a", true)).await;
+    let abandoned = invoke(&t, &run, call("b", true)).await;
+    next_of(&mut r1, "job.assigned").await;
+    let lost_job = next_of(&mut r3, "job.assigned").await;
+    let Running { id, agent, .. } = run;
+    drop((agent, r1, r3));
+
+    let t = t.restart(allow_all(), runner_grace).await;
+    let restarted = t.clock.now();
+    let mut agent = t
+        .kernel
+        .connect_agent(AgentId::new("a"), ConsumerId::new("c1"))
+        .await
+        .expect("reconnect");
+    let _r1 = t
+        .kernel
+        .connect_runner("r1".into(), ConsumerId::new("r1-a"), vec!["a".into()])
+        .await
+        .expect("r1");
+    let mut r2 = t
+        .kernel
+        .connect_runner(
+            "r2".into(),
+            ConsumerId::new("r2-a"),
+            vec!["a".into(), "b".into()],
+        )
+        .await
+        .expect("r2");
+    sleep_until(&t.clock, plus(restarted, Duration::from_secs(5))).await;
+    let outcome = StepOutcome {
+        step_id: returning.clone(),
+        success: true,
+        data: Some(json!("done")),
+        error: None,
+        retryable: false,
+    };
+    t.kernel
+        .runner_result(
+            &RunnerId::new("r1"),
+            Some(&ConsumerId::new("r1-a")),
+            &id,
+            outcome,
+        )
+        .await
+        .expect("late result accepted");
+    let result = next_of(&mut agent, "tool.result").await;
+    assert_eq!(result.data["step_id"], returning.as_str());
+
+    let early = tokio::time::timeout(Duration::from_millis(1), r2.next()).await;
+    assert!(early.is_err(), "held for the runner grace: {early:?}");
+    sleep_until(&t.clock, plus(restarted, Duration::from_secs(10))).await;
+    let redelivered = next_of(&mut r2, "job.assigned").await;
+    assert_eq!(
+        (
+            redelivered.data["step_id"].as_str(),
+            redelivered.data["attempt"].as_i64(),
+            &redelivered.data["id"]
+        ),
+        (Some(abandoned.as_str()), Some(1), &lost_job.data["id"]),
+        "the same job, not a retry"
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(events_of(&t, &id, "step.retried").len(), 0);
+    assert_eq!(
+        events_of(&t, &id, "step.completed").len(),
+        1,
+        "the returned job ran once"
+    );
+    t.shutdown().await;
+}

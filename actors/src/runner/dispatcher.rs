@@ -50,6 +50,14 @@ pub enum DispatcherMsg {
     },
     /// Queues a job.
     Enqueue(JobSpec),
+    /// A job that was in a runner's hands when the kernel stopped (startup recovery): held for
+    /// `runner_grace`, so that a runner still working on it can post its result, then queued.
+    Recovered(JobSpec),
+    /// The hold of a recovered job ended (sent to itself).
+    ReleaseRecovered {
+        /// Job id.
+        job_id: String,
+    },
     /// A connection is idle again (result received, or a job it was handed was stale).
     ConnectionFree {
         /// Runner id.
@@ -92,6 +100,8 @@ pub struct DispatcherState {
     rotation: HashMap<String, usize>,
     orphans: HashMap<(String, String), (JobSpec, u64)>,
     generation: u64,
+    /// Recovered jobs held for the runner grace, by job id.
+    held: HashMap<String, JobSpec>,
 }
 
 /// The dispatcher actor.
@@ -111,6 +121,7 @@ impl Actor for Dispatcher {
             rotation: HashMap::new(),
             orphans: HashMap::new(),
             generation: 0,
+            held: HashMap::new(),
         })
     }
 
@@ -160,12 +171,26 @@ impl Actor for Dispatcher {
                     }
                 }
             }
+            // A rebuilt execution (crash restart, passivation) re-announces its jobs: one the
+            // dispatcher already holds somewhere must not be delivered twice.
+            DispatcherMsg::Enqueue(job) | DispatcherMsg::Recovered(job) if knows(state, &job.job_id) => {}
             DispatcherMsg::Enqueue(job) => {
                 // A retry job is due at `not_before`: pass again right then, not at the next tick.
                 if let Some(delay) = job.not_before.and_then(|at| (at - state.ctx.now()).to_std().ok()) {
                     myself.send_after(delay, || DispatcherMsg::Tick);
                 }
                 state.queue.push_back(job);
+            }
+            DispatcherMsg::Recovered(job) => {
+                let job_id = job.job_id.clone();
+                myself.send_after(state.ctx.config.runner_grace, move || DispatcherMsg::ReleaseRecovered { job_id });
+                state.held.insert(job.job_id.clone(), job);
+            }
+            DispatcherMsg::ReleaseRecovered { job_id } => {
+                if let Some(job) = state.held.remove(&job_id) {
+                    tracing::info!(step.id = %job.step_id, job.id = %job_id, "recovered job re-queued after the runner grace");
+                    state.queue.push_back(job);
+                }
             }
             DispatcherMsg::ConnectionFree { runner_id, consumer_id } => {
                 if let Some(entry) = state.connections.get_mut(&(runner_id, consumer_id)) {
@@ -217,6 +242,14 @@ fn orphan(myself: &ActorRef<DispatcherMsg>, state: &mut DispatcherState, key: (S
     });
 }
 
+/// Returns whether a job is queued, held, in a runner's hands or orphaned.
+fn knows(state: &DispatcherState, job_id: &str) -> bool {
+    state.queue.iter().any(|job| job.job_id == job_id)
+        || state.held.contains_key(job_id)
+        || state.connections.values().any(|entry| entry.busy.as_ref().is_some_and(|job| job.job_id == job_id))
+        || state.orphans.values().any(|(job, _)| job.job_id == job_id)
+}
+
 fn tell_runner_lost(state: &DispatcherState, job: JobSpec) {
     let execution_id = crate::ids::ExecutionId::from(job.execution_id.as_str());
     if let Some(execution) = state.ctx.execution(&execution_id) {
@@ -227,6 +260,7 @@ fn tell_runner_lost(state: &DispatcherState, job: JobSpec) {
 fn step_ended(state: &mut DispatcherState, step_id: &StepId, cancel_reason: Option<&str>) {
     state.queue.retain(|job| &job.step_id != step_id);
     state.orphans.retain(|_, (job, _)| &job.step_id != step_id);
+    state.held.retain(|_, job| &job.step_id != step_id);
     for entry in state.connections.values_mut() {
         let holds = entry.busy.as_ref().is_some_and(|job| &job.step_id == step_id);
         if !holds {
