@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: build, Rust tests, then the SDK compatibility scenarios that drive
-# the kernel binary with the real rebuno==0.4.8 Python SDK.
+# the kernel binary with the real rebuno==0.4.8 Python SDK. When KEEL_TEST_POSTGRES_URL is set,
+# the HTTP/SSE suite (tests/api), the kill -9 crash test and the SDK scenarios run a second
+# time with every kernel on a fresh PostgreSQL database (KEEL_TEST_BACKEND=postgres); without
+# it those PostgreSQL passes are skipped, and the script says so.
 #
 #   bash scripts/test.sh
 #
@@ -8,7 +11,8 @@
 #   PYTHON                  interpreter for the SDK venv (default: first of python3,
 #                           python3.13, python3.12, python3.11 that is >= 3.11)
 #   KEEL_BIN                kernel binary for the SDK tests (default: the one just built)
-#   KEEL_TEST_POSTGRES_URL  enables the PostgreSQL tests (postgres://user@host:port/db)
+#   KEEL_TEST_POSTGRES_URL  enables the PostgreSQL tests (postgres://user@host:port/db, an
+#                           admin database: each test creates and drops its own database)
 #   PYTEST_ARGS             extra arguments for pytest (e.g. "-k signal -x")
 set -euo pipefail
 
@@ -25,18 +29,32 @@ failures=()
 step "cargo build --bins"
 cargo build --bins
 
-if [ -n "${KEEL_TEST_POSTGRES_URL:-}" ]; then
+# The test binaries read KEEL_TEST_BACKEND; only the second passes below set it.
+unset KEEL_TEST_BACKEND
+postgres=${KEEL_TEST_POSTGRES_URL:-}
+if [ -n "$postgres" ]; then
     echo "postgres: KEEL_TEST_POSTGRES_URL is set; PostgreSQL tests will run"
 else
-    echo "postgres: KEEL_TEST_POSTGRES_URL is not set; PostgreSQL tests are skipped"
+    echo "postgres: KEEL_TEST_POSTGRES_URL is not set; PostgreSQL tests are SKIPPED"
+    echo "          (store conformance/outage, api suite, crash test and SDK scenarios on PostgreSQL)"
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then
     step "cargo nextest run --workspace"
     cargo nextest run --workspace --no-tests=warn || failures+=("rust tests")
+    # The outage tests pick their backends themselves: they ran in the pass above.
+    backend_pass=(cargo nextest run --test api --test crash -E 'not test(/^outage::/)')
 else
     step "cargo test --workspace (cargo-nextest not found)"
     cargo test --workspace || failures+=("rust tests")
+    backend_pass=(cargo test --test api --test crash -- --skip outage::)
+fi
+
+step "api suite and crash test on PostgreSQL (KEEL_TEST_BACKEND=postgres)"
+if [ -n "$postgres" ]; then
+    KEEL_TEST_BACKEND=postgres "${backend_pass[@]}" || failures+=("rust tests on postgres")
+else
+    echo "SKIPPED: KEEL_TEST_POSTGRES_URL is not set"
 fi
 
 # --- SDK compatibility tests --------------------------------------------------------
@@ -55,9 +73,10 @@ find_python() {
 }
 
 sdk_summary() {
-    # The summary line the CI log is read for: "sdk: N passed, M failed[, K skipped]".
-    local report=$1
-    "$venv/bin/python" - "$report" <<'EOF' 2>/dev/null || echo "sdk: 0 passed, 1 failed"
+    # The summary line the CI log is read for: "sdk: N passed, M failed[, K skipped]"
+    # ("sdk (postgres): ..." for the PostgreSQL pass).
+    local report=$1 label=${2:-sdk}
+    "$venv/bin/python" - "$report" "$label" <<'EOF' 2>/dev/null || echo "$label: 0 passed, 1 failed"
 import sys
 import xml.etree.ElementTree as ET
 
@@ -66,7 +85,7 @@ suites = [root] if root.tag == "testsuite" else list(root)
 total = sum(int(s.get("tests", 0)) for s in suites)
 failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
 skipped = sum(int(s.get("skipped", 0)) for s in suites)
-line = f"sdk: {total - failed - skipped} passed, {failed} failed"
+line = f"{sys.argv[2]}: {total - failed - skipped} passed, {failed} failed"
 print(line + (f", {skipped} skipped" if skipped else ""))
 EOF
 }
@@ -107,6 +126,28 @@ set -e
 # 5 = no tests collected: that is a failure too.
 [ "$sdk_rc" -eq 0 ] || failures+=("sdk tests (pytest exit $sdk_rc)")
 
+step "SDK compatibility tests on PostgreSQL (KEEL_TEST_BACKEND=postgres)"
+pg_report=$target_dir/sdk-junit-postgres.xml
+rm -f "$pg_report"
+pg_skip=""
+if [ -z "$postgres" ]; then
+    pg_skip="KEEL_TEST_POSTGRES_URL is not set"
+elif ! command -v psql >/dev/null 2>&1; then
+    # tests/sdk/backend.py creates and drops each kernel's database with psql.
+    pg_skip="psql (the PostgreSQL client) is not on PATH"
+fi
+if [ -z "$pg_skip" ]; then
+    set +e
+    # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+    KEEL_TEST_BACKEND=postgres "$venv/bin/python" -m pytest "$root/tests/sdk" \
+        --junitxml="$pg_report" ${PYTEST_ARGS:-}
+    pg_rc=$?
+    set -e
+    [ "$pg_rc" -eq 0 ] || failures+=("sdk tests on postgres (pytest exit $pg_rc)")
+else
+    echo "SKIPPED: $pg_skip"
+fi
+
 echo
 if [ "${#failures[@]}" -gt 0 ]; then
     echo "FAILED: ${failures[*]}"
@@ -114,4 +155,9 @@ else
     echo "all tests passed"
 fi
 sdk_summary "$report"
+if [ -z "$pg_skip" ]; then
+    sdk_summary "$pg_report" "sdk (postgres)"
+else
+    echo "sdk (postgres): skipped ($pg_skip)"
+fi
 [ "${#failures[@]}" -eq 0 ]

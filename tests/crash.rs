@@ -4,6 +4,13 @@
 //! executions exist, acknowledged intents and step results have their events, every
 //! execution's event sequences run 1..n without gaps, and after the last restart a fresh agent
 //! finishes all pending work. A final SIGTERM must shut the kernel down cleanly.
+//!
+//! The kernel runs on a fresh SQLite file, or with `KEEL_TEST_BACKEND=postgres` on a fresh
+//! PostgreSQL database (`--db-url`) created from `KEEL_TEST_POSTGRES_URL` and dropped after.
+
+#[path = "api/backend.rs"]
+#[allow(dead_code)]
+mod backend;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -55,8 +62,9 @@ struct Kernel {
 }
 
 impl Kernel {
-    /// Starts `keel dev` on a free port and waits for its `listening on` line.
-    async fn start(data_dir: &Path) -> Kernel {
+    /// Starts `keel dev` on a free port with its database at `db_url` and waits for its
+    /// `listening on` line.
+    async fn start(data_dir: &Path, db_url: &str) -> Kernel {
         let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
             .args([
                 "dev",
@@ -71,6 +79,8 @@ impl Kernel {
             ])
             .arg("--data-dir")
             .arg(data_dir)
+            .arg("--db-url")
+            .arg(db_url)
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -434,13 +444,14 @@ async fn acknowledged_work_survives_kill_9_and_resumes_after_restart() {
 
 async fn crash_cycles() {
     let data_dir = tempfile::tempdir().unwrap();
+    let store = backend::TestStore::fresh().await;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
     let ledger: SharedLedger = Arc::default();
 
-    let mut kernel = Kernel::start(data_dir.path()).await;
+    let mut kernel = Kernel::start(data_dir.path(), &store.url).await;
     for cycle in 0..CYCLES {
         let (stop, mut tasks) = drive_load(&http, &kernel.url, cycle, &ledger).await;
         tokio::time::sleep(LOAD).await;
@@ -448,7 +459,7 @@ async fn crash_cycles() {
         stop.cancel();
         while tasks.join_next().await.is_some() {}
 
-        kernel = Kernel::start(data_dir.path()).await;
+        kernel = Kernel::start(data_dir.path(), &store.url).await;
         verify(&http, &kernel.url, &ledger).await;
     }
     {

@@ -1,4 +1,5 @@
-//! Test harness: a kernel with a temp SQLite store served on `127.0.0.1:0`, an HTTP client with
+//! Test harness: a kernel on a fresh store (SQLite, or PostgreSQL with
+//! `KEEL_TEST_BACKEND=postgres`: see `backend.rs`) served on `127.0.0.1:0`, an HTTP client with
 //! helpers for JSON calls, a small SSE client, and scripted agent and runner helpers.
 
 use std::collections::BTreeSet;
@@ -14,6 +15,8 @@ use keel_actors::policy::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+
+use crate::backend::TestStore;
 
 /// How long a test waits for anything before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -70,7 +73,8 @@ pub struct TestKernel {
     pub kernel: Kernel,
     shutdown: CancellationToken,
     server: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
+    /// The database (dropped with the kernel); a restarted kernel reopens `store.url`.
+    pub store: TestStore,
 }
 
 /// Installs a log subscriber once, only when `RUST_LOG` is set.
@@ -89,12 +93,15 @@ impl TestKernel {
         Self::start_with(Options::default()).await
     }
 
-    /// Starts a kernel with `options`.
+    /// Starts a kernel with `options` on a fresh store of the configured backend.
     pub async fn start_with(options: Options) -> Self {
+        Self::start_on(options, TestStore::fresh().await).await
+    }
+
+    /// Starts a kernel with `options` on `test_store`.
+    pub async fn start_on(options: Options, test_store: TestStore) -> Self {
         init_tracing();
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("keel.db").display());
-        let store = keel::store::open(&url, &Default::default())
+        let store = keel::store::open(&test_store.url, &Default::default())
             .await
             .expect("store opens");
         let mut config = KernelConfig::new(store, Arc::new(TestPolicy));
@@ -131,7 +138,7 @@ impl TestKernel {
             kernel,
             shutdown,
             server,
-            _dir: dir,
+            store: test_store,
         }
     }
 

@@ -1,7 +1,9 @@
-//! HTTP/SSE end-to-end tests: each test starts a kernel in-process (temp SQLite store, random
-//! port) and drives it over real HTTP with scripted agents and runners.
+//! HTTP/SSE end-to-end tests: each test starts a kernel in-process (a fresh SQLite store, or a
+//! fresh PostgreSQL database with `KEEL_TEST_BACKEND=postgres`; random port) and drives it over
+//! real HTTP with scripted agents and runners.
 
 mod agents;
+mod backend;
 mod errors;
 mod executions;
 mod harness;

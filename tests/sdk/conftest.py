@@ -3,6 +3,8 @@
 `sandbox` gives each test its own temp directory in which it starts kernels (`keel dev` on a
 free 127.0.0.1 port, fresh data dir, `--agent-timeout 1s`), agents and runners; all of them
 are stopped after the test. `kernel` is a sandbox kernel with the permissive dev policy.
+With `KEEL_TEST_BACKEND=postgres` every kernel runs on a fresh PostgreSQL database instead of
+SQLite (`backend.py`).
 When a test fails, the tails of every log it produced are attached to the report.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import backend
 from harness import Kernel, Sandbox, tail
 
 if sys.version_info < (3, 11):  # rebuno 0.4.8 imports enum.StrEnum
@@ -23,6 +26,12 @@ if sys.version_info < (3, 11):  # rebuno 0.4.8 imports enum.StrEnum
 TEST_DEADLINE_S = 60
 
 _SANDBOXES = pytest.StashKey[Sandbox]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:  # noqa: ARG001
+    if backend.backend() == "postgres":
+        return "keel backend: postgres (a fresh keel_sdk_<uuid> database per kernel)"
+    return "keel backend: sqlite (a fresh data directory per kernel)"
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+import backend
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 AGENTS = HERE / "agents"
@@ -162,6 +164,8 @@ class Kernel:
         self.proc: Proc | None = None
         self.port = 0
         self.log = workdir / "kernel.log"
+        # PostgreSQL when KEEL_TEST_BACKEND=postgres (kept across restarts), else None.
+        self.database = backend.new_database()
 
     @property
     def url(self) -> str:
@@ -200,6 +204,7 @@ class Kernel:
             "--port", str(self.port),
             "--data-dir", str(data_dir),
             "--agent-timeout", self.agent_timeout,
+            *(["--db-url", self.database.url] if self.database else []),
             *self.extra_args,
         ]
         self.proc = Proc("kernel", argv, self.log, env)
@@ -220,6 +225,8 @@ class Kernel:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.stop(grace=5)
+        if self.database is not None:
+            self.database.drop()
 
     # --- small HTTP helpers (plain JSON, independent of the SDK) -------------------
 
