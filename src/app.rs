@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Mode, Settings};
 use crate::http::{AppState, DEFAULT_HEARTBEAT, HttpSettings, router};
+use crate::policy::{PolicyReloader, ReloadOptions};
 use crate::store::StoreOptions;
 
 /// Share of the shutdown deadline kept for the actor tree after the HTTP drain.
@@ -50,12 +51,21 @@ pub async fn run(
 
     // The policy first: it is cheap, and a typo in it should not wait for a database.
     let policy = load_policy(&settings).await?;
+    let policy_digest = policy.digest();
     let store = open_store(&settings).await?;
     let phase = Instant::now();
     let kernel = kernel::start(kernel_config(&settings, store, policy))
         .await
         .map_err(|error| anyhow!("cannot start the actor tree: {error}"))?;
     info!(elapsed_ms = millis(phase.elapsed()), "actor tree started");
+    let reloader = settings.policy.clone().map(|path| {
+        PolicyReloader::start(
+            kernel.clone(),
+            path,
+            policy_digest,
+            ReloadOptions::default(),
+        )
+    });
 
     let streams_end = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
@@ -84,6 +94,9 @@ pub async fn run(
         "shutdown started"
     );
 
+    if let Some(reloader) = reloader {
+        reloader.stop().await;
+    }
     streams_end.cancel();
     stop_accepting.cancel();
     let server_result = match server_ended_early {

@@ -38,6 +38,13 @@ pub struct RuleLabels {
     pub rule_id: String,
 }
 
+/// Label set with a single `result` (`ok`, `error`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// Outcome name.
+    pub result: String,
+}
+
 /// Label set with a single `kind`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
@@ -65,6 +72,8 @@ pub struct Metrics {
     pub intents: Family<IntentLabels, Counter>,
     /// Policy decisions, by decision and rule.
     pub policy_decisions: Family<RuleLabels, Counter>,
+    /// Policy reloads (file change, SIGHUP), by result.
+    pub policy_reloads: Family<ResultLabel, Counter>,
     /// Steps that ended, by outcome.
     pub steps: Family<StatusLabel, Counter>,
     /// Open SSE connections, by kind.
@@ -77,6 +86,8 @@ pub struct Metrics {
     pub commit_batch: Histogram,
     /// Terminal executions deleted by retention.
     pub retention_deleted: Counter,
+    /// Stalls reported by the watchdog, by kind (`no_intent`, `job_not_started`).
+    pub stalls: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -86,8 +97,6 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Stalls reported by the watchdog, by kind (`no_intent`, `job_not_started`).
-    pub stalls: Family<KindLabel, Counter>,
     /// Creates and registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("keel");
@@ -95,36 +104,40 @@ impl Metrics {
         let executions_total = Family::<StatusLabel, Counter>::default();
         let intents = Family::<IntentLabels, Counter>::default();
         let policy_decisions = Family::<RuleLabels, Counter>::default();
+        let policy_reloads = Family::<ResultLabel, Counter>::default();
         let steps = Family::<StatusLabel, Counter>::default();
         let sse_connections = Family::<KindLabel, Gauge>::default();
         let supervision = Family::<SupervisionLabels, Counter>::default();
         let commit_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         let commit_batch = Histogram::new(exponential_buckets(1.0, 2.0, 12));
         let retention_deleted = Counter::default();
+        let stalls = Family::<KindLabel, Counter>::default();
         registry.register("live_executions", "Non-terminal executions by current status", executions.clone());
         registry.register("executions", "Executions created and ended, by outcome", executions_total.clone());
         registry.register("intents", "Intents processed by type and decision", intents.clone());
         registry.register("policy_decisions", "Policy decisions by decision and rule", policy_decisions.clone());
+        registry.register("policy_reloads", "Policy reloads by result", policy_reloads.clone());
         registry.register("steps", "Steps ended by outcome", steps.clone());
         registry.register("sse_connections", "Open SSE connections by kind", sse_connections.clone());
         registry.register("supervision_events", "Actor supervision events", supervision.clone());
         registry.register("store_commit_seconds", "Store commit latency", commit_seconds.clone());
         registry.register("store_commit_batch_size", "Executions per store commit", commit_batch.clone());
         registry.register("retention_deleted_executions", "Terminal executions deleted by retention", retention_deleted.clone());
-        let stalls = Family::<KindLabel, Counter>::default();
+        registry.register("stalls", "Stalls reported by the watchdog, by kind", stalls.clone());
         Self {
             registry: Mutex::new(registry),
             executions,
             executions_total,
             intents,
             policy_decisions,
+            policy_reloads,
             steps,
             sse_connections,
             supervision,
             commit_seconds,
             commit_batch,
-        registry.register("stalls", "Stalls reported by the watchdog, by kind", stalls.clone());
             retention_deleted,
+            stalls,
         }
     }
 
@@ -137,7 +150,6 @@ impl Metrics {
         };
         if prometheus_client::encoding::text::encode(&mut text, &registry).is_err() {
             text.clear();
-            stalls,
         }
         text
     }
@@ -173,6 +185,11 @@ impl Metrics {
         self.policy_decisions.get_or_create(&labels).inc();
     }
 
+    /// Counts one policy reload attempt (`ok` or `error`).
+    pub fn policy_reload(&self, result: &str) {
+        self.policy_reloads.get_or_create(&ResultLabel { result: result.to_owned() }).inc();
+    }
+
     /// Counts one ended step.
     pub fn step_ended(&self, status: &str) {
         self.steps.get_or_create(&StatusLabel { status: status.to_owned() }).inc();
@@ -194,14 +211,14 @@ impl Metrics {
         self.supervision.get_or_create(&labels).inc();
     }
 
+    /// Counts one stall reported by the watchdog.
+    pub fn stall(&self, kind: &str) {
+        self.stalls.get_or_create(&KindLabel { kind: kind.to_owned() }).inc();
+    }
+
     /// Records one store commit.
     pub fn commit(&self, latency: Duration, executions: usize) {
         self.commit_seconds.observe(latency.as_secs_f64());
         self.commit_batch.observe(executions as f64);
     }
 }
-    /// Counts one stall reported by the watchdog.
-    pub fn stall(&self, kind: &str) {
-        self.stalls.get_or_create(&KindLabel { kind: kind.to_owned() }).inc();
-    }
-

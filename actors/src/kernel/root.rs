@@ -109,7 +109,12 @@ async fn spawn_singleton(myself: &ActorRef<()>, state: &mut RootState, kind: Act
         }
         ActorKind::Policy => {
             let engine = super::context::read(&ctx.policy_engine).clone();
-            let args = PolicyArgs { engine, metrics: ctx.metrics.clone(), store: ctx.store.clone() };
+            let args = PolicyArgs {
+                engine,
+                metrics: ctx.metrics.clone(),
+                store: ctx.store.clone(),
+                clock: ctx.config.clock.clone(),
+            };
             let (actor, _) = Actor::spawn_linked(None, PolicyActor, args, supervisor).await?;
             let id = actor.get_id();
             write(&ctx.singletons).policy = Some(actor);

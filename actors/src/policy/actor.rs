@@ -7,15 +7,15 @@
 //! answer is logged and the windows start from what is in memory.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::time::Instant;
 
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 use super::windows::RateWindows;
 use crate::metrics::Metrics;
 use crate::store::Store;
-use crate::time;
+use crate::time::{self, Clock};
 
 /// Messages of the policy actor.
 pub enum PolicyMsg {
@@ -33,6 +33,8 @@ pub struct PolicyArgs {
     pub metrics: Arc<Metrics>,
     /// Where allowed tool calls are recorded (to rebuild the rate-limit windows).
     pub store: Arc<dyn Store>,
+    /// The kernel's clock (stored call times are compared with it).
+    pub clock: Clock,
 }
 
 /// State of the policy actor.
@@ -40,6 +42,7 @@ pub struct PolicyState {
     engine: Arc<dyn PolicyEngine>,
     metrics: Arc<Metrics>,
     store: Arc<dyn Store>,
+    clock: Clock,
     windows: RateWindows,
 }
 
@@ -61,6 +64,7 @@ impl Actor for PolicyActor {
             engine: args.engine,
             metrics: args.metrics,
             store: args.store,
+            clock: args.clock,
         };
         let horizon = state.engine.longest_rate_window();
         load_history(&mut state, horizon).await;
@@ -98,7 +102,7 @@ impl Actor for PolicyActor {
 async fn load_history(state: &mut PolicyState, horizon: Option<std::time::Duration>) {
     let Some(request) = state
         .windows
-        .set_horizon(horizon, Instant::now(), time::now())
+        .set_horizon(horizon, Instant::now(), state.clock.now())
     else {
         return;
     };
@@ -106,7 +110,7 @@ async fn load_history(state: &mut PolicyState, horizon: Option<std::time::Durati
         Ok(calls) => {
             state
                 .windows
-                .merge_history(request, &calls, Instant::now(), time::now());
+                .merge_history(request, &calls, Instant::now(), state.clock.now());
             tracing::info!(calls = calls.len(), since = %time::format(&request.since), "rate-limit windows rebuilt from the store");
         }
         Err(error) => tracing::error!(

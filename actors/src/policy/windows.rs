@@ -1,5 +1,5 @@
 //! Rate-limit windows of the policy actor: per `(agent_id, tool_id)`, the times of allowed calls,
-//! on a monotonic clock. A call is admitted when fewer than `max` calls happened within the
+//! on tokio's monotonic clock (so paused-time tests move them too). A call is admitted when fewer than `max` calls happened within the
 //! last `window` (only admitted calls count, WIRE.md §14.3).
 //!
 //! Calls are kept for the engine's longest window (the *horizon*), not only the window of the
@@ -9,7 +9,9 @@
 //! only the missing, older part and never counts a call twice.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::policy::engine::RateLimit;
 use crate::store::AllowedToolCall;
@@ -120,7 +122,9 @@ impl RateWindows {
     }
 
     /// Adds calls loaded from the store for `request` (`now` and `wall_now` as when they were
-    /// read): only those older than what memory already holds, placed before it.
+    /// read). Memory keeps what it holds from the boundary on; for a pair with calls there, only
+    /// older stored calls are added (the newer ones are those same calls); a pair with none
+    /// takes every stored call (a fresh actor, or calls allowed by rules without a limit).
     pub fn merge_history(
         &mut self,
         request: HistoryRequest,
@@ -129,18 +133,18 @@ impl RateWindows {
         wall_now: Timestamp,
     ) {
         let now_tick = self.tick(now);
-        let mut loaded: HashMap<(String, String), VecDeque<Tick>> = HashMap::new();
+        let mut loaded: HashMap<(String, String), Vec<Tick>> = HashMap::new();
         for call in calls {
             let age = (wall_now - call.at)
                 .num_microseconds()
                 .unwrap_or(i64::MAX)
                 .max(0);
             let at = now_tick.saturating_sub(age);
-            if at < request.before && at >= request.since_tick {
+            if at >= request.since_tick {
                 loaded
                     .entry((call.agent_id.clone(), call.tool_id.clone()))
                     .or_default()
-                    .push_back(at);
+                    .push(at);
             }
         }
         for calls in self.calls.values_mut() {
@@ -148,11 +152,15 @@ impl RateWindows {
                 calls.pop_front();
             }
         }
-        for (key, mut older) in loaded {
-            older.make_contiguous().sort_unstable();
+        for (key, mut stored) in loaded {
             let calls = self.calls.entry(key).or_default();
-            older.extend(calls.drain(..));
-            *calls = older;
+            if !calls.is_empty() {
+                stored.retain(|at| *at < request.before);
+            }
+            stored.sort_unstable();
+            let mut merged: VecDeque<Tick> = stored.into();
+            merged.extend(calls.drain(..));
+            *calls = merged;
         }
         self.complete_since = request.since_tick;
     }

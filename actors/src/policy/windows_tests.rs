@@ -3,9 +3,10 @@
 //! counters across a kernel restart on the same store.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
+use tokio::time::Instant;
 
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput, RateLimit};
 use super::windows::RateWindows;
@@ -262,19 +263,19 @@ mod kernel {
             .expect("intent answered")
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn rate_limit_counters_survive_a_kernel_restart_on_the_same_store() {
         let store = Arc::new(MemoryStore::default());
-        let first = TestKernel::start_with(store.clone(), Arc::new(LimitedEngine), |_| {}).await;
+        let first = TestKernel::start_with(store, Arc::new(LimitedEngine), |_| {}).await;
         let (id, session, _stream) = running(&first, "c1").await;
         assert!(invoke(&first, &id, &session, "limited").await.accepted);
+        tokio::time::advance(Duration::from_secs(30)).await;
         assert!(invoke(&first, &id, &session, "free").await.accepted);
         assert!(invoke(&first, &id, &session, "limited").await.accepted);
         // Cancelled, so that the second kernel has nothing to recover and reassign.
         first.kernel.cancel(&id).await.expect("cancel");
-        first.shutdown().await;
 
-        let second = TestKernel::start_with(store, Arc::new(LimitedEngine), |_| {}).await;
+        let second = first.restart(Arc::new(LimitedEngine), |_| {}).await;
         let (id, session, _stream) = running(&second, "c2").await;
         let reply = invoke(&second, &id, &session, "limited").await;
         assert!(
@@ -286,6 +287,10 @@ mod kernel {
             Some("rate limit exceeded: max 2 per 60s (rule: twice-a-minute)")
         );
         assert!(invoke(&second, &id, &session, "free").await.accepted);
+        // The rebuilt calls keep their times: the first leaves the window 60 s after it was made.
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert!(invoke(&second, &id, &session, "limited").await.accepted);
+        assert!(!invoke(&second, &id, &session, "limited").await.accepted);
         second.shutdown().await;
     }
 }

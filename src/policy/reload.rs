@@ -1,0 +1,371 @@
+//! Hot reload of `--policy`: the kernel watches the policy path and reloads it when it changes,
+//! and on SIGHUP. A policy that loads replaces the engine in force (rate-limit windows are
+//! kept); one that does not is reported problem by problem in the log and the old policy stays
+//! in force. Every attempt is logged with the policy digest and counted in
+//! `keel_policy_reloads_total{result="ok|error"}`.
+//!
+//! What is watched (non-recursively): the policy directory itself, or the directory holding the
+//! policy file, plus the real directory of every policy file reached through a symlink outside
+//! it. Watching directories rather than files is what makes Kubernetes ConfigMap updates work:
+//! the kubelet writes a new hidden `..<timestamp>` directory and atomically renames a `..data`
+//! symlink over the old one, so the files themselves never change. Editors that save by
+//! writing a temporary file and renaming it are covered the same way. Events are debounced
+//! (a save is often several events) and a change that leaves the policy digest unchanged is
+//! ignored; SIGHUP always reloads.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use keel_actors::kernel::Kernel;
+use notify::event::{AccessKind, AccessMode};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::errors::PolicyLoadErrors;
+use super::load::{LoadedPolicy, load_path};
+
+/// Quiet time after the last file event before the policy is reloaded.
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// Settings of the reloader.
+#[derive(Clone, Copy, Debug)]
+pub struct ReloadOptions {
+    /// Quiet time after the last file event before reloading.
+    pub debounce: Duration,
+    /// Whether SIGHUP reloads (unix). Tests leave it off: a signal reaches the whole process.
+    pub sighup: bool,
+}
+
+impl Default for ReloadOptions {
+    fn default() -> Self {
+        Self {
+            debounce: DEFAULT_DEBOUNCE,
+            sighup: true,
+        }
+    }
+}
+
+/// Why a reload runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trigger {
+    /// A watched directory changed: reload after the debounce, if the digest changed.
+    Changed,
+    /// SIGHUP or [`PolicyReloader::reload_now`]: reload at once, even when unchanged.
+    Forced,
+}
+
+/// The running reloader: a task that watches the policy path and listens for SIGHUP.
+pub struct PolicyReloader {
+    triggers: mpsc::UnboundedSender<Trigger>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl PolicyReloader {
+    /// Starts watching `path` for `kernel`; `digest` is the digest of the policy in force.
+    /// Must be called inside the tokio runtime. A path that cannot be watched is logged, and
+    /// SIGHUP still reloads.
+    pub fn start(kernel: Kernel, path: PathBuf, digest: String, options: ReloadOptions) -> Self {
+        let (triggers, receiver) = mpsc::unbounded_channel();
+        let watcher = start_watcher(&path, triggers.clone());
+        let hangup = options.sighup.then(hangup_signal).flatten();
+        let stop = CancellationToken::new();
+        let reloads = Reloads {
+            kernel,
+            shown: path.display().to_string(),
+            path,
+            digest,
+            watcher,
+            watched: BTreeSet::new(),
+        };
+        let task = tokio::spawn(reloads.run(receiver, hangup, options.debounce, stop.clone()));
+        Self {
+            triggers,
+            stop,
+            task,
+        }
+    }
+
+    /// Reloads now, as SIGHUP does (even when the files did not change).
+    pub fn reload_now(&self) {
+        let _ = self.triggers.send(Trigger::Forced);
+    }
+
+    /// Stops watching and waits for a reload in progress to finish.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// The reloader task's state.
+struct Reloads {
+    kernel: Kernel,
+    path: PathBuf,
+    shown: String,
+    /// Digest of the policy in force.
+    digest: String,
+    watcher: Option<RecommendedWatcher>,
+    watched: BTreeSet<PathBuf>,
+}
+
+impl Reloads {
+    async fn run(
+        mut self,
+        mut triggers: mpsc::UnboundedReceiver<Trigger>,
+        mut hangup: Option<Hangup>,
+        debounce: Duration,
+        stop: CancellationToken,
+    ) {
+        self.rewatch(watch_targets(&self.path));
+        loop {
+            let trigger = tokio::select! {
+                () = stop.cancelled() => return,
+                trigger = triggers.recv() => match trigger {
+                    Some(trigger) => trigger,
+                    None => return,
+                },
+                () = next_hangup(&mut hangup) => {
+                    info!(policy = %self.shown, "SIGHUP received: reloading the policy");
+                    Trigger::Forced
+                }
+            };
+            let mut forced = trigger == Trigger::Forced;
+            if !forced {
+                // Wait for the burst of events of one save to end.
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(debounce) => break,
+                        more = triggers.recv() => match more {
+                            Some(more) => forced |= more == Trigger::Forced,
+                            None => return,
+                        },
+                    }
+                }
+            }
+            let targets = self.reload(forced).await;
+            self.rewatch(targets);
+        }
+    }
+
+    /// Loads the policy off the runtime, installs it when it loads, and returns what to watch.
+    async fn reload(&mut self, forced: bool) -> BTreeSet<PathBuf> {
+        let path = self.path.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let loaded = load_path(&path);
+            (loaded, watch_targets(&path))
+        })
+        .await;
+        let (loaded, targets) = match loaded {
+            Ok(result) => result,
+            Err(join_error) => {
+                error!(policy = %self.shown, error = %join_error, "policy reload task failed; the previous policy stays in force");
+                self.kernel.metrics().policy_reload("error");
+                return self.watched.clone();
+            }
+        };
+        match loaded {
+            Ok(policy) => self.install(policy, forced),
+            Err(errors) => self.refuse(&errors),
+        }
+        targets
+    }
+
+    fn install(&mut self, policy: LoadedPolicy, forced: bool) {
+        if !forced && policy.digest == self.digest {
+            debug!(policy = %self.shown, digest = %policy.digest, "policy files changed but the policy did not; nothing to reload");
+            return;
+        }
+        for warning in &policy.warnings {
+            warn!(policy = %self.shown, warning = %warning, "policy warning");
+        }
+        self.kernel.replace_policy(policy.engine.clone());
+        self.kernel.metrics().policy_reload("ok");
+        info!(
+            policy = %self.shown,
+            digest = %policy.digest,
+            previous_digest = %self.digest,
+            files = policy.files.len(),
+            warnings = policy.warnings.len(),
+            "policy reloaded"
+        );
+        self.digest = policy.digest;
+    }
+
+    fn refuse(&self, errors: &PolicyLoadErrors) {
+        for problem in &errors.problems {
+            error!(policy = %self.shown, problem = %problem, "policy problem");
+        }
+        self.kernel.metrics().policy_reload("error");
+        error!(
+            policy = %self.shown,
+            problems = errors.problems.len(),
+            digest = %self.digest,
+            "policy reload failed; the previous policy stays in force"
+        );
+    }
+
+    /// Watches `targets` and stops watching directories no longer among them.
+    fn rewatch(&mut self, targets: BTreeSet<PathBuf>) {
+        let Some(watcher) = self.watcher.as_mut() else {
+            return;
+        };
+        for gone in self.watched.difference(&targets) {
+            let _ = watcher.unwatch(gone);
+        }
+        self.watched.retain(|dir| targets.contains(dir));
+        for dir in targets {
+            if self.watched.contains(&dir) {
+                continue;
+            }
+            match watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    debug!(policy = %self.shown, directory = %dir.display(), "watching for policy changes");
+                    self.watched.insert(dir);
+                }
+                Err(watch_error) => warn!(
+                    policy = %self.shown,
+                    directory = %dir.display(),
+                    error = %watch_error,
+                    "cannot watch for policy changes; SIGHUP still reloads"
+                ),
+            }
+        }
+    }
+}
+
+/// Creates the file watcher; its events become [`Trigger::Changed`].
+fn start_watcher(
+    path: &Path,
+    triggers: mpsc::UnboundedSender<Trigger>,
+) -> Option<RecommendedWatcher> {
+    let base = base_dir(path);
+    let file_name = (!path.is_dir())
+        .then(|| path.file_name().map(OsStr::to_os_string))
+        .flatten();
+    let handler = move |event: notify::Result<Event>| {
+        let relevant = match &event {
+            Ok(event) => relevant(event, &base, file_name.as_deref()),
+            // Lost events (queue overflow): the files may have changed.
+            Err(_) => true,
+        };
+        if relevant {
+            let _ = triggers.send(Trigger::Changed);
+        }
+    };
+    match notify::recommended_watcher(handler) {
+        Ok(watcher) => Some(watcher),
+        Err(watch_error) => {
+            warn!(policy = %path.display(), error = %watch_error, "cannot watch for policy changes; SIGHUP still reloads");
+            None
+        }
+    }
+}
+
+/// Returns whether a file event may change the policy: anything but reads in the watched
+/// directories, and in file mode only the policy file and the hidden `..` entries of a
+/// ConfigMap (`..data`) in its directory.
+fn relevant(event: &Event, base: &Path, file_name: Option<&OsStr>) -> bool {
+    if let EventKind::Access(kind) = event.kind
+        && kind != AccessKind::Close(AccessMode::Write)
+    {
+        return false;
+    }
+    let Some(file_name) = file_name else {
+        return true;
+    };
+    event.paths.is_empty()
+        || event.paths.iter().any(|changed| {
+            changed.parent() != Some(base)
+                || changed.file_name().is_some_and(|name| {
+                    name == file_name || name.to_string_lossy().starts_with("..")
+                })
+        })
+}
+
+/// Returns the directory that holds the policy: the path itself, or the file's directory.
+fn base_dir(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        return path.to_path_buf();
+    }
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Returns the directories to watch: the base directory and the real directory of every policy
+/// file that is a symlink to somewhere outside it.
+fn watch_targets(path: &Path) -> BTreeSet<PathBuf> {
+    let base = base_dir(path);
+    let real_base = fs::canonicalize(&base).unwrap_or_else(|_| base.clone());
+    let files: Vec<PathBuf> = if path.is_dir() {
+        fs::read_dir(path)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .map(|entry| entry.path())
+                    .filter(|file| {
+                        file.extension()
+                            .is_some_and(|extension| extension == "yaml" || extension == "yml")
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut targets = BTreeSet::from([base]);
+    for file in files {
+        if let Ok(real) = fs::canonicalize(&file)
+            && let Some(dir) = real.parent()
+            && !dir.starts_with(&real_base)
+        {
+            targets.insert(dir.to_path_buf());
+        }
+    }
+    targets
+}
+
+#[cfg(unix)]
+type Hangup = tokio::signal::unix::Signal;
+#[cfg(not(unix))]
+type Hangup = std::future::Pending<()>;
+
+/// Installs the SIGHUP handler; `None` (logged) when it cannot be installed.
+#[cfg(unix)]
+fn hangup_signal() -> Option<Hangup> {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(hangup) => Some(hangup),
+        Err(signal_error) => {
+            warn!(error = %signal_error, "cannot install the SIGHUP handler; the policy reloads on file changes only");
+            None
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn hangup_signal() -> Option<Hangup> {
+    None
+}
+
+/// Resolves on the next SIGHUP; never without a handler.
+async fn next_hangup(hangup: &mut Option<Hangup>) {
+    #[cfg(unix)]
+    if let Some(hangup) = hangup.as_mut()
+        && hangup.recv().await.is_some()
+    {
+        return;
+    }
+    #[cfg(not(unix))]
+    let _ = hangup;
+    std::future::pending::<()>().await;
+}
