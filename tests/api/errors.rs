@@ -18,6 +18,7 @@ fn with_token() -> Options {
             heartbeat: Duration::from_millis(300),
             ..HttpSettings::default()
         },
+        ..Options::default()
     }
 }
 

@@ -48,6 +48,8 @@ impl PolicyEngine for TestPolicy {
 pub struct Options {
     /// HTTP settings (token, limits, heartbeat).
     pub settings: HttpSettings,
+    /// Changes the kernel configuration after the harness defaults (timeouts, graces).
+    pub kernel: fn(&mut KernelConfig),
 }
 
 impl Default for Options {
@@ -57,6 +59,7 @@ impl Default for Options {
                 heartbeat: Duration::from_millis(300),
                 ..HttpSettings::default()
             },
+            kernel: |_| {},
         }
     }
 }
@@ -106,6 +109,7 @@ impl TestKernel {
             .expect("store opens");
         let mut config = KernelConfig::new(store, Arc::new(TestPolicy));
         config.agent_grace = Duration::from_millis(500);
+        (options.kernel)(&mut config);
         let kernel = keel_actors::kernel::start(config)
             .await
             .expect("kernel starts");
@@ -152,6 +156,29 @@ impl TestKernel {
         tokio::time::timeout(WAIT, self.kernel.shutdown())
             .await
             .expect("kernel stops in time");
+    }
+
+    /// Stops this kernel as [`shutdown`](Self::shutdown) does and starts a new one with
+    /// `options` on the same store: a restart mid-flight. The new kernel listens on a new
+    /// port; agents and runners reconnect to its `base_url`.
+    pub async fn restart(self, options: Options) -> Self {
+        let Self {
+            kernel,
+            shutdown,
+            server,
+            store,
+            ..
+        } = self;
+        shutdown.cancel();
+        tokio::time::timeout(WAIT, server)
+            .await
+            .expect("server stops in time")
+            .expect("server task");
+        tokio::time::timeout(WAIT, kernel.shutdown())
+            .await
+            .expect("kernel stops in time");
+        drop(kernel);
+        Self::start_on(options, store).await
     }
 
     /// Returns the absolute URL of `path`.

@@ -6,6 +6,8 @@ mod agents;
 mod backend;
 mod errors;
 mod executions;
+mod failures;
 mod harness;
+mod restart;
 mod runners;
 mod sse;
