@@ -58,14 +58,15 @@ pub async fn run(
         .await
         .map_err(|error| anyhow!("cannot start the actor tree: {error}"))?;
     info!(elapsed_ms = millis(phase.elapsed()), "actor tree started");
-    let reloader = settings.policy.clone().map(|path| {
-        PolicyReloader::start(
+    let reloader = match settings.policy.clone() {
+        Some(path) => PolicyReloader::start(
             kernel.clone(),
             path,
             policy_digest,
             ReloadOptions::default(),
-        )
-    });
+        ),
+        None => PolicyReloader::without_policy(ReloadOptions::default()),
+    };
 
     let streams_end = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
@@ -94,9 +95,7 @@ pub async fn run(
         "shutdown started"
     );
 
-    if let Some(reloader) = reloader {
-        reloader.stop().await;
-    }
+    reloader.stop().await;
     streams_end.cancel();
     stop_accepting.cancel();
     let server_result = match server_ended_early {

@@ -92,6 +92,30 @@ impl PolicyReloader {
         }
     }
 
+    /// Starts the SIGHUP listener of a kernel without `--policy`: a hangup is logged (there is
+    /// nothing to reload) instead of ending the process, so `systemctl reload` is harmless.
+    pub fn without_policy(options: ReloadOptions) -> Self {
+        let (triggers, mut receiver) = mpsc::unbounded_channel();
+        let mut hangup = options.sighup.then(hangup_signal).flatten();
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stopped.cancelled() => return,
+                    trigger = receiver.recv() => if trigger.is_none() { return },
+                    () = next_hangup(&mut hangup) => {}
+                }
+                info!("reload requested, but no --policy was given: nothing to reload");
+            }
+        });
+        Self {
+            triggers,
+            stop,
+            task,
+        }
+    }
+
     /// Reloads now, as SIGHUP does (even when the files did not change).
     pub fn reload_now(&self) {
         let _ = self.triggers.send(Trigger::Forced);

@@ -86,7 +86,7 @@ impl Actor for PolicyActor {
                 let _ = reply.send(decision);
             }
             PolicyMsg::ReplaceEngine(engine) => {
-                tracing::info!(policy.digest = %engine.digest(), "policy engine replaced");
+                tracing::debug!(policy.digest = %engine.digest(), "policy engine replaced");
                 let horizon = engine.longest_rate_window();
                 state.engine = engine;
                 if horizon != state.windows.horizon() {
