@@ -3,6 +3,7 @@
 //! real HTTP with scripted agents and runners.
 
 mod agents;
+mod approvals;
 mod backend;
 mod errors;
 mod executions;
