@@ -18,6 +18,12 @@ use crate::store::ListFilter;
 
 /// Most pushes kept for one absent consumer.
 const OUTBOX_LIMIT: usize = 10_000;
+/// Most delivered results kept per consumer for a replay on reconnect.
+const REPLAY_LIMIT: usize = 1_000;
+/// Delivered results younger than this (or than the agent grace, if longer) are sent again
+/// when their consumer reconnects: a push written to a connection that was already dead, or
+/// still queued for a replaced one, is otherwise lost.
+const REPLAY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Arguments of an agent group.
 pub struct AgentGroupArgs {
@@ -42,6 +48,8 @@ pub struct AgentGroupState {
     restored: HashSet<String>,
     bindings: HashMap<String, BTreeSet<ExecutionId>>,
     outbox: HashMap<String, VecDeque<Push>>,
+    /// Results (`tool.result`, `approval.resolved`) recently written to each consumer.
+    delivered: HashMap<String, VecDeque<(tokio::time::Instant, Push)>>,
     pending: VecDeque<ExecutionId>,
     next_consumer: usize,
     generation: u64,
@@ -65,6 +73,7 @@ impl Actor for AgentGroupActor {
             restored: HashSet::new(),
             bindings: HashMap::new(),
             outbox: HashMap::new(),
+            delivered: HashMap::new(),
             pending: VecDeque::new(),
             next_consumer: 0,
             generation: 0,
@@ -154,12 +163,21 @@ fn connect(state: &mut AgentGroupState, consumer_id: String, connection: u64, se
     tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, "agent consumer connected");
     // Replacing the entry drops the previous sender, which ends the previous stream.
     state.connected.insert(consumer_id.clone(), Consumer { connection, sender });
-    if let Some(queued) = state.outbox.remove(&consumer_id) {
-        for push in queued {
-            let consumer = state.connected.get(&consumer_id);
-            if consumer.is_none_or(|consumer| consumer.sender.try_send(push).is_err()) {
-                break;
-            }
+    // Results written to the previous connection may never have arrived: send the recent ones
+    // of executions still bound here again (the SDK keeps the first value of a result).
+    let replay = recent_results(state, &consumer_id);
+    let queued = state.outbox.remove(&consumer_id).unwrap_or_default();
+    if !replay.is_empty() {
+        tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, count = replay.len(), "recent results sent again after a reconnect");
+    }
+    let replayed = replay.len();
+    for (index, push) in replay.into_iter().chain(queued).enumerate() {
+        let consumer = state.connected.get(&consumer_id);
+        if consumer.is_none_or(|consumer| consumer.sender.try_send(push.clone()).is_err()) {
+            break;
+        }
+        if index >= replayed {
+            remember(state, &consumer_id, &push);
         }
     }
 }
@@ -173,12 +191,43 @@ fn start_grace(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, co
     myself.send_after(state.ctx.config.agent_grace, move || AgentGroupMsg::GraceExpired { consumer_id, generation });
 }
 
+/// Returns the results recently delivered to `consumer_id` for executions still bound to it,
+/// oldest first, forgetting those past the replay window.
+fn recent_results(state: &mut AgentGroupState, consumer_id: &str) -> Vec<Push> {
+    let window = REPLAY_WINDOW.max(state.ctx.config.agent_grace);
+    let Some(delivered) = state.delivered.get_mut(consumer_id) else {
+        return Vec::new();
+    };
+    delivered.retain(|(at, _)| at.elapsed() <= window);
+    let bound = state.bindings.get(consumer_id);
+    delivered
+        .iter()
+        .filter(|(_, push)| {
+            push.execution_id().is_some_and(|id| bound.is_some_and(|bound| bound.contains(&ExecutionId::from(id))))
+        })
+        .map(|(_, push)| push.clone())
+        .collect()
+}
+
+/// Remembers a result written to a consumer's connection, for [`recent_results`].
+fn remember(state: &mut AgentGroupState, consumer_id: &str, push: &Push) {
+    if !matches!(push.event, "tool.result" | "approval.resolved") {
+        return;
+    }
+    let delivered = state.delivered.entry(consumer_id.to_owned()).or_default();
+    if delivered.len() >= REPLAY_LIMIT {
+        delivered.pop_front();
+    }
+    delivered.push_back((tokio::time::Instant::now(), push.clone()));
+}
+
 /// The consumer did not come back in time: its executions are told, its outbox dropped.
 fn consumer_gone(state: &mut AgentGroupState, consumer_id: &str) {
     let reason = if state.restored.remove(consumer_id) { "recovery" } else { "agent_disconnect" };
     tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, reason, "agent consumer lost");
     state.lost.insert(consumer_id.to_owned());
     state.outbox.remove(consumer_id);
+    state.delivered.remove(consumer_id);
     let bound: Vec<ExecutionId> = state.bindings.get(consumer_id).map(|bound| bound.iter().cloned().collect()).unwrap_or_default();
     for execution_id in bound {
         tell_lost(state, &execution_id, consumer_id, reason);
@@ -194,8 +243,11 @@ fn tell_lost(state: &AgentGroupState, execution_id: &ExecutionId, consumer_id: &
 
 fn deliver(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, consumer_id: &str, push: Push) {
     if let Some(consumer) = state.connected.get(consumer_id) {
-        match consumer.sender.try_send(push) {
-            Ok(()) => return,
+        match consumer.sender.try_send(push.clone()) {
+            Ok(()) => {
+                remember(state, consumer_id, &push);
+                return;
+            }
             Err(TrySendError::Full(push) | TrySendError::Closed(push)) => {
                 // Too slow or already gone: disconnect it; its sessions get the grace period.
                 tracing::warn!(agent.id = %state.agent_id, consumer.id = %consumer_id, "agent consumer cannot keep up, disconnecting");

@@ -7,6 +7,9 @@ pub mod actor;
 pub mod messages;
 pub mod supervisor;
 
+#[cfg(test)]
+mod tests;
+
 pub use actor::{AgentGroupActor, AgentGroupArgs};
 pub use messages::{AgentGroupMsg, AgentSupervisorMsg};
 pub use supervisor::AgentSupervisor;

@@ -18,7 +18,7 @@ mod retry_tests;
 #[cfg(test)]
 mod stall_tests;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
