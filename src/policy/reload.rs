@@ -14,9 +14,10 @@
 //! ignored; SIGHUP always reloads.
 
 use std::collections::BTreeSet;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use keel_actors::kernel::Kernel;
@@ -73,7 +74,8 @@ impl PolicyReloader {
     /// SIGHUP still reloads.
     pub fn start(kernel: Kernel, path: PathBuf, digest: String, options: ReloadOptions) -> Self {
         let (triggers, receiver) = mpsc::unbounded_channel();
-        let watcher = start_watcher(&path, triggers.clone());
+        let names = Arc::new(RwLock::new(BTreeSet::new()));
+        let watcher = start_watcher(&path, names.clone(), triggers.clone());
         let hangup = options.sighup.then(hangup_signal).flatten();
         let stop = CancellationToken::new();
         let reloads = Reloads {
@@ -83,6 +85,8 @@ impl PolicyReloader {
             digest,
             watcher,
             watched: BTreeSet::new(),
+            names,
+            last_failure: None,
         };
         let task = tokio::spawn(reloads.run(receiver, hangup, options.debounce, stop.clone()));
         Self {
@@ -137,6 +141,10 @@ struct Reloads {
     digest: String,
     watcher: Option<RecommendedWatcher>,
     watched: BTreeSet<PathBuf>,
+    /// File names that matter in file mode, shared with the watcher's handler.
+    names: Arc<RwLock<BTreeSet<OsString>>>,
+    /// The problems of the last failed reload, so that the same failure is reported once.
+    last_failure: Option<String>,
 }
 
 impl Reloads {
@@ -180,7 +188,7 @@ impl Reloads {
     }
 
     /// Loads the policy off the runtime, installs it when it loads, and returns what to watch.
-    async fn reload(&mut self, forced: bool) -> BTreeSet<PathBuf> {
+    async fn reload(&mut self, forced: bool) -> Targets {
         let path = self.path.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             let loaded = load_path(&path);
@@ -192,17 +200,18 @@ impl Reloads {
             Err(join_error) => {
                 error!(policy = %self.shown, error = %join_error, "policy reload task failed; the previous policy stays in force");
                 self.kernel.metrics().policy_reload("error");
-                return self.watched.clone();
+                return watch_targets(&self.path);
             }
         };
         match loaded {
             Ok(policy) => self.install(policy, forced),
-            Err(errors) => self.refuse(&errors),
+            Err(errors) => self.refuse(&errors, forced),
         }
         targets
     }
 
     fn install(&mut self, policy: LoadedPolicy, forced: bool) {
+        self.last_failure = None;
         if !forced && policy.digest == self.digest {
             debug!(policy = %self.shown, digest = %policy.digest, "policy files changed but the policy did not; nothing to reload");
             return;
@@ -223,7 +232,13 @@ impl Reloads {
         self.digest = policy.digest;
     }
 
-    fn refuse(&self, errors: &PolicyLoadErrors) {
+    fn refuse(&mut self, errors: &PolicyLoadErrors, forced: bool) {
+        let failure = errors.to_string();
+        if !forced && self.last_failure.as_ref() == Some(&failure) {
+            debug!(policy = %self.shown, "policy files changed but the policy still has the same problems");
+            return;
+        }
+        self.last_failure = Some(failure);
         for problem in &errors.problems {
             error!(policy = %self.shown, problem = %problem, "policy problem");
         }
@@ -236,8 +251,16 @@ impl Reloads {
         );
     }
 
-    /// Watches `targets` and stops watching directories no longer among them.
-    fn rewatch(&mut self, targets: BTreeSet<PathBuf>) {
+    /// Watches the target directories, stops watching those no longer among them, and hands
+    /// the relevant file names to the watcher.
+    fn rewatch(
+        &mut self,
+        Targets {
+            dirs: targets,
+            names,
+        }: Targets,
+    ) {
+        *self.names.write().unwrap_or_else(PoisonError::into_inner) = names;
         let Some(watcher) = self.watcher.as_mut() else {
             return;
         };
@@ -265,18 +288,20 @@ impl Reloads {
     }
 }
 
-/// Creates the file watcher; its events become [`Trigger::Changed`].
+/// Creates the file watcher; its events become [`Trigger::Changed`]. `names` says which file
+/// names matter in file mode (updated after every reload).
 fn start_watcher(
     path: &Path,
+    names: Arc<RwLock<BTreeSet<OsString>>>,
     triggers: mpsc::UnboundedSender<Trigger>,
 ) -> Option<RecommendedWatcher> {
-    let base = base_dir(path);
-    let file_name = (!path.is_dir())
-        .then(|| path.file_name().map(OsStr::to_os_string))
-        .flatten();
+    let file_mode = !path.is_dir();
     let handler = move |event: notify::Result<Event>| {
         let relevant = match &event {
-            Ok(event) => relevant(event, &base, file_name.as_deref()),
+            Ok(event) => {
+                let names = names.read().unwrap_or_else(PoisonError::into_inner);
+                relevant(event, file_mode.then_some(&*names))
+            }
             // Lost events (queue overflow): the files may have changed.
             Err(_) => true,
         };
@@ -293,25 +318,36 @@ fn start_watcher(
     }
 }
 
-/// Returns whether a file event may change the policy: anything but reads in the watched
-/// directories, and in file mode only the policy file and the hidden `..` entries of a
-/// ConfigMap (`..data`) in its directory.
-fn relevant(event: &Event, base: &Path, file_name: Option<&OsStr>) -> bool {
+/// Returns whether a file event may change the policy. Reads never do. The hidden `..`
+/// entries of a ConfigMap volume (`..data`) always may. Otherwise, in file mode (`names`
+/// given) only events about the policy file or its symlink target count, and in directory mode
+/// only events about `*.yaml`/`*.yml` files — so a log file written next to the policy cannot
+/// trigger reloads.
+pub(super) fn relevant(event: &Event, names: Option<&BTreeSet<OsString>>) -> bool {
     if let EventKind::Access(kind) = event.kind
         && kind != AccessKind::Close(AccessMode::Write)
     {
         return false;
     }
-    let Some(file_name) = file_name else {
-        return true;
-    };
     event.paths.is_empty()
         || event.paths.iter().any(|changed| {
-            changed.parent() != Some(base)
-                || changed.file_name().is_some_and(|name| {
-                    name == file_name || name.to_string_lossy().starts_with("..")
-                })
+            let Some(name) = changed.file_name() else {
+                return true;
+            };
+            if name.to_string_lossy().starts_with("..") {
+                return true;
+            }
+            match names {
+                Some(names) => names.contains(name),
+                None => is_yaml(changed),
+            }
         })
+}
+
+/// Returns whether a path names a YAML file (`.yaml` or `.yml`).
+fn is_yaml(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|extension| extension == "yaml" || extension == "yml")
 }
 
 /// Returns the directory that holds the policy: the path itself, or the file's directory.
@@ -325,9 +361,18 @@ fn base_dir(path: &Path) -> PathBuf {
     }
 }
 
-/// Returns the directories to watch: the base directory and the real directory of every policy
-/// file that is a symlink to somewhere outside it.
-fn watch_targets(path: &Path) -> BTreeSet<PathBuf> {
+/// What to watch: directories, and (for file mode) the file names that matter in them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Targets {
+    /// Directories to watch.
+    pub dirs: BTreeSet<PathBuf>,
+    /// File names whose events matter in file mode.
+    pub names: BTreeSet<OsString>,
+}
+
+/// Returns what to watch: the base directory and the real directory of every policy file that
+/// is a symlink to somewhere outside it; the names are the policy file's and its target's.
+pub(super) fn watch_targets(path: &Path) -> Targets {
     let base = base_dir(path);
     let real_base = fs::canonicalize(&base).unwrap_or_else(|_| base.clone());
     let files: Vec<PathBuf> = if path.is_dir() {
@@ -336,23 +381,30 @@ fn watch_targets(path: &Path) -> BTreeSet<PathBuf> {
                 entries
                     .filter_map(Result::ok)
                     .map(|entry| entry.path())
-                    .filter(|file| {
-                        file.extension()
-                            .is_some_and(|extension| extension == "yaml" || extension == "yml")
-                    })
+                    .filter(|file| is_yaml(file))
                     .collect()
             })
             .unwrap_or_default()
     } else {
         vec![path.to_path_buf()]
     };
-    let mut targets = BTreeSet::from([base]);
+    let mut targets = Targets {
+        dirs: BTreeSet::from([base]),
+        names: BTreeSet::new(),
+    };
     for file in files {
-        if let Ok(real) = fs::canonicalize(&file)
-            && let Some(dir) = real.parent()
-            && !dir.starts_with(&real_base)
-        {
-            targets.insert(dir.to_path_buf());
+        targets
+            .names
+            .extend(file.file_name().map(OsStr::to_os_string));
+        if let Ok(real) = fs::canonicalize(&file) {
+            targets
+                .names
+                .extend(real.file_name().map(OsStr::to_os_string));
+            if let Some(dir) = real.parent()
+                && !dir.starts_with(&real_base)
+            {
+                targets.dirs.insert(dir.to_path_buf());
+            }
         }
     }
     targets

@@ -13,6 +13,7 @@ use keel_actors::kernel::PushStream;
 use keel_actors::testing::{MemoryStore, TestKernel, eventually};
 use serde_json::json;
 
+use super::reload::{relevant, watch_targets};
 use super::{PolicyReloader, ReloadOptions, load_path};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -259,4 +260,83 @@ async fn a_configmap_mounted_file_and_a_symlinked_file_are_reloaded() {
     setup.wait_reloads("ok", 1).await;
     assert!(denied_by(&setup.deploy().await).is_some());
     setup.stop().await;
+}
+
+/// Returns a file event of `kind` about `names` in `dir`.
+fn event(kind: notify::EventKind, dir: &Path, names: &[&str]) -> notify::Event {
+    names.iter().fold(notify::Event::new(kind), |event, name| {
+        event.add_path(dir.join(name))
+    })
+}
+
+#[test]
+fn only_events_that_may_change_the_policy_trigger_a_reload() {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, ModifyKind, RenameMode};
+    let dir = Path::new("/etc/keel");
+    let write = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+    let file_names = [std::ffi::OsString::from("policy.yaml")].into();
+    let file_mode = Some(&file_names);
+    // File mode: the policy file and ConfigMap `..` entries, never other files or reads.
+    assert!(relevant(&event(write, dir, &["policy.yaml"]), file_mode));
+    assert!(relevant(
+        &event(EventKind::Create(CreateKind::Any), dir, &["..data_tmp"]),
+        file_mode
+    ));
+    let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+    assert!(relevant(
+        &event(rename, dir, &["policy.yaml.tmp", "policy.yaml"]),
+        file_mode
+    ));
+    let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+    assert!(relevant(&event(closed, dir, &["policy.yaml"]), file_mode));
+    assert!(
+        !relevant(&event(write, dir, &["kernel.log"]), file_mode),
+        "a log next to the policy"
+    );
+    let opened = EventKind::Access(AccessKind::Open(AccessMode::Any));
+    assert!(
+        !relevant(&event(opened, dir, &["policy.yaml"]), file_mode),
+        "the kernel's own read"
+    );
+    // Directory mode: YAML files and `..` entries.
+    assert!(relevant(&event(write, dir, &["support-bot.yaml"]), None));
+    assert!(relevant(&event(write, dir, &["_global.yml"]), None));
+    assert!(relevant(
+        &event(EventKind::Any, dir, &["..2026_01_02"]),
+        None
+    ));
+    assert!(!relevant(&event(write, dir, &["kernel.log"]), None));
+    assert!(!relevant(&event(opened, dir, &["support-bot.yaml"]), None));
+    // An event without paths (a rescan) may mean anything.
+    assert!(relevant(&notify::Event::new(EventKind::Any), None));
+}
+
+#[cfg(unix)]
+#[test]
+fn watch_targets_follow_symlinks_out_of_the_policy_directory() {
+    let real = tempfile::tempdir().expect("temp dir");
+    let links = tempfile::tempdir().expect("temp dir");
+    std::fs::write(real.path().join("actual.yaml"), ALLOW_DEPLOY).expect("write");
+    let link = links.path().join("policy.yaml");
+    std::os::unix::fs::symlink(real.path().join("actual.yaml"), &link).expect("link");
+    let targets = watch_targets(&link);
+    let real_dir = std::fs::canonicalize(real.path()).expect("canonical");
+    assert_eq!(
+        targets.dirs,
+        [links.path().to_path_buf(), real_dir].into_iter().collect()
+    );
+    assert_eq!(
+        targets.names,
+        ["actual.yaml", "policy.yaml"]
+            .map(std::ffi::OsString::from)
+            .into()
+    );
+    // A directory's own files add no directory to watch.
+    let targets = watch_targets(links.path());
+    assert_eq!(
+        targets.dirs.len(),
+        2,
+        "the directory and the link's target directory"
+    );
 }
