@@ -29,6 +29,8 @@ use super::{
     migrate_error, refuse_newer_schema, sequence_conflict, with_context,
 };
 
+mod probe;
+
 /// Migrations embedded in the binary, applied at open.
 static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -36,12 +38,14 @@ static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 /// `busy_timeout`) at `BEGIN` instead of deadlocking on a lock upgrade halfway through.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
-/// The SQLite store: a writer pool of exactly one connection, a read-only pool and the
-/// one-kernel-per-file lock.
+/// The SQLite store: a writer pool of exactly one connection, a read-only pool, the
+/// readiness probe's connection and the one-kernel-per-file lock.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     writer: SqlitePool,
     readers: SqlitePool,
+    /// Readiness: takes the write lock without writing (`probe.rs`).
+    probe: SqlitePool,
     /// The locked `<file>.lock`, shared by clones; `None` once closed.
     kernel_lock: Arc<Mutex<Option<File>>>,
 }
@@ -91,6 +95,7 @@ impl SqliteStore {
         };
         refuse_newer_schema(applied_schema_version(&writer).await?, &MIGRATOR)?;
         MIGRATOR.run(&writer).await.map_err(migrate_error)?;
+        let probe = probe::pool(&base, options.busy_timeout);
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_read_connections.max(1))
             .connect_with(base.read_only(true))
@@ -99,6 +104,7 @@ impl SqliteStore {
         Ok(Self {
             writer,
             readers,
+            probe,
             kernel_lock: Arc::new(Mutex::new(Some(kernel_lock))),
         })
     }
@@ -107,6 +113,7 @@ impl SqliteStore {
     /// kernel lock. Later calls fail with `Unavailable`.
     pub async fn close(&self) {
         self.readers.close().await;
+        self.probe.close().await;
         self.writer.close().await;
         // A poisoned lock still guards the file; releasing it is all that is left to do.
         let mut kernel_lock = self
@@ -282,12 +289,10 @@ impl Store for SqliteStore {
         super::tool_calls::sqlite(&self.readers, since).await
     }
 
+    /// Ready when a write could start now: another process holding the write lock makes the
+    /// kernel unready within `probe::PROBE_BUSY_TIMEOUT`.
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query_scalar::<_, i64>("SELECT 1")
-            .fetch_one(&self.readers)
-            .await
-            .map_err(map_sqlx_error)?;
-        Ok(())
+        probe::writable(&self.probe).await
     }
 }
 

@@ -9,6 +9,7 @@ mod errors;
 mod executions;
 mod failures;
 mod harness;
+mod outage;
 mod restart;
 mod runners;
 mod sse;
