@@ -195,24 +195,35 @@ fn pairs_older_than_the_horizon_are_swept() {
     assert_eq!(windows.held("old", "t"), 0);
 }
 
-/// Allows `limited` at most twice a minute and everything else without a limit.
-struct LimitedEngine;
+/// Allows `limited` at most twice per `window` seconds (rule `twice-a-minute` for 60 s,
+/// `twice-an-hour` for 3600 s) and everything else without a limit.
+struct LimitedEngine {
+    window: u64,
+}
+
+/// The engine of most tests: twice a minute.
+const MINUTE: LimitedEngine = LimitedEngine { window: 60 };
 
 impl PolicyEngine for LimitedEngine {
     fn evaluate(&self, input: &PolicyInput) -> PolicyDecision {
-        let mut decision = PolicyDecision::plain(Decision::Allow, "twice-a-minute", "allowed");
+        let rule = if self.window == 60 {
+            "twice-a-minute"
+        } else {
+            "twice-an-hour"
+        };
+        let mut decision = PolicyDecision::plain(Decision::Allow, rule, "allowed");
         if input.tool_id == "limited" {
-            decision.rate_limit = Some(limit(2, 60));
+            decision.rate_limit = Some(limit(2, self.window));
         }
         decision
     }
 
     fn digest(&self) -> String {
-        "limited".to_owned()
+        format!("limited-{}", self.window)
     }
 
     fn longest_rate_window(&self) -> Option<Duration> {
-        Some(Duration::from_secs(60))
+        Some(Duration::from_secs(self.window))
     }
 }
 
@@ -266,7 +277,7 @@ mod kernel {
     #[tokio::test(start_paused = true)]
     async fn rate_limit_counters_survive_a_kernel_restart_on_the_same_store() {
         let store = Arc::new(MemoryStore::default());
-        let first = TestKernel::start_with(store, Arc::new(LimitedEngine), |_| {}).await;
+        let first = TestKernel::start_with(store, Arc::new(MINUTE), |_| {}).await;
         let (id, session, _stream) = running(&first, "c1").await;
         assert!(invoke(&first, &id, &session, "limited").await.accepted);
         tokio::time::advance(Duration::from_secs(30)).await;
@@ -275,7 +286,7 @@ mod kernel {
         // Cancelled, so that the second kernel has nothing to recover and reassign.
         first.kernel.cancel(&id).await.expect("cancel");
 
-        let second = first.restart(Arc::new(LimitedEngine), |_| {}).await;
+        let second = first.restart(Arc::new(MINUTE), |_| {}).await;
         let (id, session, _stream) = running(&second, "c2").await;
         let reply = invoke(&second, &id, &session, "limited").await;
         assert!(
@@ -292,5 +303,30 @@ mod kernel {
         assert!(invoke(&second, &id, &session, "limited").await.accepted);
         assert!(!invoke(&second, &id, &session, "limited").await.accepted);
         second.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_with_a_longer_window_counts_calls_the_old_window_had_dropped() {
+        let t = TestKernel::start_with(Arc::new(MemoryStore::default()), Arc::new(MINUTE), |_| {})
+            .await;
+        let (id, session, _stream) = running(&t, "c1").await;
+        assert!(invoke(&t, &id, &session, "limited").await.accepted);
+        assert!(invoke(&t, &id, &session, "limited").await.accepted);
+        tokio::time::advance(Duration::from_secs(120)).await;
+        // The minute window has forgotten both calls...
+        assert!(invoke(&t, &id, &session, "limited").await.accepted);
+        // ...an hour-long window reads the older one back from the store: three in the hour.
+        t.kernel
+            .replace_policy(Arc::new(LimitedEngine { window: 3600 }));
+        let reply = invoke(&t, &id, &session, "limited").await;
+        assert_eq!(
+            reply.error.as_deref(),
+            Some("rate limit exceeded: max 2 per 3600s (rule: twice-an-hour)")
+        );
+        // And back to a minute: only the call of the last minute counts.
+        t.kernel.replace_policy(Arc::new(MINUTE));
+        assert!(invoke(&t, &id, &session, "limited").await.accepted);
+        assert!(!invoke(&t, &id, &session, "limited").await.accepted);
+        t.shutdown().await;
     }
 }

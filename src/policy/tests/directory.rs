@@ -233,3 +233,30 @@ fn the_directory_digest_covers_every_file() {
     assert_eq!(after.engine.digest(), after.digest);
     assert_eq!(after.digest.len(), 16);
 }
+
+#[test]
+fn the_longest_rate_window_covers_every_file_of_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let limited = |id: &str, priority: u32, window: &str| {
+        format!(
+            "rules:\n- id: {id}\n  priority: {priority}\n  when: {{tool_id: x}}\n  then: {{decision: allow}}\n  rate_limit: {{max: 5, window: {window}}}\n"
+        )
+    };
+    write(
+        dir.path(),
+        "_global.yaml",
+        &limited("global-limit", 1, "1m"),
+    );
+    write(dir.path(), "bot.yaml", &limited("bot-limit", 2, "1h30m"));
+    write(dir.path(), "other.yaml", &limited("other-limit", 3, "30s"));
+    let loaded = load_path(dir.path()).unwrap();
+    assert_eq!(
+        loaded.engine.longest_rate_window(),
+        Some(std::time::Duration::from_secs(90 * 60))
+    );
+    let single = write(dir.path(), "single.yml.txt", GLOBAL);
+    assert_eq!(
+        load_path(&single).unwrap().engine.longest_rate_window(),
+        None
+    );
+}
