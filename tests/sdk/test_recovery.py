@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from rebuno import Client
 
 from harness import Kernel, Sandbox, run, unique
@@ -67,13 +66,6 @@ def test_kernel_restart_is_transparent_to_a_connected_agent(sandbox: Sandbox) ->
     assert finals[busy]["output"]["sum"] == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kernel bug: startup recovery re-queues a job already started at a runner at once "
-    "(actors/src/execution/actor.rs recover()), so the reconnecting runner gets the same job "
-    "again and runs the tool twice; DESIGN.md §3 / WIRE.md correction 16 want it held for "
-    "the runner grace",
-)
 def test_kernel_restart_while_a_runner_holds_a_job(sandbox: Sandbox) -> None:
     """The runner finishes its job while the kernel restarts; it re-attaches with its
     consumer_id and posts the result, which is accepted: the job ran once."""
