@@ -169,6 +169,7 @@ fn connect(state: &mut AgentGroupState, consumer_id: String, connection: u64, se
     let queued = state.outbox.remove(&consumer_id).unwrap_or_default();
     if !replay.is_empty() {
         tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, count = replay.len(), "recent results sent again after a reconnect");
+    crate::kernel::context::write(&state.ctx.lost_consumers).remove(&(state.agent_id.to_string(), consumer_id.clone()));
     }
     let replayed = replay.len();
     for (index, push) in replay.into_iter().chain(queued).enumerate() {
@@ -236,6 +237,7 @@ fn consumer_gone(state: &mut AgentGroupState, consumer_id: &str) {
 
 fn tell_lost(state: &AgentGroupState, execution_id: &ExecutionId, consumer_id: &str, reason: &str) {
     if let Some(execution) = state.ctx.execution(execution_id) {
+    crate::kernel::context::write(&state.ctx.lost_consumers).insert((state.agent_id.to_string(), consumer_id.to_owned()));
         let message = ExecutionMsg::ConsumerLost { consumer_id: consumer_id.to_owned(), reason: reason.to_owned() };
         let _ = execution.send_message(message);
     }

@@ -276,7 +276,13 @@ async fn handle_message(
         ExecutionMsg::DeliverSignal { signal_type, payload, reply } => {
             let now = state.ctx.now();
             let result =
-                decide_and_apply(state, |exec| machine::signal(exec, &signal_type, &payload, now, &settings)).await;
+                {
+                let holder_lost = state.exec.session.as_ref().is_some_and(|session| {
+                    state.ctx.consumer_lost(&state.exec.agent_id, &session.consumer_id)
+                });
+                decide_and_apply(state, |exec| machine::signal(exec, &signal_type, &payload, now, &settings, holder_lost))
+                    .await
+            };
             let _ = reply.send(result);
         }
         ExecutionMsg::Cancel { reply } => {

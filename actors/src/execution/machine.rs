@@ -590,13 +590,15 @@ pub fn claim_job(
     Some((transition, delivered))
 }
 
-/// Records a signal; resolves a matching wait or the pending approval.
+/// Records a signal; resolves a matching wait or the pending approval. `holder_lost` says the
+/// consumer holding the session is gone for good (its grace ran out and it did not return).
 pub fn signal(
     state: &ExecutionState,
     signal_type: &str,
     payload: &Value,
     now: Timestamp,
     settings: &ExecutionSettings,
+    holder_lost: bool,
 ) -> Result<Transition, Rejection> {
     if state.status.is_terminal() {
         return Err(Rejection::TerminalSignal { execution: state.id.to_string(), status: state.status });
@@ -610,7 +612,16 @@ pub fn signal(
         signal_type: signal_type.to_owned(),
         payload: payload.clone(),
     }));
-    if state.signal_wait.as_deref() == Some(signal_type) {
+    let resumes = state.signal_wait.as_deref() == Some(signal_type);
+    if resumes && holder_lost {
+        // The handler waiting for this signal is gone: the execution is re-run elsewhere and the
+        // signal stays pending, so the new run's `wait` is satisfied at once.
+        let reset_transition = reset(state, "agent_disconnect");
+        transition.events.extend(reset_transition.events);
+        transition.effects.extend(reset_transition.effects);
+        return Ok(transition);
+    }
+    if resumes {
         transition.event(NewEvent::execution(EventBody::ExecutionResumed {
             reason: format!("signal received: {signal_type}"),
         }));

@@ -131,9 +131,9 @@ fn waits_block_until_the_signal_and_pending_signals_satisfy_at_once() {
     assert_eq!(blocked.status, ExecutionStatus::Blocked);
     assert_eq!(machine::precheck_intent(&blocked, &wait), Ok(Some(super::IntentReply::accepted())), "same wait is a no-op");
     assert!(matches!(machine::precheck_intent(&blocked, &invoke("t", false, None)), Err(Rejection::Blocked(_))));
-    let other = machine::signal(&blocked, "other", &json!(1), time::now(), &settings).expect("signal");
+    let other = machine::signal(&blocked, "other", &json!(1), time::now(), &settings, false).expect("signal");
     assert_eq!(types(&other), ["signal.received"]);
-    let signalled = machine::signal(&blocked, "go", &json!({"x": 1}), time::now(), &settings).expect("signal");
+    let signalled = machine::signal(&blocked, "go", &json!({"x": 1}), time::now(), &settings, false).expect("signal");
     assert_eq!(types(&signalled), ["signal.received", "execution.resumed"]);
     assert!(matches!(&signalled.effects[0], Effect::PushToAgent(push) if push.data["execution_id"] == "e1"));
     assert_eq!(fold(&blocked, &signalled).status, ExecutionStatus::Running);
@@ -143,7 +143,13 @@ fn waits_block_until_the_signal_and_pending_signals_satisfy_at_once() {
     let (_, abandoned, _) = decide(&blocked, &complete, &allow());
     assert_eq!(types(&abandoned), ["intent.accepted", "execution.resumed", "execution.completed"]);
 
-    let early = fold(&state, &machine::signal(&state, "go", &json!(7), time::now(), &settings).expect("signal"));
+    let lost = machine::signal(&blocked, "go", &json!(9), time::now(), &settings, true).expect("signal");
+    assert_eq!(types(&lost), ["signal.received", "execution.reset"], "a lost handler's wait is re-run");
+    let rerun = fold(&blocked, &lost);
+    assert_eq!(rerun.status, ExecutionStatus::Pending);
+    assert_eq!(rerun.pending_signals.len(), 1, "the signal waits for the new run");
+
+    let early = fold(&state, &machine::signal(&state, "go", &json!(7), time::now(), &settings, false).expect("signal"));
     let (resumed, transition, _) = decide(&early, &wait, &allow());
     assert_eq!(types(&transition), ["intent.accepted", "execution.resumed"]);
     assert!(matches!(&transition.effects[0], Effect::PushToAgent(push) if push.data["payload"] == 7));
@@ -175,17 +181,17 @@ fn approvals_block_then_grant_dispatches_or_deny_fails_the_step() {
     assert_eq!(types(&transition), ["step.created", "step.approval_required", "execution.blocked"]);
     assert!(reply.pending_approval);
     let step = reply.step_id.expect("step");
-    let wrong = machine::signal(&waiting, "step.approve", &json!({"step_id": "x", "approved": true}), time::now(), &settings);
+    let wrong = machine::signal(&waiting, "step.approve", &json!({"step_id": "x", "approved": true}), time::now(), &settings, false);
     assert!(matches!(wrong, Err(Rejection::Validation(_))));
-    let not_object = machine::signal(&waiting, "step.approve", &json!("yes"), time::now(), &settings);
+    let not_object = machine::signal(&waiting, "step.approve", &json!("yes"), time::now(), &settings, false);
     assert!(matches!(not_object, Err(Rejection::Validation(_))));
     let grant = json!({"step_id": step.as_str(), "approved": true});
-    let granted = machine::signal(&waiting, "step.approve", &grant, time::now(), &settings).expect("grant");
+    let granted = machine::signal(&waiting, "step.approve", &grant, time::now(), &settings, false).expect("grant");
     assert_eq!(types(&granted), ["signal.received", "step.dispatched", "execution.resumed", "execution.blocked"]);
     assert!(granted.effects.iter().any(|effect| matches!(effect, Effect::EnqueueJob(_))));
     assert_eq!(fold(&waiting, &granted).step(&step).map(|step| step.status), Some(StepStatus::Dispatched));
     let deny = json!({"step_id": step.as_str(), "approved": false});
-    let denied = machine::signal(&waiting, "step.approve", &deny, time::now(), &settings).expect("deny");
+    let denied = machine::signal(&waiting, "step.approve", &deny, time::now(), &settings, false).expect("deny");
     assert_eq!(types(&denied), ["signal.received", "step.failed", "execution.resumed"]);
     assert_eq!(fold(&waiting, &denied).status, ExecutionStatus::Running);
 }
@@ -446,6 +452,35 @@ mod actors {
         assert_eq!(cancelled.status, ExecutionStatus::Cancelled);
         let sequences: Vec<i64> = store.all_events(&row.id).iter().map(|event| event.sequence).collect();
         assert_eq!(sequences, [1, 2, 3], "the landed signal is kept and sequences stay contiguous");
+        t.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_signal_for_a_wait_whose_handler_died_reaches_the_re_run() {
+        let t = TestKernel::start().await;
+        let mut first = t.kernel.connect_agent(AgentId::new("a"), ConsumerId::new("c1")).await.expect("connect");
+        let row = t.kernel.create_execution(AgentId::new("a"), json!(null), None).await.expect("create");
+        let assigned = next(&mut first).await;
+        let session = SessionId::new(assigned.data["session_id"].as_str().expect("session"));
+        let wait = Intent::Wait { signal_type: "approve".into() };
+        t.kernel.submit_intent(&row.id, &session, wait.clone()).await.expect("wait");
+        let mut second = t.kernel.connect_agent(AgentId::new("a"), ConsumerId::new("c2")).await.expect("connect");
+        drop(first);
+        let lost = eventually(Duration::from_secs(5), || {
+            let ctx = t.kernel.inner.ctx.clone();
+            async move { ctx.consumer_lost(&AgentId::new("a"), "c1").then_some(()) }
+        })
+        .await;
+        assert!(lost.is_some(), "grace ran out");
+        assert_eq!(t.kernel.execution(&row.id).await.expect("row").status, ExecutionStatus::Blocked);
+        t.kernel.signal(&row.id, "approve".into(), json!({"ok": true})).await.expect("signal");
+        let reassigned = next(&mut second).await;
+        assert_eq!(reassigned.event, "execution.assigned");
+        let new_session = SessionId::new(reassigned.data["session_id"].as_str().expect("session"));
+        t.kernel.submit_intent(&row.id, &new_session, wait).await.expect("wait again");
+        let pushed = next(&mut second).await;
+        assert_eq!((pushed.event, pushed.data["payload"].clone()), ("signal.received", json!({"ok": true})));
+        assert_eq!(t.kernel.execution(&row.id).await.expect("row").status, ExecutionStatus::Running);
         t.shutdown().await;
     }
 }

@@ -55,6 +55,9 @@ pub struct Ctx {
     pub agent_groups: RwLock<HashMap<AgentId, ActorRef<AgentGroupMsg>>>,
     /// Session id → execution holding it.
     pub sessions: RwLock<HashMap<String, ExecutionId>>,
+    /// `(agent_id, consumer_id)` of consumers whose disconnect grace ran out and that have not
+    /// come back (maintained by the agent groups, read by executions).
+    pub lost_consumers: RwLock<std::collections::HashSet<(String, String)>>,
     /// Policy engine in force (the policy actor is restarted with it).
     pub policy_engine: RwLock<Arc<dyn crate::policy::PolicyEngine>>,
 }
@@ -98,6 +101,11 @@ impl Ctx {
     /// Returns the live actor of an execution.
     pub fn execution(&self, id: &ExecutionId) -> Option<ActorRef<ExecutionMsg>> {
         read(&self.executions).get(id).cloned()
+    }
+
+    /// Returns whether the consumer holding an execution's session is gone for good.
+    pub fn consumer_lost(&self, agent_id: &AgentId, consumer_id: &str) -> bool {
+        read(&self.lost_consumers).contains(&(agent_id.to_string(), consumer_id.to_owned()))
     }
 
     /// Returns the execution holding a session.

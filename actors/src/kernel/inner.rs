@@ -53,6 +53,7 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
         executions: RwLock::new(HashMap::new()),
         agent_groups: RwLock::new(HashMap::new()),
         sessions: RwLock::new(HashMap::new()),
+        lost_consumers: RwLock::new(std::collections::HashSet::new()),
     });
     let (ready, ready_rx) = oneshot::channel();
     let (root, _) = Actor::spawn(None, KernelSupervisor, RootArgs { ctx: ctx.clone(), ready })
