@@ -6,10 +6,11 @@
 //! execution's sequences contiguous. The PostgreSQL test needs `KEEL_TEST_POSTGRES_URL` and
 //! says so on stderr when it is not set. Measured timings go to stderr.
 
+mod assignment;
 mod load;
 mod proxy;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -78,20 +79,27 @@ impl Fault {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_outage_answers_503_and_the_kernel_recovers_by_itself() {
+/// Starts a kernel on a fresh PostgreSQL database reached through a proxy, or says on stderr
+/// that `test` is skipped when `KEEL_TEST_POSTGRES_URL` is not set.
+async fn kernel_behind_proxy(test: &str) -> Option<(TestKernel, Fault)> {
     let Some(admin_url) = postgres_admin_url() else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "postgres outage test skipped: {POSTGRES_ENV} not set"
-        );
-        return;
+        let _ = writeln!(std::io::stderr(), "{test} skipped: {POSTGRES_ENV} not set");
+        return None;
     };
     let store = TestStore::postgres(&admin_url, "keel_test").await;
     let proxy = Proxy::start(store.postgres_server().expect("server address"));
     let store = store.connect_via(proxy.address.port());
     let kernel = TestKernel::start_on(Options::default(), store).await;
-    outage_then_recovery("postgres proxy closed", kernel, Fault::Proxy(proxy)).await;
+    Some((kernel, Fault::Proxy(proxy)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outage_answers_503_and_the_kernel_recovers_by_itself() {
+    let test = "postgres proxy closed";
+    let Some((kernel, fault)) = kernel_behind_proxy(test).await else {
+        return;
+    };
+    outage_then_recovery(test, kernel, fault).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,7 +186,8 @@ async fn outage_then_recovery(test: &str, kernel: TestKernel, mut fault: Fault) 
     })
     .await;
     load.stop_creating();
-    let statuses = all_finished(&kernel).await;
+    let acknowledged = load.ledger.lock().expect("ledger").created.clone();
+    let statuses = all_finished(&kernel, &acknowledged).await;
     let ledger = load.stop().await;
     assert!(
         ledger.violations.is_empty(),
@@ -259,18 +268,25 @@ where
 }
 
 /// Waits until every execution of the load is finished; returns their statuses.
-async fn all_finished(kernel: &TestKernel) -> BTreeMap<String, String> {
+async fn all_finished(
+    kernel: &TestKernel,
+    acknowledged: &BTreeSet<String>,
+) -> BTreeMap<String, String> {
     let deadline = Instant::now() + DRAIN;
     loop {
         let statuses = statuses(kernel, LOAD_AGENT).await;
         let open: Vec<_> = statuses
             .iter()
             .filter(|(_, status)| status.as_str() != "completed")
+            .map(|(id, status)| (id, status, acknowledged.contains(id)))
             .collect();
         if open.is_empty() {
             return statuses;
         }
-        assert!(Instant::now() < deadline, "executions not finished: {open:?}");
+        assert!(
+            Instant::now() < deadline,
+            "executions not finished (id, status, create acknowledged): {open:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

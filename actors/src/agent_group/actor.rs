@@ -24,6 +24,9 @@ const REPLAY_LIMIT: usize = 1_000;
 /// when their consumer reconnects: a push written to a connection that was already dead, or
 /// still queued for a replaced one, is otherwise lost.
 const REPLAY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
+/// Delay before pending executions are offered again after a failed assignment attempt (for
+/// example a commit refused during a database outage).
+const ASSIGNMENT_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Arguments of an agent group.
 pub struct AgentGroupArgs {
@@ -53,6 +56,8 @@ pub struct AgentGroupState {
     pending: VecDeque<ExecutionId>,
     next_consumer: usize,
     generation: u64,
+    /// A `RetryAssignment` is scheduled.
+    retry_armed: bool,
 }
 
 /// The actor of one agent id.
@@ -77,6 +82,7 @@ impl Actor for AgentGroupActor {
             pending: VecDeque::new(),
             next_consumer: 0,
             generation: 0,
+            retry_armed: false,
         })
     }
 
@@ -111,7 +117,7 @@ impl Actor for AgentGroupActor {
         match message {
             AgentGroupMsg::ConsumerConnected { consumer_id, connection, sender } => {
                 connect(state, consumer_id, connection, sender);
-                assign_pending(state).await;
+                assign_pending(&myself, state).await;
             }
             AgentGroupMsg::ConsumerDisconnected { consumer_id, connection } => {
                 let current = state.connected.get(&consumer_id).map(|consumer| consumer.connection);
@@ -130,7 +136,7 @@ impl Actor for AgentGroupActor {
                 if !state.pending.contains(&execution_id) {
                     state.pending.push_back(execution_id);
                 }
-                assign_pending(state).await;
+                assign_pending(&myself, state).await;
                 if let Some(reply) = reply {
                     let _ = reply.send(());
                 }
@@ -149,6 +155,10 @@ impl Actor for AgentGroupActor {
                         state.bindings.remove(&consumer_id);
                     }
                 }
+            }
+            AgentGroupMsg::RetryAssignment => {
+                state.retry_armed = false;
+                assign_pending(&myself, state).await;
             }
             AgentGroupMsg::Push { consumer_id, push } => deliver(&myself, state, &consumer_id, push),
         }
@@ -279,7 +289,11 @@ fn keep(state: &mut AgentGroupState, consumer_id: &str, push: Push) {
     queue.push_back(push);
 }
 
-async fn assign_pending(state: &mut AgentGroupState) {
+/// Offers pending executions to connected consumers, round-robin. A failed offer puts the
+/// execution back, ends the pass (during an outage the next offers would fail the same way,
+/// each after the store's timeout) and schedules a retry: nothing else may come along to
+/// trigger one once the database is back.
+async fn assign_pending(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState) {
     let mut attempts = state.pending.len();
     while attempts > 0 && !state.connected.is_empty() {
         attempts -= 1;
@@ -306,6 +320,11 @@ async fn assign_pending(state: &mut AgentGroupState) {
             Ok(Err(error)) | Err(error) => {
                 tracing::warn!(execution.id = %execution_id, error = %error, "assignment failed, will retry");
                 state.pending.push_back(execution_id);
+                if !state.retry_armed {
+                    state.retry_armed = true;
+                    myself.send_after(ASSIGNMENT_RETRY, || AgentGroupMsg::RetryAssignment);
+                }
+                return;
             }
         }
     }

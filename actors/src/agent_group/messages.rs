@@ -52,6 +52,9 @@ pub enum AgentGroupMsg {
         /// Execution id.
         execution_id: ExecutionId,
     },
+    /// Offers the pending executions again after an assignment attempt failed (sent by the
+    /// group to itself, so an outage does not leave them waiting for a new trigger).
+    RetryAssignment,
     /// Sends a push to a consumer (or keeps it in the outbox while the consumer is away).
     Push {
         /// Consumer id.

@@ -8,6 +8,8 @@ pub mod messages;
 pub mod supervisor;
 
 #[cfg(test)]
+mod retry_tests;
+#[cfg(test)]
 mod tests;
 
 pub use actor::{AgentGroupActor, AgentGroupArgs};

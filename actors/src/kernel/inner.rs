@@ -13,6 +13,7 @@ use super::config::KernelConfig;
 use super::context::{Ctx, Singletons, call};
 use super::handle::Kernel;
 use super::root::{KernelSupervisor, RootArgs};
+use super::settle;
 use super::types::{CommitNotice, KernelError, PushStream, ToolSchema};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
 use crate::execution::actor::record_creation;
@@ -138,7 +139,16 @@ impl KernelInner {
         labels: Option<BTreeMap<String, String>>,
     ) -> Result<ExecutionRow, KernelError> {
         let id = ExecutionId::generate();
-        let created = record_creation(&self.ctx, &id, agent_id.as_str(), input, labels.as_ref()).await?;
+        let created = match record_creation(&self.ctx, &id, agent_id.as_str(), input, labels.as_ref()).await {
+            Ok(created) => created,
+            Err(error) => {
+                // The commit may have landed anyway: make sure a stored execution reaches its agent.
+                if settle::in_doubt(&error) {
+                    tokio::spawn(settle::settle_creation(self.store.clone(), self.executions.clone(), self.timeout(), id));
+                }
+                return Err(error);
+            }
+        };
         let message = |reply| ExecutionSupervisorMsg::Create { state: Box::new(created), reply };
         let actor = call(&self.executions, message, self.timeout(), "execution supervisor").await??;
         let group = self.group(&agent_id).await?;

@@ -6,6 +6,7 @@ pub mod context;
 mod handle;
 mod inner;
 mod root;
+mod settle;
 pub mod types;
 
 pub use config::KernelConfig;
