@@ -1,0 +1,481 @@
+//! Assignment and agent intents: session checks, `invoke_tool` (policy verdicts, approvals,
+//! idempotency), `complete`, `fail` and `wait`.
+
+use super::super::commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec};
+use super::super::rejection::Rejection;
+use super::super::state::{ExecutionState, RecordedIntent};
+use super::*;
+use crate::events::{EventBody, NewEvent};
+use crate::ids::{ExecutionId, JobId, SessionId, StepId};
+use crate::policy::{Decision, PolicyDecision};
+use crate::push::Push;
+use crate::status::ExecutionStatus;
+use crate::time::Timestamp;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Returns the first event of a new execution.
+pub fn create(agent_id: &str, input: Value, labels: Value) -> NewEvent {
+    NewEvent::execution(EventBody::ExecutionCreated {
+        agent_id: agent_id.to_owned(),
+        input,
+        labels,
+    })
+}
+
+/// Assigns a pending execution to a consumer; returns the transition and the
+/// `execution.assigned` push for that consumer.
+pub fn assign(state: &ExecutionState, consumer_id: &str) -> Result<(Transition, Push), Rejection> {
+    if state.status != ExecutionStatus::Pending {
+        return Err(Rejection::NotPending(state.id.to_string()));
+    }
+    let session_id = SessionId::generate().into_string();
+    let mut transition = Transition::default();
+    transition.event(NewEvent::execution(EventBody::ExecutionStarted {
+        session_id: session_id.clone(),
+        consumer_id: consumer_id.to_owned(),
+    }));
+    let mut data = json!({
+        "execution_id": state.id.as_str(),
+        "session_id": session_id,
+        "agent_id": state.agent_id.as_str(),
+        "input": state.input,
+    });
+    if let Some(labels) = state.labels.as_ref().filter(|labels| !labels.is_empty()) {
+        data["labels"] = json!(labels);
+    }
+    let history = history_json(state);
+    if !history.is_empty() {
+        data["history"] = Value::Array(history);
+    }
+    Ok((
+        transition,
+        Push {
+            event: "execution.assigned",
+            data,
+        },
+    ))
+}
+
+fn history_json(state: &ExecutionState) -> Vec<Value> {
+    let start = state.history.len().saturating_sub(HISTORY_MAX_ENTRIES);
+    let mut entries: Vec<Value> = state.history[start..]
+        .iter()
+        .map(|entry| {
+            let mut item = json!({
+                "step_id": entry.step_id.as_str(),
+                "tool_id": entry.tool_id,
+                "status": entry.status.as_str(),
+                "completed_at": crate::time::format(&entry.completed_at),
+            });
+            if !entry.arguments.is_null() {
+                item["arguments"] = entry.arguments.clone();
+            }
+            if let Some(result) = entry.result.as_ref().filter(|result| !result.is_null()) {
+                item["result"] = result.clone();
+            }
+            if let Some(error) = entry.error.as_ref().filter(|error| !error.is_empty()) {
+                item["error"] = json!(error);
+            }
+            item
+        })
+        .collect();
+    let mut size: usize = entries.iter().map(|entry| entry.to_string().len()).sum();
+    while size > HISTORY_MAX_BYTES && !entries.is_empty() {
+        size -= entries.remove(0).to_string().len();
+    }
+    entries
+}
+
+/// Checks that `session_id` is the execution's current session. `owner` is the execution that
+/// holds the session when it is not this one (looked up by the caller).
+pub fn check_session(
+    state: &ExecutionState,
+    session_id: &str,
+    owner: Option<&ExecutionId>,
+) -> Result<(), Rejection> {
+    if state
+        .session
+        .as_ref()
+        .is_some_and(|session| session.id == session_id)
+    {
+        return Ok(());
+    }
+    match owner {
+        Some(owner) if owner != &state.id => Err(Rejection::SessionMismatch {
+            session: session_id.to_owned(),
+            execution: state.id.to_string(),
+        }),
+        _ => Err(Rejection::SessionNotFound(session_id.to_owned())),
+    }
+}
+
+/// Checks an intent against the execution's state before policy runs. Returns `Some(reply)`
+/// when the intent is an idempotent repeat that records nothing.
+pub fn precheck_intent(
+    state: &ExecutionState,
+    intent: &Intent,
+) -> Result<Option<IntentReply>, Rejection> {
+    if state.status.is_terminal() {
+        return Err(Rejection::Terminal {
+            execution: state.id.to_string(),
+            status: state.status,
+        });
+    }
+    if let Intent::Wait { signal_type } = intent
+        && state.signal_wait.as_deref() == Some(signal_type.as_str())
+    {
+        return Ok(Some(IntentReply::accepted()));
+    }
+    // `complete`/`fail` may abandon signal waits (WIRE.md corrections, item 18), not approvals.
+    let finishing = matches!(intent, Intent::Complete { .. } | Intent::Fail { .. });
+    if state.hard_blocked() && !(finishing && state.approval.is_none()) {
+        return Err(Rejection::Blocked(state.id.to_string()));
+    }
+    match intent {
+        Intent::Unknown { intent_type } => Err(Rejection::Validation(format!(
+            "unknown intent type {intent_type}"
+        ))),
+        Intent::Invalid { message, .. } => Err(Rejection::Validation(message.clone())),
+        Intent::InvokeTool {
+            tool_id,
+            idempotency_key: Some(key),
+            remote,
+            ..
+        } => match state.intents.get(key) {
+            None => Ok(None),
+            Some(RecordedIntent::Accepted {
+                step_id,
+                tool_id: first_tool,
+                remote: first_remote,
+                pending_approval,
+            }) => {
+                if first_tool != tool_id || first_remote != remote {
+                    return Err(Rejection::IdempotencyConflict(key.clone()));
+                }
+                let reply = IntentReply {
+                    accepted: true,
+                    step_id: Some(step_id.clone()),
+                    pending_approval: *pending_approval,
+                    error: None,
+                };
+                Ok(Some(reply))
+            }
+            Some(RecordedIntent::Denied {
+                tool_id: first_tool,
+                error,
+            }) => {
+                if first_tool != tool_id {
+                    return Err(Rejection::IdempotencyConflict(key.clone()));
+                }
+                Ok(Some(IntentReply {
+                    accepted: false,
+                    error: Some(error.clone()),
+                    ..IntentReply::default()
+                }))
+            }
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Decides an intent that passed [`precheck_intent`]. `verdict` is the policy's answer for
+/// `invoke_tool` (rate limits already folded into a deny).
+pub fn intent(
+    state: &ExecutionState,
+    intent: &Intent,
+    verdict: Option<&PolicyDecision>,
+    now: Timestamp,
+    settings: &ExecutionSettings,
+) -> Result<(Transition, IntentReply), Rejection> {
+    match intent {
+        Intent::InvokeTool {
+            tool_id,
+            arguments,
+            idempotency_key,
+            remote,
+        } => {
+            let Some(verdict) = verdict else {
+                return Err(Rejection::Validation(
+                    "invoke_tool needs a policy decision".to_owned(),
+                ));
+            };
+            let call = ToolCall {
+                tool_id,
+                arguments,
+                key: idempotency_key.as_ref(),
+                remote: *remote,
+            };
+            Ok(invoke_tool(state, &call, verdict, now, settings))
+        }
+        Intent::Complete { output } => finish(
+            state,
+            "complete",
+            output.as_ref().map(|output| json!({ "output": output })),
+            EventBody::ExecutionCompleted {
+                output: output.clone().unwrap_or(Value::Null),
+            },
+        ),
+        Intent::Fail { error } => {
+            let text = fail_text(error.as_deref());
+            finish(
+                state,
+                "fail",
+                Some(json!({ "error": text })),
+                EventBody::ExecutionFailed {
+                    error: text.clone(),
+                },
+            )
+        }
+        Intent::Wait { signal_type } => Ok(wait(state, signal_type)),
+        Intent::Unknown { intent_type } => Err(Rejection::Validation(format!(
+            "unknown intent type {intent_type}"
+        ))),
+        Intent::Invalid { message, .. } => Err(Rejection::Validation(message.clone())),
+    }
+}
+
+struct ToolCall<'a> {
+    tool_id: &'a str,
+    arguments: &'a Value,
+    key: Option<&'a String>,
+    remote: bool,
+}
+
+fn invoke_tool(
+    state: &ExecutionState,
+    call: &ToolCall<'_>,
+    verdict: &PolicyDecision,
+    now: Timestamp,
+    settings: &ExecutionSettings,
+) -> (Transition, IntentReply) {
+    let mut transition = Transition::default();
+    let key = call.key.cloned();
+    if verdict.decision == Decision::Deny {
+        transition.event(
+            NewEvent::execution(EventBody::IntentDenied {
+                intent_type: "invoke_tool".to_owned(),
+                tool_id: Some(call.tool_id.to_owned()),
+                arguments: Some(call.arguments.clone()),
+                idempotency_key: key.clone(),
+                reason: verdict.reason.clone(),
+                rule_id: verdict.rule_id.clone(),
+            })
+            .with_key(key),
+        );
+        let error = super::super::state::denial_text(&verdict.reason, &verdict.rule_id);
+        return (
+            transition,
+            IntentReply {
+                accepted: false,
+                error: Some(error),
+                ..IntentReply::default()
+            },
+        );
+    }
+    let step_id = StepId::generate();
+    let step_timeout = verdict
+        .timeout_ms
+        .map(Duration::from_millis)
+        .unwrap_or(settings.step_timeout);
+    let deadline = add(now, step_timeout);
+    if verdict.decision == Decision::RequireApproval {
+        let step_deadline = add(now, settings.step_timeout);
+        let rule = RuleSettings {
+            timeout_ms: verdict.timeout_ms,
+            retry: None,
+        };
+        transition
+            .event(step_created(&step_id, call, 1, step_deadline, rule).with_key(key.clone()));
+        transition.event(
+            NewEvent::step(
+                &step_id,
+                EventBody::StepApprovalRequired {
+                    tool_id: call.tool_id.to_owned(),
+                    arguments: call.arguments.clone(),
+                    remote: call.remote,
+                    reason: verdict.reason.clone(),
+                },
+            )
+            .with_key(key),
+        );
+        transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
+            reason: "approval".to_owned(),
+            reference: step_id.to_string(),
+            tool_id: Some(call.tool_id.to_owned()),
+            arguments: Some(call.arguments.clone()),
+            remote: Some(call.remote),
+        }));
+        let reply = IntentReply {
+            accepted: true,
+            step_id: Some(step_id),
+            pending_approval: true,
+            error: None,
+        };
+        return (transition, reply);
+    }
+    let mut details = json!({ "tool_id": call.tool_id });
+    if !call.arguments.is_null() {
+        details["arguments"] = call.arguments.clone();
+    }
+    if let Some(key) = call.key {
+        details["idempotency_key"] = json!(key);
+    }
+    transition.event(NewEvent::execution(EventBody::IntentAccepted {
+        intent_type: "invoke_tool".to_owned(),
+        details: Some(details),
+    }));
+    let max_attempts = match (call.remote, verdict.retry) {
+        (false, _) => 1,
+        (true, Some(retry)) => i64::from(retry.max_attempts.max(1)),
+        (true, None) => settings.remote_max_attempts,
+    };
+    let rule = RuleSettings {
+        timeout_ms: verdict.timeout_ms,
+        retry: verdict.retry.filter(|_| call.remote),
+    };
+    transition.event(step_created(&step_id, call, max_attempts, deadline, rule).with_key(key));
+    if call.remote {
+        let job_id = JobId::generate().into_string();
+        transition.event(NewEvent::step(
+            &step_id,
+            EventBody::StepDispatched {
+                runner_id: String::new(),
+                job_id: job_id.clone(),
+                deadline,
+            },
+        ));
+        transition.effect(Effect::EnqueueJob(JobSpec {
+            job_id,
+            execution_id: state.id.to_string(),
+            step_id: step_id.clone(),
+            attempt: 1,
+            tool_id: call.tool_id.to_owned(),
+            arguments: call.arguments.clone(),
+            deadline,
+            not_before: None,
+        }));
+    }
+    if !state.tool_blocked {
+        transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
+            reason: "tool".to_owned(),
+            reference: step_id.to_string(),
+            tool_id: None,
+            arguments: None,
+            remote: None,
+        }));
+    }
+    (
+        transition,
+        IntentReply {
+            accepted: true,
+            step_id: Some(step_id),
+            pending_approval: false,
+            error: None,
+        },
+    )
+}
+
+/// What the matching policy rule says about a step beyond allow/deny, recorded in
+/// `step.created` so that retries and approvals use it after a restart too.
+struct RuleSettings {
+    timeout_ms: Option<u64>,
+    retry: Option<crate::policy::RetrySettings>,
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn step_created(
+    step_id: &StepId,
+    call: &ToolCall<'_>,
+    max_attempts: i64,
+    deadline: Timestamp,
+    rule: RuleSettings,
+) -> NewEvent {
+    NewEvent::step(
+        step_id,
+        EventBody::StepCreated {
+            tool_id: call.tool_id.to_owned(),
+            tool_version: 0,
+            arguments: call.arguments.clone(),
+            max_attempts,
+            attempt: 1,
+            deadline,
+            remote: call.remote,
+            timeout_ms: rule.timeout_ms,
+            retry_base_delay_ms: rule.retry.map(|retry| millis(retry.base_delay)),
+            retry_max_delay_ms: rule.retry.map(|retry| millis(retry.max_delay)),
+        },
+    )
+}
+
+fn finish(
+    state: &ExecutionState,
+    verb: &'static str,
+    details: Option<Value>,
+    terminal: EventBody,
+) -> Result<(Transition, IntentReply), Rejection> {
+    if state.active_steps().next().is_some() {
+        return Err(Rejection::ActiveSteps(verb));
+    }
+    let mut transition = Transition::default();
+    transition.event(NewEvent::execution(EventBody::IntentAccepted {
+        intent_type: verb.to_owned(),
+        details,
+    }));
+    if state.signal_wait.is_some() {
+        transition.event(NewEvent::execution(EventBody::ExecutionResumed {
+            reason: "wait abandoned".to_owned(),
+        }));
+    }
+    transition.event(NewEvent::execution(terminal));
+    end_session(state, &mut transition);
+    Ok((transition, IntentReply::accepted()))
+}
+
+/// Returns the error recorded for a `fail` intent: a default for a missing or empty one, and at
+/// most [`MAX_FAIL_ERROR_BYTES`] bytes cut at a character boundary.
+pub fn fail_text(error: Option<&str>) -> String {
+    let text = error
+        .filter(|error| !error.is_empty())
+        .unwrap_or("agent failed without a message");
+    let mut end = text.len().min(MAX_FAIL_ERROR_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+fn wait(state: &ExecutionState, signal_type: &str) -> (Transition, IntentReply) {
+    let mut transition = Transition::default();
+    transition.event(NewEvent::execution(EventBody::IntentAccepted {
+        intent_type: "wait".to_owned(),
+        details: Some(json!({ "signal_type": signal_type })),
+    }));
+    let pending = state
+        .pending_signals
+        .iter()
+        .find(|(kind, _)| kind == signal_type);
+    match pending {
+        Some((_, payload)) => {
+            transition.event(NewEvent::execution(EventBody::ExecutionResumed {
+                reason: format!("signal received: {signal_type}"),
+            }));
+            transition.effect(Effect::PushToAgent(Push::signal_received(
+                state.id.as_str(),
+                signal_type,
+                payload,
+            )));
+        }
+        None => transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
+            reason: "signal".to_owned(),
+            reference: signal_type.to_owned(),
+            tool_id: None,
+            arguments: None,
+            remote: None,
+        })),
+    }
+    (transition, IntentReply::accepted())
+}

@@ -1,0 +1,177 @@
+//! Signals: waits resumed or re-run, and the `step.approve` approval flow.
+
+use super::super::commands::{Effect, ExecutionSettings, JobSpec};
+use super::super::rejection::Rejection;
+use super::super::state::ExecutionState;
+use super::*;
+use crate::events::{EventBody, NewEvent};
+use crate::ids::{JobId, StepId};
+use crate::push::Push;
+use crate::time::Timestamp;
+use serde_json::Value;
+
+/// Records a signal; resolves a matching wait or the pending approval. `holder_lost` says the
+/// consumer holding the session is gone for good (its grace ran out and it did not return).
+pub fn signal(
+    state: &ExecutionState,
+    signal_type: &str,
+    payload: &Value,
+    now: Timestamp,
+    settings: &ExecutionSettings,
+    holder_lost: bool,
+) -> Result<Transition, Rejection> {
+    if state.status.is_terminal() {
+        return Err(Rejection::TerminalSignal {
+            execution: state.id.to_string(),
+            status: state.status,
+        });
+    }
+    let approval = match (&state.approval, signal_type) {
+        (Some(step_id), "step.approve") => Some(parse_approval(step_id, payload)?),
+        _ => None,
+    };
+    let mut transition = Transition::default();
+    transition.event(NewEvent::execution(EventBody::SignalReceived {
+        signal_type: signal_type.to_owned(),
+        payload: payload.clone(),
+    }));
+    let resumes = state.signal_wait.as_deref() == Some(signal_type);
+    if resumes && holder_lost {
+        // The handler waiting for this signal is gone: the execution is re-run elsewhere and the
+        // signal stays pending, so the new run's `wait` is satisfied at once.
+        let reset_transition = reset(state, "agent_disconnect");
+        transition.events.extend(reset_transition.events);
+        transition.effects.extend(reset_transition.effects);
+        return Ok(transition);
+    }
+    if resumes {
+        transition.event(NewEvent::execution(EventBody::ExecutionResumed {
+            reason: format!("signal received: {signal_type}"),
+        }));
+    }
+    transition.effect(Effect::PushToAgent(Push::signal_received(
+        state.id.as_str(),
+        signal_type,
+        payload,
+    )));
+    if let Some(approval) = approval {
+        resolve_approval(state, &approval, now, settings, &mut transition);
+    }
+    Ok(transition)
+}
+
+struct Approval {
+    step_id: StepId,
+    approved: bool,
+    reason: Option<String>,
+}
+
+fn parse_approval(blocked_on: &StepId, payload: &Value) -> Result<Approval, Rejection> {
+    let object = match payload {
+        Value::Object(object) => object.clone(),
+        Value::Null => serde_json::Map::new(),
+        _ => {
+            return Err(Rejection::Validation(
+                "step.approve payload must be a JSON object".to_owned(),
+            ));
+        }
+    };
+    let given = object
+        .get("step_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if given != blocked_on.as_str() {
+        return Err(Rejection::Validation(format!(
+            "approval step_id \"{given}\" does not match blocked ref \"{blocked_on}\""
+        )));
+    }
+    let approved = object
+        .get("approved")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let reason = object
+        .get("reason")
+        .and_then(Value::as_str)
+        .filter(|reason| !reason.is_empty())
+        .map(str::to_owned);
+    Ok(Approval {
+        step_id: blocked_on.clone(),
+        approved,
+        reason,
+    })
+}
+
+fn resolve_approval(
+    state: &ExecutionState,
+    approval: &Approval,
+    now: Timestamp,
+    settings: &ExecutionSettings,
+    transition: &mut Transition,
+) {
+    let Some(step) = state.step(&approval.step_id) else {
+        return;
+    };
+    if approval.approved {
+        let deadline = add(now, super::steps::step_timeout(step, settings));
+        let job_id = step.remote.then(|| JobId::generate().into_string());
+        transition.event(NewEvent::step(
+            &step.id,
+            EventBody::StepDispatched {
+                runner_id: String::new(),
+                job_id: job_id.clone().unwrap_or_default(),
+                deadline,
+            },
+        ));
+        transition.event(NewEvent::execution(EventBody::ExecutionResumed {
+            reason: "approval granted".to_owned(),
+        }));
+        if !state.tool_blocked {
+            transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
+                reason: "tool".to_owned(),
+                reference: step.id.to_string(),
+                tool_id: None,
+                arguments: None,
+                remote: None,
+            }));
+        }
+        if let Some(job_id) = job_id {
+            transition.effect(Effect::EnqueueJob(JobSpec {
+                job_id,
+                execution_id: state.id.to_string(),
+                step_id: step.id.clone(),
+                attempt: step.attempt,
+                tool_id: step.tool_id.clone(),
+                arguments: step.arguments.clone(),
+                deadline,
+                not_before: None,
+            }));
+        }
+    } else {
+        let error = approval
+            .reason
+            .clone()
+            .unwrap_or_else(|| "approval denied by human".to_owned());
+        transition.event(NewEvent::step(
+            &step.id,
+            EventBody::StepFailed {
+                error,
+                retryable: false,
+            },
+        ));
+        transition.event(NewEvent::execution(EventBody::ExecutionResumed {
+            reason: "approval denied".to_owned(),
+        }));
+    }
+    let session_id = state
+        .session
+        .as_ref()
+        .map(|session| session.id.clone())
+        .unwrap_or_default();
+    let push = Push::approval_resolved(
+        state.id.as_str(),
+        step.id.as_str(),
+        approval.approved,
+        &session_id,
+    );
+    transition.effect(Effect::PushToAgent(push));
+}
