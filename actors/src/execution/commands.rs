@@ -119,7 +119,10 @@ pub struct IntentReply {
 impl IntentReply {
     /// Returns a plain acceptance.
     pub fn accepted() -> Self {
-        Self { accepted: true, ..Self::default() }
+        Self {
+            accepted: true,
+            ..Self::default()
+        }
     }
 }
 

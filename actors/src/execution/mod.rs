@@ -4,8 +4,10 @@
 
 pub mod actor;
 pub mod commands;
+mod effects;
 pub mod machine;
 pub mod messages;
+mod rebuild;
 pub mod rejection;
 pub mod state;
 pub mod supervisor;

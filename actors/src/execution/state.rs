@@ -159,7 +159,12 @@ impl ExecutionState {
     /// `execution.created`.
     pub fn from_events(events: &[Event]) -> Option<Self> {
         let first = events.first()?;
-        let EventBody::ExecutionCreated { agent_id, input, labels } = &first.body else {
+        let EventBody::ExecutionCreated {
+            agent_id,
+            input,
+            labels,
+        } = &first.body
+        else {
             return None;
         };
         let mut state = Self {
@@ -226,20 +231,32 @@ impl ExecutionState {
 
     /// Applies one event. Events are trusted: they were produced by the state machine.
     pub fn apply(&mut self, event: &Event) {
-        debug_assert_eq!(event.sequence, self.last_sequence + 1, "event sequences are contiguous");
+        debug_assert_eq!(
+            event.sequence,
+            self.last_sequence + 1,
+            "event sequences are contiguous"
+        );
         self.last_sequence = event.sequence;
         self.updated_at = event.timestamp;
         let at = event.timestamp;
         let before = self.status;
         match &event.body {
             EventBody::ExecutionCreated { .. } => {}
-            EventBody::ExecutionStarted { session_id, consumer_id } => {
-                self.session = Some(Session { id: session_id.clone(), consumer_id: consumer_id.clone() });
+            EventBody::ExecutionStarted {
+                session_id,
+                consumer_id,
+            } => {
+                self.session = Some(Session {
+                    id: session_id.clone(),
+                    consumer_id: consumer_id.clone(),
+                });
                 self.status = ExecutionStatus::Running;
                 self.intents.clear();
                 self.session_lost = false;
             }
-            EventBody::ExecutionBlocked { reason, reference, .. } => match reason.as_str() {
+            EventBody::ExecutionBlocked {
+                reason, reference, ..
+            } => match reason.as_str() {
                 "tool" => self.tool_blocked = true,
                 "signal" => self.signal_wait = Some(reference.clone()),
                 _ => self.approval = Some(StepId::new(reference.clone())),
@@ -258,11 +275,18 @@ impl ExecutionState {
             }
             EventBody::IntentAccepted { .. } => {}
             EventBody::AgentTimeout { .. } => self.session_lost = true,
-            EventBody::IntentDenied { tool_id, idempotency_key, reason, rule_id, .. } => {
+            EventBody::IntentDenied {
+                tool_id,
+                idempotency_key,
+                reason,
+                rule_id,
+                ..
+            } => {
                 if let Some(key) = idempotency_key {
                     let error = denial_text(reason, rule_id);
                     let tool_id = tool_id.clone().unwrap_or_default();
-                    self.intents.insert(key.clone(), RecordedIntent::Denied { tool_id, error });
+                    self.intents
+                        .insert(key.clone(), RecordedIntent::Denied { tool_id, error });
                 }
             }
             EventBody::StepCreated {
@@ -319,48 +343,83 @@ impl ExecutionState {
                     step.deadline = None;
                     step.updated_at = at;
                 }
-                if let Some(RecordedIntent::Accepted { pending_approval, .. }) =
-                    key.and_then(|key| self.intents.get_mut(&key))
+                if let Some(RecordedIntent::Accepted {
+                    pending_approval, ..
+                }) = key.and_then(|key| self.intents.get_mut(&key))
                 {
                     *pending_approval = true;
                 }
             }
-            EventBody::StepDispatched { runner_id, job_id, deadline } => {
+            EventBody::StepDispatched {
+                runner_id,
+                job_id,
+                deadline,
+            } => {
                 if let Some(step) = self.step_mut(event.step_id.as_ref())
-                    && !step.status.is_terminal() {
-                        step.status = StepStatus::Dispatched;
-                        step.deadline = Some(*deadline);
-                        step.awaiting_approval = false;
-                        step.not_before = None;
-                        step.job_id = non_empty(job_id);
-                        step.runner_id = non_empty(runner_id);
-                        step.updated_at = at;
-                        step.dispatched_at = step.remote.then_some(at);
-                        step.stall_reported = false;
-                    }
+                    && !step.status.is_terminal()
+                {
+                    step.status = StepStatus::Dispatched;
+                    step.deadline = Some(*deadline);
+                    step.awaiting_approval = false;
+                    step.not_before = None;
+                    step.job_id = non_empty(job_id);
+                    step.runner_id = non_empty(runner_id);
+                    step.updated_at = at;
+                    step.dispatched_at = step.remote.then_some(at);
+                    step.stall_reported = false;
+                }
             }
             EventBody::StepStarted { runner_id } => {
                 if let Some(step) = self.step_mut(event.step_id.as_ref())
-                    && !step.status.is_terminal() && step.status != StepStatus::Running {
-                        step.status = StepStatus::Running;
-                        step.runner_id = non_empty(runner_id);
-                        step.updated_at = at;
-                    }
+                    && !step.status.is_terminal()
+                    && step.status != StepStatus::Running
+                {
+                    step.status = StepStatus::Running;
+                    step.runner_id = non_empty(runner_id);
+                    step.updated_at = at;
+                }
             }
             EventBody::StepCompleted { result } => {
-                self.end_step(event.step_id.as_ref(), StepStatus::Succeeded, Some(result.clone()), None, at);
+                self.end_step(
+                    event.step_id.as_ref(),
+                    StepStatus::Succeeded,
+                    Some(result.clone()),
+                    None,
+                    at,
+                );
             }
             EventBody::StepFailed { error, .. } => {
-                self.end_step(event.step_id.as_ref(), StepStatus::Failed, None, Some(error.clone()), at);
+                self.end_step(
+                    event.step_id.as_ref(),
+                    StepStatus::Failed,
+                    None,
+                    Some(error.clone()),
+                    at,
+                );
             }
             EventBody::StepTimedOut {} => {
                 let error = Some("step timed out".to_owned());
-                self.end_step(event.step_id.as_ref(), StepStatus::TimedOut, None, error, at);
+                self.end_step(
+                    event.step_id.as_ref(),
+                    StepStatus::TimedOut,
+                    None,
+                    error,
+                    at,
+                );
             }
             EventBody::StepCancelled { reason } => {
-                self.end_step(event.step_id.as_ref(), StepStatus::Cancelled, None, Some(reason.clone()), at);
+                self.end_step(
+                    event.step_id.as_ref(),
+                    StepStatus::Cancelled,
+                    None,
+                    Some(reason.clone()),
+                    at,
+                );
             }
-            EventBody::StepRetried { next_attempt, not_before } => {
+            EventBody::StepRetried {
+                next_attempt,
+                not_before,
+            } => {
                 if let Some(step) = self.step_mut(event.step_id.as_ref()) {
                     step.status = StepStatus::Pending;
                     step.attempt = *next_attempt;
@@ -374,26 +433,45 @@ impl ExecutionState {
                     step.stall_reported = false;
                 }
             }
-            EventBody::ExecutionStalled { step_id: Some(step_id), .. } => {
+            EventBody::ExecutionStalled {
+                step_id: Some(step_id),
+                ..
+            } => {
                 if let Some(step) = self.step_mut(Some(&StepId::new(step_id.clone()))) {
                     step.stall_reported = true;
                 }
             }
-            EventBody::ExecutionStalled { step_id: None, since, .. } => self.stall_reported_since = Some(*since),
-            EventBody::SignalReceived { signal_type, payload } => {
-                self.pending_signals.push_back((signal_type.clone(), payload.clone()));
+            EventBody::ExecutionStalled {
+                step_id: None,
+                since,
+                ..
+            } => self.stall_reported_since = Some(*since),
+            EventBody::SignalReceived {
+                signal_type,
+                payload,
+            } => {
+                self.pending_signals
+                    .push_back((signal_type.clone(), payload.clone()));
             }
         }
         self.status = self.derived_status();
-        let intent = matches!(event.body, EventBody::IntentAccepted { .. } | EventBody::IntentDenied { .. });
-        if self.status == ExecutionStatus::Running && (before != ExecutionStatus::Running || intent) {
+        let intent = matches!(
+            event.body,
+            EventBody::IntentAccepted { .. } | EventBody::IntentDenied { .. }
+        );
+        if self.status == ExecutionStatus::Running && (before != ExecutionStatus::Running || intent)
+        {
             self.idle_since = at;
         }
     }
 
     fn apply_resumed(&mut self, reason: &str) {
         if let Some(signal_type) = reason.strip_prefix("signal received: ") {
-            if let Some(index) = self.pending_signals.iter().position(|(kind, _)| kind == signal_type) {
+            if let Some(index) = self
+                .pending_signals
+                .iter()
+                .position(|(kind, _)| kind == signal_type)
+            {
                 self.pending_signals.remove(index);
             }
             if self.signal_wait.as_deref() == Some(signal_type) {
@@ -460,7 +538,10 @@ impl ExecutionState {
             created_at: self.created_at,
             updated_at: self.updated_at,
             session_id: self.session.as_ref().map(|session| session.id.clone()),
-            consumer_id: self.session.as_ref().map(|session| session.consumer_id.clone()),
+            consumer_id: self
+                .session
+                .as_ref()
+                .map(|session| session.consumer_id.clone()),
             last_sequence: self.last_sequence,
         }
     }
@@ -493,5 +574,9 @@ pub fn denial_text(reason: &str, rule_id: &str) -> String {
 }
 
 fn non_empty(value: &str) -> Option<String> {
-    if value.is_empty() { None } else { Some(value.to_owned()) }
+    if value.is_empty() {
+        None
+    } else {
+        Some(value.to_owned())
+    }
 }

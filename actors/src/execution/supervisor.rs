@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent as RactorEvent};
+use ractor::{
+    Actor, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent as RactorEvent,
+};
 
 use super::actor::{ExecutionActor, ExecutionArgs, StartMode};
 use super::messages::ExecutionMsg;
@@ -49,12 +51,29 @@ impl Actor for ExecutionSupervisor {
     type State = ExecutionSupervisorState;
     type Arguments = Arc<Ctx>;
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
-        Ok(ExecutionSupervisorState { ctx, budgets: HashMap::new(), ids: HashMap::new() })
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        ctx: Arc<Ctx>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(ExecutionSupervisorState {
+            ctx,
+            budgets: HashMap::new(),
+            ids: HashMap::new(),
+        })
     }
 
-    async fn post_stop(&self, myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        myself.stop_children_and_wait(Some("kernel shutdown".into()), Some(state.ctx.config.shutdown_timeout)).await;
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        myself
+            .stop_children_and_wait(
+                Some("kernel shutdown".into()),
+                Some(state.ctx.config.shutdown_timeout),
+            )
+            .await;
         write(&state.ctx.executions).clear();
         Ok(())
     }
@@ -66,12 +85,18 @@ impl Actor for ExecutionSupervisor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ExecutionSupervisorMsg::Create { state: created, reply } => {
+            ExecutionSupervisorMsg::Create {
+                state: created,
+                reply,
+            } => {
                 let id = created.id.clone();
                 let _ = reply.send(spawn(&myself, state, id, StartMode::Created(created)).await);
             }
             ExecutionSupervisorMsg::Activate { id, reply } => {
-                let live = read(&state.ctx.executions).get(&id).cloned().filter(is_alive);
+                let live = read(&state.ctx.executions)
+                    .get(&id)
+                    .cloned()
+                    .filter(is_alive);
                 let result = match live {
                     Some(actor) => Ok(actor),
                     None => spawn(&myself, state, id, StartMode::Rehydrate).await,
@@ -93,7 +118,12 @@ impl Actor for ExecutionSupervisor {
                 if let Some(id) = state.ids.remove(&cell.get_id()) {
                     forget(state, &id, cell.get_id());
                     let reason = reason.unwrap_or_default();
-                    supervision::report(&state.ctx.metrics, ActorKind::Execution, Some(id.as_str()), &SupervisionEvent::Stopped { reason });
+                    supervision::report(
+                        &state.ctx.metrics,
+                        ActorKind::Execution,
+                        Some(id.as_str()),
+                        &SupervisionEvent::Stopped { reason },
+                    );
                 }
             }
             RactorEvent::ActorFailed(cell, error) => {
@@ -102,15 +132,33 @@ impl Actor for ExecutionSupervisor {
                 };
                 forget(state, &id, cell.get_id());
                 let policy = supervision::restart_policy(ActorKind::Execution);
-                let (count, allowed) = state.budgets.entry(id.clone()).or_default().record(&policy, Instant::now());
+                let (count, allowed) = state
+                    .budgets
+                    .entry(id.clone())
+                    .or_default()
+                    .record(&policy, Instant::now());
                 let error = error.to_string();
                 let (mode, event) = if allowed {
-                    (StartMode::Rehydrate, SupervisionEvent::Restarted { error, count })
+                    (
+                        StartMode::Rehydrate,
+                        SupervisionEvent::Restarted { error, count },
+                    )
                 } else {
-                    let reason = format!("crash_loop: execution actor failed {count} times within {:?}", policy.window);
-                    (StartMode::GiveUp { error: reason }, SupervisionEvent::GaveUp { error, count })
+                    let reason = format!(
+                        "crash_loop: execution actor failed {count} times within {:?}",
+                        policy.window
+                    );
+                    (
+                        StartMode::GiveUp { error: reason },
+                        SupervisionEvent::GaveUp { error, count },
+                    )
                 };
-                supervision::report(&state.ctx.metrics, ActorKind::Execution, Some(id.as_str()), &event);
+                supervision::report(
+                    &state.ctx.metrics,
+                    ActorKind::Execution,
+                    Some(id.as_str()),
+                    &event,
+                );
                 if let Err(error) = spawn(&myself, state, id.clone(), mode).await {
                     tracing::error!(execution.id = %id, error = %error, "execution actor could not be rebuilt");
                 }
@@ -122,13 +170,19 @@ impl Actor for ExecutionSupervisor {
 }
 
 fn is_alive(actor: &ActorRef<ExecutionMsg>) -> bool {
-    matches!(actor.get_status(), ActorStatus::Running | ActorStatus::Starting | ActorStatus::Upgrading)
+    matches!(
+        actor.get_status(),
+        ActorStatus::Running | ActorStatus::Starting | ActorStatus::Upgrading
+    )
 }
 
 /// Removes a dead actor from the directory unless a newer one already replaced it.
 fn forget(state: &ExecutionSupervisorState, id: &ExecutionId, actor_id: ractor::ActorId) {
     let mut executions = write(&state.ctx.executions);
-    if executions.get(id).is_some_and(|actor| actor.get_id() == actor_id) {
+    if executions
+        .get(id)
+        .is_some_and(|actor| actor.get_id() == actor_id)
+    {
         executions.remove(id);
     }
 }
@@ -139,14 +193,23 @@ async fn spawn(
     id: ExecutionId,
     mode: StartMode,
 ) -> Result<ActorRef<ExecutionMsg>, KernelError> {
-    let args = ExecutionArgs { ctx: state.ctx.clone(), id: id.clone(), mode };
+    let args = ExecutionArgs {
+        ctx: state.ctx.clone(),
+        id: id.clone(),
+        mode,
+    };
     match Actor::spawn_linked(None, ExecutionActor, args, myself.get_cell()).await {
         Ok((actor, _handle)) => {
             state.ids.insert(actor.get_id(), id.clone());
             if is_alive(&actor) {
                 write(&state.ctx.executions).insert(id.clone(), actor.clone());
             }
-            supervision::report(&state.ctx.metrics, ActorKind::Execution, Some(id.as_str()), &SupervisionEvent::Started);
+            supervision::report(
+                &state.ctx.metrics,
+                ActorKind::Execution,
+                Some(id.as_str()),
+                &SupervisionEvent::Started,
+            );
             Ok(actor)
         }
         Err(error) => Err(spawn_error(&id, &error.to_string())),

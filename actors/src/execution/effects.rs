@@ -1,0 +1,248 @@
+//! What an execution actor does around the pure state machine: commit a transition and apply
+//! it, run its effects, count it, and keep its timers armed.
+
+use super::actor::ExecutionActorState;
+use super::commands::{Effect, StepOutcome};
+use super::machine::Transition;
+use super::messages::ExecutionMsg;
+use super::rejection::Rejection;
+use super::state::ExecutionState;
+use super::watchdog;
+use crate::agent_group::AgentGroupMsg;
+use crate::events::seal;
+use crate::ids::StepId;
+use crate::kernel::KernelError;
+use crate::kernel::context::write;
+use crate::runner::DispatcherMsg;
+use crate::status::StepStatus;
+use crate::store::Commit;
+use crate::time::{self, Timestamp};
+use ractor::ActorRef;
+
+pub(super) fn count_step(
+    state: &ExecutionActorState,
+    outcome: &StepOutcome,
+    result: &Result<(), KernelError>,
+) {
+    if result.is_ok()
+        && let Some(step) = state.exec.step(&outcome.step_id)
+        && step.status.is_terminal()
+    {
+        state.ctx.metrics.step_ended(step.status.as_str());
+    }
+}
+
+pub(super) async fn decide_and_apply(
+    state: &mut ExecutionActorState,
+    decide: impl FnOnce(&ExecutionState) -> Result<Transition, Rejection>,
+) -> Result<(), KernelError> {
+    let transition = decide(&state.exec)?;
+    apply(state, transition).await
+}
+
+/// Makes a transition durable, applies it, then runs its effects. On a store failure nothing
+/// changes in memory and the error is returned.
+pub(super) async fn apply(
+    state: &mut ExecutionActorState,
+    transition: Transition,
+) -> Result<(), KernelError> {
+    let consumer = state
+        .exec
+        .session
+        .as_ref()
+        .map(|session| session.consumer_id.clone());
+    let session_before = state
+        .exec
+        .session
+        .as_ref()
+        .map(|session| session.id.clone());
+    if !transition.events.is_empty() {
+        let events = seal(
+            &state.exec.id,
+            state.exec.last_sequence,
+            state.ctx.now(),
+            None,
+            transition.events,
+        );
+        let mut next = state.exec.clone();
+        let mut touched: Vec<StepId> = Vec::new();
+        for event in &events {
+            next.apply(event);
+            if let Some(step_id) = &event.step_id
+                && !touched.contains(step_id)
+            {
+                touched.push(step_id.clone());
+            }
+        }
+        let steps = touched
+            .iter()
+            .filter_map(|id| next.step(id))
+            .map(|step| next.step_row(step))
+            .collect();
+        if let Err(error) = state
+            .ctx
+            .commit(Commit {
+                execution: next.row(),
+                events,
+                steps,
+            })
+            .await
+        {
+            state.stale = true;
+            return Err(error);
+        }
+        state
+            .ctx
+            .metrics
+            .execution_moved(Some(state.exec.status), next.status);
+        state.exec = next;
+    }
+    let session_after = state
+        .exec
+        .session
+        .as_ref()
+        .map(|session| session.id.clone());
+    if session_before != session_after {
+        let mut sessions = write(&state.ctx.sessions);
+        if let Some(old) = &session_before {
+            sessions.remove(old);
+        }
+        if let Some(new) = &session_after {
+            sessions.insert(new.clone(), state.exec.id.clone());
+        }
+    }
+    run_effects(state, consumer, transition.effects);
+    Ok(())
+}
+
+pub(super) fn run_effects(
+    state: &ExecutionActorState,
+    consumer: Option<String>,
+    effects: Vec<Effect>,
+) {
+    let exec = &state.exec;
+    for effect in effects {
+        match effect {
+            Effect::PushToAgent(push) => {
+                if let Some(consumer_id) = &consumer {
+                    let message = AgentGroupMsg::Push {
+                        consumer_id: consumer_id.clone(),
+                        push,
+                    };
+                    state.ctx.tell_agent_group(&exec.agent_id, message);
+                }
+            }
+            Effect::EnqueueJob(job) => state.ctx.tell_dispatcher(DispatcherMsg::Enqueue(job)),
+            Effect::StepEnded {
+                step_id,
+                cancel_reason,
+            } => {
+                state.ctx.tell_dispatcher(DispatcherMsg::StepEnded {
+                    step_id,
+                    cancel_reason,
+                });
+            }
+            Effect::BecamePending => {
+                let message = AgentGroupMsg::ExecutionPending {
+                    execution_id: exec.id.clone(),
+                    reply: None,
+                };
+                state.ctx.tell_agent_group(&exec.agent_id, message);
+            }
+            Effect::SessionEnded { consumer_id } => {
+                let message = AgentGroupMsg::SessionEnded {
+                    consumer_id,
+                    execution_id: exec.id.clone(),
+                };
+                state.ctx.tell_agent_group(&exec.agent_id, message);
+            }
+        }
+    }
+}
+
+pub(super) fn arm_step_timers(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
+    // Step deadlines are not enforced while a signal wait or an approval blocks the
+    // execution; the next message after the resume re-arms them.
+    if state.exec.hard_blocked() || state.exec.status.is_terminal() {
+        return;
+    }
+    let mut wanted: Vec<(StepId, Timestamp)> = Vec::new();
+    for step in state.exec.active_steps() {
+        if let Some(deadline) = step.deadline
+            && (step.status != StepStatus::Pending || !step.remote || step.not_before.is_none())
+        {
+            wanted.push((step.id.clone(), deadline));
+        }
+    }
+    let now = state.ctx.now();
+    for (step_id, deadline) in wanted {
+        if state.armed.get(&step_id) == Some(&deadline) {
+            continue;
+        }
+        state.armed.insert(step_id.clone(), deadline);
+        send_at(myself, now, deadline, move || {
+            ExecutionMsg::StepDeadlineReached { step_id }
+        });
+    }
+}
+
+/// Arms a watchdog timer for every stall that is not recorded yet and has no timer.
+pub(super) fn arm_stall_checks(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
+    let now = state.ctx.now();
+    for due in watchdog::due_times(&state.exec, &state.ctx.config.execution) {
+        if state.checks.insert(due) {
+            send_at(myself, now, due, || ExecutionMsg::StallCheck);
+        }
+    }
+}
+
+/// Logs and counts the stalls just recorded.
+pub(super) fn report_stalls(state: &ExecutionActorState, stalls: &[crate::events::NewEvent]) {
+    for stall in stalls {
+        if let crate::events::EventBody::ExecutionStalled {
+            reason,
+            step_id,
+            runner_id,
+            since,
+        } = &stall.body
+        {
+            tracing::warn!(
+                execution.id = %state.exec.id,
+                agent.id = %state.exec.agent_id,
+                reason = %reason,
+                step.id = step_id.as_deref().unwrap_or(""),
+                runner.id = runner_id.as_deref().unwrap_or(""),
+                since = %time::format(since),
+                "execution stalled"
+            );
+            state.ctx.metrics.stall(reason);
+        }
+    }
+}
+
+/// Draws where a retry delay falls within its jitter range (1.0, the full backoff, when
+/// jitter is off).
+pub(super) fn jitter(settings: &super::commands::ExecutionSettings) -> f64 {
+    if settings.retry_jitter {
+        rand::random::<f64>()
+    } else {
+        1.0
+    }
+}
+
+pub(super) fn send_at(
+    myself: &ActorRef<ExecutionMsg>,
+    now: Timestamp,
+    at: Timestamp,
+    message: impl FnOnce() -> ExecutionMsg + Send + 'static,
+) {
+    let delay = (at - now).to_std().unwrap_or_default();
+    myself.send_after(delay, message);
+}
+
+pub(super) fn add(at: Timestamp, duration: std::time::Duration) -> Timestamp {
+    chrono::Duration::from_std(duration)
+        .ok()
+        .and_then(|delta| at.checked_add_signed(delta))
+        .unwrap_or(at)
+}

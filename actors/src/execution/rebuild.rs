@@ -1,0 +1,145 @@
+//! Building an execution actor's state: recording a creation, rebuilding from the log (at
+//! start, and after a failed commit), and re-announcing a rebuilt execution to its neighbours.
+
+use super::actor::ExecutionActorState;
+use super::commands::JobSpec;
+use super::machine::{self};
+use super::messages::ExecutionMsg;
+use super::rejection::Rejection;
+use super::state::ExecutionState;
+use crate::agent_group::AgentGroupMsg;
+use crate::events::{Event, seal};
+use crate::ids::ExecutionId;
+use crate::kernel::KernelError;
+use crate::kernel::context::Ctx;
+use crate::runner::DispatcherMsg;
+use crate::store::Commit;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Records `execution.created` for a new execution (through the store writer, so concurrent
+/// creations share transactions) and returns its state.
+pub async fn record_creation(
+    ctx: &Ctx,
+    id: &ExecutionId,
+    agent_id: &str,
+    input: Value,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Result<ExecutionState, KernelError> {
+    let labels_json = labels.map_or(Value::Null, |labels| serde_json::json!(labels));
+    let created = machine::create(agent_id, input, labels_json);
+    let events = seal(id, 0, ctx.now(), None, vec![created]);
+    let exec = ExecutionState::from_events(&events)
+        .ok_or_else(|| KernelError::Unavailable("execution.created did not fold".into()))?;
+    ctx.commit(Commit {
+        execution: exec.row(),
+        events,
+        steps: Vec::new(),
+    })
+    .await?;
+    ctx.metrics.execution_outcome("created");
+    ctx.metrics.execution_moved(None, exec.status);
+    Ok(exec)
+}
+
+pub(super) async fn load_events(ctx: &Ctx, id: &ExecutionId) -> Result<Vec<Event>, KernelError> {
+    let mut events = Vec::new();
+    loop {
+        let after = events.last().map_or(0, |event: &Event| event.sequence);
+        let page = ctx.store.events(id, after, 1000).await?;
+        if page.is_empty() {
+            return Ok(events);
+        }
+        events.extend(page);
+    }
+}
+
+/// Rebuilds the state from the store after a failed commit.
+pub(super) async fn reload(state: &mut ExecutionActorState) -> Result<(), KernelError> {
+    let events = load_events(&state.ctx, &state.exec.id).await?;
+    let exec = ExecutionState::from_events(&events).ok_or_else(|| {
+        KernelError::Rejected(Rejection::ExecutionNotFound(state.exec.id.to_string()))
+    })?;
+    if exec.last_sequence != state.exec.last_sequence {
+        tracing::warn!(execution.id = %exec.id, "a commit reported as failed had landed; state reloaded from the store");
+        state
+            .ctx
+            .metrics
+            .execution_moved(Some(state.exec.status), exec.status);
+    }
+    state.exec = exec;
+    state.armed.clear();
+    state.checks.clear();
+    state.stale = false;
+    Ok(())
+}
+
+/// Answers a message with `error` without handling it (the state could not be reloaded).
+pub(super) fn refuse(message: ExecutionMsg, error: KernelError) {
+    match message {
+        ExecutionMsg::SubmitIntent { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::ReportStepResult { reply, .. }
+        | ExecutionMsg::ReportRunnerResult { reply, .. }
+        | ExecutionMsg::MarkStepStarted { reply, .. }
+        | ExecutionMsg::DeliverSignal { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),
+        ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),
+        ExecutionMsg::GetExecution { .. }
+        | ExecutionMsg::ConsumerLost { .. }
+        | ExecutionMsg::RunnerLost { .. }
+        | ExecutionMsg::StepDeadlineReached { .. }
+        | ExecutionMsg::ExecutionDeadlineReached
+        | ExecutionMsg::StallCheck => {}
+        #[cfg(any(test, feature = "testing"))]
+        ExecutionMsg::Crash => {}
+    }
+}
+
+/// Re-announces a rebuilt execution to its neighbours: pending ones to the agent group, held
+/// sessions for a reconnect, remote jobs to the dispatcher (retries waiting for `not_before`
+/// queued at once, jobs that may be in a runner's hands held for the runner grace first).
+pub(super) fn recover(state: &ExecutionActorState) {
+    let exec = &state.exec;
+    if exec.status == crate::status::ExecutionStatus::Pending {
+        state.ctx.tell_agent_group(
+            &exec.agent_id,
+            AgentGroupMsg::ExecutionPending {
+                execution_id: exec.id.clone(),
+                reply: None,
+            },
+        );
+    } else if let Some(session) = &exec.session {
+        state.ctx.tell_agent_group(
+            &exec.agent_id,
+            AgentGroupMsg::SessionRestored {
+                consumer_id: session.consumer_id.clone(),
+                execution_id: exec.id.clone(),
+            },
+        );
+    }
+    for step in exec
+        .active_steps()
+        .filter(|step| step.remote && !step.awaiting_approval)
+    {
+        let job = JobSpec {
+            job_id: step
+                .job_id
+                .clone()
+                .unwrap_or_else(|| crate::ids::JobId::generate().into_string()),
+            execution_id: exec.id.to_string(),
+            step_id: step.id.clone(),
+            attempt: step.attempt,
+            tool_id: step.tool_id.clone(),
+            arguments: step.arguments.clone(),
+            deadline: step.deadline.unwrap_or_else(|| state.ctx.now()),
+            not_before: step.not_before,
+        };
+        let waiting_retry = step.status == crate::status::StepStatus::Pending;
+        state.ctx.tell_dispatcher(if waiting_retry {
+            DispatcherMsg::Enqueue(job)
+        } else {
+            DispatcherMsg::Recovered(job)
+        });
+    }
+}
