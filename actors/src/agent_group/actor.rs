@@ -68,7 +68,11 @@ impl Actor for AgentGroupActor {
     type State = AgentGroupState;
     type Arguments = AgentGroupArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, args: AgentGroupArgs) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: AgentGroupArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
         Ok(AgentGroupState {
             ctx: args.ctx,
             agent_id: args.agent_id,
@@ -86,7 +90,11 @@ impl Actor for AgentGroupActor {
         })
     }
 
-    async fn post_start(&self, _myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn post_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         // A (re)started group learns its pending executions from the store, so nothing waits
         // forever because a queue was lost with a crashed predecessor.
         let filter = ListFilter {
@@ -103,7 +111,9 @@ impl Actor for AgentGroupActor {
                     }
                 }
             }
-            Err(error) => tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions"),
+            Err(error) => {
+                tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions")
+            }
         }
         Ok(())
     }
@@ -115,24 +125,40 @@ impl Actor for AgentGroupActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            AgentGroupMsg::ConsumerConnected { consumer_id, connection, sender } => {
+            AgentGroupMsg::ConsumerConnected {
+                consumer_id,
+                connection,
+                sender,
+            } => {
                 connect(state, consumer_id, connection, sender);
                 assign_pending(&myself, state).await;
             }
-            AgentGroupMsg::ConsumerDisconnected { consumer_id, connection } => {
-                let current = state.connected.get(&consumer_id).map(|consumer| consumer.connection);
+            AgentGroupMsg::ConsumerDisconnected {
+                consumer_id,
+                connection,
+            } => {
+                let current = state
+                    .connected
+                    .get(&consumer_id)
+                    .map(|consumer| consumer.connection);
                 if current == Some(connection) {
                     state.connected.remove(&consumer_id);
                     start_grace(&myself, state, &consumer_id);
                 }
             }
-            AgentGroupMsg::GraceExpired { consumer_id, generation } => {
+            AgentGroupMsg::GraceExpired {
+                consumer_id,
+                generation,
+            } => {
                 if state.away.get(&consumer_id) == Some(&generation) {
                     state.away.remove(&consumer_id);
                     consumer_gone(state, &consumer_id);
                 }
             }
-            AgentGroupMsg::ExecutionPending { execution_id, reply } => {
+            AgentGroupMsg::ExecutionPending {
+                execution_id,
+                reply,
+            } => {
                 if !state.pending.contains(&execution_id) {
                     state.pending.push_back(execution_id);
                 }
@@ -141,14 +167,26 @@ impl Actor for AgentGroupActor {
                     let _ = reply.send(());
                 }
             }
-            AgentGroupMsg::SessionRestored { consumer_id, execution_id } => {
-                state.bindings.entry(consumer_id.clone()).or_default().insert(execution_id);
-                if !state.connected.contains_key(&consumer_id) && !state.away.contains_key(&consumer_id) {
+            AgentGroupMsg::SessionRestored {
+                consumer_id,
+                execution_id,
+            } => {
+                state
+                    .bindings
+                    .entry(consumer_id.clone())
+                    .or_default()
+                    .insert(execution_id);
+                if !state.connected.contains_key(&consumer_id)
+                    && !state.away.contains_key(&consumer_id)
+                {
                     state.restored.insert(consumer_id.clone());
                     start_grace(&myself, state, &consumer_id);
                 }
             }
-            AgentGroupMsg::SessionEnded { consumer_id, execution_id } => {
+            AgentGroupMsg::SessionEnded {
+                consumer_id,
+                execution_id,
+            } => {
                 if let Some(bound) = state.bindings.get_mut(&consumer_id) {
                     bound.remove(&execution_id);
                     if bound.is_empty() {
@@ -160,26 +198,36 @@ impl Actor for AgentGroupActor {
                 state.retry_armed = false;
                 assign_pending(&myself, state).await;
             }
-            AgentGroupMsg::Push { consumer_id, push } => deliver(&myself, state, &consumer_id, push),
+            AgentGroupMsg::Push { consumer_id, push } => {
+                deliver(&myself, state, &consumer_id, push)
+            }
         }
         Ok(())
     }
 }
 
-fn connect(state: &mut AgentGroupState, consumer_id: String, connection: u64, sender: mpsc::Sender<Push>) {
+fn connect(
+    state: &mut AgentGroupState,
+    consumer_id: String,
+    connection: u64,
+    sender: mpsc::Sender<Push>,
+) {
     state.away.remove(&consumer_id);
     state.lost.remove(&consumer_id);
+    crate::kernel::context::write(&state.ctx.lost_consumers)
+        .remove(&(state.agent_id.to_string(), consumer_id.clone()));
     state.restored.remove(&consumer_id);
     tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, "agent consumer connected");
     // Replacing the entry drops the previous sender, which ends the previous stream.
-    state.connected.insert(consumer_id.clone(), Consumer { connection, sender });
+    state
+        .connected
+        .insert(consumer_id.clone(), Consumer { connection, sender });
     // Results written to the previous connection may never have arrived: send the recent ones
     // of executions still bound here again (the SDK keeps the first value of a result).
     let replay = recent_results(state, &consumer_id);
     let queued = state.outbox.remove(&consumer_id).unwrap_or_default();
     if !replay.is_empty() {
         tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, count = replay.len(), "recent results sent again after a reconnect");
-    crate::kernel::context::write(&state.ctx.lost_consumers).remove(&(state.agent_id.to_string(), consumer_id.clone()));
     }
     let replayed = replay.len();
     for (index, push) in replay.into_iter().chain(queued).enumerate() {
@@ -199,7 +247,12 @@ fn start_grace(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, co
     state.away.insert(consumer_id.to_owned(), generation);
     tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, "agent consumer disconnected, grace started");
     let consumer_id = consumer_id.to_owned();
-    myself.send_after(state.ctx.config.agent_grace, move || AgentGroupMsg::GraceExpired { consumer_id, generation });
+    myself.send_after(state.ctx.config.agent_grace, move || {
+        AgentGroupMsg::GraceExpired {
+            consumer_id,
+            generation,
+        }
+    });
 }
 
 /// Returns the results recently delivered to `consumer_id` for executions still bound to it,
@@ -214,7 +267,8 @@ fn recent_results(state: &mut AgentGroupState, consumer_id: &str) -> Vec<Push> {
     delivered
         .iter()
         .filter(|(_, push)| {
-            push.execution_id().is_some_and(|id| bound.is_some_and(|bound| bound.contains(&ExecutionId::from(id))))
+            push.execution_id()
+                .is_some_and(|id| bound.is_some_and(|bound| bound.contains(&ExecutionId::from(id))))
         })
         .map(|(_, push)| push.clone())
         .collect()
@@ -234,12 +288,22 @@ fn remember(state: &mut AgentGroupState, consumer_id: &str, push: &Push) {
 
 /// The consumer did not come back in time: its executions are told, its outbox dropped.
 fn consumer_gone(state: &mut AgentGroupState, consumer_id: &str) {
-    let reason = if state.restored.remove(consumer_id) { "recovery" } else { "agent_disconnect" };
+    let reason = if state.restored.remove(consumer_id) {
+        "recovery"
+    } else {
+        "agent_disconnect"
+    };
     tracing::info!(agent.id = %state.agent_id, consumer.id = %consumer_id, reason, "agent consumer lost");
     state.lost.insert(consumer_id.to_owned());
+    crate::kernel::context::write(&state.ctx.lost_consumers)
+        .insert((state.agent_id.to_string(), consumer_id.to_owned()));
     state.outbox.remove(consumer_id);
     state.delivered.remove(consumer_id);
-    let bound: Vec<ExecutionId> = state.bindings.get(consumer_id).map(|bound| bound.iter().cloned().collect()).unwrap_or_default();
+    let bound: Vec<ExecutionId> = state
+        .bindings
+        .get(consumer_id)
+        .map(|bound| bound.iter().cloned().collect())
+        .unwrap_or_default();
     for execution_id in bound {
         tell_lost(state, &execution_id, consumer_id, reason);
     }
@@ -247,13 +311,20 @@ fn consumer_gone(state: &mut AgentGroupState, consumer_id: &str) {
 
 fn tell_lost(state: &AgentGroupState, execution_id: &ExecutionId, consumer_id: &str, reason: &str) {
     if let Some(execution) = state.ctx.execution(execution_id) {
-    crate::kernel::context::write(&state.ctx.lost_consumers).insert((state.agent_id.to_string(), consumer_id.to_owned()));
-        let message = ExecutionMsg::ConsumerLost { consumer_id: consumer_id.to_owned(), reason: reason.to_owned() };
+        let message = ExecutionMsg::ConsumerLost {
+            consumer_id: consumer_id.to_owned(),
+            reason: reason.to_owned(),
+        };
         let _ = execution.send_message(message);
     }
 }
 
-fn deliver(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, consumer_id: &str, push: Push) {
+fn deliver(
+    myself: &ActorRef<AgentGroupMsg>,
+    state: &mut AgentGroupState,
+    consumer_id: &str,
+    push: Push,
+) {
     if let Some(consumer) = state.connected.get(consumer_id) {
         match consumer.sender.try_send(push.clone()) {
             Ok(()) => {
@@ -270,11 +341,15 @@ fn deliver(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, consum
             }
         }
     }
-    let bound = state.bindings.get(consumer_id).is_some_and(|bound| push.execution_id().is_some_and(|id| bound.contains(&ExecutionId::from(id))));
+    let bound = state.bindings.get(consumer_id).is_some_and(|bound| {
+        push.execution_id()
+            .is_some_and(|id| bound.contains(&ExecutionId::from(id)))
+    });
     if state.lost.contains(consumer_id)
-        && let Some(execution_id) = push.execution_id().map(ExecutionId::from) {
-            tell_lost(state, &execution_id, consumer_id, "agent_disconnect");
-        }
+        && let Some(execution_id) = push.execution_id().map(ExecutionId::from)
+    {
+        tell_lost(state, &execution_id, consumer_id, "agent_disconnect");
+    }
     if bound || state.away.contains_key(consumer_id) {
         keep(state, consumer_id, push);
     }
@@ -307,14 +382,22 @@ async fn assign_pending(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroup
             continue;
         };
         let timeout = state.ctx.config.call_timeout;
-        let offer = |reply| ExecutionMsg::OfferToConsumer { consumer_id: consumer_id.clone(), reply };
+        let offer = |reply| ExecutionMsg::OfferToConsumer {
+            consumer_id: consumer_id.clone(),
+            reply,
+        };
         match call(&execution, offer, timeout, "execution actor").await {
             Ok(Ok(push)) => {
-                state.bindings.entry(consumer_id.clone()).or_default().insert(execution_id);
+                state
+                    .bindings
+                    .entry(consumer_id.clone())
+                    .or_default()
+                    .insert(execution_id);
                 if let Some(consumer) = state.connected.get(&consumer_id)
-                    && consumer.sender.try_send(push.clone()).is_err() {
-                        keep(state, &consumer_id, push);
-                    }
+                    && consumer.sender.try_send(push.clone()).is_err()
+                {
+                    keep(state, &consumer_id, push);
+                }
             }
             Ok(Err(KernelError::Rejected(Rejection::NotPending(_)))) => {}
             Ok(Err(error)) | Err(error) => {
