@@ -37,7 +37,9 @@ pub fn backend() -> Backend {
 
 /// Returns `KEEL_TEST_POSTGRES_URL`, or `None` when it is unset or empty.
 pub fn postgres_admin_url() -> Option<String> {
-    std::env::var(POSTGRES_ENV).ok().filter(|url| !url.is_empty())
+    std::env::var(POSTGRES_ENV)
+        .ok()
+        .filter(|url| !url.is_empty())
 }
 
 /// Where a test store lives; removed on drop.

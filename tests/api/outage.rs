@@ -52,9 +52,10 @@ impl Fault {
         match self {
             Self::Proxy(proxy) => proxy.close().await,
             Self::SqliteLock { path, holder } => {
-                let mut connection = SqliteConnection::connect(&format!("sqlite://{}", path.display()))
-                    .await
-                    .expect("second connection to the file");
+                let mut connection =
+                    SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                        .await
+                        .expect("second connection to the file");
                 sqlx::query("BEGIN EXCLUSIVE")
                     .execute(&mut connection)
                     .await
@@ -124,7 +125,12 @@ async fn outage_then_recovery(test: &str, kernel: TestKernel, mut fault: Fault) 
 
     fault.inject().await;
     let broken = Instant::now();
-    let ready = ready_answers(&kernel, StatusCode::SERVICE_UNAVAILABLE, broken + READY_BOUND).await;
+    let ready = ready_answers(
+        &kernel,
+        StatusCode::SERVICE_UNAVAILABLE,
+        broken + READY_BOUND,
+    )
+    .await;
     report(test, "ready answers 503 after", ready);
     let refused_body = json!({ "agent_id": REFUSED_AGENT, "input": {} });
     let refused_intent = json!({ "type": "invoke_tool", "tool_id": "outage.tool",
@@ -134,9 +140,23 @@ async fn outage_then_recovery(test: &str, kernel: TestKernel, mut fault: Fault) 
         kernel.post("/v0/executions", &refused_body),
         probe.intent(&kernel, refused_intent)
     );
-    assert_error(&create, StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE", None);
-    assert_error(&intent, StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE", None);
-    report(test, "refused create and intent answered in", writes.elapsed());
+    assert_error(
+        &create,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SERVICE_UNAVAILABLE",
+        None,
+    );
+    assert_error(
+        &intent,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SERVICE_UNAVAILABLE",
+        None,
+    );
+    report(
+        test,
+        "refused create and intent answered in",
+        writes.elapsed(),
+    );
     // The load keeps hitting the outage for a while: commits fail, actors are rebuilt.
     tokio::time::sleep_until(broken + OUTAGE).await;
     eventually("the load to see a 503", || async {
@@ -163,9 +183,17 @@ async fn outage_then_recovery(test: &str, kernel: TestKernel, mut fault: Fault) 
         .get(&format!("/v0/executions?agent_id={REFUSED_AGENT}"))
         .await;
     assert_eq!(status, StatusCode::OK, "{refused}");
-    assert_eq!(refused["executions"], json!([]), "a refused create was stored");
+    assert_eq!(
+        refused["executions"],
+        json!([]),
+        "a refused create was stored"
+    );
     let after = kernel.events(&probe.execution_id).await;
-    assert_eq!(after[..before.len()], before[..], "the probe's history changed");
+    assert_eq!(
+        after[..before.len()],
+        before[..],
+        "the probe's history changed"
+    );
     let added = &after[before.len()..];
     assert!(
         added.iter().any(|event| {
@@ -174,7 +202,9 @@ async fn outage_then_recovery(test: &str, kernel: TestKernel, mut fault: Fault) 
         "the intent accepted after the recovery has no step: {added:?}"
     );
     assert!(
-        after.iter().all(|event| event["idempotency_key"] != "during-outage"),
+        after
+            .iter()
+            .all(|event| event["idempotency_key"] != "during-outage"),
         "the refused intent was stored"
     );
     assert_contiguous(&probe.execution_id, &after);
@@ -204,7 +234,11 @@ async fn outage_then_recovery(test: &str, kernel: TestKernel, mut fault: Fault) 
     for id in statuses.keys() {
         let log = kernel.events(id).await;
         assert_contiguous(id, &log);
-        for (execution, step) in ledger.intents.iter().filter(|(execution, _)| execution == id) {
+        for (execution, step) in ledger
+            .intents
+            .iter()
+            .filter(|(execution, _)| execution == id)
+        {
             assert!(
                 log.iter()
                     .any(|event| event["type"] == "step.created" && event["step_id"] == *step),
@@ -213,7 +247,10 @@ async fn outage_then_recovery(test: &str, kernel: TestKernel, mut fault: Fault) 
         }
     }
     for id in &ledger.completed {
-        assert!(statuses.contains_key(id), "acknowledged completion lost: {id}");
+        assert!(
+            statuses.contains_key(id),
+            "acknowledged completion lost: {id}"
+        );
     }
     let _ = writeln!(
         std::io::stderr(),
@@ -229,7 +266,12 @@ async fn outage_then_recovery(test: &str, kernel: TestKernel, mut fault: Fault) 
 /// Polls `/v0/ready` until it answers `want` (a 503 must be the error envelope); fails when
 /// `deadline` passes first. Returns the time since the fault changed.
 async fn ready_answers(kernel: &TestKernel, want: StatusCode, deadline: Instant) -> Duration {
-    let since = deadline - if want == StatusCode::OK { RECOVERY_BOUND } else { READY_BOUND };
+    let since = deadline
+        - if want == StatusCode::OK {
+            RECOVERY_BOUND
+        } else {
+            READY_BOUND
+        };
     loop {
         let answer = kernel.get("/v0/ready").await;
         if answer.0 == want {
@@ -237,7 +279,11 @@ async fn ready_answers(kernel: &TestKernel, want: StatusCode, deadline: Instant)
                 assert_error(&answer, want, "SERVICE_UNAVAILABLE", None);
             }
             let now = Instant::now();
-            assert!(now <= deadline, "/v0/ready answered {want} only after {:?}", now - since);
+            assert!(
+                now <= deadline,
+                "/v0/ready answered {want} only after {:?}",
+                now - since
+            );
             return now - since;
         }
         assert!(

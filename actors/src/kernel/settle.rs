@@ -57,7 +57,9 @@ pub(crate) async fn settle_creation(
                     id: id.clone(),
                     reply,
                 };
-                if let Ok(Ok(_)) = call(&executions, activate, timeout, "execution supervisor").await {
+                if let Ok(Ok(_)) =
+                    call(&executions, activate, timeout, "execution supervisor").await
+                {
                     tracing::warn!(execution.id = %id, "a creation answered as failed was stored after all; its execution is offered to its agent");
                     return;
                 }

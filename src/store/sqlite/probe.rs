@@ -52,9 +52,10 @@ mod tests {
             .expect("open");
         store.ping().await.expect("ready before the lock");
 
-        let mut other = SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(&path))
-            .await
-            .expect("connect");
+        let mut other =
+            SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(&path))
+                .await
+                .expect("connect");
         sqlx::query("BEGIN EXCLUSIVE")
             .execute(&mut other)
             .await

@@ -36,7 +36,11 @@ async fn assignment_retried(kernel: TestKernel, mut fault: Fault, hold: Duration
     let mut agent = TestAgent::connect(&kernel, AGENT).await;
     tokio::time::sleep(hold).await;
     let (status, _) = kernel.get("/v0/ready").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "still in the outage");
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "still in the outage"
+    );
     fault.heal().await;
     let healed = Instant::now();
 
@@ -46,13 +50,18 @@ async fn assignment_retried(kernel: TestKernel, mut fault: Fault, hold: Duration
         let assignment = tokio::time::timeout(left, agent.assignment())
             .await
             .unwrap_or_else(|_| {
-                panic!("only {assigned:?} of {ids:?} assigned {RECOVERY_BOUND:?} after the recovery")
+                panic!(
+                    "only {assigned:?} of {ids:?} assigned {RECOVERY_BOUND:?} after the recovery"
+                )
             });
         assigned.push(assignment.execution_id);
     }
     for id in &ids {
         let id = id.as_str().expect("id");
-        assert!(assigned.iter().any(|assigned| assigned == id), "{id} not assigned");
+        assert!(
+            assigned.iter().any(|assigned| assigned == id),
+            "{id} not assigned"
+        );
         let status = eventually("running", || async {
             let status = kernel.status(id).await;
             (status == "running").then_some(status)

@@ -232,7 +232,10 @@ async fn script(
     else {
         return;
     };
-    let Some(step) = answer["step_id"].as_str().filter(|_| answer["accepted"] == true) else {
+    let Some(step) = answer["step_id"]
+        .as_str()
+        .filter(|_| answer["accepted"] == true)
+    else {
         violation(&ledger, "intent not accepted", StatusCode::OK, &answer);
         return;
     };
@@ -246,8 +249,7 @@ async fn script(
         "success": true, "data": { "ok": true },
     });
     let result_url = format!("{base_url}/v0/agents/step-result");
-    if let Outcome::GaveUp = retry(&client, &result_url, &result, &ledger, &stop, "result").await
-    {
+    if let Outcome::GaveUp = retry(&client, &result_url, &result, &ledger, &stop, "result").await {
         return;
     }
     let complete = json!({
