@@ -185,7 +185,11 @@ pub enum EventBody {
         /// Attempt number of the retry.
         next_attempt: i64,
         /// Earliest dispatch time of the retry job (Keel addition).
-        #[serde(default, with = "time::serde_micros_opt", skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            with = "time::serde_micros_opt",
+            skip_serializing_if = "Option::is_none"
+        )]
         not_before: Option<Timestamp>,
     },
     /// The step was cancelled.
@@ -285,14 +289,19 @@ impl EventBody {
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
-            Self::ExecutionCompleted { .. } | Self::ExecutionFailed { .. } | Self::ExecutionCancelled { .. }
+            Self::ExecutionCompleted { .. }
+                | Self::ExecutionFailed { .. }
+                | Self::ExecutionCancelled { .. }
         )
     }
 }
 
 /// Returns whether an event type name ends an execution's stream.
 pub fn is_terminal_type(type_name: &str) -> bool {
-    matches!(type_name, "execution.completed" | "execution.failed" | "execution.cancelled")
+    matches!(
+        type_name,
+        "execution.completed" | "execution.failed" | "execution.cancelled"
+    )
 }
 
 /// One event as stored in the log and sent on the wire.
@@ -338,12 +347,20 @@ pub struct NewEvent {
 impl NewEvent {
     /// Returns an event not tied to a step.
     pub fn execution(body: EventBody) -> Self {
-        Self { step_id: None, body, idempotency_key: None }
+        Self {
+            step_id: None,
+            body,
+            idempotency_key: None,
+        }
     }
 
     /// Returns an event about one step.
     pub fn step(step_id: &StepId, body: EventBody) -> Self {
-        Self { step_id: Some(step_id.clone()), body, idempotency_key: None }
+        Self {
+            step_id: Some(step_id.clone()),
+            body,
+            idempotency_key: None,
+        }
     }
 
     /// Returns the same event carrying an idempotency key.
@@ -397,7 +414,12 @@ mod tests {
             3,
             crate::time::now(),
             None,
-            vec![NewEvent::step(&StepId::new("s1"), EventBody::StepCompleted { result: serde_json::json!({"x": 1}) })],
+            vec![NewEvent::step(
+                &StepId::new("s1"),
+                EventBody::StepCompleted {
+                    result: serde_json::json!({"x": 1}),
+                },
+            )],
         );
         let json = serde_json::to_value(&events[0]).expect("serializes");
         assert_eq!(json["type"], "step.completed");

@@ -112,18 +112,62 @@ impl Metrics {
         let commit_batch = Histogram::new(exponential_buckets(1.0, 2.0, 12));
         let retention_deleted = Counter::default();
         let stalls = Family::<KindLabel, Counter>::default();
-        registry.register("live_executions", "Non-terminal executions by current status", executions.clone());
-        registry.register("executions", "Executions created and ended, by outcome", executions_total.clone());
-        registry.register("intents", "Intents processed by type and decision", intents.clone());
-        registry.register("policy_decisions", "Policy decisions by decision and rule", policy_decisions.clone());
-        registry.register("policy_reloads", "Policy reloads by result", policy_reloads.clone());
+        registry.register(
+            "live_executions",
+            "Non-terminal executions by current status",
+            executions.clone(),
+        );
+        registry.register(
+            "executions",
+            "Executions created and ended, by outcome",
+            executions_total.clone(),
+        );
+        registry.register(
+            "intents",
+            "Intents processed by type and decision",
+            intents.clone(),
+        );
+        registry.register(
+            "policy_decisions",
+            "Policy decisions by decision and rule",
+            policy_decisions.clone(),
+        );
+        registry.register(
+            "policy_reloads",
+            "Policy reloads by result",
+            policy_reloads.clone(),
+        );
         registry.register("steps", "Steps ended by outcome", steps.clone());
-        registry.register("sse_connections", "Open SSE connections by kind", sse_connections.clone());
-        registry.register("supervision_events", "Actor supervision events", supervision.clone());
-        registry.register("store_commit_seconds", "Store commit latency", commit_seconds.clone());
-        registry.register("store_commit_batch_size", "Executions per store commit", commit_batch.clone());
-        registry.register("retention_deleted_executions", "Terminal executions deleted by retention", retention_deleted.clone());
-        registry.register("stalls", "Stalls reported by the watchdog, by kind", stalls.clone());
+        registry.register(
+            "sse_connections",
+            "Open SSE connections by kind",
+            sse_connections.clone(),
+        );
+        registry.register(
+            "supervision_events",
+            "Actor supervision events",
+            supervision.clone(),
+        );
+        registry.register(
+            "store_commit_seconds",
+            "Store commit latency",
+            commit_seconds.clone(),
+        );
+        registry.register(
+            "store_commit_batch_size",
+            "Executions per store commit",
+            commit_batch.clone(),
+        );
+        registry.register(
+            "retention_deleted_executions",
+            "Terminal executions deleted by retention",
+            retention_deleted.clone(),
+        );
+        registry.register(
+            "stalls",
+            "Stalls reported by the watchdog, by kind",
+            stalls.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             executions,
@@ -161,59 +205,100 @@ impl Metrics {
             return;
         }
         if let Some(from) = from.filter(|from| !from.is_terminal()) {
-            self.executions.get_or_create(&StatusLabel { status: from.as_str().to_owned() }).dec();
+            self.executions
+                .get_or_create(&StatusLabel {
+                    status: from.as_str().to_owned(),
+                })
+                .dec();
         }
         if !to.is_terminal() {
-            self.executions.get_or_create(&StatusLabel { status: to.as_str().to_owned() }).inc();
+            self.executions
+                .get_or_create(&StatusLabel {
+                    status: to.as_str().to_owned(),
+                })
+                .inc();
         }
     }
 
     /// Counts an execution lifecycle outcome (`created`, `completed`, ...).
     pub fn execution_outcome(&self, status: &str) {
-        self.executions_total.get_or_create(&StatusLabel { status: status.to_owned() }).inc();
+        self.executions_total
+            .get_or_create(&StatusLabel {
+                status: status.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one processed intent.
     pub fn intent(&self, intent_type: &str, decision: &str) {
-        let labels = IntentLabels { r#type: intent_type.to_owned(), decision: decision.to_owned() };
+        let labels = IntentLabels {
+            r#type: intent_type.to_owned(),
+            decision: decision.to_owned(),
+        };
         self.intents.get_or_create(&labels).inc();
     }
 
     /// Counts one policy decision.
     pub fn policy_decision(&self, decision: &str, rule_id: &str) {
-        let labels = RuleLabels { decision: decision.to_owned(), rule_id: rule_id.to_owned() };
+        let labels = RuleLabels {
+            decision: decision.to_owned(),
+            rule_id: rule_id.to_owned(),
+        };
         self.policy_decisions.get_or_create(&labels).inc();
     }
 
     /// Counts one policy reload attempt (`ok` or `error`).
     pub fn policy_reload(&self, result: &str) {
-        self.policy_reloads.get_or_create(&ResultLabel { result: result.to_owned() }).inc();
+        self.policy_reloads
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one ended step.
     pub fn step_ended(&self, status: &str) {
-        self.steps.get_or_create(&StatusLabel { status: status.to_owned() }).inc();
+        self.steps
+            .get_or_create(&StatusLabel {
+                status: status.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts an SSE connection opening.
     pub fn sse_connected(&self, kind: &str) {
-        self.sse_connections.get_or_create(&KindLabel { kind: kind.to_owned() }).inc();
+        self.sse_connections
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts an SSE connection closing.
     pub fn sse_disconnected(&self, kind: &str) {
-        self.sse_connections.get_or_create(&KindLabel { kind: kind.to_owned() }).dec();
+        self.sse_connections
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .dec();
     }
 
     /// Counts a supervision event.
     pub fn supervision_event(&self, kind: &str, event: &str) {
-        let labels = SupervisionLabels { kind: kind.to_owned(), event: event.to_owned() };
+        let labels = SupervisionLabels {
+            kind: kind.to_owned(),
+            event: event.to_owned(),
+        };
         self.supervision.get_or_create(&labels).inc();
     }
 
     /// Counts one stall reported by the watchdog.
     pub fn stall(&self, kind: &str) {
-        self.stalls.get_or_create(&KindLabel { kind: kind.to_owned() }).inc();
+        self.stalls
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     /// Records one store commit.

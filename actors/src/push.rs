@@ -14,7 +14,13 @@ pub struct Push {
 
 impl Push {
     /// Returns `tool.result` for a step's terminal outcome.
-    pub fn tool_result(execution_id: &str, step_id: &str, success: bool, result: Option<&Value>, error: Option<&str>) -> Self {
+    pub fn tool_result(
+        execution_id: &str,
+        step_id: &str,
+        success: bool,
+        result: Option<&Value>,
+        error: Option<&str>,
+    ) -> Self {
         let mut data = json!({
             "execution_id": execution_id,
             "step_id": step_id,
@@ -26,37 +32,65 @@ impl Push {
         if let Some(error) = error.filter(|error| !error.is_empty()) {
             data["error"] = json!(error);
         }
-        Self { event: "tool.result", data }
+        Self {
+            event: "tool.result",
+            data,
+        }
     }
 
     /// Returns `signal.received` (always with `execution_id`, WIRE.md §10.4.3).
     pub fn signal_received(execution_id: &str, signal_type: &str, payload: &Value) -> Self {
-        let data = json!({ "execution_id": execution_id, "signal_type": signal_type, "payload": payload });
-        Self { event: "signal.received", data }
+        let data =
+            json!({ "execution_id": execution_id, "signal_type": signal_type, "payload": payload });
+        Self {
+            event: "signal.received",
+            data,
+        }
     }
 
     /// Returns `approval.resolved`.
-    pub fn approval_resolved(execution_id: &str, step_id: &str, approved: bool, session_id: &str) -> Self {
+    pub fn approval_resolved(
+        execution_id: &str,
+        step_id: &str,
+        approved: bool,
+        session_id: &str,
+    ) -> Self {
         let data = json!({
             "execution_id": execution_id, "step_id": step_id, "approved": approved, "session_id": session_id,
         });
-        Self { event: "approval.resolved", data }
+        Self {
+            event: "approval.resolved",
+            data,
+        }
     }
 
     /// Returns `execution.cancelled`, which makes the SDK stop the handler.
     pub fn execution_cancelled(execution_id: &str) -> Self {
-        Self { event: "execution.cancelled", data: json!({ "execution_id": execution_id }) }
+        Self {
+            event: "execution.cancelled",
+            data: json!({ "execution_id": execution_id }),
+        }
     }
 
     /// Returns the runner-stream notice that a job's step ended and its work should stop.
     pub fn job_cancelled(job_id: &str, execution_id: &str, step_id: &str, reason: &str) -> Self {
         let data = json!({ "job_id": job_id, "execution_id": execution_id, "step_id": step_id, "reason": reason });
-        Self { event: "job.cancelled", data }
+        Self {
+            event: "job.cancelled",
+            data,
+        }
     }
 
     /// Returns whether losing this push would leave an agent waiting (it belongs in the outbox).
     pub fn must_deliver(&self) -> bool {
-        matches!(self.event, "tool.result" | "signal.received" | "approval.resolved" | "execution.cancelled" | "execution.assigned")
+        matches!(
+            self.event,
+            "tool.result"
+                | "signal.received"
+                | "approval.resolved"
+                | "execution.cancelled"
+                | "execution.assigned"
+        )
     }
 
     /// Returns the execution id a push is about.

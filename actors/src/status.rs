@@ -25,8 +25,14 @@ pub enum ExecutionStatus {
 
 impl ExecutionStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [Self; 6] =
-        [Self::Pending, Self::Running, Self::Blocked, Self::Completed, Self::Failed, Self::Cancelled];
+    pub const ALL: [Self; 6] = [
+        Self::Pending,
+        Self::Running,
+        Self::Blocked,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
 
     /// Returns the wire name.
     pub fn as_str(self) -> &'static str {
@@ -56,7 +62,10 @@ impl FromStr for ExecutionStatus {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|status| status.as_str() == value).ok_or_else(|| value.to_owned())
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == value)
+            .ok_or_else(|| value.to_owned())
     }
 }
 
@@ -107,7 +116,10 @@ impl StepStatus {
 
     /// Returns whether the step can no longer change.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed | Self::TimedOut | Self::Cancelled)
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::TimedOut | Self::Cancelled
+        )
     }
 }
 
@@ -121,6 +133,9 @@ impl FromStr for StepStatus {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|status| status.as_str() == value).ok_or_else(|| value.to_owned())
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == value)
+            .ok_or_else(|| value.to_owned())
     }
 }

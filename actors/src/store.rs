@@ -115,7 +115,12 @@ pub trait Store: Send + Sync + 'static {
     async fn commit(&self, batch: &[Commit]) -> Result<(), StoreError>;
 
     /// Returns up to `limit` events of an execution with `sequence > after_sequence`, oldest first.
-    async fn events(&self, id: &ExecutionId, after_sequence: i64, limit: i64) -> Result<Vec<Event>, StoreError>;
+    async fn events(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, StoreError>;
 
     /// Returns the projection row of an execution, if it exists.
     async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError>;
@@ -128,7 +133,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes up to `limit` terminal executions last updated before `before`, with all their
     /// rows; returns how many were deleted.
-    async fn delete_terminal_before(&self, before: Timestamp, limit: i64) -> Result<u64, StoreError>;
+    async fn delete_terminal_before(
+        &self,
+        before: Timestamp,
+        limit: i64,
+    ) -> Result<u64, StoreError>;
 
     /// Returns every tool call allowed at or after `since` (steps created without an approval
     /// gate, whatever became of them later), oldest first.

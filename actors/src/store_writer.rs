@@ -51,8 +51,16 @@ impl Actor for StoreWriter {
     type State = StoreWriterState;
     type Arguments = StoreWriterArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, args: StoreWriterArgs) -> Result<Self::State, ActorProcessingErr> {
-        Ok(StoreWriterState { args, queued: Vec::new(), in_flight: Vec::new() })
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: StoreWriterArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(StoreWriterState {
+            args,
+            queued: Vec::new(),
+            in_flight: Vec::new(),
+        })
     }
 
     async fn handle(
@@ -93,7 +101,11 @@ impl Actor for StoreWriter {
 fn start_flush(myself: &ActorRef<StoreWriterMsg>, state: &mut StoreWriterState) {
     let take = state.queued.len().min(state.args.max_batch.max(1));
     state.in_flight = state.queued.drain(..take).collect();
-    let commits: Vec<Commit> = state.in_flight.iter().map(|(commit, _)| commit.as_ref().clone()).collect();
+    let commits: Vec<Commit> = state
+        .in_flight
+        .iter()
+        .map(|(commit, _)| commit.as_ref().clone())
+        .collect();
     let store = state.args.store.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
@@ -109,9 +121,10 @@ async fn commit_all(store: &dyn Store, commits: &[Commit]) -> Vec<Result<(), Sto
     match store.commit(commits).await {
         Ok(()) => commits.iter().map(|_| Ok(())).collect(),
         Err(error) if commits.len() == 1 => vec![Err(error)],
-        Err(StoreError::Unavailable(reason)) => {
-            commits.iter().map(|_| Err(StoreError::Unavailable(reason.clone()))).collect()
-        }
+        Err(StoreError::Unavailable(reason)) => commits
+            .iter()
+            .map(|_| Err(StoreError::Unavailable(reason.clone())))
+            .collect(),
         Err(_) => {
             let mut results = Vec::with_capacity(commits.len());
             for commit in commits {

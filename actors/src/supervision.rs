@@ -73,13 +73,30 @@ pub struct RestartPolicy {
 pub fn restart_policy(kind: ActorKind) -> RestartPolicy {
     let minute = Duration::from_secs(60);
     match kind {
-        ActorKind::Policy | ActorKind::StoreWriter | ActorKind::Dispatcher | ActorKind::AgentGroup => {
-            RestartPolicy { restart: RestartType::Permanent, max_restarts: 10, window: minute }
-        }
-        ActorKind::Execution => RestartPolicy { restart: RestartType::Transient, max_restarts: 3, window: minute },
-        ActorKind::Runner => RestartPolicy { restart: RestartType::Temporary, max_restarts: 0, window: minute },
+        ActorKind::Policy
+        | ActorKind::StoreWriter
+        | ActorKind::Dispatcher
+        | ActorKind::AgentGroup => RestartPolicy {
+            restart: RestartType::Permanent,
+            max_restarts: 10,
+            window: minute,
+        },
+        ActorKind::Execution => RestartPolicy {
+            restart: RestartType::Transient,
+            max_restarts: 3,
+            window: minute,
+        },
+        ActorKind::Runner => RestartPolicy {
+            restart: RestartType::Temporary,
+            max_restarts: 0,
+            window: minute,
+        },
         ActorKind::Kernel | ActorKind::ExecutionSupervisor | ActorKind::AgentSupervisor => {
-            RestartPolicy { restart: RestartType::Temporary, max_restarts: 0, window: minute }
+            RestartPolicy {
+                restart: RestartType::Temporary,
+                max_restarts: 0,
+                window: minute,
+            }
         }
     }
 }
@@ -151,7 +168,11 @@ impl RestartBudget {
     /// Records a failure at `now`; returns the number of restarts in the window (this one
     /// included) and whether a restart is still allowed.
     pub fn record(&mut self, policy: &RestartPolicy, now: Instant) -> (u32, bool) {
-        while self.restarts.front().is_some_and(|at| now.duration_since(*at) > policy.window) {
+        while self
+            .restarts
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > policy.window)
+        {
             self.restarts.pop_front();
         }
         self.restarts.push_back(now);

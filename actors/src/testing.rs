@@ -58,7 +58,9 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
-        self.tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.tables
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -71,13 +73,23 @@ impl Store for MemoryStore {
         let mut tables = self.lock();
         for commit in batch {
             let stored = tables.events.get(&commit.execution.id).map_or(0, Vec::len) as i64;
-            if commit.events.first().is_some_and(|event| event.sequence != stored + 1) {
+            if commit
+                .events
+                .first()
+                .is_some_and(|event| event.sequence != stored + 1)
+            {
                 return Err(StoreError::Conflict("sequence already taken".into()));
             }
         }
         for commit in batch {
-            tables.events.entry(commit.execution.id.clone()).or_default().extend(commit.events.iter().cloned());
-            tables.executions.insert(commit.execution.id.clone(), commit.execution.clone());
+            tables
+                .events
+                .entry(commit.execution.id.clone())
+                .or_default()
+                .extend(commit.events.iter().cloned());
+            tables
+                .executions
+                .insert(commit.execution.id.clone(), commit.execution.clone());
         }
         tables.commits += 1;
         if self.losing_answers.load(Ordering::SeqCst) {
@@ -86,11 +98,21 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn events(&self, id: &ExecutionId, after_sequence: i64, limit: i64) -> Result<Vec<Event>, StoreError> {
+    async fn events(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, StoreError> {
         let tables = self.lock();
         let events = tables.events.get(id).map(Vec::as_slice).unwrap_or_default();
         let limit = usize::try_from(limit).unwrap_or(0);
-        Ok(events.iter().filter(|event| event.sequence > after_sequence).take(limit).cloned().collect())
+        Ok(events
+            .iter()
+            .filter(|event| event.sequence > after_sequence)
+            .take(limit)
+            .cloned()
+            .collect())
     }
 
     async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError> {
@@ -103,14 +125,25 @@ impl Store for MemoryStore {
             .executions
             .values()
             .filter(|row| filter.status.is_none_or(|status| row.status == status))
-            .filter(|row| filter.agent_id.as_deref().is_none_or(|agent| row.agent_id.as_str() == agent))
+            .filter(|row| {
+                filter
+                    .agent_id
+                    .as_deref()
+                    .is_none_or(|agent| row.agent_id.as_str() == agent)
+            })
             .filter(|row| {
                 filter.labels.iter().all(|(key, value)| {
-                    row.labels.as_ref().and_then(|labels| labels.get(key)).is_some_and(|found| found == value)
+                    row.labels
+                        .as_ref()
+                        .and_then(|labels| labels.get(key))
+                        .is_some_and(|found| found == value)
                 })
             })
             .filter(|row| {
-                filter.after.as_ref().is_none_or(|(at, id)| (row.created_at, row.id.as_str()) < (*at, id.as_str()))
+                filter
+                    .after
+                    .as_ref()
+                    .is_none_or(|(at, id)| (row.created_at, row.id.as_str()) < (*at, id.as_str()))
             })
             .cloned()
             .collect();
@@ -121,12 +154,20 @@ impl Store for MemoryStore {
 
     async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError> {
         let tables = self.lock();
-        let mut rows: Vec<&ExecutionRow> = tables.executions.values().filter(|row| !row.status.is_terminal()).collect();
+        let mut rows: Vec<&ExecutionRow> = tables
+            .executions
+            .values()
+            .filter(|row| !row.status.is_terminal())
+            .collect();
         rows.sort_by_key(|row| row.created_at);
         Ok(rows.into_iter().map(|row| row.id.clone()).collect())
     }
 
-    async fn delete_terminal_before(&self, _before: Timestamp, _limit: i64) -> Result<u64, StoreError> {
+    async fn delete_terminal_before(
+        &self,
+        _before: Timestamp,
+        _limit: i64,
+    ) -> Result<u64, StoreError> {
         Ok(0)
     }
 
@@ -134,11 +175,16 @@ impl Store for MemoryStore {
         let tables = self.lock();
         let mut calls = Vec::new();
         for (id, events) in &tables.events {
-            let Some(row) = tables.executions.get(id) else { continue };
+            let Some(row) = tables.executions.get(id) else {
+                continue;
+            };
             for event in events.iter().filter(|event| event.timestamp >= since) {
-                let EventBody::StepCreated { tool_id, .. } = &event.body else { continue };
+                let EventBody::StepCreated { tool_id, .. } = &event.body else {
+                    continue;
+                };
                 let gated = events.iter().any(|other| {
-                    other.step_id == event.step_id && matches!(other.body, EventBody::StepApprovalRequired { .. })
+                    other.step_id == event.step_id
+                        && matches!(other.body, EventBody::StepApprovalRequired { .. })
                 });
                 if !gated {
                     calls.push(AllowedToolCall {
@@ -174,7 +220,12 @@ pub struct TestKernel {
 impl TestKernel {
     /// Starts a kernel with the permissive policy and a short grace period.
     pub async fn start() -> Self {
-        Self::start_with(Arc::new(MemoryStore::default()), Arc::new(PermissiveEngine), |_| {}).await
+        Self::start_with(
+            Arc::new(MemoryStore::default()),
+            Arc::new(PermissiveEngine),
+            |_| {},
+        )
+        .await
     }
 
     /// Starts a kernel on `store` with `policy`, letting `adjust` change the configuration.
@@ -191,7 +242,11 @@ impl TestKernel {
         adjust(&mut config);
         let clock = config.clock.clone();
         match crate::kernel::start(config).await {
-            Ok(kernel) => Self { kernel, store, clock },
+            Ok(kernel) => Self {
+                kernel,
+                store,
+                clock,
+            },
             Err(error) => panic!("test kernel did not start: {error}"),
         }
     }
@@ -226,7 +281,9 @@ pub async fn sleep_until(clock: &Clock, at: Timestamp) {
             let offset = (at - *wall).to_std().unwrap_or_default();
             tokio::time::sleep_until(*start + offset).await;
         }
-        Clock::System => tokio::time::sleep((at - crate::time::now()).to_std().unwrap_or_default()).await,
+        Clock::System => {
+            tokio::time::sleep((at - crate::time::now()).to_std().unwrap_or_default()).await
+        }
     }
 }
 

@@ -33,7 +33,10 @@ pub enum Clock {
 impl Clock {
     /// Returns a clock anchored at the current wall time that advances with tokio's clock.
     pub fn tokio() -> Self {
-        Self::Tokio { wall: now(), start: tokio::time::Instant::now() }
+        Self::Tokio {
+            wall: now(),
+            start: tokio::time::Instant::now(),
+        }
     }
 
     /// Returns the current time of this clock, truncated to microseconds.
@@ -41,8 +44,11 @@ impl Clock {
         match self {
             Self::System => now(),
             Self::Tokio { wall, start } => {
-                let elapsed = chrono::Duration::from_std(start.elapsed()).unwrap_or(chrono::Duration::MAX);
-                wall.checked_add_signed(elapsed).unwrap_or(*wall).trunc_subsecs(6)
+                let elapsed =
+                    chrono::Duration::from_std(start.elapsed()).unwrap_or(chrono::Duration::MAX);
+                wall.checked_add_signed(elapsed)
+                    .unwrap_or(*wall)
+                    .trunc_subsecs(6)
             }
         }
     }
@@ -80,7 +86,10 @@ pub mod serde_micros_opt {
     use super::Timestamp;
 
     /// Serializes `Some` as RFC 3339 with microseconds and `None` as null.
-    pub fn serialize<S: Serializer>(ts: &Option<Timestamp>, serializer: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(
+        ts: &Option<Timestamp>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         match ts {
             Some(ts) => serializer.serialize_str(&super::format(ts)),
             None => serializer.serialize_none(),
@@ -88,7 +97,9 @@ pub mod serde_micros_opt {
     }
 
     /// Parses an optional RFC 3339 timestamp.
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Timestamp>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Timestamp>, D::Error> {
         let text = Option::<String>::deserialize(deserializer)?;
         match text {
             None => Ok(None),

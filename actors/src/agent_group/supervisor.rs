@@ -29,12 +29,29 @@ impl Actor for AgentSupervisor {
     type State = AgentSupervisorState;
     type Arguments = Arc<Ctx>;
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
-        Ok(AgentSupervisorState { ctx, ids: HashMap::new(), budgets: HashMap::new() })
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        ctx: Arc<Ctx>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(AgentSupervisorState {
+            ctx,
+            ids: HashMap::new(),
+            budgets: HashMap::new(),
+        })
     }
 
-    async fn post_stop(&self, myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        myself.stop_children_and_wait(Some("kernel shutdown".into()), Some(state.ctx.config.shutdown_timeout)).await;
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        myself
+            .stop_children_and_wait(
+                Some("kernel shutdown".into()),
+                Some(state.ctx.config.shutdown_timeout),
+            )
+            .await;
         write(&state.ctx.agent_groups).clear();
         Ok(())
     }
@@ -77,15 +94,29 @@ impl Actor for AgentSupervisor {
                 };
                 write(&state.ctx.agent_groups).remove(&agent_id);
                 let policy = supervision::restart_policy(ActorKind::AgentGroup);
-                let (count, allowed) = state.budgets.entry(agent_id.clone()).or_default().record(&policy, Instant::now());
+                let (count, allowed) = state
+                    .budgets
+                    .entry(agent_id.clone())
+                    .or_default()
+                    .record(&policy, Instant::now());
                 let error = error.to_string();
                 if allowed {
                     let event = SupervisionEvent::Restarted { error, count };
-                    supervision::report(&state.ctx.metrics, ActorKind::AgentGroup, Some(agent_id.as_str()), &event);
+                    supervision::report(
+                        &state.ctx.metrics,
+                        ActorKind::AgentGroup,
+                        Some(agent_id.as_str()),
+                        &event,
+                    );
                     get_or_spawn(&myself, state, &agent_id).await;
                 } else {
                     let event = SupervisionEvent::GaveUp { error, count };
-                    supervision::report(&state.ctx.metrics, ActorKind::AgentGroup, Some(agent_id.as_str()), &event);
+                    supervision::report(
+                        &state.ctx.metrics,
+                        ActorKind::AgentGroup,
+                        Some(agent_id.as_str()),
+                        &event,
+                    );
                 }
             }
             _ => {}
@@ -102,12 +133,20 @@ async fn get_or_spawn(
     if let Some(group) = read(&state.ctx.agent_groups).get(agent_id).cloned() {
         return Some(group);
     }
-    let args = AgentGroupArgs { ctx: state.ctx.clone(), agent_id: agent_id.clone() };
+    let args = AgentGroupArgs {
+        ctx: state.ctx.clone(),
+        agent_id: agent_id.clone(),
+    };
     match Actor::spawn_linked(None, AgentGroupActor, args, myself.get_cell()).await {
         Ok((group, _)) => {
             state.ids.insert(group.get_id(), agent_id.clone());
             write(&state.ctx.agent_groups).insert(agent_id.clone(), group.clone());
-            supervision::report(&state.ctx.metrics, ActorKind::AgentGroup, Some(agent_id.as_str()), &SupervisionEvent::Started);
+            supervision::report(
+                &state.ctx.metrics,
+                ActorKind::AgentGroup,
+                Some(agent_id.as_str()),
+                &SupervisionEvent::Started,
+            );
             Some(group)
         }
         Err(error) => {

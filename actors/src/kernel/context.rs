@@ -64,12 +64,14 @@ pub struct Ctx {
 
 /// Reads a lock, recovering from poisoning (a panicking actor must not wedge the kernel).
 pub fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Writes a lock, recovering from poisoning.
 pub fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Ctx {
@@ -125,9 +127,10 @@ impl Ctx {
             None => Some(message),
         };
         if let Some(message) = undelivered
-            && let Some(agents) = self.agents() {
-                let _ = agents.send_message(AgentSupervisorMsg::Forward(agent_id.clone(), message));
-            }
+            && let Some(agents) = self.agents()
+        {
+            let _ = agents.send_message(AgentSupervisorMsg::Forward(agent_id.clone(), message));
+        }
     }
 
     /// Sends a message to the dispatcher; dropped (and logged) if it is gone.
@@ -144,14 +147,25 @@ impl Ctx {
 
     /// Commits through the store writer and waits for durability.
     pub async fn commit(&self, commit: Commit) -> Result<(), KernelError> {
-        let writer = self.writer().ok_or_else(|| KernelError::Unavailable("store writer is not running".into()))?;
+        let writer = self
+            .writer()
+            .ok_or_else(|| KernelError::Unavailable("store writer is not running".into()))?;
         let timeout = self.config.call_timeout;
-        let result = writer.call(|reply| StoreWriterMsg::Append(Box::new(commit), reply), Some(timeout)).await;
+        let result = writer
+            .call(
+                |reply| StoreWriterMsg::Append(Box::new(commit), reply),
+                Some(timeout),
+            )
+            .await;
         match result {
             Ok(CallResult::Success(Ok(()))) => Ok(()),
             Ok(CallResult::Success(Err(error))) => Err(KernelError::Store(error)),
-            Ok(CallResult::Timeout) => Err(KernelError::Store(StoreError::Unavailable("commit timed out".into()))),
-            Ok(CallResult::SenderError) | Err(_) => Err(KernelError::Unavailable("store writer is not running".into())),
+            Ok(CallResult::Timeout) => Err(KernelError::Store(StoreError::Unavailable(
+                "commit timed out".into(),
+            ))),
+            Ok(CallResult::SenderError) | Err(_) => Err(KernelError::Unavailable(
+                "store writer is not running".into(),
+            )),
         }
     }
 }
@@ -169,7 +183,11 @@ where
 {
     match actor.call(build, Some(timeout)).await {
         Ok(CallResult::Success(reply)) => Ok(reply),
-        Ok(CallResult::Timeout) => Err(KernelError::Timeout(format!("{what} did not answer in time"))),
-        Ok(CallResult::SenderError) | Err(_) => Err(KernelError::Unavailable(format!("{what} is not running"))),
+        Ok(CallResult::Timeout) => Err(KernelError::Timeout(format!(
+            "{what} did not answer in time"
+        ))),
+        Ok(CallResult::SenderError) | Err(_) => {
+            Err(KernelError::Unavailable(format!("{what} is not running")))
+        }
     }
 }

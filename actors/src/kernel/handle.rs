@@ -36,12 +36,20 @@ impl Kernel {
     }
 
     /// Lists executions (the caller asks `limit + 1` rows to detect a next page).
-    pub async fn list_executions(&self, filter: &ListFilter) -> Result<Vec<ExecutionRow>, KernelError> {
+    pub async fn list_executions(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<ExecutionRow>, KernelError> {
         Ok(self.inner.store.list_executions(filter).await?)
     }
 
     /// Returns up to `limit` events with `sequence > after_sequence`.
-    pub async fn events(&self, id: &ExecutionId, after_sequence: i64, limit: i64) -> Result<Vec<Event>, KernelError> {
+    pub async fn events(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, KernelError> {
         Ok(self.inner.store.events(id, after_sequence, limit).await?)
     }
 
@@ -51,7 +59,12 @@ impl Kernel {
     }
 
     /// Sends a signal to an execution.
-    pub async fn signal(&self, id: &ExecutionId, signal_type: String, payload: Value) -> Result<(), KernelError> {
+    pub async fn signal(
+        &self,
+        id: &ExecutionId,
+        signal_type: String,
+        payload: Value,
+    ) -> Result<(), KernelError> {
         self.inner.signal(id, signal_type, payload).await
     }
 
@@ -62,7 +75,9 @@ impl Kernel {
         session_id: &SessionId,
         intent: Intent,
     ) -> Result<IntentReply, KernelError> {
-        self.inner.submit_intent(execution_id, session_id, intent).await
+        self.inner
+            .submit_intent(execution_id, session_id, intent)
+            .await
     }
 
     /// Records a step result reported by the agent holding the session.
@@ -72,7 +87,9 @@ impl Kernel {
         session_id: &SessionId,
         outcome: StepOutcome,
     ) -> Result<(), KernelError> {
-        self.inner.agent_step_result(execution_id, session_id, outcome).await
+        self.inner
+            .agent_step_result(execution_id, session_id, outcome)
+            .await
     }
 
     /// Records a runner's result; always frees the runner connection named by
@@ -84,7 +101,9 @@ impl Kernel {
         execution_id: &ExecutionId,
         outcome: StepOutcome,
     ) -> Result<(), KernelError> {
-        self.inner.runner_result(runner_id, consumer_id, execution_id, outcome).await
+        self.inner
+            .runner_result(runner_id, consumer_id, execution_id, outcome)
+            .await
     }
 
     /// Frees a runner connection without recording anything (a result that could not be
@@ -100,11 +119,17 @@ impl Kernel {
         step_id: &StepId,
         runner_id: &RunnerId,
     ) -> Result<(), KernelError> {
-        self.inner.step_started(execution_id, step_id, runner_id).await
+        self.inner
+            .step_started(execution_id, step_id, runner_id)
+            .await
     }
 
     /// Registers an agent connection; its pushes arrive on the returned stream.
-    pub async fn connect_agent(&self, agent_id: AgentId, consumer_id: ConsumerId) -> Result<PushStream, KernelError> {
+    pub async fn connect_agent(
+        &self,
+        agent_id: AgentId,
+        consumer_id: ConsumerId,
+    ) -> Result<PushStream, KernelError> {
         self.inner.connect_agent(agent_id, consumer_id).await
     }
 
@@ -115,11 +140,17 @@ impl Kernel {
         consumer_id: ConsumerId,
         capabilities: Vec<String>,
     ) -> Result<PushStream, KernelError> {
-        self.inner.connect_runner(runner_id, consumer_id, capabilities).await
+        self.inner
+            .connect_runner(runner_id, consumer_id, capabilities)
+            .await
     }
 
     /// Replaces the tool schemas published by a runner.
-    pub async fn publish_tools(&self, runner_id: &RunnerId, tools: Vec<ToolSchema>) -> Result<(), KernelError> {
+    pub async fn publish_tools(
+        &self,
+        runner_id: &RunnerId,
+        tools: Vec<ToolSchema>,
+    ) -> Result<(), KernelError> {
         self.inner.publish_tools(runner_id, tools).await
     }
 
@@ -129,7 +160,11 @@ impl Kernel {
     }
 
     /// Replaces the capabilities of every connection of a runner.
-    pub async fn update_capabilities(&self, runner_id: &RunnerId, tools: Vec<String>) -> Result<(), KernelError> {
+    pub async fn update_capabilities(
+        &self,
+        runner_id: &RunnerId,
+        tools: Vec<String>,
+    ) -> Result<(), KernelError> {
         self.inner.update_capabilities(runner_id, tools).await
     }
 

@@ -17,7 +17,9 @@ use super::settle;
 use super::types::{CommitNotice, KernelError, PushStream, ToolSchema};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
 use crate::execution::actor::record_creation;
-use crate::execution::{ExecutionMsg, ExecutionSupervisorMsg, Intent, IntentReply, Rejection, StepOutcome};
+use crate::execution::{
+    ExecutionMsg, ExecutionSupervisorMsg, Intent, IntentReply, Rejection, StepOutcome,
+};
 use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
 use crate::metrics::Metrics;
 use crate::runner::{DispatcherMsg, ToolDirectory};
@@ -57,12 +59,27 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
         lost_consumers: RwLock::new(std::collections::HashSet::new()),
     });
     let (ready, ready_rx) = oneshot::channel();
-    let (root, _) = Actor::spawn(None, KernelSupervisor, RootArgs { ctx: ctx.clone(), ready })
+    let (root, _) = Actor::spawn(
+        None,
+        KernelSupervisor,
+        RootArgs {
+            ctx: ctx.clone(),
+            ready,
+        },
+    )
+    .await
+    .map_err(|error| KernelError::Unavailable(format!("actor tree did not start: {error}")))?;
+    let executions = ready_rx
         .await
-        .map_err(|error| KernelError::Unavailable(format!("actor tree did not start: {error}")))?;
-    let executions = ready_rx.await.map_err(|_| KernelError::Unavailable("actor tree did not start".into()))?;
+        .map_err(|_| KernelError::Unavailable("actor tree did not start".into()))?;
     let janitor = ctx.config.retention_period.map(|period| {
-        tokio::spawn(retention_loop(store.clone(), metrics.clone(), ctx.clock.clone(), period, ctx.config.cleanup_interval))
+        tokio::spawn(retention_loop(
+            store.clone(),
+            metrics.clone(),
+            ctx.clock.clone(),
+            period,
+            ctx.config.cleanup_interval,
+        ))
     });
     let inner = KernelInner {
         janitor,
@@ -77,7 +94,9 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
         stopped: AtomicBool::new(false),
     };
     inner.recover().await?;
-    Ok(Kernel { inner: Arc::new(inner) })
+    Ok(Kernel {
+        inner: Arc::new(inner),
+    })
 }
 
 impl KernelInner {
@@ -90,7 +109,11 @@ impl KernelInner {
                 tracing::error!(execution.id = %id, error = %error, "execution could not be recovered");
             }
         }
-        tracing::info!(executions = count, elapsed_ms = started.elapsed().as_millis() as u64, "startup recovery done");
+        tracing::info!(
+            executions = count,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "startup recovery done"
+        );
         Ok(())
     }
 
@@ -102,8 +125,17 @@ impl KernelInner {
         if let Some(actor) = self.ctx.execution(id) {
             return Ok(actor);
         }
-        let message = |reply| ExecutionSupervisorMsg::Activate { id: id.clone(), reply };
-        call(&self.executions, message, self.timeout(), "execution supervisor").await?
+        let message = |reply| ExecutionSupervisorMsg::Activate {
+            id: id.clone(),
+            reply,
+        };
+        call(
+            &self.executions,
+            message,
+            self.timeout(),
+            "execution supervisor",
+        )
+        .await?
     }
 
     /// Calls an execution actor, rebuilding it once if it stopped in between (passivation).
@@ -125,7 +157,10 @@ impl KernelInner {
     }
 
     async fn group(&self, agent_id: &AgentId) -> Result<ActorRef<AgentGroupMsg>, KernelError> {
-        let agents = self.ctx.agents().ok_or_else(|| KernelError::Unavailable("agent supervisor is not running".into()))?;
+        let agents = self
+            .ctx
+            .agents()
+            .ok_or_else(|| KernelError::Unavailable("agent supervisor is not running".into()))?;
         let message = |reply| AgentSupervisorMsg::GetOrSpawn(agent_id.clone(), reply);
         call(&agents, message, self.timeout(), "agent supervisor")
             .await?
@@ -139,33 +174,72 @@ impl KernelInner {
         labels: Option<BTreeMap<String, String>>,
     ) -> Result<ExecutionRow, KernelError> {
         let id = ExecutionId::generate();
-        let created = match record_creation(&self.ctx, &id, agent_id.as_str(), input, labels.as_ref()).await {
+        let created = match record_creation(
+            &self.ctx,
+            &id,
+            agent_id.as_str(),
+            input,
+            labels.as_ref(),
+        )
+        .await
+        {
             Ok(created) => created,
             Err(error) => {
                 // The commit may have landed anyway: make sure a stored execution reaches its agent.
                 if settle::in_doubt(&error) {
-                    tokio::spawn(settle::settle_creation(self.store.clone(), self.executions.clone(), self.timeout(), id));
+                    tokio::spawn(settle::settle_creation(
+                        self.store.clone(),
+                        self.executions.clone(),
+                        self.timeout(),
+                        id,
+                    ));
                 }
                 return Err(error);
             }
         };
-        let message = |reply| ExecutionSupervisorMsg::Create { state: Box::new(created), reply };
-        let actor = call(&self.executions, message, self.timeout(), "execution supervisor").await??;
+        let message = |reply| ExecutionSupervisorMsg::Create {
+            state: Box::new(created),
+            reply,
+        };
+        let actor = call(
+            &self.executions,
+            message,
+            self.timeout(),
+            "execution supervisor",
+        )
+        .await??;
         let group = self.group(&agent_id).await?;
-        let pending = |reply| AgentGroupMsg::ExecutionPending { execution_id: id.clone(), reply: Some(reply) };
+        let pending = |reply| AgentGroupMsg::ExecutionPending {
+            execution_id: id.clone(),
+            reply: Some(reply),
+        };
         call(&group, pending, self.timeout(), "agent group").await?;
-        call(&actor, |reply| ExecutionMsg::GetExecution { reply }, self.timeout(), "execution actor").await
+        call(
+            &actor,
+            |reply| ExecutionMsg::GetExecution { reply },
+            self.timeout(),
+            "execution actor",
+        )
+        .await
     }
 
     pub(crate) async fn execution(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
-        self.store.execution(id).await?.ok_or_else(|| Rejection::ExecutionNotFound(id.to_string()).into())
+        self.store
+            .execution(id)
+            .await?
+            .ok_or_else(|| Rejection::ExecutionNotFound(id.to_string()).into())
     }
 
     pub(crate) async fn cancel(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
         self.ask(id, |reply| ExecutionMsg::Cancel { reply }).await
     }
 
-    pub(crate) async fn signal(&self, id: &ExecutionId, signal_type: String, payload: Value) -> Result<(), KernelError> {
+    pub(crate) async fn signal(
+        &self,
+        id: &ExecutionId,
+        signal_type: String,
+        payload: Value,
+    ) -> Result<(), KernelError> {
         self.ask(id, |reply| ExecutionMsg::DeliverSignal {
             signal_type: signal_type.clone(),
             payload: payload.clone(),
@@ -175,16 +249,23 @@ impl KernelInner {
     }
 
     /// Maps an unknown execution addressed with a session into the session error of WIRE.md §9.2.
-    fn session_error(&self, error: KernelError, execution_id: &ExecutionId, session_id: &SessionId) -> KernelError {
+    fn session_error(
+        &self,
+        error: KernelError,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+    ) -> KernelError {
         match error {
-            KernelError::Rejected(Rejection::ExecutionNotFound(_)) => match self.ctx.session_owner(session_id.as_str()) {
-                Some(_) => Rejection::SessionMismatch {
-                    session: session_id.to_string(),
-                    execution: execution_id.to_string(),
+            KernelError::Rejected(Rejection::ExecutionNotFound(_)) => {
+                match self.ctx.session_owner(session_id.as_str()) {
+                    Some(_) => Rejection::SessionMismatch {
+                        session: session_id.to_string(),
+                        execution: execution_id.to_string(),
+                    }
+                    .into(),
+                    None => Rejection::SessionNotFound(session_id.to_string()).into(),
                 }
-                .into(),
-                None => Rejection::SessionNotFound(session_id.to_string()).into(),
-            },
+            }
             other => other,
         }
     }
@@ -232,7 +313,10 @@ impl KernelInner {
     ) -> Result<(), KernelError> {
         let step_id = outcome.step_id.clone();
         let result = self
-            .ask(execution_id, |reply| ExecutionMsg::ReportRunnerResult { outcome: outcome.clone(), reply })
+            .ask(execution_id, |reply| ExecutionMsg::ReportRunnerResult {
+                outcome: outcome.clone(),
+                reply,
+            })
             .await
             .map_err(|error| unknown_step(error, &step_id));
         if let Some(consumer_id) = consumer_id {
@@ -273,16 +357,27 @@ impl KernelInner {
         .map_err(|error| unknown_step(error, step_id))
     }
 
-    pub(crate) async fn connect_agent(&self, agent_id: AgentId, consumer_id: ConsumerId) -> Result<PushStream, KernelError> {
+    pub(crate) async fn connect_agent(
+        &self,
+        agent_id: AgentId,
+        consumer_id: ConsumerId,
+    ) -> Result<PushStream, KernelError> {
         let group = self.group(&agent_id).await?;
         let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
         let connection = self.connections.fetch_add(1, Ordering::Relaxed);
         let consumer = consumer_id.to_string();
         group
-            .send_message(AgentGroupMsg::ConsumerConnected { consumer_id: consumer.clone(), connection, sender })
+            .send_message(AgentGroupMsg::ConsumerConnected {
+                consumer_id: consumer.clone(),
+                connection,
+                sender,
+            })
             .map_err(|_| KernelError::Unavailable("agent group is not running".into()))?;
         let on_close = Box::new(move || {
-            let _ = group.send_message(AgentGroupMsg::ConsumerDisconnected { consumer_id: consumer, connection });
+            let _ = group.send_message(AgentGroupMsg::ConsumerDisconnected {
+                consumer_id: consumer,
+                connection,
+            });
         });
         Ok(PushStream::new(receiver, on_close))
     }
@@ -293,7 +388,10 @@ impl KernelInner {
         consumer_id: ConsumerId,
         capabilities: Vec<String>,
     ) -> Result<PushStream, KernelError> {
-        let dispatcher = self.ctx.dispatcher().ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
+        let dispatcher = self
+            .ctx
+            .dispatcher()
+            .ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
         let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
         let connection = self.connections.fetch_add(1, Ordering::Relaxed);
         let (runner, consumer) = (runner_id.to_string(), consumer_id.to_string());
@@ -307,20 +405,38 @@ impl KernelInner {
             })
             .map_err(|_| KernelError::Unavailable("dispatcher is not running".into()))?;
         let on_close = Box::new(move || {
-            let _ = dispatcher.send_message(DispatcherMsg::RunnerDisconnected { runner_id: runner, consumer_id: consumer, connection });
+            let _ = dispatcher.send_message(DispatcherMsg::RunnerDisconnected {
+                runner_id: runner,
+                consumer_id: consumer,
+                connection,
+            });
         });
         Ok(PushStream::new(receiver, on_close))
     }
 
-    pub(crate) async fn publish_tools(&self, runner_id: &RunnerId, tools: Vec<ToolSchema>) -> Result<(), KernelError> {
+    pub(crate) async fn publish_tools(
+        &self,
+        runner_id: &RunnerId,
+        tools: Vec<ToolSchema>,
+    ) -> Result<(), KernelError> {
         let ids: Vec<String> = tools.iter().map(|tool| tool.id.clone()).collect();
         self.tools.publish(runner_id.as_str(), tools);
-        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities { runner_id: runner_id.to_string(), tools: ids });
+        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
+            runner_id: runner_id.to_string(),
+            tools: ids,
+        });
         Ok(())
     }
 
-    pub(crate) async fn update_capabilities(&self, runner_id: &RunnerId, tools: Vec<String>) -> Result<(), KernelError> {
-        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities { runner_id: runner_id.to_string(), tools });
+    pub(crate) async fn update_capabilities(
+        &self,
+        runner_id: &RunnerId,
+        tools: Vec<String>,
+    ) -> Result<(), KernelError> {
+        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
+            runner_id: runner_id.to_string(),
+            tools,
+        });
         Ok(())
     }
 
@@ -338,8 +454,14 @@ impl KernelInner {
         }
         let started = std::time::Instant::now();
         let timeout = self.ctx.config.shutdown_timeout;
-        let _ = self.root.stop_and_wait(Some("kernel shutdown".into()), Some(timeout)).await;
-        tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "actor tree stopped");
+        let _ = self
+            .root
+            .stop_and_wait(Some("kernel shutdown".into()), Some(timeout))
+            .await;
+        tracing::info!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "actor tree stopped"
+        );
     }
 }
 
@@ -378,14 +500,19 @@ async fn retention_loop(
             }
         }
         if total > 0 {
-            tracing::info!(deleted = total, "retention clean-up deleted terminal executions");
+            tracing::info!(
+                deleted = total,
+                "retention clean-up deleted terminal executions"
+            );
         }
     }
 }
 
 fn unknown_step(error: KernelError, step_id: &StepId) -> KernelError {
     match error {
-        KernelError::Rejected(Rejection::ExecutionNotFound(_)) => Rejection::StepNotFound(step_id.to_string()).into(),
+        KernelError::Rejected(Rejection::ExecutionNotFound(_)) => {
+            Rejection::StepNotFound(step_id.to_string()).into()
+        }
         other => other,
     }
 }

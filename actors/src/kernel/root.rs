@@ -39,19 +39,43 @@ impl Actor for KernelSupervisor {
     type State = RootState;
     type Arguments = RootArgs;
 
-    async fn pre_start(&self, myself: ActorRef<()>, args: RootArgs) -> Result<Self::State, ActorProcessingErr> {
-        let mut state = RootState { ctx: args.ctx, kinds: HashMap::new(), budgets: HashMap::new() };
-        for kind in [ActorKind::StoreWriter, ActorKind::Policy, ActorKind::Dispatcher, ActorKind::AgentSupervisor] {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<()>,
+        args: RootArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut state = RootState {
+            ctx: args.ctx,
+            kinds: HashMap::new(),
+            budgets: HashMap::new(),
+        };
+        for kind in [
+            ActorKind::StoreWriter,
+            ActorKind::Policy,
+            ActorKind::Dispatcher,
+            ActorKind::AgentSupervisor,
+        ] {
             spawn_singleton(&myself, &mut state, kind).await?;
         }
-        let (executions, _) =
-            Actor::spawn_linked(None, ExecutionSupervisor, state.ctx.clone(), myself.get_cell()).await?;
-        state.kinds.insert(executions.get_id(), ActorKind::ExecutionSupervisor);
+        let (executions, _) = Actor::spawn_linked(
+            None,
+            ExecutionSupervisor,
+            state.ctx.clone(),
+            myself.get_cell(),
+        )
+        .await?;
+        state
+            .kinds
+            .insert(executions.get_id(), ActorKind::ExecutionSupervisor);
         let _ = args.ready.send(executions);
         Ok(state)
     }
 
-    async fn post_stop(&self, myself: ActorRef<()>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<()>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         let timeout = Some(state.ctx.config.shutdown_timeout);
         // Stop the consumers of the store first, the store writer last, so in-flight commits finish.
         let children = myself.get_children();
@@ -59,10 +83,14 @@ impl Actor for KernelSupervisor {
             .into_iter()
             .partition(|child| state.kinds.get(&child.get_id()) == Some(&ActorKind::StoreWriter));
         for child in others {
-            let _ = child.stop_and_wait(Some("kernel shutdown".into()), timeout).await;
+            let _ = child
+                .stop_and_wait(Some("kernel shutdown".into()), timeout)
+                .await;
         }
         for child in writers {
-            let _ = child.stop_and_wait(Some("kernel shutdown".into()), timeout).await;
+            let _ = child
+                .stop_and_wait(Some("kernel shutdown".into()), timeout)
+                .await;
         }
         Ok(())
     }
@@ -78,20 +106,43 @@ impl Actor for KernelSupervisor {
                 return Ok(());
             };
             let policy = supervision::restart_policy(kind);
-            let (count, allowed) = state.budgets.entry(kind).or_default().record(&policy, Instant::now());
+            let (count, allowed) = state
+                .budgets
+                .entry(kind)
+                .or_default()
+                .record(&policy, Instant::now());
             let error = error.to_string();
             if !allowed || kind == ActorKind::ExecutionSupervisor {
-                supervision::report(&state.ctx.metrics, kind, None, &SupervisionEvent::GaveUp { error: error.clone(), count });
-                return Err(format!("{} failed past its restart limit: {error}", kind.as_str()).into());
+                supervision::report(
+                    &state.ctx.metrics,
+                    kind,
+                    None,
+                    &SupervisionEvent::GaveUp {
+                        error: error.clone(),
+                        count,
+                    },
+                );
+                return Err(
+                    format!("{} failed past its restart limit: {error}", kind.as_str()).into(),
+                );
             }
-            supervision::report(&state.ctx.metrics, kind, None, &SupervisionEvent::Restarted { error, count });
+            supervision::report(
+                &state.ctx.metrics,
+                kind,
+                None,
+                &SupervisionEvent::Restarted { error, count },
+            );
             spawn_singleton(&myself, state, kind).await?;
         }
         Ok(())
     }
 }
 
-async fn spawn_singleton(myself: &ActorRef<()>, state: &mut RootState, kind: ActorKind) -> Result<(), ActorProcessingErr> {
+async fn spawn_singleton(
+    myself: &ActorRef<()>,
+    state: &mut RootState,
+    kind: ActorKind,
+) -> Result<(), ActorProcessingErr> {
     let ctx = state.ctx.clone();
     let supervisor = myself.get_cell();
     let id = match kind {
@@ -127,7 +178,8 @@ async fn spawn_singleton(myself: &ActorRef<()>, state: &mut RootState, kind: Act
             id
         }
         _ => {
-            let (actor, _) = Actor::spawn_linked(None, AgentSupervisor, ctx.clone(), supervisor).await?;
+            let (actor, _) =
+                Actor::spawn_linked(None, AgentSupervisor, ctx.clone(), supervisor).await?;
             let id = actor.get_id();
             write(&ctx.singletons).agents = Some(actor);
             id

@@ -94,7 +94,10 @@ pub struct PushStream {
 
 impl PushStream {
     pub(crate) fn new(receiver: mpsc::Receiver<Push>, on_close: OnClose) -> Self {
-        Self { receiver, on_close: Some(on_close) }
+        Self {
+            receiver,
+            on_close: Some(on_close),
+        }
     }
 
     /// Waits for the next push; `None` when the kernel ended the connection (replaced by a

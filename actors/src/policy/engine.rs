@@ -129,7 +129,11 @@ pub struct PermissiveEngine;
 
 impl PolicyEngine for PermissiveEngine {
     fn evaluate(&self, _input: &PolicyInput) -> PolicyDecision {
-        PolicyDecision::plain(Decision::Allow, "permissive-default", "permissive policy allows every tool")
+        PolicyDecision::plain(
+            Decision::Allow,
+            "permissive-default",
+            "permissive policy allows every tool",
+        )
     }
 
     fn digest(&self) -> String {
@@ -143,7 +147,11 @@ pub struct SecureDefaultEngine;
 
 impl PolicyEngine for SecureDefaultEngine {
     fn evaluate(&self, _input: &PolicyInput) -> PolicyDecision {
-        PolicyDecision::plain(Decision::Deny, "secure-default", "No policy engine configured")
+        PolicyDecision::plain(
+            Decision::Deny,
+            "secure-default",
+            "No policy engine configured",
+        )
     }
 
     fn digest(&self) -> String {

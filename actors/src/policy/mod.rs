@@ -10,6 +10,6 @@ mod windows_tests;
 
 pub use actor::{PolicyActor, PolicyArgs, PolicyMsg};
 pub use engine::{
-    Decision, PermissiveEngine, PolicyDecision, PolicyEngine, PolicyInput, RateLimit, RetrySettings,
-    SecureDefaultEngine,
+    Decision, PermissiveEngine, PolicyDecision, PolicyEngine, PolicyInput, RateLimit,
+    RetrySettings, SecureDefaultEngine,
 };

@@ -112,7 +112,11 @@ impl Actor for Dispatcher {
     type State = DispatcherState;
     type Arguments = Arc<Ctx>;
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        ctx: Arc<Ctx>,
+    ) -> Result<Self::State, ActorProcessingErr> {
         myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
         Ok(DispatcherState {
             ctx,
@@ -125,8 +129,17 @@ impl Actor for Dispatcher {
         })
     }
 
-    async fn post_stop(&self, myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        myself.stop_children_and_wait(Some("kernel shutdown".into()), Some(state.ctx.config.shutdown_timeout)).await;
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        myself
+            .stop_children_and_wait(
+                Some("kernel shutdown".into()),
+                Some(state.ctx.config.shutdown_timeout),
+            )
+            .await;
         Ok(())
     }
 
@@ -137,7 +150,13 @@ impl Actor for Dispatcher {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            DispatcherMsg::RunnerConnected { runner_id, consumer_id, connection, capabilities, sender } => {
+            DispatcherMsg::RunnerConnected {
+                runner_id,
+                consumer_id,
+                connection,
+                capabilities,
+                sender,
+            } => {
                 let args = RunnerArgs {
                     ctx: state.ctx.clone(),
                     runner_id: runner_id.clone(),
@@ -145,24 +164,45 @@ impl Actor for Dispatcher {
                     connection,
                     sender,
                 };
-                let (actor, _) = Actor::spawn_linked(None, RunnerActor, args, myself.get_cell()).await?;
-                supervision::report(&state.ctx.metrics, ActorKind::Runner, Some(&runner_id), &SupervisionEvent::Started);
-                let entry = Connection { connection, capabilities: capabilities.into_iter().collect(), actor, busy: None };
+                let (actor, _) =
+                    Actor::spawn_linked(None, RunnerActor, args, myself.get_cell()).await?;
+                supervision::report(
+                    &state.ctx.metrics,
+                    ActorKind::Runner,
+                    Some(&runner_id),
+                    &SupervisionEvent::Started,
+                );
+                let entry = Connection {
+                    connection,
+                    capabilities: capabilities.into_iter().collect(),
+                    actor,
+                    busy: None,
+                };
                 // A runner that comes back keeps working on its job and posts the result itself.
-                state.orphans.remove(&(runner_id.clone(), consumer_id.clone()));
+                state
+                    .orphans
+                    .remove(&(runner_id.clone(), consumer_id.clone()));
                 if let Some(old) = state.connections.insert((runner_id, consumer_id), entry) {
                     old.actor.stop(Some("replaced by a new connection".into()));
                 }
             }
-            DispatcherMsg::RunnerDisconnected { runner_id, consumer_id, connection } => {
+            DispatcherMsg::RunnerDisconnected {
+                runner_id,
+                consumer_id,
+                connection,
+            } => {
                 let key = (runner_id, consumer_id);
-                if state.connections.get(&key).is_some_and(|entry| entry.connection == connection)
-                    && let Some(entry) = state.connections.remove(&key) {
-                        entry.actor.stop(Some("runner disconnected".into()));
-                        if let Some(job) = entry.busy {
-                            orphan(&myself, state, key, job);
-                        }
+                if state
+                    .connections
+                    .get(&key)
+                    .is_some_and(|entry| entry.connection == connection)
+                    && let Some(entry) = state.connections.remove(&key)
+                {
+                    entry.actor.stop(Some("runner disconnected".into()));
+                    if let Some(job) = entry.busy {
+                        orphan(&myself, state, key, job);
                     }
+                }
             }
             DispatcherMsg::SetCapabilities { runner_id, tools } => {
                 for ((runner, _), entry) in state.connections.iter_mut() {
@@ -173,17 +213,23 @@ impl Actor for Dispatcher {
             }
             // A rebuilt execution (crash restart, passivation) re-announces its jobs: one the
             // dispatcher already holds somewhere must not be delivered twice.
-            DispatcherMsg::Enqueue(job) | DispatcherMsg::Recovered(job) if knows(state, &job.job_id) => {}
+            DispatcherMsg::Enqueue(job) | DispatcherMsg::Recovered(job)
+                if knows(state, &job.job_id) => {}
             DispatcherMsg::Enqueue(job) => {
                 // A retry job is due at `not_before`: pass again right then, not at the next tick.
-                if let Some(delay) = job.not_before.and_then(|at| (at - state.ctx.now()).to_std().ok()) {
+                if let Some(delay) = job
+                    .not_before
+                    .and_then(|at| (at - state.ctx.now()).to_std().ok())
+                {
                     myself.send_after(delay, || DispatcherMsg::Tick);
                 }
                 state.queue.push_back(job);
             }
             DispatcherMsg::Recovered(job) => {
                 let job_id = job.job_id.clone();
-                myself.send_after(state.ctx.config.runner_grace, move || DispatcherMsg::ReleaseRecovered { job_id });
+                myself.send_after(state.ctx.config.runner_grace, move || {
+                    DispatcherMsg::ReleaseRecovered { job_id }
+                });
                 state.held.insert(job.job_id.clone(), job);
             }
             DispatcherMsg::ReleaseRecovered { job_id } => {
@@ -192,18 +238,32 @@ impl Actor for Dispatcher {
                     state.queue.push_back(job);
                 }
             }
-            DispatcherMsg::ConnectionFree { runner_id, consumer_id } => {
+            DispatcherMsg::ConnectionFree {
+                runner_id,
+                consumer_id,
+            } => {
                 if let Some(entry) = state.connections.get_mut(&(runner_id, consumer_id)) {
                     entry.busy = None;
                 }
             }
-            DispatcherMsg::StepEnded { step_id, cancel_reason } => step_ended(state, &step_id, cancel_reason.as_deref()),
-            DispatcherMsg::RunnerGraceExpired { runner_id, consumer_id, generation } => {
+            DispatcherMsg::StepEnded {
+                step_id,
+                cancel_reason,
+            } => step_ended(state, &step_id, cancel_reason.as_deref()),
+            DispatcherMsg::RunnerGraceExpired {
+                runner_id,
+                consumer_id,
+                generation,
+            } => {
                 let key = (runner_id, consumer_id);
-                if state.orphans.get(&key).is_some_and(|(_, armed)| *armed == generation)
-                    && let Some((job, _)) = state.orphans.remove(&key) {
-                        tell_runner_lost(state, job);
-                    }
+                if state
+                    .orphans
+                    .get(&key)
+                    .is_some_and(|(_, armed)| *armed == generation)
+                    && let Some((job, _)) = state.orphans.remove(&key)
+                {
+                    tell_runner_lost(state, job);
+                }
             }
             DispatcherMsg::Tick => {}
         }
@@ -218,10 +278,17 @@ impl Actor for Dispatcher {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if let RactorEvent::ActorFailed(cell, error) = event {
-            let failed = state.connections.iter().find(|(_, entry)| entry.actor.get_id() == cell.get_id()).map(|(key, _)| key.clone());
+            let failed = state
+                .connections
+                .iter()
+                .find(|(_, entry)| entry.actor.get_id() == cell.get_id())
+                .map(|(key, _)| key.clone());
             if let Some(key) = failed {
                 state.connections.remove(&key);
-                let event = SupervisionEvent::GaveUp { error: error.to_string(), count: 1 };
+                let event = SupervisionEvent::GaveUp {
+                    error: error.to_string(),
+                    count: 1,
+                };
                 supervision::report(&state.ctx.metrics, ActorKind::Runner, Some(&key.0), &event);
             }
         }
@@ -229,16 +296,23 @@ impl Actor for Dispatcher {
     }
 }
 
-fn orphan(myself: &ActorRef<DispatcherMsg>, state: &mut DispatcherState, key: (String, String), job: JobSpec) {
+fn orphan(
+    myself: &ActorRef<DispatcherMsg>,
+    state: &mut DispatcherState,
+    key: (String, String),
+    job: JobSpec,
+) {
     state.generation += 1;
     let generation = state.generation;
     tracing::info!(runner.id = %key.0, step.id = %job.step_id, "runner left holding a job, grace started");
     state.orphans.insert(key.clone(), (job, generation));
     let (runner_id, consumer_id) = key;
-    myself.send_after(state.ctx.config.runner_grace, move || DispatcherMsg::RunnerGraceExpired {
-        runner_id,
-        consumer_id,
-        generation,
+    myself.send_after(state.ctx.config.runner_grace, move || {
+        DispatcherMsg::RunnerGraceExpired {
+            runner_id,
+            consumer_id,
+            generation,
+        }
     });
 }
 
@@ -246,14 +320,20 @@ fn orphan(myself: &ActorRef<DispatcherMsg>, state: &mut DispatcherState, key: (S
 fn knows(state: &DispatcherState, job_id: &str) -> bool {
     state.queue.iter().any(|job| job.job_id == job_id)
         || state.held.contains_key(job_id)
-        || state.connections.values().any(|entry| entry.busy.as_ref().is_some_and(|job| job.job_id == job_id))
+        || state
+            .connections
+            .values()
+            .any(|entry| entry.busy.as_ref().is_some_and(|job| job.job_id == job_id))
         || state.orphans.values().any(|(job, _)| job.job_id == job_id)
 }
 
 fn tell_runner_lost(state: &DispatcherState, job: JobSpec) {
     let execution_id = crate::ids::ExecutionId::from(job.execution_id.as_str());
     if let Some(execution) = state.ctx.execution(&execution_id) {
-        let _ = execution.send_message(crate::execution::ExecutionMsg::RunnerLost { step_id: job.step_id, job_id: job.job_id });
+        let _ = execution.send_message(crate::execution::ExecutionMsg::RunnerLost {
+            step_id: job.step_id,
+            job_id: job.job_id,
+        });
     }
 }
 
@@ -262,12 +342,16 @@ fn step_ended(state: &mut DispatcherState, step_id: &StepId, cancel_reason: Opti
     state.orphans.retain(|_, (job, _)| &job.step_id != step_id);
     state.held.retain(|_, job| &job.step_id != step_id);
     for entry in state.connections.values_mut() {
-        let holds = entry.busy.as_ref().is_some_and(|job| &job.step_id == step_id);
+        let holds = entry
+            .busy
+            .as_ref()
+            .is_some_and(|job| &job.step_id == step_id);
         if !holds {
             continue;
         }
         if let (Some(job), Some(reason)) = (entry.busy.take(), cancel_reason) {
-            let notice = Push::job_cancelled(&job.job_id, &job.execution_id, job.step_id.as_str(), reason);
+            let notice =
+                Push::job_cancelled(&job.job_id, &job.execution_id, job.step_id.as_str(), reason);
             let _ = entry.actor.send_message(RunnerMsg::Notify(notice));
         }
     }

@@ -44,7 +44,11 @@ impl Actor for RunnerActor {
     type State = RunnerArgs;
     type Arguments = RunnerArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, args: RunnerArgs) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: RunnerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
         Ok(args)
     }
 
@@ -57,7 +61,8 @@ impl Actor for RunnerActor {
         match message {
             RunnerMsg::Deliver(job) => {
                 let delivered = claim(state, job).await;
-                let sent = delivered.is_some_and(|job| state.sender.try_send(job_assigned(&job)).is_ok());
+                let sent =
+                    delivered.is_some_and(|job| state.sender.try_send(job_assigned(&job)).is_ok());
                 if !sent {
                     state.ctx.tell_dispatcher(DispatcherMsg::ConnectionFree {
                         runner_id: state.runner_id.clone(),
@@ -74,14 +79,31 @@ impl Actor for RunnerActor {
 }
 
 async fn claim(state: &RunnerArgs, job: JobSpec) -> Option<JobSpec> {
-    let execution = state.ctx.execution(&ExecutionId::from(job.execution_id.as_str()))?;
+    let execution = state
+        .ctx
+        .execution(&ExecutionId::from(job.execution_id.as_str()))?;
     let runner_id = state.runner_id.clone();
-    let message = |reply| ExecutionMsg::ClaimJob { job, runner_id, reply };
-    call(&execution, message, state.ctx.config.call_timeout, "execution actor").await.ok().flatten()
+    let message = |reply| ExecutionMsg::ClaimJob {
+        job,
+        runner_id,
+        reply,
+    };
+    call(
+        &execution,
+        message,
+        state.ctx.config.call_timeout,
+        "execution actor",
+    )
+    .await
+    .ok()
+    .flatten()
 }
 
 fn job_assigned(job: &JobSpec) -> Push {
-    let not_before = job.not_before.map_or_else(|| "0001-01-01T00:00:00Z".to_owned(), |at| crate::time::format(&at));
+    let not_before = job.not_before.map_or_else(
+        || "0001-01-01T00:00:00Z".to_owned(),
+        |at| crate::time::format(&at),
+    );
     Push {
         event: "job.assigned",
         data: json!({

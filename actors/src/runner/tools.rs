@@ -41,8 +41,11 @@ impl ToolDirectory {
     /// Returns entries whose id equals `prefix` or starts with `prefix_` or `prefix.`.
     pub fn list(&self, prefix: &str) -> Vec<ToolEntry> {
         let entries = read(&self.entries);
-        let mut listed: Vec<ToolEntry> =
-            entries.values().filter(|entry| matches_prefix(&entry.id, prefix)).cloned().collect();
+        let mut listed: Vec<ToolEntry> = entries
+            .values()
+            .filter(|entry| matches_prefix(&entry.id, prefix))
+            .cloned()
+            .collect();
         listed.sort_by(|left, right| left.id.cmp(&right.id));
         listed
     }
@@ -53,7 +56,8 @@ pub fn matches_prefix(id: &str, prefix: &str) -> bool {
     if prefix.is_empty() || id == prefix {
         return true;
     }
-    id.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('_') || rest.starts_with('.'))
+    id.strip_prefix(prefix)
+        .is_some_and(|rest| rest.starts_with('_') || rest.starts_with('.'))
 }
 
 #[cfg(test)]
