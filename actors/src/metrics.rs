@@ -64,6 +64,8 @@ pub struct SupervisionLabels {
 /// Every metric the kernel exposes.
 pub struct Metrics {
     registry: Mutex<Registry>,
+    /// Recent supervision events (what `supervision::report` logged), for tests and diagnostics.
+    pub supervision_log: crate::supervision::SupervisionLog,
     /// Executions currently in each status.
     pub executions: Family<StatusLabel, Gauge>,
     /// Executions created and ended, by outcome.
@@ -170,6 +172,7 @@ impl Metrics {
         );
         Self {
             registry: Mutex::new(registry),
+            supervision_log: crate::supervision::SupervisionLog::default(),
             executions,
             executions_total,
             intents,

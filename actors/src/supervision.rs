@@ -132,6 +132,11 @@ pub enum SupervisionEvent {
 pub fn report(metrics: &Metrics, kind: ActorKind, id: Option<&str>, event: &SupervisionEvent) {
     let kind_name = kind.as_str();
     let id = id.unwrap_or("");
+    metrics.supervision_log.record(SupervisionRecord {
+        kind,
+        id: id.to_owned(),
+        event: event.clone(),
+    });
     match event {
         SupervisionEvent::Started => {
             tracing::debug!(actor.kind = kind_name, actor.id = id, "actor started");
@@ -155,6 +160,49 @@ pub fn report(metrics: &Metrics, kind: ActorKind, id: Option<&str>, event: &Supe
             );
             metrics.supervision_event(kind_name, "gave_up");
         }
+    }
+}
+
+/// One supervision event as the kernel recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SupervisionRecord {
+    /// Actor kind.
+    pub kind: ActorKind,
+    /// Execution, agent or runner id the actor serves (`""` for singletons).
+    pub id: String,
+    /// What happened.
+    pub event: SupervisionEvent,
+}
+
+/// The most recent supervision events of a kernel (bounded), for tests and diagnostics.
+#[derive(Debug, Default)]
+pub struct SupervisionLog {
+    records: std::sync::Mutex<VecDeque<SupervisionRecord>>,
+}
+
+impl SupervisionLog {
+    /// Records kept; older ones are dropped.
+    pub const CAPACITY: usize = 1024;
+
+    fn record(&self, record: SupervisionRecord) {
+        let mut records = self
+            .records
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if records.len() >= Self::CAPACITY {
+            records.pop_front();
+        }
+        records.push_back(record);
+    }
+
+    /// Returns the recorded events, oldest first.
+    pub fn records(&self) -> Vec<SupervisionRecord> {
+        self.records
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 }
 

@@ -304,3 +304,143 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// An actor standing in for a neighbour: it records every message it receives so a test can
+/// assert what the actor under test sent.
+pub struct Probe<M>(std::marker::PhantomData<fn() -> M>);
+
+impl<M: ractor::Message> ractor::Actor for Probe<M> {
+    type Msg = M;
+    type State = tokio::sync::mpsc::UnboundedSender<M>;
+    type Arguments = tokio::sync::mpsc::UnboundedSender<M>;
+
+    async fn pre_start(
+        &self,
+        _myself: ractor::ActorRef<M>,
+        sender: Self::Arguments,
+    ) -> Result<Self::State, ractor::ActorProcessingErr> {
+        Ok(sender)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ractor::ActorRef<M>,
+        message: M,
+        sender: &mut Self::State,
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        let _ = sender.send(message);
+        Ok(())
+    }
+}
+
+/// A running [`Probe`] and what it received.
+pub struct ProbeHandle<M> {
+    /// The probe, to register where the neighbour would be.
+    pub actor: ractor::ActorRef<M>,
+    received: tokio::sync::mpsc::UnboundedReceiver<M>,
+}
+
+impl<M: ractor::Message> ProbeHandle<M> {
+    /// Starts a probe.
+    pub async fn start() -> Self {
+        let (sender, received) = tokio::sync::mpsc::unbounded_channel();
+        match ractor::Actor::spawn(None, Probe(std::marker::PhantomData), sender).await {
+            Ok((actor, _)) => Self { actor, received },
+            Err(error) => panic!("probe did not start: {error}"),
+        }
+    }
+
+    /// Waits for the next message matching `accept`, skipping others; panics after `timeout`.
+    pub async fn expect_msg<T>(
+        &mut self,
+        timeout: Duration,
+        mut accept: impl FnMut(M) -> Option<T>,
+    ) -> T {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.received.recv()).await {
+                Ok(Some(message)) => {
+                    if let Some(value) = accept(message) {
+                        return value;
+                    }
+                }
+                Ok(None) | Err(_) => {
+                    panic!("probe: expected message not received within {timeout:?}")
+                }
+            }
+        }
+    }
+
+    /// Asserts that no message arrives within `wait`.
+    pub async fn expect_no_msg(&mut self, wait: Duration) {
+        if let Ok(Some(_)) = tokio::time::timeout(wait, self.received.recv()).await {
+            panic!("probe: unexpected message");
+        }
+    }
+}
+
+/// A bare context for one actor under test: a real store writer and policy actor on a memory
+/// store, and probes in place of the dispatcher and of the agent group of `agent_id`.
+pub struct ProbeContext {
+    /// The context to give the actor under test.
+    pub ctx: Arc<crate::kernel::context::Ctx>,
+    /// Stands in for the agent group of the agent.
+    pub agents: ProbeHandle<crate::agent_group::AgentGroupMsg>,
+    /// Stands in for the dispatcher.
+    pub dispatcher: ProbeHandle<crate::runner::DispatcherMsg>,
+    /// The store.
+    pub store: Arc<MemoryStore>,
+}
+
+impl ProbeContext {
+    /// Builds the context with `policy` and probes for `agent_id`'s group and the dispatcher.
+    pub async fn start(agent_id: &str, policy: Arc<dyn PolicyEngine>) -> Self {
+        use crate::kernel::context::{Ctx, write};
+        let store = Arc::new(MemoryStore::default());
+        let mut config = KernelConfig::new(store.clone(), policy.clone());
+        config.clock = crate::time::Clock::tokio();
+        let (commits, _) = tokio::sync::broadcast::channel(64);
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let ctx = Arc::new(Ctx::new(config, metrics.clone(), commits.clone()));
+        let writer_args = crate::store_writer::StoreWriterArgs {
+            store: store.clone(),
+            metrics: metrics.clone(),
+            commits,
+            max_batch: 64,
+        };
+        let policy_args = crate::policy::PolicyArgs {
+            engine: policy,
+            metrics,
+            store: store.clone(),
+            clock: ctx.clock.clone(),
+        };
+        let spawned = async {
+            let (writer, _) =
+                ractor::Actor::spawn(None, crate::store_writer::StoreWriter, writer_args)
+                    .await
+                    .ok()?;
+            let (policy, _) = ractor::Actor::spawn(None, crate::policy::PolicyActor, policy_args)
+                .await
+                .ok()?;
+            Some((writer, policy))
+        };
+        let Some((writer, policy)) = spawned.await else {
+            panic!("store writer or policy actor did not start")
+        };
+        let agents = ProbeHandle::start().await;
+        let dispatcher = ProbeHandle::start().await;
+        {
+            let mut singletons = write(&ctx.singletons);
+            singletons.writer = Some(writer);
+            singletons.policy = Some(policy);
+            singletons.dispatcher = Some(dispatcher.actor.clone());
+        }
+        write(&ctx.agent_groups).insert(crate::ids::AgentId::new(agent_id), agents.actor.clone());
+        Self {
+            ctx,
+            agents,
+            dispatcher,
+            store,
+        }
+    }
+}

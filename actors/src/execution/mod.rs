@@ -14,6 +14,8 @@ pub mod supervisor;
 pub mod watchdog;
 
 #[cfg(test)]
+mod probe_tests;
+#[cfg(test)]
 mod restart_tests;
 #[cfg(test)]
 mod retry_tests;

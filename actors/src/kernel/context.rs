@@ -75,6 +75,27 @@ pub fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 impl Ctx {
+    /// Returns a context with no actors registered yet.
+    pub fn new(
+        config: KernelConfig,
+        metrics: Arc<Metrics>,
+        commits: broadcast::Sender<CommitNotice>,
+    ) -> Self {
+        Self {
+            policy_engine: RwLock::new(config.policy.clone()),
+            clock: config.clock.clone(),
+            store: config.store.clone(),
+            config,
+            metrics,
+            commits,
+            singletons: RwLock::new(Singletons::default()),
+            executions: RwLock::new(HashMap::new()),
+            agent_groups: RwLock::new(HashMap::new()),
+            sessions: RwLock::new(HashMap::new()),
+            lost_consumers: RwLock::new(std::collections::HashSet::new()),
+        }
+    }
+
     /// Returns the current time of the kernel's clock.
     pub fn now(&self) -> Timestamp {
         self.clock.now()

@@ -1,16 +1,16 @@
 //! What the `Kernel` handle forwards to: starting the tree, startup recovery, and one method
 //! per kernel operation, each a message to the right actor with a timeout.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 use ractor::{Actor, ActorRef, RpcReplyPort};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::config::KernelConfig;
-use super::context::{Ctx, Singletons, call};
+use super::context::{Ctx, call};
 use super::handle::Kernel;
 use super::root::{KernelSupervisor, RootArgs};
 use super::settle;
@@ -45,19 +45,7 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
     let (commits, _) = broadcast::channel(4096);
     let metrics = Arc::new(Metrics::new());
     let store = config.store.clone();
-    let ctx = Arc::new(Ctx {
-        policy_engine: RwLock::new(config.policy.clone()),
-        clock: config.clock.clone(),
-        config,
-        store: store.clone(),
-        metrics: metrics.clone(),
-        commits: commits.clone(),
-        singletons: RwLock::new(Singletons::default()),
-        executions: RwLock::new(HashMap::new()),
-        agent_groups: RwLock::new(HashMap::new()),
-        sessions: RwLock::new(HashMap::new()),
-        lost_consumers: RwLock::new(std::collections::HashSet::new()),
-    });
+    let ctx = Arc::new(Ctx::new(config, metrics.clone(), commits.clone()));
     let (ready, ready_rx) = oneshot::channel();
     let (root, _) = Actor::spawn(
         None,
