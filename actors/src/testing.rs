@@ -165,10 +165,23 @@ impl Store for MemoryStore {
 
     async fn delete_terminal_before(
         &self,
-        _before: Timestamp,
-        _limit: i64,
+        before: Timestamp,
+        limit: i64,
     ) -> Result<u64, StoreError> {
-        Ok(0)
+        let mut tables = self.lock();
+        let mut doomed: Vec<(Timestamp, ExecutionId)> = tables
+            .executions
+            .values()
+            .filter(|row| row.status.is_terminal() && row.updated_at < before)
+            .map(|row| (row.updated_at, row.id.clone()))
+            .collect();
+        doomed.sort();
+        doomed.truncate(usize::try_from(limit).unwrap_or(0));
+        for (_, id) in &doomed {
+            tables.executions.remove(id);
+            tables.events.remove(id);
+        }
+        Ok(doomed.len() as u64)
     }
 
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {

@@ -5,6 +5,8 @@ pub mod config;
 pub mod context;
 mod handle;
 mod inner;
+#[cfg(test)]
+mod retention_tests;
 mod root;
 mod settle;
 pub mod types;
