@@ -163,6 +163,36 @@ pub fn report(metrics: &Metrics, kind: ActorKind, id: Option<&str>, event: &Supe
     }
 }
 
+/// What a supervisor decided about a failed child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the child may be restarted (within its limit).
+    pub restart: bool,
+    /// Failures within the current window, this one included.
+    pub count: u32,
+}
+
+/// Records a failure of an actor of `kind` in its restart budget, reports it (restart or
+/// give up) and returns the verdict. The one place supervisors turn a failure into a decision.
+pub fn judge_failure(
+    metrics: &Metrics,
+    kind: ActorKind,
+    id: Option<&str>,
+    budget: &mut RestartBudget,
+    error: String,
+) -> Verdict {
+    let policy = restart_policy(kind);
+    let (count, allowed) = budget.record(&policy, std::time::Instant::now());
+    let restart = allowed && policy.restart != RestartType::Temporary;
+    let event = if restart {
+        SupervisionEvent::Restarted { error, count }
+    } else {
+        SupervisionEvent::GaveUp { error, count }
+    };
+    report(metrics, kind, id, &event);
+    Verdict { restart, count }
+}
+
 /// One supervision event as the kernel recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SupervisionRecord {

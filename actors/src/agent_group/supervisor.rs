@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent as RactorEvent};
 
@@ -93,30 +92,16 @@ impl Actor for AgentSupervisor {
                     return Ok(());
                 };
                 write(&state.ctx.agent_groups).remove(&agent_id);
-                let policy = supervision::restart_policy(ActorKind::AgentGroup);
-                let (count, allowed) = state
-                    .budgets
-                    .entry(agent_id.clone())
-                    .or_default()
-                    .record(&policy, Instant::now());
-                let error = error.to_string();
-                if allowed {
-                    let event = SupervisionEvent::Restarted { error, count };
-                    supervision::report(
-                        &state.ctx.metrics,
-                        ActorKind::AgentGroup,
-                        Some(agent_id.as_str()),
-                        &event,
-                    );
+                let budget = state.budgets.entry(agent_id.clone()).or_default();
+                let verdict = supervision::judge_failure(
+                    &state.ctx.metrics,
+                    ActorKind::AgentGroup,
+                    Some(agent_id.as_str()),
+                    budget,
+                    error.to_string(),
+                );
+                if verdict.restart {
                     get_or_spawn(&myself, state, &agent_id).await;
-                } else {
-                    let event = SupervisionEvent::GaveUp { error, count };
-                    supervision::report(
-                        &state.ctx.metrics,
-                        ActorKind::AgentGroup,
-                        Some(agent_id.as_str()),
-                        &event,
-                    );
                 }
             }
             _ => {}

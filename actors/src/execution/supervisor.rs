@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use ractor::{
     Actor, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent as RactorEvent,
@@ -131,34 +130,24 @@ impl Actor for ExecutionSupervisor {
                     return Ok(());
                 };
                 forget(state, &id, cell.get_id());
-                let policy = supervision::restart_policy(ActorKind::Execution);
-                let (count, allowed) = state
-                    .budgets
-                    .entry(id.clone())
-                    .or_default()
-                    .record(&policy, Instant::now());
-                let error = error.to_string();
-                let (mode, event) = if allowed {
-                    (
-                        StartMode::Rehydrate,
-                        SupervisionEvent::Restarted { error, count },
-                    )
-                } else {
-                    let reason = format!(
-                        "crash_loop: execution actor failed {count} times within {:?}",
-                        policy.window
-                    );
-                    (
-                        StartMode::GiveUp { error: reason },
-                        SupervisionEvent::GaveUp { error, count },
-                    )
-                };
-                supervision::report(
+                let budget = state.budgets.entry(id.clone()).or_default();
+                let verdict = supervision::judge_failure(
                     &state.ctx.metrics,
                     ActorKind::Execution,
                     Some(id.as_str()),
-                    &event,
+                    budget,
+                    error.to_string(),
                 );
+                let mode = if verdict.restart {
+                    StartMode::Rehydrate
+                } else {
+                    let window = supervision::restart_policy(ActorKind::Execution).window;
+                    let reason = format!(
+                        "crash_loop: execution actor failed {} times within {window:?}",
+                        verdict.count
+                    );
+                    StartMode::GiveUp { error: reason }
+                };
                 if let Err(error) = spawn(&myself, state, id.clone(), mode).await {
                     tracing::error!(execution.id = %id, error = %error, "execution actor could not be rebuilt");
                 }

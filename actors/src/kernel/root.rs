@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent as RactorEvent};
 
@@ -105,33 +104,15 @@ impl Actor for KernelSupervisor {
             let Some(kind) = state.kinds.remove(&cell.get_id()) else {
                 return Ok(());
             };
-            let policy = supervision::restart_policy(kind);
-            let (count, allowed) = state
-                .budgets
-                .entry(kind)
-                .or_default()
-                .record(&policy, Instant::now());
             let error = error.to_string();
-            if !allowed || kind == ActorKind::ExecutionSupervisor {
-                supervision::report(
-                    &state.ctx.metrics,
-                    kind,
-                    None,
-                    &SupervisionEvent::GaveUp {
-                        error: error.clone(),
-                        count,
-                    },
-                );
+            let budget = state.budgets.entry(kind).or_default();
+            let verdict =
+                supervision::judge_failure(&state.ctx.metrics, kind, None, budget, error.clone());
+            if !verdict.restart {
                 return Err(
                     format!("{} failed past its restart limit: {error}", kind.as_str()).into(),
                 );
             }
-            supervision::report(
-                &state.ctx.metrics,
-                kind,
-                None,
-                &SupervisionEvent::Restarted { error, count },
-            );
             spawn_singleton(&myself, state, kind).await?;
         }
         Ok(())
