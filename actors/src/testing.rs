@@ -33,6 +33,7 @@ pub struct MemoryStore {
     tables: Mutex<Tables>,
     failing: AtomicBool,
     losing_answers: AtomicBool,
+    failing_reads: AtomicBool,
 }
 
 impl MemoryStore {
@@ -45,6 +46,11 @@ impl MemoryStore {
     /// `COMMIT`.
     pub fn lose_commit_answers(&self, losing: bool) {
         self.losing_answers.store(losing, Ordering::SeqCst);
+    }
+
+    /// Makes event reads fail (`true`) as if the database were gone, or succeed again.
+    pub fn fail_reads(&self, failing: bool) {
+        self.failing_reads.store(failing, Ordering::SeqCst);
     }
 
     /// Returns every event of an execution.
@@ -104,6 +110,9 @@ impl Store for MemoryStore {
         after_sequence: i64,
         limit: i64,
     ) -> Result<Vec<Event>, StoreError> {
+        if self.failing_reads.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("injected read failure".into()));
+        }
         let tables = self.lock();
         let events = tables.events.get(id).map(Vec::as_slice).unwrap_or_default();
         let limit = usize::try_from(limit).unwrap_or(0);

@@ -140,7 +140,7 @@ impl Actor for ExecutionActor {
         if state.stale
             && let Err(error) = reload(state).await
         {
-            refuse(message, error);
+            refuse(&myself, message, error);
             return Ok(());
         }
         handle_message(&myself, message, state).await?;

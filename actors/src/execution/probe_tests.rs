@@ -10,6 +10,7 @@ use serde_json::json;
 use super::actor::{ExecutionActor, ExecutionArgs, StartMode, record_creation};
 use super::{ExecutionMsg, Intent};
 use crate::agent_group::AgentGroupMsg;
+use crate::ids::AgentId;
 use crate::ids::ExecutionId;
 use crate::kernel::context::call;
 use crate::policy::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
@@ -169,6 +170,76 @@ async fn the_supervision_log_records_a_restart_with_its_count() {
     assert!(
         restarted.is_some(),
         "the restart was recorded with its count"
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_lost_consumer_notice_that_arrives_during_an_outage_is_handled_after_it() {
+    use crate::ids::{ConsumerId, SessionId};
+    use crate::status::ExecutionStatus;
+    let store = Arc::new(crate::testing::MemoryStore::default());
+    let t = TestKernel::start_with(
+        store.clone(),
+        Arc::new(crate::policy::PermissiveEngine),
+        |config| {
+            config.agent_grace = Duration::from_millis(100);
+        },
+    )
+    .await;
+    let mut agent = t
+        .kernel
+        .connect_agent(AgentId::new("a"), ConsumerId::new("c1"))
+        .await
+        .expect("connect");
+    let row = t
+        .kernel
+        .create_execution(AgentId::new("a"), json!(null), None)
+        .await
+        .expect("create");
+    let assigned = agent.next().await.expect("assigned");
+    let session = SessionId::new(assigned.data["session_id"].as_str().expect("session"));
+    // A lost COMMIT answer marks the actor stale; with reads failing it cannot reload.
+    store.lose_commit_answers(true);
+    assert!(
+        t.kernel
+            .submit_intent(
+                &row.id,
+                &session,
+                Intent::InvokeTool {
+                    tool_id: "t".into(),
+                    arguments: json!({}),
+                    idempotency_key: None,
+                    remote: false,
+                }
+            )
+            .await
+            .is_err()
+    );
+    store.lose_commit_answers(false);
+    store.fail_reads(true);
+    drop(agent);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    store.fail_reads(false);
+    let reset = eventually(Duration::from_secs(5), || {
+        let store = store.clone();
+        let id = row.id.clone();
+        async move {
+            store
+                .all_events(&id)
+                .iter()
+                .any(|event| event.body.type_name() == "execution.reset")
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        reset.is_some(),
+        "the consumer-lost notice was retried once the store answered"
+    );
+    assert_eq!(
+        t.kernel.execution(&row.id).await.expect("row").status,
+        ExecutionStatus::Pending
     );
     t.shutdown().await;
 }

@@ -14,6 +14,7 @@ use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
 use crate::runner::DispatcherMsg;
 use crate::store::Commit;
+use ractor::ActorRef;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -74,8 +75,14 @@ pub(super) async fn reload(state: &mut ExecutionActorState) -> Result<(), Kernel
     Ok(())
 }
 
+/// How long an internal notice waits before it is tried again when the state could not be
+/// reloaded (the store is down).
+const NOTICE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Answers a message with `error` without handling it (the state could not be reloaded).
-pub(super) fn refuse(message: ExecutionMsg, error: KernelError) {
+/// Internal notices (lost consumer or runner, timers) have nobody to answer: they are sent
+/// again a little later, so a store outage delays them instead of losing them.
+pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, error: KernelError) {
     match message {
         ExecutionMsg::SubmitIntent { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ReportStepResult { reply, .. }
@@ -85,12 +92,14 @@ pub(super) fn refuse(message: ExecutionMsg, error: KernelError) {
         ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),
         ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),
-        ExecutionMsg::GetExecution { .. }
-        | ExecutionMsg::ConsumerLost { .. }
+        ExecutionMsg::GetExecution { .. } => {}
+        notice @ (ExecutionMsg::ConsumerLost { .. }
         | ExecutionMsg::RunnerLost { .. }
         | ExecutionMsg::StepDeadlineReached { .. }
         | ExecutionMsg::ExecutionDeadlineReached
-        | ExecutionMsg::StallCheck => {}
+        | ExecutionMsg::StallCheck) => {
+            myself.send_after(NOTICE_RETRY, move || notice);
+        }
         #[cfg(any(test, feature = "testing"))]
         ExecutionMsg::Crash => {}
     }
