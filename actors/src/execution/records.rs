@@ -1,0 +1,104 @@
+//! The records an execution's state is made of: its steps, the history sent with an
+//! assignment, its session and the answers of idempotent intents.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::ids::StepId;
+use crate::status::StepStatus;
+use crate::time::Timestamp;
+
+/// Projection of one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepState {
+    /// Step id.
+    pub id: StepId,
+    /// Tool it runs.
+    pub tool_id: String,
+    /// Arguments (any JSON).
+    pub arguments: Value,
+    /// Current status.
+    pub status: StepStatus,
+    /// Current attempt, from 1.
+    pub attempt: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// Whether a runner executes it.
+    pub remote: bool,
+    /// Deadline in force (None while awaiting approval or a retry).
+    pub deadline: Option<Timestamp>,
+    /// Current job of a remote step.
+    pub job_id: Option<String>,
+    /// Runner holding the job, when known.
+    pub runner_id: Option<String>,
+    /// Earliest dispatch of a retry job.
+    pub not_before: Option<Timestamp>,
+    /// Whether the step waits for an operator's approval.
+    pub awaiting_approval: bool,
+    /// Terminal outcome: `Some(true)` succeeded, `Some(false)` failed, for idempotent repeats.
+    pub outcome: Option<bool>,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// Per-attempt deadline from the policy rule (else the kernel default).
+    pub timeout: Option<Duration>,
+    /// First retry delay from the policy rule (else the kernel default).
+    pub retry_base_delay: Option<Duration>,
+    /// Retry delay cap from the policy rule (else the kernel default).
+    pub retry_max_delay: Option<Duration>,
+    /// When the current job was last dispatched (queued or handed to a runner), remote only.
+    pub dispatched_at: Option<Timestamp>,
+    /// Whether the watchdog already reported this dispatch as not started.
+    pub stall_reported: bool,
+}
+
+/// One entry of the `history` sent with `execution.assigned` (WIRE.md §10.4.1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryEntry {
+    /// Step id.
+    pub step_id: StepId,
+    /// Tool of the step.
+    pub tool_id: String,
+    /// Terminal status.
+    pub status: StepStatus,
+    /// Arguments of the step.
+    pub arguments: Value,
+    /// Result on success.
+    pub result: Option<Value>,
+    /// Error otherwise.
+    pub error: Option<String>,
+    /// When the step ended.
+    pub completed_at: Timestamp,
+}
+
+/// The session of the current run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    /// Session id.
+    pub id: String,
+    /// Consumer holding it.
+    pub consumer_id: String,
+}
+
+/// What an idempotent `invoke_tool` answered the first time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordedIntent {
+    /// A step was created.
+    Accepted {
+        /// Step created for it.
+        step_id: StepId,
+        /// Tool it asked for.
+        tool_id: String,
+        /// Whether it was remote.
+        remote: bool,
+        /// Whether the step awaited approval.
+        pending_approval: bool,
+    },
+    /// The call was denied.
+    Denied {
+        /// Tool it asked for.
+        tool_id: String,
+        /// Full error text sent back.
+        error: String,
+    },
+}
