@@ -22,7 +22,7 @@ async fn main() -> ExitCode {
         Command::Dev(config) => serve(config.with_mode(Mode::Dev)).await,
         Command::Serve(config) => serve(config.with_mode(Mode::Serve)).await,
         Command::Bench(args) => {
-            install_client_telemetry(args.client.log_filter());
+            install_client_telemetry(args.log_filter());
             report(keel::bench::run(args).await)
         }
         command => {

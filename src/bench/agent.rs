@@ -12,7 +12,8 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{LOCAL_TOOL, REMOTE_TOOL, Shared};
+use super::mixed::Shared;
+use super::{LOCAL_TOOL, REMOTE_TOOL};
 
 /// How long a handler waits for the `tool.result` of a remote step.
 const TOOL_RESULT_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,103 +1,54 @@
-//! What `keel bench` measures and how it is reported: latency histograms (hdrhistogram, in
-//! microseconds), counters, the kernel's memory from `/proc/PID/status`, and the final report
-//! as text or JSON.
+//! What `keel bench` counts and how a scenario reports it: the error log every scenario
+//! shares, the counters of the `run` scenario, and [`Report`], which builds one scenario's
+//! result as a JSON object with stable keys (printed as one line) and as aligned text.
+//!
+//! Keys every scenario's JSON carries: `scenario`, `url`, `embedded`, `elapsed_s`,
+//! `throughput_per_s`, `latency` (an object of [`LatencySummary`] objects), `kernel`
+//! (`pid`, `cpu_ms`, `cpu_ms_per_execution`, `rss_kib`, `peak_rss_kib`), `bench` (`cpu_ms`,
+//! `cpu_ms_per_execution`), `errors` and `first_error`.
 
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use hdrhistogram::Histogram;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-/// Highest latency recorded exactly (anything above is clamped): one hour, in microseconds.
-const HIGHEST_MICROS: u64 = 3_600_000_000;
+use super::latency::{Latency, LatencySummary, round3};
+use super::procfs::{CpuUsage, Memory, per_execution};
 
-/// A latency histogram shared by the bench's tasks.
-pub struct Latency {
-    /// `None` only if the histogram could not be built (the bounds are valid constants).
-    histogram: Mutex<Option<Histogram<u64>>>,
+/// Failed requests: a count and the first message.
+#[derive(Default)]
+pub struct Errors {
+    count: AtomicU64,
+    first: Mutex<Option<String>>,
 }
 
-impl Default for Latency {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Latency {
-    /// Returns an empty histogram (1 µs to 1 h, 3 significant digits).
-    pub fn new() -> Self {
-        Self {
-            histogram: Mutex::new(Histogram::new_with_bounds(1, HIGHEST_MICROS, 3).ok()),
-        }
-    }
-
-    /// Records one sample.
-    pub fn record(&self, elapsed: Duration) {
-        let micros = u64::try_from(elapsed.as_micros())
-            .unwrap_or(u64::MAX)
-            .clamp(1, HIGHEST_MICROS);
-        if let Ok(mut guard) = self.histogram.lock()
-            && let Some(histogram) = guard.as_mut()
+impl Errors {
+    /// Counts an error and keeps the first message.
+    pub fn record(&self, message: impl Into<String>) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut first) = self.first.lock()
+            && first.is_none()
         {
-            let _ = histogram.record(micros);
+            let text = message.into();
+            tracing::warn!(error = %text, "bench request failed");
+            *first = Some(text);
         }
     }
 
-    /// Returns count and percentiles in milliseconds.
-    pub fn summary(&self) -> LatencySummary {
-        let Ok(guard) = self.histogram.lock() else {
-            return LatencySummary::default();
-        };
-        let Some(histogram) = guard.as_ref() else {
-            return LatencySummary::default();
-        };
-        let millis = |micros: u64| micros as f64 / 1000.0;
-        LatencySummary {
-            count: histogram.len(),
-            p50: millis(histogram.value_at_quantile(0.50)),
-            p90: millis(histogram.value_at_quantile(0.90)),
-            p99: millis(histogram.value_at_quantile(0.99)),
-            max: millis(histogram.max()),
-        }
+    /// Errors counted so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The first error, if any.
+    pub fn first(&self) -> Option<String> {
+        self.first.lock().ok().and_then(|first| first.clone())
     }
 }
 
-/// Percentiles of one histogram, in milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct LatencySummary {
-    /// Samples recorded.
-    pub count: u64,
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest sample.
-    pub max: f64,
-}
-
-impl LatencySummary {
-    /// Returns the summary as JSON.
-    pub fn to_json(self) -> Value {
-        json!({ "count": self.count, "p50_ms": round(self.p50), "p90_ms": round(self.p90), "p99_ms": round(self.p99), "max_ms": round(self.max) })
-    }
-
-    /// Returns the summary as one line of text.
-    pub fn to_text(self) -> String {
-        if self.count == 0 {
-            return "no samples".to_owned();
-        }
-        format!(
-            "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms  (n={})",
-            self.p50, self.p90, self.p99, self.max, self.count
-        )
-    }
-}
-
-/// Everything the bench's tasks record.
+/// Everything the `run` scenario's tasks record.
+#[derive(Default)]
 pub struct Stats {
     /// `invoke_tool` and `complete` intents, request to answer.
     pub intent: Latency,
@@ -107,241 +58,300 @@ pub struct Stats {
     pub remote_tool: Latency,
     /// Executions, creation request to `complete` answered.
     pub execution: Latency,
+    /// Creation requests, request to answer.
+    pub create: Latency,
     /// Executions created (2xx).
     pub created: AtomicU64,
     /// Executions the agents completed.
     pub completed: AtomicU64,
     /// Executions a handler gave up on (error, denial, cancellation).
     pub abandoned: AtomicU64,
-    /// Requests that failed (transport or non-2xx) plus denied intents.
-    pub errors: AtomicU64,
     /// Remote jobs the runners executed.
     pub jobs: AtomicU64,
-    /// First error seen, for the report.
-    pub first_error: Mutex<Option<String>>,
-}
-
-impl Default for Stats {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// Requests that failed (transport or non-2xx) plus denied intents.
+    pub errors: Errors,
 }
 
 impl Stats {
     /// Returns empty statistics.
     pub fn new() -> Self {
-        Self {
-            intent: Latency::new(),
-            step_result: Latency::new(),
-            remote_tool: Latency::new(),
-            execution: Latency::new(),
-            created: AtomicU64::new(0),
-            completed: AtomicU64::new(0),
-            abandoned: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            jobs: AtomicU64::new(0),
-            first_error: Mutex::new(None),
-        }
+        Self::default()
     }
 
     /// Counts an error and keeps the first message.
     pub fn error(&self, message: impl Into<String>) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut first) = self.first_error.lock()
-            && first.is_none()
-        {
-            let text = message.into();
-            tracing::warn!(error = %text, "bench request failed");
-            *first = Some(text);
-        }
+        self.errors.record(message);
     }
 
     /// Returns the number of executions that ended one way or the other.
     pub fn finished(&self) -> u64 {
         self.completed.load(Ordering::Relaxed) + self.abandoned.load(Ordering::Relaxed)
     }
+
+    /// Forgets what was measured so far (the end of a warm-up); errors are kept.
+    pub fn reset(&self) {
+        for latency in [
+            &self.intent,
+            &self.step_result,
+            &self.remote_tool,
+            &self.execution,
+            &self.create,
+        ] {
+            latency.reset();
+        }
+        for counter in [&self.created, &self.completed, &self.abandoned, &self.jobs] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
-/// Memory of the kernel process, from `/proc/PID/status` (KiB).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Memory {
-    /// Process id read.
-    pub pid: u32,
-    /// Resident set size now.
-    pub rss_kib: u64,
-    /// Peak resident set size.
-    pub peak_kib: u64,
+/// One scenario's result, built key by key.
+pub struct Report {
+    title: String,
+    json: Map<String, Value>,
+    latency: Map<String, Value>,
+    lines: Vec<(String, String)>,
 }
 
-/// Reads `VmRSS` and `VmHWM` of `pid`; `None` when the process or the fields are missing.
-pub fn read_memory(pid: u32) -> Option<Memory> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|value| value.parse::<u64>().ok())
-    };
-    Some(Memory {
-        pid,
-        rss_kib: field("VmRSS:")?,
-        peak_kib: field("VmHWM:").unwrap_or_default(),
-    })
-}
+impl Report {
+    /// Starts the report of `scenario` against `url`.
+    pub fn new(scenario: &str, url: &str, embedded: bool, title: String) -> Self {
+        let mut json = Map::new();
+        json.insert("scenario".to_owned(), json!(scenario));
+        json.insert("url".to_owned(), json!(url));
+        json.insert("embedded".to_owned(), json!(embedded));
+        Self {
+            title,
+            json,
+            latency: Map::new(),
+            lines: Vec::new(),
+        }
+    }
 
-/// The parameters of a run, echoed in the report.
-#[derive(Clone, Debug)]
-pub struct RunShape {
-    /// Kernel base URL.
-    pub url: String,
-    /// Whether the kernel ran inside the bench process.
-    pub embedded: bool,
-    /// Executions requested.
-    pub executions: u64,
-    /// Executions in flight at most.
-    pub concurrency: usize,
-    /// Tool calls per execution.
-    pub tools_per_execution: u32,
-    /// Agent consumers.
-    pub agents: usize,
-    /// Runner connections.
-    pub runners: usize,
-}
+    /// Sets a JSON key (no text line).
+    pub fn field(&mut self, key: &str, value: impl Into<Value>) {
+        self.json.insert(key.to_owned(), value.into());
+    }
 
-/// Returns the final report as JSON.
-pub fn report_json(
-    shape: &RunShape,
-    stats: &Stats,
-    elapsed: Duration,
-    memory: Option<Memory>,
-    capped: bool,
-) -> Value {
-    let completed = stats.completed.load(Ordering::Relaxed);
-    let seconds = elapsed.as_secs_f64();
-    json!({
-        "url": shape.url,
-        "embedded": shape.embedded,
-        "concurrency": shape.concurrency,
-        "agents": shape.agents,
-        "runners": shape.runners,
-        "tools_per_execution": shape.tools_per_execution,
-        "executions": {
-            "requested": shape.executions,
-            "created": stats.created.load(Ordering::Relaxed),
-            "completed": completed,
-            "abandoned": stats.abandoned.load(Ordering::Relaxed),
-        },
-        "duration_capped": capped,
-        "elapsed_s": round(seconds),
-        "executions_per_s": round(if seconds > 0.0 { completed as f64 / seconds } else { 0.0 }),
-        "remote_jobs": stats.jobs.load(Ordering::Relaxed),
-        "intent_latency": stats.intent.summary().to_json(),
-        "step_result_latency": stats.step_result.summary().to_json(),
-        "remote_tool_latency": stats.remote_tool.summary().to_json(),
-        "execution_latency": stats.execution.summary().to_json(),
-        "errors": stats.errors.load(Ordering::Relaxed),
-        "first_error": stats.first_error.lock().ok().and_then(|first| first.clone()),
-        "memory": memory.map(|memory| json!({ "pid": memory.pid, "rss_kib": memory.rss_kib, "peak_rss_kib": memory.peak_kib })),
-    })
-}
+    /// Adds a text line.
+    pub fn line(&mut self, label: &str, text: impl Into<String>) {
+        self.lines.push((label.to_owned(), text.into()));
+    }
 
-/// Returns the final report as text.
-pub fn report_text(
-    shape: &RunShape,
-    stats: &Stats,
-    elapsed: Duration,
-    memory: Option<Memory>,
-    capped: bool,
-) -> String {
-    let completed = stats.completed.load(Ordering::Relaxed);
-    let seconds = elapsed.as_secs_f64();
-    let rate = if seconds > 0.0 {
-        completed as f64 / seconds
-    } else {
-        0.0
-    };
-    let local = shape.tools_per_execution.div_ceil(2);
-    let remote = shape.tools_per_execution / 2;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "keel bench against {}{}: {} executions x {} tools ({local} local, {remote} remote), concurrency {}, {} agents, {} runners",
-        shape.url,
-        if shape.embedded { " (embedded)" } else { "" },
-        shape.executions,
-        shape.tools_per_execution,
-        shape.concurrency,
-        shape.agents,
-        shape.runners,
-    );
-    let _ = writeln!(
-        out,
-        "completed        {completed}/{} in {seconds:.2} s = {rate:.1} executions/s",
-        shape.executions
-    );
-    if capped {
-        let created = stats.created.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "                 (stopped by --duration: {} unfinished, {} never created)",
-            created.saturating_sub(completed),
-            shape.executions.saturating_sub(created)
+    /// Sets the elapsed time and the scenario's headline rate (`what` per second).
+    pub fn throughput(&mut self, done: u64, elapsed_s: f64, what: &str) {
+        let rate = if elapsed_s > 0.0 {
+            done as f64 / elapsed_s
+        } else {
+            0.0
+        };
+        self.field("elapsed_s", round3(elapsed_s));
+        self.field("throughput_per_s", round3(rate));
+        self.line(
+            "throughput",
+            format!("{done} {what} in {elapsed_s:.2} s = {rate:.1} {what}/s"),
         );
     }
-    let _ = writeln!(out, "intent latency   {}", stats.intent.summary().to_text());
-    let _ = writeln!(
-        out,
-        "step result      {}",
-        stats.step_result.summary().to_text()
-    );
-    let _ = writeln!(
-        out,
-        "remote tool      {}",
-        stats.remote_tool.summary().to_text()
-    );
-    let _ = writeln!(
-        out,
-        "execution        {}",
-        stats.execution.summary().to_text()
-    );
-    match memory {
-        Some(memory) => {
-            let _ = writeln!(
-                out,
-                "kernel memory    rss {:.1} MiB, peak {:.1} MiB (pid {}{})",
-                memory.rss_kib as f64 / 1024.0,
-                memory.peak_kib as f64 / 1024.0,
-                memory.pid,
-                if shape.embedded {
-                    ", includes the bench itself"
-                } else {
-                    ""
-                }
-            );
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "kernel memory    unknown (pass --pid PID of the kernel)"
-            );
-        }
+
+    /// Adds a latency summary under `latency.<key>`.
+    pub fn latency(&mut self, key: &str, label: &str, summary: LatencySummary) {
+        self.latency.insert(key.to_owned(), summary.to_json());
+        self.line(label, summary.to_text());
     }
-    let errors = stats.errors.load(Ordering::Relaxed);
-    let _ = write!(out, "errors           {errors}");
-    if let Some(first) = stats
-        .first_error
-        .lock()
-        .ok()
-        .and_then(|first| first.clone())
-    {
-        let _ = write!(out, " (first: {first})");
+
+    /// Sets `kernel` and `bench`: CPU spent (total and per execution) and the kernel's memory.
+    pub fn resources(
+        &mut self,
+        cpu: CpuUsage,
+        executions: u64,
+        memory: Option<Memory>,
+        embedded: bool,
+    ) {
+        let kernel_per = cpu.kernel_ms.and_then(|ms| per_execution(ms, executions));
+        let bench_per = per_execution(cpu.bench_ms, executions);
+        self.field(
+            "kernel",
+            json!({
+                "pid": memory.map(|memory| memory.pid),
+                "cpu_ms": cpu.kernel_ms,
+                "cpu_ms_per_execution": kernel_per.map(round3),
+                "rss_kib": memory.map(|memory| memory.rss_kib),
+                "peak_rss_kib": memory.map(|memory| memory.peak_kib),
+            }),
+        );
+        self.field(
+            "bench",
+            json!({ "cpu_ms": cpu.bench_ms, "cpu_ms_per_execution": bench_per.map(round3) }),
+        );
+        let shared = if embedded {
+            " (embedded: kernel and bench share the process)"
+        } else {
+            ""
+        };
+        let kernel_cpu = match (cpu.kernel_ms, kernel_per) {
+            (Some(total), Some(per)) => format!("{per:.3} ms per execution ({total} ms in all)"),
+            (Some(total), None) => format!("{total} ms in all"),
+            _ => "unknown (pass --pid PID of the kernel)".to_owned(),
+        };
+        self.line("kernel cpu", format!("{kernel_cpu}{shared}"));
+        self.line(
+            "kernel memory",
+            memory.map_or_else(
+                || "unknown (pass --pid PID of the kernel)".to_owned(),
+                |memory| format!("{} pid {}", memory.to_text(), memory.pid),
+            ),
+        );
+        self.line(
+            "bench cpu",
+            match bench_per {
+                Some(per) => format!("{per:.3} ms per execution ({} ms in all)", cpu.bench_ms),
+                None => format!("{} ms in all", cpu.bench_ms),
+            },
+        );
     }
-    out.push('\n');
-    out
+
+    /// Sets `errors` and `first_error`.
+    pub fn errors(&mut self, errors: &Errors) {
+        let first = errors.first();
+        self.field("errors", errors.count());
+        self.field("first_error", first.clone());
+        let mut text = errors.count().to_string();
+        if let Some(first) = first {
+            let _ = write!(text, " (first: {first})");
+        }
+        self.line("errors", text);
+    }
+
+    /// Returns the JSON object.
+    pub fn to_json(&self) -> Value {
+        let mut json = self.json.clone();
+        json.insert("latency".to_owned(), Value::Object(self.latency.clone()));
+        Value::Object(json)
+    }
+
+    /// Returns the text report: the title, then one aligned line per measure.
+    pub fn to_text(&self) -> String {
+        let width = self
+            .lines
+            .iter()
+            .map(|(label, _)| label.len())
+            .max()
+            .unwrap_or(0);
+        let mut out = format!("{}\n", self.title);
+        for (label, text) in &self.lines {
+            let _ = writeln!(out, "{label:<width$}  {text}");
+        }
+        out
+    }
 }
 
-/// Rounds to two decimals for the JSON report.
-fn round(value: f64) -> f64 {
-    (value * 100.0).round() / 100.0
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(value: &Value) -> Vec<String> {
+        let mut keys: Vec<String> = value
+            .as_object()
+            .map(|object| object.keys().cloned().collect())
+            .unwrap_or_default();
+        keys.sort_unstable();
+        keys
+    }
+
+    #[test]
+    fn every_report_carries_the_common_keys() {
+        let mut report = Report::new("create", "http://127.0.0.1:1", false, "t".to_owned());
+        report.throughput(500, 2.0, "creates");
+        report.latency("create", "create latency", LatencySummary::default());
+        report.resources(
+            CpuUsage {
+                kernel_ms: Some(1000),
+                bench_ms: 250,
+            },
+            500,
+            Some(Memory {
+                pid: 9,
+                rss_kib: 2048,
+                peak_kib: 4096,
+            }),
+            false,
+        );
+        let errors = Errors::default();
+        report.errors(&errors);
+        let json = report.to_json();
+        assert_eq!(
+            keys(&json),
+            [
+                "bench",
+                "elapsed_s",
+                "embedded",
+                "errors",
+                "first_error",
+                "kernel",
+                "latency",
+                "scenario",
+                "throughput_per_s",
+                "url"
+            ]
+        );
+        assert_eq!(
+            keys(&json["kernel"]),
+            [
+                "cpu_ms",
+                "cpu_ms_per_execution",
+                "peak_rss_kib",
+                "pid",
+                "rss_kib"
+            ]
+        );
+        assert_eq!(keys(&json["bench"]), ["cpu_ms", "cpu_ms_per_execution"]);
+        assert_eq!(json["throughput_per_s"], 250.0);
+        assert_eq!(json["kernel"]["cpu_ms_per_execution"], 2.0);
+        assert_eq!(json["bench"]["cpu_ms_per_execution"], 0.5);
+        assert_eq!(json["latency"]["create"]["count"], 0);
+    }
+
+    #[test]
+    fn unknown_kernel_and_no_executions_are_null_not_zero() {
+        let mut report = Report::new("run", "u", true, "t".to_owned());
+        report.resources(
+            CpuUsage {
+                kernel_ms: None,
+                bench_ms: 5,
+            },
+            0,
+            None,
+            true,
+        );
+        let json = report.to_json();
+        assert!(json["kernel"]["cpu_ms"].is_null());
+        assert!(json["kernel"]["rss_kib"].is_null());
+        assert!(json["bench"]["cpu_ms_per_execution"].is_null());
+        assert!(report.to_text().contains("pass --pid"));
+    }
+
+    #[test]
+    fn errors_keep_the_first_message_and_count_all() {
+        let errors = Errors::default();
+        errors.record("first");
+        errors.record("second");
+        let mut report = Report::new("run", "u", false, "t".to_owned());
+        report.errors(&errors);
+        let json = report.to_json();
+        assert_eq!(json["errors"], 2);
+        assert_eq!(json["first_error"], "first");
+        assert!(report.to_text().contains("2 (first: first)"));
+    }
+
+    #[test]
+    fn stats_reset_clears_counters_and_histograms_but_not_errors() {
+        let stats = Stats::new();
+        stats.completed.fetch_add(3, Ordering::Relaxed);
+        stats.execution.record(std::time::Duration::from_millis(2));
+        stats.error("boom");
+        stats.reset();
+        assert_eq!(stats.finished(), 0);
+        assert_eq!(stats.execution.summary().count, 0);
+        assert_eq!(stats.errors.count(), 1);
+    }
 }

@@ -9,7 +9,8 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::{REMOTE_TOOL, Shared};
+use super::REMOTE_TOOL;
+use super::mixed::Shared;
 use crate::cli::path_segment;
 
 /// Pause before reconnecting a dropped stream.

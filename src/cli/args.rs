@@ -54,8 +54,8 @@ pub enum Command {
     Signal(SignalArgs),
     /// Checks that a kernel is up and its database reachable.
     Health(HealthArgs),
-    /// Load generator: plays agents and runners over HTTP/SSE and reports throughput,
-    /// intent latency and kernel memory.
+    /// Load generator: plays agents and runners over HTTP/SSE in a scenario (run, blocked,
+    /// restart, create) and reports throughput, latency, kernel CPU and memory.
     Bench(BenchArgs),
 }
 

@@ -122,8 +122,7 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         Command::Cancel(args) => Some(&args.client),
         Command::Signal(args) => Some(&args.client),
         Command::Health(args) => Some(&args.client),
-        Command::Bench(args) => Some(&args.client),
-        Command::Dev(_) | Command::Serve(_) | Command::Policy(_) => None,
+        Command::Dev(_) | Command::Serve(_) | Command::Policy(_) | Command::Bench(_) => None,
     }
 }
 
