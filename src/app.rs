@@ -230,6 +230,7 @@ fn kernel_config(
         ..ExecutionSettings::default()
     };
     config.agent_grace = settings.agent_timeout;
+    config.passivate_after = Some(settings.passivate_after);
     config.runner_grace = settings.runner_timeout;
     config.retention_period = settings.retention_period;
     config.cleanup_interval = settings.cleanup_interval;

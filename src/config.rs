@@ -163,6 +163,12 @@ pub struct Config {
     #[arg(long, env = "KEEL_JOB_START_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub job_start_timeout: Duration,
 
+    /// An execution that only waits (pending with no consumer taking it, or blocked on a signal
+    /// or an approval with no tool step in flight) for this long gives its actor back: it is
+    /// then a row in the store plus a wake-up entry, rebuilt by the next message concerning it.
+    #[arg(long, env = "KEEL_PASSIVATE_AFTER", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub passivate_after: Duration,
+
     /// Terminal executions not updated for this long are deleted (0 keeps them forever).
     #[arg(long, env = "KEEL_RETENTION_PERIOD", value_name = "DURATION", default_value = "168h", value_parser = parse_duration)]
     pub retention_period: Duration,

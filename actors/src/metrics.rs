@@ -90,6 +90,10 @@ pub struct Metrics {
     pub retention_deleted: Counter,
     /// Stalls reported by the watchdog, by kind (`no_intent`, `job_not_started`).
     pub stalls: Family<KindLabel, Counter>,
+    /// Execution actors stopped because their execution only waits.
+    pub passivations: Counter,
+    /// Passivated executions with a wake-up time in the supervisor's index.
+    pub executions_dormant: Gauge,
 }
 
 impl Default for Metrics {
@@ -114,6 +118,18 @@ impl Metrics {
         let commit_batch = Histogram::new(exponential_buckets(1.0, 2.0, 12));
         let retention_deleted = Counter::default();
         let stalls = Family::<KindLabel, Counter>::default();
+        let passivations = Counter::default();
+        let executions_dormant = Gauge::default();
+        registry.register(
+            "execution_passivations",
+            "Execution actors stopped while their execution waits (rebuilt from the store on demand)",
+            passivations.clone(),
+        );
+        registry.register(
+            "dormant_executions",
+            "Passivated executions waiting for a deadline in the wake-up index",
+            executions_dormant.clone(),
+        );
         registry.register(
             "live_executions",
             "Non-terminal executions by current status",
@@ -185,6 +201,8 @@ impl Metrics {
             commit_batch,
             retention_deleted,
             stalls,
+            passivations,
+            executions_dormant,
         }
     }
 

@@ -107,6 +107,26 @@ pub struct AllowedToolCall {
     pub at: Timestamp,
 }
 
+/// One non-terminal execution as startup recovery sees it: enough to decide whether it needs
+/// its actor now or can stay in the store until something concerns it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecoveryEntry {
+    /// Execution id.
+    pub id: ExecutionId,
+    /// Agent that runs it.
+    pub agent_id: AgentId,
+    /// Current status.
+    pub status: ExecutionStatus,
+    /// Time of `execution.created` (its deadline counts from here).
+    pub created_at: Timestamp,
+    /// Session of the current run, if any.
+    pub session_id: Option<String>,
+    /// Consumer holding that session, if any.
+    pub consumer_id: Option<String>,
+    /// Whether any of its steps is not terminal.
+    pub live_steps: bool,
+}
+
 /// Durable storage of events and projections.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -130,6 +150,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Returns the ids of every execution that is not terminal, oldest first.
     async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError>;
+
+    /// Returns every execution that is not terminal, oldest first, as startup recovery needs it.
+    async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError>;
 
     /// Deletes up to `limit` terminal executions last updated before `before`, with all their
     /// rows; returns how many were deleted.

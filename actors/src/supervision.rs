@@ -143,7 +143,12 @@ pub fn report(metrics: &Metrics, kind: ActorKind, id: Option<&str>, event: &Supe
             metrics.supervision_event(kind_name, "started");
         }
         SupervisionEvent::Stopped { reason } => {
-            tracing::info!(actor.kind = kind_name, actor.id = id, reason = %reason, "actor stopped");
+            // Executions that ended or were passivated stop by design, thousands a second.
+            if matches!(reason.as_str(), "terminal" | "passivated") {
+                tracing::debug!(actor.kind = kind_name, actor.id = id, reason = %reason, "actor stopped");
+            } else {
+                tracing::info!(actor.kind = kind_name, actor.id = id, reason = %reason, "actor stopped");
+            }
             metrics.supervision_event(kind_name, "stopped");
         }
         SupervisionEvent::Restarted { error, count } => {

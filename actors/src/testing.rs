@@ -23,6 +23,8 @@ use crate::time::{Clock, Timestamp};
 struct Tables {
     events: HashMap<ExecutionId, Vec<Event>>,
     executions: HashMap<ExecutionId, ExecutionRow>,
+    /// Status of each step, by execution and step id.
+    steps: HashMap<ExecutionId, HashMap<String, crate::status::StepStatus>>,
     commits: usize,
 }
 
@@ -96,6 +98,10 @@ impl Store for MemoryStore {
             tables
                 .executions
                 .insert(commit.execution.id.clone(), commit.execution.clone());
+            let steps = tables.steps.entry(commit.execution.id.clone()).or_default();
+            for step in &commit.steps {
+                steps.insert(step.id.to_string(), step.status);
+            }
         }
         tables.commits += 1;
         if self.losing_answers.load(Ordering::SeqCst) {
@@ -170,6 +176,31 @@ impl Store for MemoryStore {
             .collect();
         rows.sort_by_key(|row| row.created_at);
         Ok(rows.into_iter().map(|row| row.id.clone()).collect())
+    }
+
+    async fn recovery_index(&self) -> Result<Vec<crate::store::RecoveryEntry>, StoreError> {
+        let tables = self.lock();
+        let mut rows: Vec<&ExecutionRow> = tables
+            .executions
+            .values()
+            .filter(|row| !row.status.is_terminal())
+            .collect();
+        rows.sort_by_key(|row| row.created_at);
+        Ok(rows
+            .into_iter()
+            .map(|row| crate::store::RecoveryEntry {
+                id: row.id.clone(),
+                agent_id: row.agent_id.clone(),
+                status: row.status,
+                created_at: row.created_at,
+                session_id: row.session_id.clone(),
+                consumer_id: row.consumer_id.clone(),
+                live_steps: tables
+                    .steps
+                    .get(&row.id)
+                    .is_some_and(|steps| steps.values().any(|status| !status.is_terminal())),
+            })
+            .collect())
     }
 
     async fn delete_terminal_before(

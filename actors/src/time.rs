@@ -109,3 +109,11 @@ pub mod serde_micros_opt {
         }
     }
 }
+
+/// Returns `at + duration`, or `at` when the sum does not fit (a duration of centuries).
+pub fn add(at: Timestamp, duration: std::time::Duration) -> Timestamp {
+    chrono::Duration::from_std(duration)
+        .ok()
+        .and_then(|delta| at.checked_add_signed(delta))
+        .unwrap_or(at)
+}

@@ -149,6 +149,8 @@ pub struct Settings {
     pub stall_after: Duration,
     /// Time a dispatched job may wait to be started before it is reported (zero: off).
     pub job_start_timeout: Duration,
+    /// Idle time after which a waiting execution's actor is passivated.
+    pub passivate_after: Duration,
     /// Age after which terminal executions are deleted; `None` keeps them forever.
     pub retention_period: Option<Duration>,
     /// Period of the retention clean-up.
@@ -280,6 +282,7 @@ impl Config {
             retry_max_delay: self.retry_max_delay,
             stall_after: self.stall_after,
             job_start_timeout: self.job_start_timeout,
+            passivate_after: self.passivate_after,
             retention_period: (!self.retention_period.is_zero()).then_some(self.retention_period),
             cleanup_interval: self.cleanup_interval,
             shutdown_timeout: self.shutdown_timeout,
@@ -313,6 +316,7 @@ impl Settings {
             "retry-max-delay": format_duration(self.retry_max_delay),
             "stall-after": format_duration(self.stall_after),
             "job-start-timeout": format_duration(self.job_start_timeout),
+            "passivate-after": format_duration(self.passivate_after),
             "retention-period": format_duration(self.retention_period.unwrap_or_default()),
             "cleanup-interval": format_duration(self.cleanup_interval),
             "shutdown-timeout": format_duration(self.shutdown_timeout),

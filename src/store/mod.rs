@@ -12,6 +12,7 @@
 
 mod lock_file;
 pub mod postgres;
+mod recovery;
 mod rows;
 pub mod sqlite;
 mod tool_calls;

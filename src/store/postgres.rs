@@ -40,7 +40,9 @@ use sqlx::{Postgres, QueryBuilder};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::ids::ExecutionId;
-use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, Store};
+use keel_actors::store::{
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store,
+};
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EventRecord, ExecutionRecord};
@@ -340,6 +342,17 @@ impl Store for PostgresStore {
             .bounded(sqlx::query_scalar::<_, String>(&sql).fetch_all(&self.readers))
             .await?;
         Ok(ids.into_iter().map(ExecutionId::new).collect())
+    }
+
+    async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
+        let sql = super::recovery::query(utc_text!("e.created_at"));
+        let records = self
+            .bounded(
+                sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql)
+                    .fetch_all(&self.readers),
+            )
+            .await?;
+        records.into_iter().map(|record| record.into_entry()).collect()
     }
 
     async fn delete_terminal_before(

@@ -242,7 +242,7 @@ fn decode_labels(text: &str) -> Result<BTreeMap<String, String>, StoreError> {
 }
 
 /// Parses a stored RFC 3339 time.
-fn parse_time(column: &str, text: &str) -> Result<Timestamp, StoreError> {
+pub(crate) fn parse_time(column: &str, text: &str) -> Result<Timestamp, StoreError> {
     chrono::DateTime::parse_from_rfc3339(text)
         .map(|parsed| parsed.with_timezone(&chrono::Utc))
         .map_err(|error| {

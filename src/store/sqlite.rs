@@ -20,7 +20,9 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::ids::ExecutionId;
-use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, Store};
+use keel_actors::store::{
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store,
+};
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord, StepRecord};
@@ -240,6 +242,15 @@ impl Store for SqliteStore {
             .await
             .map_err(map_sqlx_error)?;
         Ok(ids.into_iter().map(ExecutionId::new).collect())
+    }
+
+    async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
+        let sql = super::recovery::query("e.created_at");
+        let records = sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql)
+            .fetch_all(&self.readers)
+            .await
+            .map_err(map_sqlx_error)?;
+        records.into_iter().map(|record| record.into_entry()).collect()
     }
 
     async fn delete_terminal_before(

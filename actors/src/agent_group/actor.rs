@@ -11,7 +11,7 @@ use super::messages::AgentGroupMsg;
 use crate::execution::{ExecutionMsg, Rejection};
 use crate::ids::{AgentId, ExecutionId};
 use crate::kernel::KernelError;
-use crate::kernel::context::{Ctx, call};
+use crate::kernel::context::Ctx;
 use crate::push::Push;
 use crate::status::ExecutionStatus;
 use crate::store::ListFilter;
@@ -27,6 +27,11 @@ const REPLAY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 /// Delay before pending executions are offered again after a failed assignment attempt (for
 /// example a commit refused during a database outage).
 const ASSIGNMENT_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+/// Offers in flight at once: each is a commit in its execution, so they overlap in the store
+/// writer's group commit instead of queueing behind each other here.
+const OFFERS_IN_FLIGHT: usize = 256;
+/// Pending executions read from the store per page when a group (re)starts.
+const PENDING_PAGE: i64 = 10_000;
 
 /// Arguments of an agent group.
 pub struct AgentGroupArgs {
@@ -54,6 +59,12 @@ pub struct AgentGroupState {
     /// Results (`tool.result`, `approval.resolved`) recently written to each consumer.
     delivered: HashMap<String, VecDeque<(tokio::time::Instant, Push)>>,
     pending: VecDeque<ExecutionId>,
+    /// The ids in `pending` or being offered, for constant-time duplicate checks.
+    queued: HashSet<ExecutionId>,
+    /// Executions offered and not answered yet.
+    offering: HashSet<ExecutionId>,
+    /// Creators waiting for the first assignment attempt of their execution.
+    waiting: HashMap<ExecutionId, ractor::RpcReplyPort<()>>,
     next_consumer: usize,
     generation: u64,
     /// A `RetryAssignment` is scheduled.
@@ -84,6 +95,9 @@ impl Actor for AgentGroupActor {
             outbox: HashMap::new(),
             delivered: HashMap::new(),
             pending: VecDeque::new(),
+            queued: HashSet::new(),
+            offering: HashSet::new(),
+            waiting: HashMap::new(),
             next_consumer: 0,
             generation: 0,
             retry_armed: false,
@@ -96,24 +110,34 @@ impl Actor for AgentGroupActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // A (re)started group learns its pending executions from the store, so nothing waits
-        // forever because a queue was lost with a crashed predecessor.
-        let filter = ListFilter {
+        // forever because a queue was lost with a crashed predecessor (or passivated, or never
+        // woken after a restart: a pending execution is only a row until a consumer takes it).
+        let mut filter = ListFilter {
             status: Some(ExecutionStatus::Pending),
             agent_id: Some(state.agent_id.to_string()),
-            limit: 100_000,
+            limit: PENDING_PAGE,
             ..ListFilter::default()
         };
-        match state.ctx.store.list_executions(&filter).await {
-            Ok(rows) => {
-                for row in rows.into_iter().rev() {
-                    if !state.pending.contains(&row.id) {
-                        state.pending.push_back(row.id);
+        let mut found = Vec::new();
+        loop {
+            match state.ctx.store.list_executions(&filter).await {
+                Ok(rows) => {
+                    let full = rows.len() as i64 == PENDING_PAGE;
+                    filter.after = rows.last().map(|row| (row.created_at, row.id.to_string()));
+                    found.extend(rows.into_iter().map(|row| row.id));
+                    if !full {
+                        break;
                     }
                 }
+                Err(error) => {
+                    tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions");
+                    break;
+                }
             }
-            Err(error) => {
-                tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions")
-            }
+        }
+        // Newest first from the store: queue oldest first.
+        for id in found.into_iter().rev() {
+            enqueue(state, id);
         }
         Ok(())
     }
@@ -131,7 +155,7 @@ impl Actor for AgentGroupActor {
                 sender,
             } => {
                 connect(state, consumer_id, connection, sender);
-                assign_pending(&myself, state).await;
+                assign_pending(&myself, state);
             }
             AgentGroupMsg::ConsumerDisconnected {
                 consumer_id,
@@ -159,14 +183,22 @@ impl Actor for AgentGroupActor {
                 execution_id,
                 reply,
             } => {
-                if !state.pending.contains(&execution_id) {
-                    state.pending.push_back(execution_id);
-                }
-                assign_pending(&myself, state).await;
+                let queued = enqueue(state, execution_id.clone());
+                assign_pending(&myself, state);
                 if let Some(reply) = reply {
-                    let _ = reply.send(());
+                    // Answered when its offer is answered, or now if it is not being offered.
+                    if queued && state.offering.contains(&execution_id) {
+                        state.waiting.insert(execution_id, reply);
+                    } else {
+                        let _ = reply.send(());
+                    }
                 }
             }
+            AgentGroupMsg::OfferAnswered {
+                execution_id,
+                consumer_id,
+                result,
+            } => offer_answered(&myself, state, execution_id, consumer_id, result),
             AgentGroupMsg::SessionRestored {
                 consumer_id,
                 execution_id,
@@ -196,7 +228,7 @@ impl Actor for AgentGroupActor {
             }
             AgentGroupMsg::RetryAssignment => {
                 state.retry_armed = false;
-                assign_pending(&myself, state).await;
+                assign_pending(&myself, state);
             }
             AgentGroupMsg::Push { consumer_id, push } => {
                 deliver(&myself, state, &consumer_id, push)
@@ -309,14 +341,22 @@ fn consumer_gone(state: &mut AgentGroupState, consumer_id: &str) {
     }
 }
 
+/// Tells an execution that the consumer holding its session is gone, rebuilding it if it is
+/// passivated; off the group's mailbox, since that may wait for the store.
 fn tell_lost(state: &AgentGroupState, execution_id: &ExecutionId, consumer_id: &str, reason: &str) {
-    if let Some(execution) = state.ctx.execution(execution_id) {
-        let message = ExecutionMsg::ConsumerLost {
-            consumer_id: consumer_id.to_owned(),
-            reason: reason.to_owned(),
+    let ctx = state.ctx.clone();
+    let (execution_id, consumer_id, reason) =
+        (execution_id.clone(), consumer_id.to_owned(), reason.to_owned());
+    tokio::spawn(async move {
+        let message = |ack| ExecutionMsg::ConsumerLost {
+            consumer_id: consumer_id.clone(),
+            reason: reason.clone(),
+            ack: Some(ack),
         };
-        let _ = execution.send_message(message);
-    }
+        if let Err(error) = ctx.ask_execution(&execution_id, message).await {
+            tracing::warn!(execution.id = %execution_id, error = %error, "lost consumer could not be reported to its execution");
+        }
+    });
 }
 
 fn deliver(
@@ -364,51 +404,95 @@ fn keep(state: &mut AgentGroupState, consumer_id: &str, push: Push) {
     queue.push_back(push);
 }
 
-/// Offers pending executions to connected consumers, round-robin. A failed offer puts the
-/// execution back, ends the pass (during an outage the next offers would fail the same way,
-/// each after the store's timeout) and schedules a retry: nothing else may come along to
-/// trigger one once the database is back.
-async fn assign_pending(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState) {
-    let mut attempts = state.pending.len();
-    while attempts > 0 && !state.connected.is_empty() {
-        attempts -= 1;
+/// Queues a pending execution unless it is queued or being offered already; returns whether
+/// it is (now) known to the group.
+fn enqueue(state: &mut AgentGroupState, execution_id: ExecutionId) -> bool {
+    if state.queued.insert(execution_id.clone()) {
+        state.pending.push_back(execution_id);
+    }
+    true
+}
+
+/// Offers pending executions to connected consumers, round-robin, a bounded number at a time.
+/// Each offer runs in its own task (the execution commits its assignment, rebuilt from the
+/// store first if it was passivated) and comes back as `OfferAnswered`, so the group keeps
+/// serving its mailbox while executions commit.
+fn assign_pending(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState) {
+    while state.offering.len() < OFFERS_IN_FLIGHT && !state.connected.is_empty() {
         let Some(execution_id) = state.pending.pop_front() else {
             return;
         };
-        let consumers: Vec<String> = state.connected.keys().cloned().collect();
-        let consumer_id = consumers[state.next_consumer % consumers.len()].clone();
+        let consumer_id = state
+            .connected
+            .keys()
+            .nth(state.next_consumer % state.connected.len())
+            .cloned()
+            .unwrap_or_default();
         state.next_consumer = state.next_consumer.wrapping_add(1);
-        let Some(execution) = state.ctx.execution(&execution_id) else {
-            continue;
-        };
-        let timeout = state.ctx.config.call_timeout;
-        let offer = |reply| ExecutionMsg::OfferToConsumer {
-            consumer_id: consumer_id.clone(),
-            reply,
-        };
-        match call(&execution, offer, timeout, "execution actor").await {
-            Ok(Ok(push)) => {
-                state
-                    .bindings
-                    .entry(consumer_id.clone())
-                    .or_default()
-                    .insert(execution_id);
-                if let Some(consumer) = state.connected.get(&consumer_id)
-                    && consumer.sender.try_send(push.clone()).is_err()
-                {
-                    keep(state, &consumer_id, push);
+        state.offering.insert(execution_id.clone());
+        let ctx = state.ctx.clone();
+        let group = myself.clone();
+        tokio::spawn(async move {
+            let offer = |reply| ExecutionMsg::OfferToConsumer {
+                consumer_id: consumer_id.clone(),
+                reply,
+            };
+            let result = match ctx.ask_execution(&execution_id, offer).await {
+                Ok(answer) => answer,
+                Err(error) => Err(error),
+            };
+            let _ = group.send_message(AgentGroupMsg::OfferAnswered {
+                execution_id,
+                consumer_id,
+                result,
+            });
+        });
+    }
+}
+
+/// Binds an assigned execution to its consumer and sends the assignment; a failed offer puts
+/// the execution back and schedules a retry (nothing else may come along to trigger one once
+/// the database is back).
+fn offer_answered(
+    myself: &ActorRef<AgentGroupMsg>,
+    state: &mut AgentGroupState,
+    execution_id: ExecutionId,
+    consumer_id: String,
+    result: Result<Push, KernelError>,
+) {
+    state.offering.remove(&execution_id);
+    if let Some(reply) = state.waiting.remove(&execution_id) {
+        let _ = reply.send(());
+    }
+    match result {
+        Ok(push) => {
+            state.queued.remove(&execution_id);
+            state
+                .bindings
+                .entry(consumer_id.clone())
+                .or_default()
+                .insert(execution_id);
+            match state.connected.get(&consumer_id) {
+                Some(consumer) if consumer.sender.try_send(push.clone()).is_ok() => {
+                    remember(state, &consumer_id, &push);
                 }
-            }
-            Ok(Err(KernelError::Rejected(Rejection::NotPending(_)))) => {}
-            Ok(Err(error)) | Err(error) => {
-                tracing::warn!(execution.id = %execution_id, error = %error, "assignment failed, will retry");
-                state.pending.push_back(execution_id);
-                if !state.retry_armed {
-                    state.retry_armed = true;
-                    myself.send_after(ASSIGNMENT_RETRY, || AgentGroupMsg::RetryAssignment);
-                }
-                return;
+                _ => keep(state, &consumer_id, push),
             }
         }
+        Err(KernelError::Rejected(
+            Rejection::NotPending(_) | Rejection::ExecutionNotFound(_),
+        )) => {
+            state.queued.remove(&execution_id);
+        }
+        Err(error) => {
+            tracing::warn!(execution.id = %execution_id, error = %error, "assignment failed, will retry");
+            state.pending.push_back(execution_id);
+            if !state.retry_armed {
+                state.retry_armed = true;
+                myself.send_after(ASSIGNMENT_RETRY, || AgentGroupMsg::RetryAssignment);
+            }
+            return;
+        }
     }
+    assign_pending(myself, state);
 }

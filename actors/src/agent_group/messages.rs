@@ -4,6 +4,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 
 use crate::ids::{AgentId, ExecutionId};
+use crate::kernel::KernelError;
 use crate::push::Push;
 
 /// Messages of one `AgentGroupActor`.
@@ -55,6 +56,15 @@ pub enum AgentGroupMsg {
     /// Offers the pending executions again after an assignment attempt failed (sent by the
     /// group to itself, so an outage does not leave them waiting for a new trigger).
     RetryAssignment,
+    /// The answer of an execution to an offer (sent to the group by the task that asked).
+    OfferAnswered {
+        /// Execution offered.
+        execution_id: ExecutionId,
+        /// Consumer it was offered to.
+        consumer_id: String,
+        /// The assignment push, or why there is none.
+        result: Result<Push, KernelError>,
+    },
     /// Sends a push to a consumer (or keeps it in the outbox while the consumer is away).
     Push {
         /// Consumer id.

@@ -23,8 +23,12 @@ use crate::time::Timestamp;
 pub enum StartMode {
     /// A new execution whose `execution.created` is already durable.
     Created(Box<ExecutionState>),
-    /// An existing execution, rebuilt from its events.
+    /// An existing execution, rebuilt from its events and re-announced to its neighbours
+    /// (startup recovery, a restart after a crash).
     Rehydrate,
+    /// A passivated execution, rebuilt from its events because something concerns it; its
+    /// neighbours already know it.
+    Wake,
     /// An execution whose actor kept crashing: rebuilt, then failed with this error.
     GiveUp {
         /// Error recorded in `execution.failed`.
@@ -54,6 +58,10 @@ pub struct ExecutionActorState {
     /// Due times of the stall watchdog timers already armed.
     pub(super) checks: BTreeSet<Timestamp>,
     pub(super) span: tracing::Span,
+    /// Messages handled so far: an idle check or a stop request from an earlier count is stale.
+    pub(super) epoch: u64,
+    /// Epoch for which an idle check is armed.
+    pub(super) idle_armed: Option<u64>,
 }
 
 /// The actor owning one execution.
@@ -77,13 +85,12 @@ impl Actor for ExecutionActor {
         };
         let (exec, rehydrated) = match args.mode {
             StartMode::Created(exec) => (*exec, false),
-            StartMode::Rehydrate | StartMode::GiveUp { .. } => {
+            StartMode::Rehydrate | StartMode::Wake | StartMode::GiveUp { .. } => {
                 let events = load_events(&ctx, &args.id).await?;
                 let exec = ExecutionState::from_events(&events).ok_or_else(|| {
                     KernelError::Rejected(Rejection::ExecutionNotFound(args.id.to_string()))
                 })?;
-                ctx.metrics.execution_moved(None, exec.status);
-                (exec, true)
+                (exec, !matches!(args.mode, StartMode::Wake))
             }
         };
         let mut state = ExecutionActorState {
@@ -94,6 +101,8 @@ impl Actor for ExecutionActor {
             armed: HashMap::new(),
             checks: BTreeSet::new(),
             span,
+            epoch: 0,
+            idle_armed: None,
         };
         if let Some(error) = give_up
             && let Some(transition) = machine::fail_by_kernel(&state.exec, &error)
@@ -109,6 +118,7 @@ impl Actor for ExecutionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if state.exec.status.is_terminal() {
+            // Rebuilt for a message (refused for a terminal execution): it stops after it.
             return Ok(());
         }
         let deadline = add(
@@ -126,6 +136,7 @@ impl Actor for ExecutionActor {
         if state.rehydrated {
             recover(state);
         }
+        passivation::consider(&myself, state);
         Ok(())
     }
 
@@ -137,6 +148,11 @@ impl Actor for ExecutionActor {
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
         let _entered = span.enter();
+        let message = match passivation::intercept(&myself, message, state) {
+            Some(message) => message,
+            None => return Ok(()),
+        };
+        state.epoch += 1;
         if state.stale
             && let Err(error) = reload(state).await
         {
@@ -148,6 +164,8 @@ impl Actor for ExecutionActor {
         arm_stall_checks(&myself, state);
         if state.exec.status.is_terminal() {
             myself.stop(Some("terminal".into()));
+        } else {
+            passivation::consider(&myself, state);
         }
         Ok(())
     }
@@ -262,9 +280,13 @@ async fn handle_message(
         ExecutionMsg::ConsumerLost {
             consumer_id,
             reason,
+            ack,
         } => {
             if let Some(transition) = machine::consumer_lost(&state.exec, &consumer_id, &reason) {
                 apply(state, transition).await?;
+            }
+            if let Some(ack) = ack {
+                let _ = ack.send(());
             }
         }
         ExecutionMsg::RunnerLost { step_id, job_id } => {
@@ -305,6 +327,8 @@ async fn handle_message(
         ExecutionMsg::GetExecution { reply } => {
             let _ = reply.send(state.exec.row());
         }
+        // Handled by `passivation::intercept` before anything else.
+        ExecutionMsg::IdleCheck { .. } | ExecutionMsg::Passivate { .. } => {}
         #[cfg(any(test, feature = "testing"))]
         ExecutionMsg::Crash => return Err("crash requested".into()),
     }
@@ -389,5 +413,6 @@ use super::effects::{
     add, apply, arm_stall_checks, arm_step_timers, count_step, decide_and_apply, jitter,
     report_stalls, send_at,
 };
+use super::passivation;
 pub use super::rebuild::record_creation;
 use super::rebuild::{load_events, recover, refuse, reload};

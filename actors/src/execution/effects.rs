@@ -240,9 +240,4 @@ pub(super) fn send_at(
     myself.send_after(delay, message);
 }
 
-pub(super) fn add(at: Timestamp, duration: std::time::Duration) -> Timestamp {
-    chrono::Duration::from_std(duration)
-        .ok()
-        .and_then(|delta| at.checked_add_signed(delta))
-        .unwrap_or(at)
-}
+pub(super) use crate::time::add;

@@ -88,6 +88,8 @@ pub enum ExecutionMsg {
         consumer_id: String,
         /// Reset reason (`agent_disconnect` or `recovery`).
         reason: String,
+        /// Answered once handled (the sender re-activates a passivated execution until then).
+        ack: Option<RpcReplyPort<()>>,
     },
     /// A runner holding a job of this execution went away and did not come back in time.
     RunnerLost {
@@ -105,6 +107,18 @@ pub enum ExecutionMsg {
     ExecutionDeadlineReached,
     /// A stall watchdog timer fired.
     StallCheck,
+    /// Checks whether the execution is still idle since `epoch` (sent to itself after
+    /// `passivate_after`); if so it offers its supervisor to stop.
+    IdleCheck {
+        /// Activity count when the check was armed.
+        epoch: u64,
+    },
+    /// Stop now unless something happened since `epoch` (from the supervisor, which already
+    /// routes new activations to a successor).
+    Passivate {
+        /// Activity count of the accepted offer.
+        epoch: u64,
+    },
     /// Returns the projection.
     GetExecution {
         /// Answer.

@@ -4,9 +4,11 @@
 
 pub mod actor;
 pub mod commands;
+mod dormant;
 mod effects;
 pub mod machine;
 pub mod messages;
+mod passivation;
 mod projection;
 mod rebuild;
 pub mod records;

@@ -92,7 +92,9 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),
         ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),
-        ExecutionMsg::GetExecution { .. } => {}
+        ExecutionMsg::GetExecution { .. }
+        | ExecutionMsg::IdleCheck { .. }
+        | ExecutionMsg::Passivate { .. } => {}
         notice @ (ExecutionMsg::ConsumerLost { .. }
         | ExecutionMsg::RunnerLost { .. }
         | ExecutionMsg::StepDeadlineReached { .. }

@@ -14,8 +14,11 @@ use super::messages::ExecutionMsg;
 use super::rejection::Rejection;
 use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
-use crate::kernel::context::{Ctx, read, write};
+use crate::kernel::context::{Ctx, write};
 use crate::supervision::{self, ActorKind, RestartBudget, SupervisionEvent};
+use crate::time::Timestamp;
+
+use super::dormant::WakeIndex;
 
 /// Messages of the execution supervisor.
 pub enum ExecutionSupervisorMsg {
@@ -30,8 +33,46 @@ pub enum ExecutionSupervisorMsg {
     Activate {
         /// Execution id.
         id: ExecutionId,
+        /// Whether a rebuilt actor re-announces itself to its neighbours (startup recovery, a
+        /// creation settled after an outage); a passivated execution is already known to them.
+        announce: bool,
         /// Answer: the live actor (`ExecutionNotFound` when it has no events).
         reply: RpcReplyPort<Result<ActorRef<ExecutionMsg>, KernelError>>,
+    },
+    /// An idle execution actor offers to stop (sent by the actor itself).
+    Idle {
+        /// Execution id.
+        id: ExecutionId,
+        /// The actor making the offer.
+        actor: ractor::ActorId,
+        /// Its activity count when it became idle.
+        epoch: u64,
+        /// When the execution must be woken up again, if ever.
+        wake_at: Option<Timestamp>,
+    },
+    /// An actor asked to stop had new work in the meantime and stays.
+    StillBusy {
+        /// Execution id.
+        id: ExecutionId,
+        /// The actor.
+        actor: ractor::ActorId,
+    },
+    /// Executions found waiting at startup: they stay in the store until something concerns
+    /// them or their deadline comes.
+    Dormant(Vec<(ExecutionId, Option<Timestamp>)>),
+    /// The earliest wake-up time came (sent by the supervisor to itself).
+    WakeDue,
+}
+
+/// What the supervisor knows of one execution's actor.
+enum Entry {
+    /// Running; messages go to it.
+    Live(ActorRef<ExecutionMsg>),
+    /// Told to stop after its queued messages; activations wait for it to end.
+    Draining {
+        actor: ActorRef<ExecutionMsg>,
+        wake_at: Option<Timestamp>,
+        waiters: Vec<RpcReplyPort<Result<ActorRef<ExecutionMsg>, KernelError>>>,
     },
 }
 
@@ -40,6 +81,10 @@ pub struct ExecutionSupervisorState {
     ctx: Arc<Ctx>,
     budgets: HashMap<ExecutionId, RestartBudget>,
     ids: HashMap<ractor::ActorId, ExecutionId>,
+    entries: HashMap<ExecutionId, Entry>,
+    wakes: WakeIndex,
+    /// Time the pending `WakeDue` was armed for.
+    wake_armed: Option<Timestamp>,
 }
 
 /// The supervisor of execution actors.
@@ -59,6 +104,9 @@ impl Actor for ExecutionSupervisor {
             ctx,
             budgets: HashMap::new(),
             ids: HashMap::new(),
+            entries: HashMap::new(),
+            wakes: WakeIndex::default(),
+            wake_armed: None,
         })
     }
 
@@ -91,16 +139,96 @@ impl Actor for ExecutionSupervisor {
                 let id = created.id.clone();
                 let _ = reply.send(spawn(&myself, state, id, StartMode::Created(created)).await);
             }
-            ExecutionSupervisorMsg::Activate { id, reply } => {
-                let live = read(&state.ctx.executions)
-                    .get(&id)
-                    .cloned()
-                    .filter(is_alive);
-                let result = match live {
-                    Some(actor) => Ok(actor),
-                    None => spawn(&myself, state, id, StartMode::Rehydrate).await,
+            ExecutionSupervisorMsg::Activate {
+                id,
+                announce,
+                reply,
+            } => match state.entries.get_mut(&id) {
+                Some(Entry::Live(actor)) if is_alive(actor) => {
+                    let _ = reply.send(Ok(actor.clone()));
+                }
+                Some(Entry::Draining { waiters, .. }) => waiters.push(reply),
+                _ => {
+                    let mode = if announce {
+                        StartMode::Rehydrate
+                    } else {
+                        StartMode::Wake
+                    };
+                    let _ = reply.send(spawn(&myself, state, id, mode).await);
+                }
+            },
+            ExecutionSupervisorMsg::Idle {
+                id,
+                actor,
+                epoch,
+                wake_at,
+            } => {
+                let Some(Entry::Live(live)) = state.entries.get(&id) else {
+                    return Ok(());
                 };
-                let _ = reply.send(result);
+                if live.get_id() != actor {
+                    return Ok(());
+                }
+                let live = live.clone();
+                forget(state, &id, actor);
+                if live.send_message(ExecutionMsg::Passivate { epoch }).is_ok() {
+                    state.entries.insert(
+                        id,
+                        Entry::Draining {
+                            actor: live,
+                            wake_at,
+                            waiters: Vec::new(),
+                        },
+                    );
+                }
+            }
+            ExecutionSupervisorMsg::StillBusy { id, actor } => {
+                if let Some(Entry::Draining { actor: draining, .. }) = state.entries.get(&id)
+                    && draining.get_id() == actor
+                    && let Some(Entry::Draining {
+                        actor: draining,
+                        waiters,
+                        ..
+                    }) = state.entries.remove(&id)
+                {
+                    for waiter in waiters {
+                        let _ = waiter.send(Ok(draining.clone()));
+                    }
+                    write(&state.ctx.executions).insert(id.clone(), draining.clone());
+                    state.entries.insert(id, Entry::Live(draining));
+                }
+            }
+            ExecutionSupervisorMsg::Dormant(found) => {
+                for (id, wake_at) in found {
+                    if let Some(at) = wake_at
+                        && !state.entries.contains_key(&id)
+                    {
+                        state.wakes.insert(id, at);
+                    }
+                }
+                state.ctx.metrics.executions_dormant.set(state.wakes.len() as i64);
+                arm_wake(&myself, state);
+            }
+            ExecutionSupervisorMsg::WakeDue => {
+                state.wake_armed = None;
+                let due = state.wakes.take_due(state.ctx.now());
+                for id in due {
+                    if state.entries.contains_key(&id) {
+                        continue;
+                    }
+                    // The deadline is the only timer of a waiting execution; the message also
+                    // makes an execution that ended meanwhile stop again at once.
+                    match spawn(&myself, state, id.clone(), StartMode::Wake).await {
+                        Ok(actor) => {
+                            let _ = actor.send_message(ExecutionMsg::ExecutionDeadlineReached);
+                        }
+                        Err(error) => {
+                            tracing::warn!(execution.id = %id, error = %error, "passivated execution could not be woken");
+                        }
+                    }
+                }
+                state.ctx.metrics.executions_dormant.set(state.wakes.len() as i64);
+                arm_wake(&myself, state);
             }
         }
         Ok(())
@@ -114,22 +242,56 @@ impl Actor for ExecutionSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             RactorEvent::ActorTerminated(cell, _, reason) => {
-                if let Some(id) = state.ids.remove(&cell.get_id()) {
-                    forget(state, &id, cell.get_id());
-                    let reason = reason.unwrap_or_default();
-                    supervision::report(
-                        &state.ctx.metrics,
-                        ActorKind::Execution,
-                        Some(id.as_str()),
-                        &SupervisionEvent::Stopped { reason },
-                    );
+                let Some(id) = state.ids.remove(&cell.get_id()) else {
+                    return Ok(());
+                };
+                forget(state, &id, cell.get_id());
+                let reason = reason.unwrap_or_default();
+                let waiters = match state.entries.remove(&id) {
+                    Some(Entry::Draining {
+                        actor,
+                        wake_at,
+                        waiters,
+                    }) if actor.get_id() == cell.get_id() => {
+                        state.ctx.metrics.passivations.inc();
+                        if let Some(at) = wake_at {
+                            state.wakes.insert(id.clone(), at);
+                        }
+                        waiters
+                    }
+                    Some(other) => {
+                        state.entries.insert(id.clone(), other);
+                        Vec::new()
+                    }
+                    None => Vec::new(),
+                };
+                supervision::report(
+                    &state.ctx.metrics,
+                    ActorKind::Execution,
+                    Some(id.as_str()),
+                    &SupervisionEvent::Stopped { reason },
+                );
+                if !waiters.is_empty() {
+                    let result = spawn(&myself, state, id.clone(), StartMode::Wake).await;
+                    for waiter in waiters {
+                        let _ = waiter.send(match &result {
+                            Ok(actor) => Ok(actor.clone()),
+                            Err(error) => Err(error.clone()),
+                        });
+                    }
                 }
+                state.ctx.metrics.executions_dormant.set(state.wakes.len() as i64);
+                arm_wake(&myself, state);
             }
             RactorEvent::ActorFailed(cell, error) => {
                 let Some(id) = state.ids.remove(&cell.get_id()) else {
                     return Ok(());
                 };
                 forget(state, &id, cell.get_id());
+                let waiters = match state.entries.remove(&id) {
+                    Some(Entry::Draining { waiters, .. }) => waiters,
+                    _ => Vec::new(),
+                };
                 let budget = state.budgets.entry(id.clone()).or_default();
                 let verdict = supervision::judge_failure(
                     &state.ctx.metrics,
@@ -148,14 +310,32 @@ impl Actor for ExecutionSupervisor {
                     );
                     StartMode::GiveUp { error: reason }
                 };
-                if let Err(error) = spawn(&myself, state, id.clone(), mode).await {
+                let result = spawn(&myself, state, id.clone(), mode).await;
+                if let Err(error) = &result {
                     tracing::error!(execution.id = %id, error = %error, "execution actor could not be rebuilt");
+                }
+                for waiter in waiters {
+                    let _ = waiter.send(result.clone());
                 }
             }
             _ => {}
         }
         Ok(())
     }
+}
+
+/// Arms one `WakeDue` for the earliest wake-up time, unless one is armed for that time or
+/// earlier already.
+fn arm_wake(myself: &ActorRef<ExecutionSupervisorMsg>, state: &mut ExecutionSupervisorState) {
+    let Some(next) = state.wakes.next() else {
+        return;
+    };
+    if state.wake_armed.is_some_and(|armed| armed <= next) {
+        return;
+    }
+    state.wake_armed = Some(next);
+    let delay = (next - state.ctx.now()).to_std().unwrap_or_default();
+    myself.send_after(delay, || ExecutionSupervisorMsg::WakeDue);
 }
 
 fn is_alive(actor: &ActorRef<ExecutionMsg>) -> bool {
@@ -165,8 +345,13 @@ fn is_alive(actor: &ActorRef<ExecutionMsg>) -> bool {
     )
 }
 
-/// Removes a dead actor from the directory unless a newer one already replaced it.
-fn forget(state: &ExecutionSupervisorState, id: &ExecutionId, actor_id: ractor::ActorId) {
+/// Removes an actor from the shared directory unless a newer one already replaced it.
+fn forget(state: &mut ExecutionSupervisorState, id: &ExecutionId, actor_id: ractor::ActorId) {
+    if let Some(Entry::Live(actor)) = state.entries.get(id)
+        && actor.get_id() == actor_id
+    {
+        state.entries.remove(id);
+    }
     let mut executions = write(&state.ctx.executions);
     if executions
         .get(id)
@@ -190,8 +375,10 @@ async fn spawn(
     match Actor::spawn_linked(None, ExecutionActor, args, myself.get_cell()).await {
         Ok((actor, _handle)) => {
             state.ids.insert(actor.get_id(), id.clone());
+            state.wakes.remove(&id);
             if is_alive(&actor) {
                 write(&state.ctx.executions).insert(id.clone(), actor.clone());
+                state.entries.insert(id.clone(), Entry::Live(actor.clone()));
             }
             supervision::report(
                 &state.ctx.metrics,

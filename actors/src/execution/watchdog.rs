@@ -83,9 +83,4 @@ pub fn check(
     })
 }
 
-fn add(at: Timestamp, duration: std::time::Duration) -> Timestamp {
-    chrono::Duration::from_std(duration)
-        .ok()
-        .and_then(|delta| at.checked_add_signed(delta))
-        .unwrap_or(at)
-}
+use crate::time::add;

@@ -40,6 +40,10 @@ pub struct KernelConfig {
     pub cleanup_interval: Duration,
     /// Where actors read the current time (the system clock; tests use a tokio-driven one).
     pub clock: Clock,
+    /// How long an execution that only waits (pending, or blocked on a signal or an approval
+    /// with no tool step in flight) keeps its actor before it is passivated: stopped, and
+    /// rebuilt from the store by the next message that concerns it. `None` keeps them resident.
+    pub passivate_after: Option<Duration>,
 }
 
 impl KernelConfig {
@@ -60,6 +64,7 @@ impl KernelConfig {
             retention_period: Some(Duration::from_secs(168 * 3600)),
             cleanup_interval: Duration::from_secs(3600),
             clock: Clock::System,
+            passivate_after: Some(Duration::from_secs(1)),
         }
     }
 }

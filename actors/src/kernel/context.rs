@@ -13,7 +13,7 @@ use super::config::KernelConfig;
 use super::types::{CommitNotice, KernelError};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
 use crate::error::StoreError;
-use crate::execution::ExecutionMsg;
+use crate::execution::{ExecutionMsg, ExecutionSupervisorMsg};
 use crate::ids::{AgentId, ExecutionId};
 use crate::metrics::Metrics;
 use crate::policy::PolicyMsg;
@@ -33,6 +33,8 @@ pub struct Singletons {
     pub dispatcher: Option<ActorRef<DispatcherMsg>>,
     /// Agent supervisor.
     pub agents: Option<ActorRef<AgentSupervisorMsg>>,
+    /// Execution supervisor.
+    pub executions: Option<ActorRef<ExecutionSupervisorMsg>>,
 }
 
 /// Everything actors share.
@@ -124,6 +126,41 @@ impl Ctx {
     /// Returns the live actor of an execution.
     pub fn execution(&self, id: &ExecutionId) -> Option<ActorRef<ExecutionMsg>> {
         read(&self.executions).get(id).cloned()
+    }
+
+    /// Returns the live actor of an execution, rebuilding a passivated one from the store.
+    pub async fn activate(&self, id: &ExecutionId) -> Result<ActorRef<ExecutionMsg>, KernelError> {
+        if let Some(actor) = self.execution(id) {
+            return Ok(actor);
+        }
+        let supervisor = read(&self.singletons).executions.clone().ok_or_else(|| {
+            KernelError::Unavailable("execution supervisor is not running".into())
+        })?;
+        let message = |reply| ExecutionSupervisorMsg::Activate {
+            id: id.clone(),
+            announce: false,
+            reply,
+        };
+        call(&supervisor, message, self.config.call_timeout, "execution supervisor").await?
+    }
+
+    /// Calls an execution actor, activating it first; an actor that stopped in between
+    /// (passivated after the look-up) is activated once more.
+    pub async fn ask_execution<T: Send + 'static>(
+        &self,
+        id: &ExecutionId,
+        build: impl Fn(RpcReplyPort<T>) -> ExecutionMsg,
+    ) -> Result<T, KernelError> {
+        let mut last = KernelError::Unavailable("execution actor unavailable".into());
+        for _ in 0..3 {
+            let actor = self.activate(id).await?;
+            match call(&actor, &build, self.config.call_timeout, "execution actor").await {
+                Ok(answer) => return Ok(answer),
+                Err(KernelError::Unavailable(reason)) => last = KernelError::Unavailable(reason),
+                Err(error) => return Err(error),
+            }
+        }
+        Err(last)
     }
 
     /// Returns whether the consumer holding an execution's session is gone for good.

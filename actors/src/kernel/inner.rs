@@ -23,6 +23,7 @@ use crate::execution::{
 use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
 use crate::metrics::Metrics;
 use crate::runner::{DispatcherMsg, ToolDirectory};
+use crate::status::ExecutionStatus;
 use crate::store::{ExecutionRow, Store};
 
 /// The state behind a [`Kernel`] handle.
@@ -88,17 +89,57 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
 }
 
 impl KernelInner {
+    /// Startup recovery from an index scan: executions with work in flight (a session that
+    /// runs, tool steps) get their actor back and re-announce themselves; those that only wait
+    /// stay in the store — a pending one is found by its agent group when a consumer connects,
+    /// a blocked one keeps its session binding — and only their deadline is indexed.
     async fn recover(&self) -> Result<(), KernelError> {
         let started = std::time::Instant::now();
-        let ids = self.store.non_terminal_executions().await?;
-        let count = ids.len();
-        for id in ids {
-            if let Err(error) = self.activate(&id).await {
-                tracing::error!(execution.id = %id, error = %error, "execution could not be recovered");
+        let entries = self.store.recovery_index().await?;
+        let count = entries.len();
+        let timeout = self.ctx.config.execution.execution_timeout;
+        let mut dormant = Vec::new();
+        let mut active = 0usize;
+        for entry in entries {
+            self.metrics.execution_moved(None, entry.status);
+            let waits = match entry.status {
+                ExecutionStatus::Pending => true,
+                ExecutionStatus::Blocked => !entry.live_steps,
+                _ => false,
+            };
+            if !waits || self.ctx.config.passivate_after.is_none() {
+                active += 1;
+                if let Err(error) = self.activate(&entry.id).await {
+                    tracing::error!(execution.id = %entry.id, error = %error, "execution could not be recovered");
+                }
+                continue;
             }
+            if let (Some(session_id), Some(consumer_id)) = (&entry.session_id, &entry.consumer_id)
+                && entry.status != ExecutionStatus::Pending
+            {
+                super::context::write(&self.ctx.sessions)
+                    .insert(session_id.clone(), entry.id.clone());
+                self.ctx.tell_agent_group(
+                    &entry.agent_id,
+                    AgentGroupMsg::SessionRestored {
+                        consumer_id: consumer_id.clone(),
+                        execution_id: entry.id.clone(),
+                    },
+                );
+            }
+            let wake_at = crate::time::add(entry.created_at, timeout);
+            dormant.push((entry.id, Some(wake_at)));
+        }
+        let waiting = dormant.len();
+        if !dormant.is_empty() {
+            self.executions
+                .send_message(ExecutionSupervisorMsg::Dormant(dormant))
+                .map_err(|_| KernelError::Unavailable("execution supervisor is not running".into()))?;
         }
         tracing::info!(
             executions = count,
+            rebuilt = active,
+            waiting,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "startup recovery done"
         );
@@ -109,12 +150,14 @@ impl KernelInner {
         self.ctx.config.call_timeout
     }
 
+    /// Activates an execution and has it re-announce itself (startup recovery).
     async fn activate(&self, id: &ExecutionId) -> Result<ActorRef<ExecutionMsg>, KernelError> {
         if let Some(actor) = self.ctx.execution(id) {
             return Ok(actor);
         }
         let message = |reply| ExecutionSupervisorMsg::Activate {
             id: id.clone(),
+            announce: true,
             reply,
         };
         call(
@@ -126,22 +169,13 @@ impl KernelInner {
         .await?
     }
 
-    /// Calls an execution actor, rebuilding it once if it stopped in between (passivation).
+    /// Calls an execution actor, rebuilding it from the store if it is passivated.
     async fn ask<T: Send + 'static>(
         &self,
         id: &ExecutionId,
         build: impl Fn(RpcReplyPort<Result<T, KernelError>>) -> ExecutionMsg,
     ) -> Result<T, KernelError> {
-        let mut last = KernelError::Unavailable("execution actor unavailable".into());
-        for _ in 0..2 {
-            let actor = self.activate(id).await?;
-            match call(&actor, &build, self.timeout(), "execution actor").await {
-                Ok(result) => return result,
-                Err(KernelError::Unavailable(reason)) => last = KernelError::Unavailable(reason),
-                Err(error) => return Err(error),
-            }
-        }
-        Err(last)
+        self.ctx.ask_execution(id, build).await?
     }
 
     async fn group(&self, agent_id: &AgentId) -> Result<ActorRef<AgentGroupMsg>, KernelError> {
@@ -189,7 +223,7 @@ impl KernelInner {
             state: Box::new(created),
             reply,
         };
-        let actor = call(
+        call(
             &self.executions,
             message,
             self.timeout(),
@@ -202,13 +236,11 @@ impl KernelInner {
             reply: Some(reply),
         };
         call(&group, pending, self.timeout(), "agent group").await?;
-        call(
-            &actor,
-            |reply| ExecutionMsg::GetExecution { reply },
-            self.timeout(),
-            "execution actor",
-        )
-        .await
+        // The projection after the first assignment attempt: `running` when a connected
+        // consumer took it at once.
+        self.ctx
+            .ask_execution(&id, |reply| ExecutionMsg::GetExecution { reply })
+            .await
     }
 
     pub(crate) async fn execution(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {

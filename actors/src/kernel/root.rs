@@ -66,6 +66,7 @@ impl Actor for KernelSupervisor {
         state
             .kinds
             .insert(executions.get_id(), ActorKind::ExecutionSupervisor);
+        write(&state.ctx.singletons).executions = Some(executions.clone());
         let _ = args.ready.send(executions);
         Ok(state)
     }

@@ -55,6 +55,7 @@ pub(crate) async fn settle_creation(
             Ok(Some(_)) => {
                 let activate = |reply| ExecutionSupervisorMsg::Activate {
                     id: id.clone(),
+                    announce: true,
                     reply,
                 };
                 if let Ok(Ok(_)) =
