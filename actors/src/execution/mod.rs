@@ -18,6 +18,8 @@ pub mod supervisor;
 pub mod watchdog;
 
 #[cfg(test)]
+mod passivation_tests;
+#[cfg(test)]
 mod probe_tests;
 #[cfg(test)]
 mod restart_tests;
