@@ -17,6 +17,7 @@
 //! prints one JSON object per scenario on one line ([`report`]).
 
 mod agent;
+mod args;
 mod blocked;
 mod create;
 mod embedded;
@@ -31,15 +32,12 @@ mod procfs;
 mod progress;
 mod report;
 mod restart;
+mod resume;
 mod runner;
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use clap::{Args, Subcommand};
-
 use crate::cli::CliError;
-use crate::config::{ClientConfig, OutputFormat, parse_duration};
+use crate::config::{ClientConfig, OutputFormat};
+pub use args::{BenchArgs, BlockedArgs, CreateArgs, RestartArgs, RunArgs, Scenario, TargetArgs};
 pub use embedded::EmbeddedKernel;
 pub use latency::{Latency, LatencySummary};
 pub use procfs::{CpuUsage, Memory, read_memory};
@@ -51,183 +49,6 @@ pub const LOCAL_TOOL: &str = "bench.local";
 pub const REMOTE_TOOL: &str = "bench.remote";
 /// Signal the `blocked` and `restart` scenarios park executions on.
 pub const RESUME_SIGNAL: &str = "bench.resume";
-
-/// Flags of `keel bench`: a scenario, or the flags of `run` directly.
-#[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct BenchArgs {
-    /// Scenario to run [default: run].
-    #[command(subcommand)]
-    pub scenario: Option<Scenario>,
-    /// Flags of `run` when no scenario is named.
-    #[command(flatten)]
-    pub run: RunArgs,
-}
-
-/// Scenarios of `keel bench`.
-#[derive(Debug, Subcommand)]
-pub enum Scenario {
-    /// Closed-loop executions (the default): mixed local and remote tool calls, or with
-    /// --local-steps K one execution per agent at a time doing K local steps.
-    Run(RunArgs),
-    /// Parks N executions on a signal, reports kernel memory per parked execution, then
-    /// resumes them all.
-    Blocked(BlockedArgs),
-    /// Starts a kernel, leaves N executions pending or blocked, kill -9s it, restarts it and
-    /// times readiness and a first new execution.
-    Restart(RestartArgs),
-    /// Creates executions with no agent connected and reports creates/s.
-    Create(CreateArgs),
-}
-
-/// The kernel under test, for the scenarios that use a running one.
-#[derive(Clone, Debug, Args)]
-pub struct TargetArgs {
-    /// Kernel process id whose CPU time (/proc/PID/stat) and memory (VmRSS/VmHWM of
-    /// /proc/PID/status) are reported.
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
-    /// Start a kernel inside this process (127.0.0.1, free port, temporary SQLite) instead of
-    /// using --url; its CPU and memory (shared with the bench) are reported.
-    #[arg(long)]
-    pub embedded: bool,
-    /// Kernel connection and output flags.
-    #[command(flatten)]
-    pub client: ClientConfig,
-}
-
-/// Flags of `keel bench run`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// Executions to create at most.
-    #[arg(long, value_name = "N", default_value = "200")]
-    pub executions: u64,
-    /// Executions in flight at most (with --local-steps: agents, one execution each).
-    #[arg(long, value_name = "C", default_value = "16")]
-    pub concurrency: usize,
-    /// Tool calls per execution, alternating local and remote (the first is local).
-    #[arg(long, value_name = "K", default_value = "4")]
-    pub tools_per_execution: u32,
-    /// Local tool steps per execution, one execution in flight per agent consumer
-    /// (--concurrency agents); replaces --tools-per-execution, --agents and --runners.
-    #[arg(long, value_name = "K")]
-    pub local_steps: Option<u32>,
-    /// Agent consumers (SSE connections) to play.
-    #[arg(long, value_name = "N", default_value = "2")]
-    pub agents: usize,
-    /// Runner connections to play.
-    #[arg(long, value_name = "M", default_value = "4")]
-    pub runners: usize,
-    /// Stop creating after this long; executions in flight then finish (--local-steps) or
-    /// are cancelled.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
-    pub duration: Duration,
-    /// With --local-steps: run this long first without measuring.
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
-    pub warmup: Duration,
-    /// Agent id of the executions [default: bench-<random>, so other agents are not disturbed;
-    /// with --local-steps agent i uses <AGENT>-<i>].
-    #[arg(long, value_name = "AGENT")]
-    pub agent_id: Option<String>,
-    /// The kernel under test.
-    #[command(flatten)]
-    pub target: TargetArgs,
-}
-
-/// Flags of `keel bench blocked`.
-#[derive(Debug, Args)]
-pub struct BlockedArgs {
-    /// Executions to park.
-    #[arg(long, value_name = "N", default_value = "1000")]
-    pub executions: u64,
-    /// Concurrent creation (and signal) requests.
-    #[arg(long, value_name = "C", default_value = "64")]
-    pub concurrency: usize,
-    /// Agent consumers receiving the executions.
-    #[arg(long, value_name = "N", default_value = "8")]
-    pub agents: usize,
-    /// Pause before each memory reading, so the kernel's allocator settles.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub settle: Duration,
-    /// Give up after this long in all.
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
-    pub timeout: Duration,
-    /// The kernel under test.
-    #[command(flatten)]
-    pub target: TargetArgs,
-}
-
-/// Flags of `keel bench create`.
-#[derive(Debug, Args)]
-pub struct CreateArgs {
-    /// Concurrent creation requests.
-    #[arg(long, value_name = "C", default_value = "64")]
-    pub concurrency: usize,
-    /// Create for this long.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub duration: Duration,
-    /// Create at most this many.
-    #[arg(long, value_name = "N")]
-    pub executions: Option<u64>,
-    /// The kernel under test.
-    #[command(flatten)]
-    pub target: TargetArgs,
-}
-
-/// Flags of `keel bench restart`.
-#[derive(Debug, Args)]
-pub struct RestartArgs {
-    /// Non-terminal executions left when the kernel is killed: half pending (no agent
-    /// connected), half blocked on a signal.
-    #[arg(long, value_name = "N", default_value = "1000")]
-    pub executions: u64,
-    /// Concurrent creation (and signal) requests.
-    #[arg(long, value_name = "C", default_value = "64")]
-    pub concurrency: usize,
-    /// Agent consumers receiving the executions to block.
-    #[arg(long, value_name = "N", default_value = "8")]
-    pub agents: usize,
-    /// Kernel binary to start as `keel dev` [default: this executable].
-    #[arg(long, value_name = "PATH")]
-    pub kernel_bin: Option<PathBuf>,
-    /// Database URL of the started kernel [default: SQLite in a fresh data directory].
-    #[arg(long, value_name = "URL")]
-    pub db_url: Option<String>,
-    /// After the restart, blocked executions to resume by signal (and every pending one is
-    /// served by a reconnected agent) to check the old executions go on; 0 skips the check.
-    #[arg(long, value_name = "N", default_value = "100")]
-    pub verify_sample: u64,
-    /// Give up after this long in all.
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
-    pub timeout: Duration,
-    /// Output format.
-    #[arg(
-        long,
-        env = "KEEL_OUTPUT",
-        value_name = "FORMAT",
-        default_value = "text"
-    )]
-    pub output: OutputFormat,
-    /// `RUST_LOG`, read here so that no other module reads the environment.
-    #[arg(long = "rust-log", env = "RUST_LOG", hide = true)]
-    pub rust_log: Option<String>,
-}
-
-impl BenchArgs {
-    /// Returns the log filter of the bench: `RUST_LOG` when set, else warnings only.
-    pub fn log_filter(&self) -> &str {
-        match &self.scenario {
-            None => self.run.target.client.log_filter(),
-            Some(Scenario::Run(args)) => args.target.client.log_filter(),
-            Some(Scenario::Blocked(args)) => args.target.client.log_filter(),
-            Some(Scenario::Create(args)) => args.target.client.log_filter(),
-            Some(Scenario::Restart(args)) => match &args.rust_log {
-                Some(filter) if !filter.trim().is_empty() => filter,
-                _ => "warn",
-            },
-        }
-    }
-}
 
 /// Runs the chosen scenario and prints its report; fails when a request failed or nothing
 /// was done.
@@ -343,6 +164,9 @@ pub(crate) fn invalid(what: &'static str, message: &str) -> CliError {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
     use clap::Parser as _;
 
     use super::*;

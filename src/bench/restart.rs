@@ -14,20 +14,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::fanout::{Budget, Counters, create_many, signal_all};
-use super::http::{Http, Intent, StepData};
+use super::fanout::{Budget, Counters, create_many};
+use super::http::Http;
 use super::kernel_process::{KernelProcess, KernelSpec, free_port};
-use super::latency::Latency;
-use super::local::wait_assigned;
 use super::parker::{OnAssign, Parker, Sessions};
-use super::procfs::{CpuMeter, Memory, read_cpu_ms, read_memory};
+use super::procfs::{Memory, read_cpu_ms, read_memory};
 use super::progress::Progress;
 use super::report::{Errors, Report};
-use super::{LOCAL_TOOL, RestartArgs, bench_id, emit, invalid, verdict};
+use super::resume::{CONNECT_TIMEOUT, first_execution, verify};
+use super::{RestartArgs, bench_id, emit, invalid, verdict};
 use crate::cli::CliError;
-
-/// How long the agents may take to connect.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause before reading the memory of the loaded kernel.
 const SETTLE: Duration = Duration::from_secs(1);
 
@@ -295,127 +291,8 @@ async fn measure(
     })
 }
 
-/// What the check of the old executions found.
-struct Verified {
-    signalled: u64,
-    blocked_resumed: u64,
-    blocked_s: f64,
-    pending_completed: u64,
-    pending_s: f64,
-    signals: Arc<Counters>,
-    complete_latency: Latency,
-    cpu: super::procfs::CpuUsage,
-}
-
-/// Reconnects the old agents, signals a sample of the blocked executions and waits for them
-/// and for every pending one to complete.
-#[allow(clippy::too_many_arguments)]
-async fn verify(
-    args: &RestartArgs,
-    http: &Http,
-    pid: u32,
-    parked: &Parker,
-    blocked_ids: &[String],
-    pending_agent: &str,
-    pending: u64,
-    errors: &Arc<Errors>,
-    deadline: tokio::time::Instant,
-) -> Result<Verified, CliError> {
-    let cpu = CpuMeter::start(Some(pid));
-    let started = Instant::now();
-    let blocked_agent = Parker::new(
-        http.clone(),
-        parked.agent_id().to_owned(),
-        OnAssign::Complete,
-        parked.sessions(),
-        errors.clone(),
-    );
-    let pending_agent = Parker::new(
-        http.clone(),
-        pending_agent.to_owned(),
-        OnAssign::Complete,
-        Sessions::default(),
-        errors.clone(),
-    );
-    blocked_agent
-        .connect(args.agents, CONNECT_TIMEOUT)
-        .await
-        .map_err(CliError::Failed)?;
-    pending_agent
-        .connect(args.agents, CONNECT_TIMEOUT)
-        .await
-        .map_err(CliError::Failed)?;
-    let sample: Vec<String> = blocked_ids
-        .iter()
-        .take(usize::try_from(args.verify_sample).unwrap_or(usize::MAX))
-        .cloned()
-        .collect();
-    let signalled = sample.len() as u64;
-    let signals = Counters::new(errors);
-    let _progress = {
-        let (blocked, waiting) = (blocked_agent.clone(), pending_agent.clone());
-        Progress::start(
-            "restart: resume".to_owned(),
-            Some(signalled + pending),
-            move || {
-                blocked.completed.load(Ordering::Relaxed)
-                    + waiting.completed.load(Ordering::Relaxed)
-            },
-        )
-    };
-    signal_all(http, Arc::new(sample), args.concurrency, &signals).await;
-    if !Parker::wait_for(&blocked_agent.completed, signalled, remaining(deadline)).await {
-        errors.record("not every signalled blocked execution completed in time");
-    }
-    let blocked_s = started.elapsed().as_secs_f64();
-    if !Parker::wait_for(&pending_agent.completed, pending, remaining(deadline)).await {
-        errors.record("not every pending execution completed in time");
-    }
-    let pending_s = started.elapsed().as_secs_f64();
-    let cpu = cpu.stop();
-    blocked_agent.stop();
-    pending_agent.stop();
-    let complete_latency = Latency::new();
-    complete_latency.merge(&blocked_agent.complete_latency);
-    complete_latency.merge(&pending_agent.complete_latency);
-    Ok(Verified {
-        signalled,
-        blocked_resumed: blocked_agent.completed.load(Ordering::Relaxed),
-        blocked_s,
-        pending_completed: pending_agent.completed.load(Ordering::Relaxed),
-        pending_s,
-        signals,
-        complete_latency,
-        cpu,
-    })
-}
-
-/// A new agent connects, creates an execution, makes one local step and completes it.
-async fn first_execution(http: &Http, agent_id: &str) -> Result<(), String> {
-    let consumer_id = format!("{agent_id}-consumer");
-    let mut stream = http.agent_stream(agent_id, &consumer_id).await?;
-    let execution_id = http.create(agent_id, 0).await?;
-    let session_id =
-        wait_assigned(http, agent_id, &consumer_id, &mut stream, &execution_id).await?;
-    let intent = Intent::InvokeTool {
-        tool_id: LOCAL_TOOL,
-        arguments: StepData { index: 0 },
-        idempotency_key: format!("{execution_id}:{LOCAL_TOOL}:0"),
-    };
-    let step_id = http
-        .intent(&execution_id, &session_id, intent)
-        .await?
-        .ok_or("accepted invoke_tool without step_id")?;
-    http.step_result(&execution_id, &session_id, &step_id, 0)
-        .await?;
-    let output = StepData { index: 1 };
-    http.intent(&execution_id, &session_id, Intent::Complete { output })
-        .await?;
-    Ok(())
-}
-
 /// Time left until `deadline` (zero when past).
-fn remaining(deadline: tokio::time::Instant) -> Duration {
+pub(super) fn remaining(deadline: tokio::time::Instant) -> Duration {
     deadline.saturating_duration_since(tokio::time::Instant::now())
 }
 
