@@ -11,7 +11,9 @@
 #   KEEL_TEST_POSTGRES_URL  admin URL of a PostgreSQL server; a database keel_bench_<random> is
 #                           created there for the run and dropped after (needs psql). Without
 #                           it only SQLite runs.
-#   BENCH_ARGS              `keel bench` flags (default below); the same for both backends
+#   BENCH_ARGS              `keel bench` scenario and flags (default below: the mixed `run`
+#                           loop); the same for both backends, e.g.
+#                           "run --local-steps 5 --concurrency 64 --executions 1000000 --duration 15s"
 #   ROUNDS                  runs per backend (default 3), each on a fresh database
 set -euo pipefail
 
@@ -65,7 +67,7 @@ run() {
     done
     echo "== $label: $keel dev --db-url $db_url"
     # shellcheck disable=SC2086 # bench_args is a list of words on purpose
-    "$keel" bench --url "http://127.0.0.1:$port" --pid "$kernel_pid" $bench_args
+    "$keel" bench $bench_args --url "http://127.0.0.1:$port" --pid "$kernel_pid"
     curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics"
     histogram "$work/metrics" keel_store_commit_seconds ms
     histogram "$work/metrics" keel_store_commit_batch_size ""
