@@ -354,11 +354,10 @@ impl fmt::Debug for ClientConfig {
     }
 }
 
-/// Parses a duration such as `500ms`, `30s`, `5m`, `1h30m` or `168h`.
+/// Parses a duration flag in Go's `time.ParseDuration` grammar, the one policy files use too
+/// (`500ms`, `30s`, `1m30s`, `1.5h`, `168h`; `0` needs no unit); negative values are refused.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|error| {
-        format!("invalid duration {text:?} ({error}); use e.g. 500ms, 30s, 5m, 1h30m")
-    })
+    keel_actors::policy::rules::parse_non_negative_duration(text.trim())
 }
 
 /// Formats a duration the way flags accept it: `168h`, `1h30m`, `1m500ms`, `0s`.

@@ -13,6 +13,7 @@ mod reload;
 #[cfg(test)]
 mod reload_tests;
 mod spec;
+mod spec_arguments;
 #[cfg(test)]
 mod tests;
 

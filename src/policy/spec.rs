@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use serde_json::Value;
 
 use keel_actors::policy::Decision;
 use keel_actors::policy::rules::{
-    ConditionDefinition, DefaultDefinition, OutcomeDefinition, PredicateDefinition,
-    RateLimitDefinition, RetryDefinition, RuleDefinition,
+    ConditionDefinition, DefaultDefinition, OutcomeDefinition, RateLimitDefinition,
+    RetryDefinition, RuleDefinition,
 };
+
+use super::spec_arguments::ArgumentsSpec;
 
 /// The top level of a file with each rule left unparsed, so that one bad rule does not hide
 /// problems in the others (each rule is parsed on its own).
@@ -104,9 +105,9 @@ pub struct WhenSpec {
     /// Labels that must all be equal.
     #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
-    /// Predicates on top-level argument fields.
+    /// Predicates on top-level argument fields (sequence form, or Keel's mapping shorthand).
     #[serde(default)]
-    pub arguments: Option<BTreeMap<String, PredicateSpec>>,
+    pub arguments: Option<ArgumentsSpec>,
     /// `step_count >= n`.
     #[serde(default)]
     pub min_step_count: Option<i64>,
@@ -118,33 +119,6 @@ pub struct WhenSpec {
     pub schedule: Option<String>,
 }
 
-/// Constraints on one argument field.
-#[derive(Debug, Default, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "a predicate mapping (pattern, one_of, min, max, max_length, required)"
-)]
-pub struct PredicateSpec {
-    /// Regex a string must match.
-    #[serde(default)]
-    pub pattern: Option<String>,
-    /// Allowed values.
-    #[serde(default)]
-    pub one_of: Option<Vec<Value>>,
-    /// Inclusive numeric lower bound.
-    #[serde(default)]
-    pub min: Option<f64>,
-    /// Inclusive numeric upper bound.
-    #[serde(default)]
-    pub max: Option<f64>,
-    /// Maximum string length in characters.
-    #[serde(default)]
-    pub max_length: Option<i64>,
-    /// Whether the field must be present.
-    #[serde(default)]
-    pub required: Option<bool>,
-}
-
 /// `then:` of a rule.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a `then` mapping with `decision`")]
@@ -154,7 +128,7 @@ pub struct ThenSpec {
     /// Reason reported.
     #[serde(default)]
     pub reason: Option<String>,
-    /// Step deadline in milliseconds.
+    /// Step deadline in milliseconds; 0 means the kernel's step timeout.
     #[serde(default)]
     pub timeout_ms: Option<i64>,
 }
@@ -168,7 +142,7 @@ pub struct ThenSpec {
 pub struct RateLimitSpec {
     /// Allowed calls per window.
     pub max: i64,
-    /// Window (`1m`, `1h30m`).
+    /// Window, a Go duration (`1m`, `1m30s`, `1.5h`).
     pub window: String,
 }
 
@@ -220,12 +194,7 @@ impl From<RuleSpec> for RuleDefinition {
                 agent_id: when.agent_id,
                 agent_ids: when.agent_ids,
                 labels: when.labels,
-                arguments: when.arguments.map(|fields| {
-                    fields
-                        .into_iter()
-                        .map(|(field, predicate)| (field, predicate.into()))
-                        .collect()
-                }),
+                arguments: when.arguments.map(Into::into),
                 min_step_count: when.min_step_count,
                 min_duration_ms: when.min_duration_ms,
                 schedule: when.schedule,
@@ -244,19 +213,6 @@ impl From<RuleSpec> for RuleDefinition {
                 base_delay: retry.base_delay,
                 max_delay: retry.max_delay,
             }),
-        }
-    }
-}
-
-impl From<PredicateSpec> for PredicateDefinition {
-    fn from(spec: PredicateSpec) -> Self {
-        Self {
-            pattern: spec.pattern,
-            one_of: spec.one_of,
-            min: spec.min,
-            max: spec.max,
-            max_length: spec.max_length,
-            required: spec.required,
         }
     }
 }

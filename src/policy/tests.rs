@@ -1,7 +1,9 @@
 //! Tests of policy loading: every load error names file and line, all problems of a file are
 //! reported, warnings, digests, the commands, and every example under `policies/`. Directory
-//! mode is in `tests/directory.rs`.
+//! mode is in `tests/directory.rs`, the reference-form and refused-file corpora in
+//! `tests/corpus.rs`, the examples of docs/policy.md in `tests/docs.rs`.
 
+mod corpus;
 mod directory;
 
 use std::collections::BTreeMap;
@@ -100,7 +102,7 @@ fn every_load_error_names_file_line_and_problem() {
         ("zero min_duration_ms", format!("rules:\n- id: r\n  priority: 1\n  when:\n    min_duration_ms: 0\n{ok_then}"), 5, "when.min_duration_ms: must be greater than 0"),
         ("bad glob", format!("rules:\n- id: r\n  priority: 1\n  when:\n    tool_id: 'shell.[a-'\n{ok_then}"), 5, "bad glob `shell.[a-`"),
         ("bad glob in list", format!("rules:\n- id: r\n  priority: 1\n  when:\n    tool_ids: [ok, '[]']\n{ok_then}"), 5, "bad glob `[]`"),
-        ("zero timeout", "rules:\n- id: r\n  priority: 1\n  when: {}\n  then:\n    decision: allow\n    timeout_ms: 0\n".into(), 7, "then.timeout_ms must be greater than 0"),
+        ("negative timeout", "rules:\n- id: r\n  priority: 1\n  when: {}\n  then:\n    decision: allow\n    timeout_ms: -5\n".into(), 7, "then.timeout_ms must be 0 (the step timeout) or more, got -5"),
         ("then as a scalar", "rules:\n- id: r\n  priority: 1\n  when: {}\n  then: allow\n".into(), 5, "invalid type: string \"allow\", expected a `then` mapping with `decision`"),
         ("unknown action", format!("rules:\n- id: r\n  priority: 1\n  when:\n    action: tool.call\n{ok_then}"), 5, "unknown action `tool.call`"),
         ("empty labels", format!("rules:\n- id: r\n  priority: 1\n  when:\n    labels: {{}}\n{ok_then}"), 5, "when.labels: map is empty"),

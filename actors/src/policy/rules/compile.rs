@@ -92,15 +92,20 @@ fn compile_rule(
         ));
     }
     let conditions = Conditions::compile(&rule.when, &path.keys(&["when"]), name, errors, warnings);
+    // As in the reference kernel, 0 means "the kernel's step timeout", like no value at all.
     let timeout_ms = rule
         .then
         .timeout_ms
         .and_then(|timeout| match u64::try_from(timeout) {
-            Ok(timeout) if timeout > 0 => Some(timeout),
-            _ => {
+            Ok(0) => None,
+            Ok(timeout) => Some(timeout),
+            Err(_) => {
                 errors.push(CompileIssue::new(
                     path.keys(&["then", "timeout_ms"]),
-                    format!("rule `{name}`: then.timeout_ms must be greater than 0, got {timeout}"),
+                    format!(
+                        "rule `{name}`: then.timeout_ms must be 0 (the step timeout) or more, \
+                         got {timeout}"
+                    ),
                 ));
                 None
             }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::definition::{CompileIssue, ConditionDefinition, FieldPath};
+use super::definition::{
+    ArgumentsDefinition, ArgumentsForm, CompileIssue, ConditionDefinition, FieldPath,
+};
 use super::glob::Glob;
 use super::predicates::Predicate;
 use super::schedule::Schedule;
@@ -53,24 +55,36 @@ impl Conditions {
                 ),
             );
         }
-        let tool_id = definition.tool_id.as_deref().and_then(|pattern| {
-            Glob::new(pattern)
-                .map_err(|message| issue(&["tool_id"], message))
-                .ok()
-        });
-        let tool_ids = definition.tool_ids.as_ref().map(|patterns| {
-            if patterns.is_empty() {
-                issue(&["tool_ids"], "list is empty".to_owned());
+        let mut glob_notes = Vec::new();
+        let mut glob = |pattern: &str, key: &'static str| match Glob::new(pattern) {
+            Ok(glob) => {
+                glob_notes.extend(glob.oddities().into_iter().map(|note| (key, note)));
+                Some(glob)
             }
+            Err(message) => {
+                issue(&[key], message);
+                None
+            }
+        };
+        let tool_id = definition
+            .tool_id
+            .as_deref()
+            .and_then(|pattern| glob(pattern, "tool_id"));
+        let tool_ids = definition.tool_ids.as_ref().map(|patterns| {
             patterns
                 .iter()
-                .filter_map(|pattern| {
-                    Glob::new(pattern)
-                        .map_err(|message| issue(&["tool_ids"], message))
-                        .ok()
-                })
+                .filter_map(|pattern| glob(pattern, "tool_ids"))
                 .collect::<Vec<_>>()
         });
+        if definition.tool_ids.as_ref().is_some_and(Vec::is_empty) {
+            issue(&["tool_ids"], "list is empty".to_owned());
+        }
+        for (key, note) in glob_notes {
+            warnings.push(CompileIssue::new(
+                path.keys(&[key]),
+                format!("rule `{rule}`: when.{key}: {note}"),
+            ));
+        }
         if definition.agent_ids.as_ref().is_some_and(Vec::is_empty) {
             issue(&["agent_ids"], "list is empty".to_owned());
         }
@@ -83,11 +97,11 @@ impl Conditions {
         if definition
             .arguments
             .as_ref()
-            .is_some_and(BTreeMap::is_empty)
+            .is_some_and(|arguments| arguments.predicates.is_empty())
         {
             issue(
                 &["arguments"],
-                "map is empty (list at least one field)".to_owned(),
+                "is empty (list at least one predicate)".to_owned(),
             );
         }
         let min_step_count = definition.min_step_count.and_then(|count| {
@@ -118,19 +132,10 @@ impl Conditions {
                 .map_err(|message| issue(&["schedule"], message))
                 .ok()
         });
-        let arguments = definition.arguments.as_ref().map(|fields| {
-            let mut compiled = Vec::with_capacity(fields.len());
-            for (field, predicate) in fields {
-                let predicate_path = path.keys(&["arguments", field]);
-                let context = format!("rule `{rule}`: when.arguments.{field}");
-                if let Some(predicate) =
-                    Predicate::compile(predicate, &predicate_path, &context, errors, warnings)
-                {
-                    compiled.push((field.clone(), predicate));
-                }
-            }
-            compiled
-        });
+        let arguments = definition
+            .arguments
+            .as_ref()
+            .map(|arguments| compile_arguments(arguments, path, rule, errors, warnings));
         Self {
             action: definition.action.clone(),
             tool_id,
@@ -223,4 +228,44 @@ impl Conditions {
         }
         true
     }
+}
+
+/// Compiles the predicates of `when.arguments`, pointing each problem at its predicate.
+fn compile_arguments(
+    arguments: &ArgumentsDefinition,
+    path: &FieldPath,
+    rule: &str,
+    errors: &mut Vec<CompileIssue>,
+    warnings: &mut Vec<CompileIssue>,
+) -> Vec<(String, Predicate)> {
+    let mut compiled = Vec::with_capacity(arguments.predicates.len());
+    for (index, predicate) in arguments.predicates.iter().enumerate() {
+        let field = predicate.field.as_deref().unwrap_or_default();
+        let (predicate_path, context) = match arguments.form {
+            ArgumentsForm::Sequence => (
+                path.keys(&["arguments"]).index(index),
+                format!("rule `{rule}`: when.arguments[{index}]"),
+            ),
+            ArgumentsForm::Mapping => (
+                path.keys(&["arguments", field]),
+                format!("rule `{rule}`: when.arguments.{field}"),
+            ),
+        };
+        if field.is_empty() {
+            errors.push(CompileIssue::new(
+                predicate_path.clone(),
+                format!(
+                    "{context}: predicate has no `field` \
+                     (name the top-level argument it checks, e.g. `field: command`)"
+                ),
+            ));
+        }
+        if let Some(compiled_predicate) =
+            Predicate::compile(predicate, &predicate_path, &context, errors, warnings)
+            && !field.is_empty()
+        {
+            compiled.push((field.to_owned(), compiled_predicate));
+        }
+    }
+    compiled
 }

@@ -63,7 +63,7 @@ pub struct ConditionDefinition {
     /// Labels the execution must carry with these exact values.
     pub labels: Option<BTreeMap<String, String>>,
     /// Predicates on top-level fields of the arguments object.
-    pub arguments: Option<BTreeMap<String, PredicateDefinition>>,
+    pub arguments: Option<ArgumentsDefinition>,
     /// Holds when `step_count >= n`.
     pub min_step_count: Option<i64>,
     /// Holds when `duration_ms >= n`.
@@ -72,12 +72,57 @@ pub struct ConditionDefinition {
     pub schedule: Option<String>,
 }
 
+/// The `arguments:` of a `when`, in either of the two ways a file can write it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArgumentsDefinition {
+    /// How the file wrote it (decides the paths in messages).
+    pub form: ArgumentsForm,
+    /// The predicates, in file order; all must hold.
+    pub predicates: Vec<PredicateDefinition>,
+}
+
+/// The two spellings of `arguments:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgumentsForm {
+    /// The reference form: a sequence of predicates, each naming its `field`.
+    Sequence,
+    /// Keel's shorthand: a mapping from field name to predicate.
+    Mapping,
+}
+
+impl ArgumentsDefinition {
+    /// Returns the reference (sequence) form of these predicates.
+    pub fn sequence(predicates: Vec<PredicateDefinition>) -> Self {
+        Self {
+            form: ArgumentsForm::Sequence,
+            predicates,
+        }
+    }
+
+    /// Returns the mapping form of these `(field, predicate)` pairs.
+    pub fn mapping<I: IntoIterator<Item = (String, PredicateDefinition)>>(fields: I) -> Self {
+        Self {
+            form: ArgumentsForm::Mapping,
+            predicates: fields
+                .into_iter()
+                .map(|(field, predicate)| PredicateDefinition {
+                    field: Some(field),
+                    ..predicate
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Constraints on one argument field; every present constraint must hold.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PredicateDefinition {
+    /// The top-level key of the arguments object this predicate checks (required).
+    pub field: Option<String>,
     /// Regular expression a string value must match.
     pub pattern: Option<String>,
-    /// Values of which the field must equal one (numbers compare by value).
+    /// Values of which the field must equal one (numbers compare by value). The sequence form
+    /// only has strings here, as the reference kernel reads `one_of` as a list of strings.
     pub one_of: Option<Vec<Value>>,
     /// Lower bound of a numeric value (inclusive).
     pub min: Option<f64>,
@@ -85,7 +130,7 @@ pub struct PredicateDefinition {
     pub max: Option<f64>,
     /// Upper bound of a string value's length in Unicode scalar values.
     pub max_length: Option<i64>,
-    /// Whether the field must be present.
+    /// Whether the field must be present and not the empty string.
     pub required: Option<bool>,
 }
 
@@ -96,7 +141,7 @@ pub struct OutcomeDefinition {
     pub decision: Decision,
     /// Reason reported with the decision.
     pub reason: Option<String>,
-    /// Step deadline in milliseconds.
+    /// Step deadline in milliseconds; 0 means the kernel's step timeout, as when absent.
     pub timeout_ms: Option<i64>,
 }
 
@@ -105,7 +150,7 @@ pub struct OutcomeDefinition {
 pub struct RateLimitDefinition {
     /// Allowed calls per window.
     pub max: i64,
-    /// Window length as written (`1m`, `1h30m`).
+    /// Window length as written, in Go's duration grammar (`1m`, `1m30s`, `1.5h`).
     pub window: String,
 }
 

@@ -18,11 +18,11 @@ pub use compile::{Compilation, compile};
 pub use compiled::{AGENT_DEFAULT_RULE_ID, CompiledPolicy, CompiledRules, MergeConflict, RuleSet};
 pub use conditions::KNOWN_ACTIONS;
 pub use definition::{
-    CompileIssue, ConditionDefinition, DefaultDefinition, FieldPath, OutcomeDefinition,
-    PathSegment, PolicyDefinition, PredicateDefinition, RateLimitDefinition, RetryDefinition,
-    RuleDefinition,
+    ArgumentsDefinition, ArgumentsForm, CompileIssue, ConditionDefinition, DefaultDefinition,
+    FieldPath, OutcomeDefinition, PathSegment, PolicyDefinition, PredicateDefinition,
+    RateLimitDefinition, RetryDefinition, RuleDefinition,
 };
-pub use duration::parse_duration;
+pub use duration::{parse_duration, parse_go_duration, parse_non_negative_duration};
 pub use glob::Glob;
 pub use predicates::{PATTERN_SIZE_LIMIT, json_equal};
 pub use schedule::Schedule;

@@ -1,6 +1,7 @@
 //! Argument predicates: constraints on one top-level field of a tool call's arguments object.
-//! An absent field passes unless `required`; a present field must satisfy every constraint, and
-//! a value of the wrong type fails (`pattern`/`max_length` need a string, `min`/`max` a number).
+//! An absent field passes unless `required` (which also refuses the empty string); a present
+//! field must satisfy every constraint, and a value of the wrong type fails (`pattern` and
+//! `max_length` need a string, `min`/`max` a number), as in the reference kernel.
 
 use regex::{Regex, RegexBuilder};
 use serde_json::Value;
@@ -49,11 +50,18 @@ impl Predicate {
         }
         let pattern = definition.pattern.as_deref().and_then(|source| {
             let pattern_path = path.keys(&["pattern"]);
-            if !is_anchored(source) {
+            if source.is_empty() {
+                errors.push(CompileIssue::new(
+                    pattern_path,
+                    format!("{context}.pattern is empty (it would constrain nothing)"),
+                ));
+                return None;
+            }
+            if !is_anchored_at_start(source) {
                 warnings.push(CompileIssue::new(
                     pattern_path.clone(),
                     format!(
-                        "{context}.pattern `{source}` is not anchored (^...$), \
+                        "{context}.pattern `{source}` is not anchored (^...), \
                          so it matches anywhere inside the value"
                     ),
                 ));
@@ -131,6 +139,9 @@ impl Predicate {
         let Some(value) = value else {
             return !self.required;
         };
+        if self.required && value.as_str() == Some("") {
+            return false;
+        }
         if let Some(regex) = &self.pattern {
             let Some(text) = value.as_str() else {
                 return false;
@@ -166,11 +177,11 @@ impl Predicate {
     }
 }
 
-/// Returns whether a pattern is anchored at both ends (`^` or `\A` ... `$` or `\z`).
-fn is_anchored(source: &str) -> bool {
-    let starts = source.starts_with('^') || source.starts_with(r"\A");
-    let ends = (source.ends_with('$') && !source.ends_with(r"\$")) || source.ends_with(r"\z");
-    starts && ends
+/// Returns whether a pattern is anchored at the start (`^` or `\A`): unanchored, it matches
+/// anywhere inside the value. A pattern anchored only at the start is a prefix check, an
+/// ordinary use (`^https://`).
+fn is_anchored_at_start(source: &str) -> bool {
+    source.starts_with('^') || source.starts_with(r"\A")
 }
 
 /// Joins a multi-line regex error into one line for `FILE:LINE: message` reports.

@@ -1,9 +1,13 @@
 //! Tests of the compiled rule language: every condition kind, evaluation order and defaults,
-//! compile problems and warnings, directory merging. Lexical pieces (durations, globs,
-//! schedules, predicates) are in `tests/lexical.rs`, property tests in `tests/props.rs`.
+//! compile problems and warnings, directory merging. Lexical pieces are in `tests/lexical.rs`
+//! (schedules, predicates), `tests/go_duration.rs` and `tests/go_match.rs` (the Go grammars),
+//! the reference kernel's meanings in `tests/reference.rs`, property tests in `tests/props.rs`.
 
+mod go_duration;
+mod go_match;
 mod lexical;
 mod props;
+mod reference;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -100,13 +104,11 @@ fn every_condition_kind_matches_and_misses() {
         changed
     };
     let labels = BTreeMap::from([("env".to_owned(), "prod".to_owned())]);
-    let arguments = BTreeMap::from([(
-        "cmd".to_owned(),
-        PredicateDefinition {
-            pattern: Some("^ls$".to_owned()),
-            ..Default::default()
-        },
-    )]);
+    let arguments = ArgumentsDefinition::sequence(vec![PredicateDefinition {
+        field: Some("cmd".to_owned()),
+        pattern: Some("^ls$".to_owned()),
+        ..Default::default()
+    }]);
     let cases: Vec<(&str, ConditionDefinition, PolicyInput, bool)> = vec![
         (
             "empty when matches",
@@ -447,7 +449,7 @@ fn compile_reports_every_problem_with_its_path() {
             min_step_count: Some(-1),
             min_duration_ms: Some(0),
             schedule: Some("Mon 9-5".into()),
-            arguments: Some(BTreeMap::from([
+            arguments: Some(ArgumentsDefinition::mapping([
                 ("a".to_owned(), bad_predicate),
                 (
                     "b".to_owned(),
@@ -477,7 +479,7 @@ fn compile_reports_every_problem_with_its_path() {
         },
         Decision::Allow,
     );
-    first.then.timeout_ms = Some(0);
+    first.then.timeout_ms = Some(-1);
     first.rate_limit = Some(RateLimitDefinition {
         max: 0,
         window: "1x".into(),
@@ -516,7 +518,10 @@ fn compile_reports_every_problem_with_its_path() {
             "rules[0].when.arguments.d.max_length",
             "must be 0 or more, got -2",
         ),
-        ("rules[0].then.timeout_ms", "must be greater than 0, got 0"),
+        (
+            "rules[0].then.timeout_ms",
+            "must be 0 (the step timeout) or more, got -1",
+        ),
         ("rules[0].rate_limit.window", "unknown unit `x`"),
         (
             "rules[0].rate_limit.max",
@@ -557,7 +562,7 @@ fn compile_reports_every_problem_with_its_path() {
 #[test]
 fn an_unanchored_pattern_compiles_with_a_warning_naming_rule_and_field() {
     let arguments = |pattern: &str| {
-        Some(BTreeMap::from([(
+        Some(ArgumentsDefinition::mapping([(
             "cmd".to_owned(),
             PredicateDefinition {
                 pattern: Some(pattern.to_owned()),
@@ -570,7 +575,16 @@ fn an_unanchored_pattern_compiles_with_a_warning_naming_rule_and_field() {
             "loose",
             1,
             ConditionDefinition {
-                arguments: arguments("^ls"),
+                arguments: arguments("ls"),
+                ..Default::default()
+            },
+            Decision::Allow,
+        ),
+        rule(
+            "prefix",
+            4,
+            ConditionDefinition {
+                arguments: arguments("^https://"),
                 ..Default::default()
             },
             Decision::Allow,
