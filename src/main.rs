@@ -26,7 +26,7 @@ async fn main() -> ExitCode {
             report(keel::bench::run(args).await)
         }
         command => {
-            let filter = cli::client_config(&command).map_or("warn", |client| client.log_filter());
+            let filter = cli::log_filter(&command);
             install_client_telemetry(filter);
             report(cli::execute(command).await)
         }

@@ -54,6 +54,14 @@ pub enum Command {
     Signal(SignalArgs),
     /// Checks that a kernel is up and its database reachable.
     Health(HealthArgs),
+    /// Serves tools from the command line: runs each job in a fresh worker process
+    /// (`keel runner --exec --runner-id R --tool T -- PROGRAM ARGS…`; docs/guardrails.md).
+    Runner(crate::cli::runner::RunnerArgs),
+    /// Drives a kernel over stdio: `keel client --jsonl` reads commands as JSON lines.
+    Client(crate::cli::jsonl::ClientArgs),
+    /// Internal: sets a worker's rlimits and executes it (started by `keel runner`).
+    #[command(name = "runner-shim", hide = true)]
+    RunnerShim(crate::cli::runner::shim::ShimArgs),
     /// Load generator: plays agents and runners over HTTP/SSE in a scenario (run, blocked,
     /// restart, create) and reports throughput, latency, kernel CPU and memory.
     Bench(BenchArgs),

@@ -6,7 +6,9 @@
 pub mod args;
 pub mod client;
 mod events;
+pub mod jsonl;
 pub mod output;
+pub mod runner;
 
 use serde_json::{Map, Value, json};
 
@@ -106,6 +108,9 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Health(args) => health(&args.client).await,
+        Command::Runner(args) => runner::run(args).await,
+        Command::Client(args) => jsonl::run(args).await,
+        Command::RunnerShim(args) => runner::shim::exec(args),
         Command::Dev(_) | Command::Serve(_) | Command::Bench(_) => Err(CliError::Failed(
             "dev, serve and bench are run by main, not by the client".to_owned(),
         )),
@@ -122,7 +127,22 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         Command::Cancel(args) => Some(&args.client),
         Command::Signal(args) => Some(&args.client),
         Command::Health(args) => Some(&args.client),
-        Command::Dev(_) | Command::Serve(_) | Command::Policy(_) | Command::Bench(_) => None,
+        Command::Runner(args) => Some(&args.client),
+        Command::Client(args) => Some(&args.client),
+        Command::Dev(_)
+        | Command::Serve(_)
+        | Command::Policy(_)
+        | Command::Bench(_)
+        | Command::RunnerShim(_) => None,
+    }
+}
+
+/// Returns the log filter of a command run by [`execute`]: `RUST_LOG` when set, else `warn`
+/// (`info` for `keel runner`, whose connections and jobs are worth seeing).
+pub fn log_filter(command: &Command) -> &str {
+    match command {
+        Command::Runner(args) => args.log_filter(),
+        command => client_config(command).map_or("warn", ClientConfig::log_filter),
     }
 }
 

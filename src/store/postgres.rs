@@ -40,9 +40,7 @@ use sqlx::{Postgres, QueryBuilder};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::ids::ExecutionId;
-use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store,
-};
+use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store};
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EventRecord, ExecutionRecord};
@@ -348,11 +346,13 @@ impl Store for PostgresStore {
         let sql = super::recovery::query(utc_text!("e.created_at"));
         let records = self
             .bounded(
-                sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql)
-                    .fetch_all(&self.readers),
+                sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql).fetch_all(&self.readers),
             )
             .await?;
-        records.into_iter().map(|record| record.into_entry()).collect()
+        records
+            .into_iter()
+            .map(|record| record.into_entry())
+            .collect()
     }
 
     async fn delete_terminal_before(

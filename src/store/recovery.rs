@@ -27,7 +27,10 @@ pub(crate) struct RecoveryRecord {
 impl RecoveryRecord {
     pub(crate) fn into_entry(self) -> Result<RecoveryEntry, StoreError> {
         let status = self.status.parse::<ExecutionStatus>().map_err(|value| {
-            StoreError::Internal(format!("execution {} has invalid status {value:?}", self.id))
+            StoreError::Internal(format!(
+                "execution {} has invalid status {value:?}",
+                self.id
+            ))
         })?;
         Ok(RecoveryEntry {
             created_at: parse_time("executions.created_at", &self.created_at)?,

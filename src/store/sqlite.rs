@@ -20,9 +20,7 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::ids::ExecutionId;
-use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store,
-};
+use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store};
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord, StepRecord};
@@ -250,7 +248,10 @@ impl Store for SqliteStore {
             .fetch_all(&self.readers)
             .await
             .map_err(map_sqlx_error)?;
-        records.into_iter().map(|record| record.into_entry()).collect()
+        records
+            .into_iter()
+            .map(|record| record.into_entry())
+            .collect()
     }
 
     async fn delete_terminal_before(

@@ -1,0 +1,324 @@
+//! `keel runner --exec`: a runner built into the binary. It connects to a kernel like an SDK
+//! runner ([`connection`]) and runs each job in a fresh worker process ([`child`]): the job is
+//! one JSON line on the worker's stdin, the result one JSON line on its stdout
+//! ([`protocol`]). Workers are bounded in wall time, output, CPU and memory ([`shim`]), run in
+//! a working directory with only the allowed environment, and are killed with their whole
+//! process group when the job's deadline passes or the kernel cancels the job. `--parallel N`
+//! opens N connections and runs up to N workers at once. SIGTERM or Ctrl-C stops taking jobs,
+//! lets running workers finish within `--shutdown-timeout`, then kills the rest (their jobs
+//! fail as retryable); a second signal kills them at once.
+
+mod capture;
+mod child;
+mod connection;
+pub mod protocol;
+#[cfg(test)]
+mod protocol_tests;
+pub mod shim;
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{Value, json};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use self::child::WorkerSpec;
+use self::connection::{InFlight, Shared};
+use self::shim::Rlimits;
+use super::args::parse_key_value;
+use super::{CliError, Client};
+use crate::config::{ClientConfig, parse_byte_size, parse_duration};
+
+/// Time allowed, after the workers were killed, for their results to be posted.
+const FINAL_POST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Flags of `keel runner`.
+#[derive(Debug, Args)]
+pub struct RunnerArgs {
+    /// Run every job in a fresh worker process: the command after `--` (the only mode, so the
+    /// flag may be left out).
+    #[arg(long)]
+    pub exec: bool,
+    /// Runner id (tools are published under it).
+    #[arg(long, value_name = "ID")]
+    pub runner_id: String,
+    /// Consumer id of the connection [default: <runner-id>-<8 hex>]; with --parallel N the
+    /// connections are <consumer-id>-0 … <consumer-id>-(N-1).
+    #[arg(long, value_name = "ID")]
+    pub consumer_id: Option<String>,
+    /// Tool id served (repeatable; the worker reads `tool_id` from its job line).
+    #[arg(long = "tool", value_name = "TOOL", required = true)]
+    pub tools: Vec<String>,
+    /// Description published with every tool [default: names the command].
+    #[arg(long, value_name = "TEXT")]
+    pub description: Option<String>,
+    /// JSON Schema file of a tool's arguments, `TOOL=FILE` [default: any object].
+    #[arg(long = "tool-schema", value_name = "TOOL=FILE", value_parser = parse_key_value)]
+    pub tool_schemas: Vec<(String, String)>,
+    /// Jobs run at once (one connection each).
+    #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub parallel: u16,
+    /// Wall-time limit of a worker; the job's own deadline applies too, whichever is first.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when a worker is killed.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+    /// Most bytes a worker may write on stdout; more fails the job and kills the worker.
+    #[arg(long, value_name = "BYTES", default_value = "1MiB", value_parser = parse_byte_size)]
+    pub max_output: usize,
+    /// Bytes of a worker's stderr kept for the failure message.
+    #[arg(long, value_name = "BYTES", default_value = "4KiB", value_parser = parse_byte_size)]
+    pub stderr_tail: usize,
+    /// CPU seconds a worker may use (RLIMIT_CPU; SIGXCPU, then SIGKILL a second later).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub cpu_seconds: Option<u64>,
+    /// Address space a worker may map (RLIMIT_AS; allocations beyond it fail).
+    #[arg(long, value_name = "BYTES", value_parser = parse_byte_size)]
+    pub memory: Option<usize>,
+    /// Working directory of the workers [default: the runner's].
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Environment variable passed on to workers (repeatable); all others are cleared.
+    #[arg(long = "env-allow", value_name = "NAME")]
+    pub env_allow: Vec<String>,
+    /// Report worker failures (crash, no or bad result line, kill) as retryable, so the
+    /// kernel runs the step again while attempts are left. A result line decides for itself.
+    #[arg(long)]
+    pub worker_failures_retryable: bool,
+    /// On SIGTERM/Ctrl-C, how long running workers may still finish before they are killed.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+    /// Kernel connection flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+    /// The worker: program and arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    pub command: Vec<OsString>,
+}
+
+impl RunnerArgs {
+    /// Log filter: `RUST_LOG` when set, else `info` (connections and jobs are worth seeing).
+    pub fn log_filter(&self) -> &str {
+        match &self.client.rust_log {
+            Some(filter) if !filter.trim().is_empty() => filter,
+            _ => "info",
+        }
+    }
+}
+
+/// Runs the runner until SIGTERM or Ctrl-C.
+pub async fn run(args: RunnerArgs) -> Result<(), CliError> {
+    let shared = Arc::new(prepare(&args)?);
+    let base = args.consumer_id.clone().unwrap_or_else(|| {
+        let hex = uuid::Uuid::new_v4().simple().to_string();
+        format!("{}-{}", args.runner_id, &hex[..8])
+    });
+    let mut connections = Vec::new();
+    for index in 0..args.parallel {
+        let consumer_id = if args.parallel == 1 {
+            base.clone()
+        } else {
+            format!("{base}-{index}")
+        };
+        connections.push(tokio::spawn(connection::serve(shared.clone(), consumer_id)));
+    }
+    tracing::info!(
+        runner_id = args.runner_id,
+        tools = ?args.tools,
+        parallel = args.parallel,
+        "keel runner started"
+    );
+    let (mut terminate, mut interrupt) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(terminate), Ok(interrupt)) => (terminate, interrupt),
+        (Err(error), _) | (_, Err(error)) => {
+            return Err(CliError::Failed(format!(
+                "cannot install signal handlers: {error}"
+            )));
+        }
+    };
+    let first = next_signal(&mut terminate, &mut interrupt).await;
+    tracing::info!(
+        signal = first,
+        jobs = shared.in_flight.count(),
+        "stopping: no new jobs; running workers may finish (a second signal kills them)"
+    );
+    shared.stop.cancel();
+    tokio::select! {
+        () = shared.in_flight.wait_idle() => {}
+        () = tokio::time::sleep(args.shutdown_timeout) => {
+            tracing::warn!(jobs = shared.in_flight.count(), "shutdown timeout: killing the workers still running");
+        }
+        second = next_signal(&mut terminate, &mut interrupt) => {
+            tracing::warn!(signal = second, jobs = shared.in_flight.count(), "killing the workers still running");
+        }
+    }
+    shared.kill.cancel();
+    let posted = tokio::time::timeout(
+        args.kill_grace + FINAL_POST_TIMEOUT,
+        shared.in_flight.wait_idle(),
+    );
+    if posted.await.is_err() {
+        tracing::warn!(
+            jobs = shared.in_flight.count(),
+            "results of killed workers could not all be posted"
+        );
+    }
+    for connection in connections {
+        connection.abort();
+    }
+    Ok(())
+}
+
+/// Resolves on the next SIGTERM or SIGINT.
+async fn next_signal(terminate: &mut Signal, interrupt: &mut Signal) -> &'static str {
+    tokio::select! {
+        _ = terminate.recv() => "SIGTERM",
+        _ = interrupt.recv() => "SIGINT",
+    }
+}
+
+/// Checks the flags and builds the shared state.
+fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
+    let client = Client::new(&args.client)?;
+    let invalid = |what, message: String| CliError::InvalidArgument { what, message };
+    if args.runner_id.trim().is_empty() {
+        return Err(invalid("--runner-id", "must not be empty".to_owned()));
+    }
+    let (program, program_args) = args
+        .command
+        .split_first()
+        .ok_or_else(|| invalid("command", "give the worker after `--`".to_owned()))?;
+    let program =
+        resolve_program(Path::new(program)).map_err(|message| invalid("command", message))?;
+    if let Some(dir) = &args.workdir
+        && !dir.is_dir()
+    {
+        return Err(invalid(
+            "--workdir",
+            format!("{} is not a directory", dir.display()),
+        ));
+    }
+    let mut env = Vec::new();
+    for name in &args.env_allow {
+        if name.is_empty() || name.contains('=') {
+            return Err(invalid(
+                "--env-allow",
+                format!("{name:?} is not a variable name"),
+            ));
+        }
+        if let Some(value) = std::env::var_os(name) {
+            env.push((OsString::from(name), value));
+        }
+    }
+    let tools: HashSet<String> = args.tools.iter().cloned().collect();
+    if tools
+        .iter()
+        .any(|tool| tool.trim().is_empty() || tool.contains(','))
+    {
+        return Err(invalid(
+            "--tool",
+            "tool ids must be non-empty and contain no comma".to_owned(),
+        ));
+    }
+    let tools_body = tools_body(args, &program)?;
+    let keel_exe = std::env::current_exe()
+        .map_err(|error| CliError::Failed(format!("cannot find the keel binary: {error}")))?;
+    let worker = WorkerSpec {
+        program,
+        args: program_args.to_vec(),
+        workdir: args.workdir.clone(),
+        env,
+        rlimits: Rlimits {
+            cpu_seconds: args.cpu_seconds,
+            memory: args.memory.map(|bytes| bytes as u64),
+        },
+        keel_exe,
+        max_output: args.max_output,
+        stderr_tail: args.stderr_tail,
+        kill_grace: args.kill_grace,
+    };
+    Ok(Shared {
+        client,
+        runner_id: args.runner_id.clone(),
+        tools_body,
+        tools,
+        worker,
+        timeout: args.timeout,
+        worker_failures_retryable: args.worker_failures_retryable,
+        slots: Semaphore::new(usize::from(args.parallel)),
+        jobs: Mutex::new(Default::default()),
+        stop: CancellationToken::new(),
+        kill: CancellationToken::new(),
+        in_flight: InFlight::default(),
+    })
+}
+
+/// The schemas published before every connect.
+fn tools_body(args: &RunnerArgs, program: &Path) -> Result<Value, CliError> {
+    let description = args
+        .description
+        .clone()
+        .unwrap_or_else(|| format!("keel runner --exec: {}", program.display()));
+    let mut schemas = std::collections::HashMap::new();
+    for (tool, file) in &args.tool_schemas {
+        if !args.tools.contains(tool) {
+            return Err(CliError::InvalidArgument {
+                what: "--tool-schema",
+                message: format!("{tool:?} is not one of the --tool ids"),
+            });
+        }
+        let text = std::fs::read_to_string(file).map_err(|error| CliError::InvalidArgument {
+            what: "--tool-schema",
+            message: format!("cannot read {file}: {error}"),
+        })?;
+        let schema: Value = serde_json::from_str(&text)
+            .ok()
+            .filter(Value::is_object)
+            .ok_or_else(|| CliError::InvalidArgument {
+                what: "--tool-schema",
+                message: format!("{file} is not a JSON object"),
+            })?;
+        schemas.insert(tool.clone(), schema);
+    }
+    let mut seen = HashSet::new();
+    let tools: Vec<Value> = args
+        .tools
+        .iter()
+        .filter(|tool| seen.insert(tool.as_str()))
+        .map(|tool| {
+            let schema = schemas
+                .get(tool)
+                .cloned()
+                .unwrap_or_else(|| json!({ "type": "object", "properties": {} }));
+            json!({ "id": tool, "description": description, "input_schema": schema })
+        })
+        .collect();
+    Ok(json!({ "tools": tools }))
+}
+
+/// Makes the program path absolute: a path with a `/` against the current directory (the
+/// workers may run elsewhere), a bare name through `PATH`.
+fn resolve_program(program: &Path) -> Result<PathBuf, String> {
+    let found = if program.components().count() > 1 || program.is_absolute() {
+        std::path::absolute(program)
+            .ok()
+            .filter(|path| path.is_file())
+    } else {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(program))
+                .find(|candidate| candidate.is_file())
+        })
+    };
+    found.ok_or_else(|| format!("{} is not a file (nor found on PATH)", program.display()))
+}
