@@ -134,6 +134,31 @@ pub trait Store: Send + Sync + 'static {
     /// Fails with `Conflict` if an event's sequence is already taken.
     async fn commit(&self, batch: &[Commit]) -> Result<(), StoreError>;
 
+    /// Commits a group of commits the caller hands over and returns one result per commit, in
+    /// order. What can be written is written in one transaction; a commit that fails (a
+    /// sequence conflict, a caller bug) fails alone, without failing its neighbours, and
+    /// `Unavailable` fails them all. This is the store writer's group commit.
+    ///
+    /// The default runs [`Store::commit`] on the whole group and, when that fails for one of
+    /// the commits, on each commit alone.
+    async fn commit_group(&self, group: Vec<Commit>) -> Vec<Result<(), StoreError>> {
+        match self.commit(&group).await {
+            Ok(()) => group.iter().map(|_| Ok(())).collect(),
+            Err(error) if group.len() == 1 => vec![Err(error)],
+            Err(StoreError::Unavailable(reason)) => group
+                .iter()
+                .map(|_| Err(StoreError::Unavailable(reason.clone())))
+                .collect(),
+            Err(_) => {
+                let mut results = Vec::with_capacity(group.len());
+                for commit in &group {
+                    results.push(self.commit(std::slice::from_ref(commit)).await);
+                }
+                results
+            }
+        }
+    }
+
     /// Returns up to `limit` events of an execution with `sequence > after_sequence`, oldest first.
     async fn events(
         &self,

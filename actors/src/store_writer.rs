@@ -36,11 +36,15 @@ pub struct StoreWriterArgs {
 /// A commit and the caller waiting for it.
 type Waiting = (Box<Commit>, RpcReplyPort<Result<(), StoreError>>);
 
+/// A commit of the transaction in flight, reduced to what is left to do once it is durable:
+/// the notice to broadcast and the caller to answer.
+type Flushing = (CommitNotice, RpcReplyPort<Result<(), StoreError>>);
+
 /// State of the store writer.
 pub struct StoreWriterState {
     args: StoreWriterArgs,
     queued: Vec<Waiting>,
-    in_flight: Vec<Waiting>,
+    in_flight: Vec<Flushing>,
 }
 
 /// The group-committing store writer.
@@ -79,13 +83,10 @@ impl Actor for StoreWriter {
             StoreWriterMsg::Flushed(results, latency) => {
                 let done = std::mem::take(&mut state.in_flight);
                 state.args.metrics.commit(latency, done.len());
-                for ((commit, reply), result) in done.into_iter().zip(results) {
+                for ((notice, reply), result) in done.into_iter().zip(results) {
                     if result.is_ok() {
                         // No receiver is fine: nobody is streaming right now.
-                        let _ = state.args.commits.send(CommitNotice {
-                            execution_id: commit.execution.id.clone(),
-                            last_sequence: commit.execution.last_sequence,
-                        });
+                        let _ = state.args.commits.send(notice);
                     }
                     let _ = reply.send(result);
                 }
@@ -98,39 +99,32 @@ impl Actor for StoreWriter {
     }
 }
 
+/// Hands the oldest queued commits (at most `max_batch`) to the store as one group. The
+/// commits move into the group; the writer keeps their callers and notices.
 fn start_flush(myself: &ActorRef<StoreWriterMsg>, state: &mut StoreWriterState) {
     let take = state.queued.len().min(state.args.max_batch.max(1));
-    state.in_flight = state.queued.drain(..take).collect();
-    let commits: Vec<Commit> = state
-        .in_flight
-        .iter()
-        .map(|(commit, _)| commit.as_ref().clone())
-        .collect();
+    let mut group = Vec::with_capacity(take);
+    state.in_flight.reserve(take);
+    for (commit, reply) in state.queued.drain(..take) {
+        let notice = CommitNotice {
+            execution_id: commit.execution.id.clone(),
+            last_sequence: commit.execution.last_sequence,
+        };
+        state.in_flight.push((notice, reply));
+        group.push(*commit);
+    }
     let store = state.args.store.clone();
     let myself = myself.clone();
     tokio::spawn(async move {
         let started = Instant::now();
-        let results = commit_all(store.as_ref(), &commits).await;
+        let expected = group.len();
+        let mut results = store.commit_group(group).await;
+        // A store answering the wrong number of results must not leave a caller unanswered.
+        results.resize_with(expected, || {
+            Err(StoreError::Internal(
+                "the store returned no result for this commit".to_owned(),
+            ))
+        });
         let _ = myself.send_message(StoreWriterMsg::Flushed(results, started.elapsed()));
     });
-}
-
-/// Commits the batch in one transaction; if that fails and the batch has several commits,
-/// commits each alone so one bad commit cannot fail its neighbours.
-async fn commit_all(store: &dyn Store, commits: &[Commit]) -> Vec<Result<(), StoreError>> {
-    match store.commit(commits).await {
-        Ok(()) => commits.iter().map(|_| Ok(())).collect(),
-        Err(error) if commits.len() == 1 => vec![Err(error)],
-        Err(StoreError::Unavailable(reason)) => commits
-            .iter()
-            .map(|_| Err(StoreError::Unavailable(reason.clone())))
-            .collect(),
-        Err(_) => {
-            let mut results = Vec::with_capacity(commits.len());
-            for commit in commits {
-                results.push(store.commit(std::slice::from_ref(commit)).await);
-            }
-            results
-        }
-    }
 }

@@ -15,7 +15,13 @@ use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
 use keel_actors::time::Timestamp;
 
+mod batch;
 mod tool_calls;
+pub use batch::{
+    MANY, a_clean_group_answers_ok_for_each_commit,
+    a_group_writes_every_commit_but_the_failing_ones, creations,
+    many_executions_in_one_batch_are_all_or_nothing, resume,
+};
 pub use tool_calls::tool_calls_since_lists_allowed_calls_oldest_first;
 
 /// Returns a fixed time `micros` microseconds after 2026-01-01T00:00:00Z.

@@ -57,7 +57,7 @@ impl EventRecord {
             event_type: event.body.type_name().to_owned(),
             schema_version: event.schema_version,
             timestamp: time::format(&event.timestamp),
-            payload: encode_json("events.payload", &event.body.payload())?,
+            payload: encode_payload(&event.body)?,
             causation_id: event.causation_id.clone(),
             correlation_id: event.correlation_id.clone(),
             idempotency_key: event.idempotency_key.clone(),
@@ -222,8 +222,36 @@ impl StepRecord {
     }
 }
 
+/// Serializes the payload of an event body straight from the typed body. The body serializes
+/// as `{"type":"<type>","payload":<payload>}` (adjacently tagged), so the payload is that text
+/// between the fixed prefix and the closing brace; no JSON tree is built on the way.
+pub(crate) fn encode_payload(body: &EventBody) -> Result<String, StoreError> {
+    let mut text = encode_json("events.payload", body)?;
+    let head = br#"{"type":""#;
+    let middle = br#"","payload":"#;
+    let type_name = body.type_name().as_bytes();
+    let prefix_len = head.len() + type_name.len() + middle.len();
+    let bytes = text.as_bytes();
+    // Every byte checked here is ASCII, so both cuts below fall on character boundaries.
+    let framed = bytes.len() > prefix_len
+        && bytes.ends_with(b"}")
+        && bytes.starts_with(head)
+        && bytes[head.len()..].starts_with(type_name)
+        && bytes[head.len() + type_name.len()..].starts_with(middle);
+    if !framed {
+        // Not the shape above (a payload-less variant): take the slow, general path.
+        return encode_json("events.payload", &body.payload());
+    }
+    text.truncate(text.len() - 1);
+    text.drain(..prefix_len);
+    Ok(text)
+}
+
 /// Serializes a value stored in a JSON text column.
-fn encode_json<T: serde::Serialize>(column: &str, value: &T) -> Result<String, StoreError> {
+pub(crate) fn encode_json<T: serde::Serialize>(
+    column: &str,
+    value: &T,
+) -> Result<String, StoreError> {
     serde_json::to_string(value)
         .map_err(|error| StoreError::Internal(format!("{column} does not encode: {error}")))
 }
@@ -250,4 +278,55 @@ pub(crate) fn parse_time(column: &str, text: &str) -> Result<Timestamp, StoreErr
                 "{column} {text:?} is not an rfc 3339 time: {error}"
             ))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The payload cut from the typed body's text is the payload the JSON tree holds, for
+    /// object payloads with nested JSON, strings that need escaping, and the empty payload.
+    #[test]
+    fn encode_payload_matches_the_payload_of_the_json_tree() {
+        let bodies = [
+            EventBody::ExecutionCreated {
+                agent_id: "agent \"a\" é".into(),
+                input: json!({"z": [1, 2, {"}": "{\"type\":"}], "a": null}),
+                labels: json!({"k": "v"}),
+            },
+            EventBody::ExecutionFailed {
+                error: "payload\":}".into(),
+            },
+            EventBody::StepTimedOut {},
+            EventBody::ExecutionCompleted {
+                output: json!("done"),
+            },
+        ];
+        for body in bodies {
+            let encoded = encode_payload(&body).expect("encodes");
+            let decoded: Value = serde_json::from_str(&encoded).expect("valid json");
+            assert_eq!(decoded, body.payload(), "{encoded}");
+            let rebuilt = EventBody::from_parts(body.type_name(), decoded).expect("decodes");
+            assert_eq!(rebuilt, body);
+        }
+    }
+
+    /// The fast path is taken: fields keep their declaration order (a JSON tree sorts them).
+    #[test]
+    fn encode_payload_writes_the_typed_body_without_a_json_tree() {
+        let started = EventBody::ExecutionStarted {
+            session_id: "s".into(),
+            consumer_id: "c".into(),
+        };
+        assert_eq!(
+            encode_payload(&started).expect("encodes"),
+            r#"{"session_id":"s","consumer_id":"c"}"#
+        );
+        assert_eq!(
+            encode_payload(&EventBody::StepTimedOut {}).expect("encodes"),
+            "{}"
+        );
+    }
 }

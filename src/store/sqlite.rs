@@ -1,6 +1,8 @@
 //! SQLite implementation of the storage port: one file in WAL mode with `synchronous=FULL`,
-//! one writer connection (the only one that ever writes: `commit` and retention) and a pool of
-//! read-only connections for everything else. Built by [`super::open`] for `sqlite:` URLs.
+//! one writer connection on a thread of its own (`writer.rs`, the only connection that ever
+//! writes: commits and retention) and a sqlx pool of read-only connections for everything
+//! else. Built by [`super::open`] for `sqlite:` URLs. Migrations run at open on a sqlx
+//! connection that is closed once the writer thread holds the file.
 //!
 //! One kernel per file: the store holds an exclusive lock on `<file>.lock` for its lifetime
 //! (released by `close`, by dropping the last clone, or by the OS when the process dies), so a
@@ -15,7 +17,7 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
@@ -23,13 +25,18 @@ use keel_actors::ids::ExecutionId;
 use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store};
 use keel_actors::time::{self, Timestamp};
 
-use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord, StepRecord};
+use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord};
 use super::{
-    StoreOptions, TERMINAL_STATUSES_SQL, expected_previous_sequence, lock_file, map_sqlx_error,
-    migrate_error, refuse_newer_schema, sequence_conflict, with_context,
+    StoreOptions, TERMINAL_STATUSES_SQL, lock_file, map_sqlx_error, migrate_error,
+    refuse_newer_schema, with_context,
 };
+use writer::{WriterOptions, WriterThread};
 
+#[cfg(test)]
+mod batch_tests;
 mod probe;
+mod write;
+mod writer;
 
 /// Migrations embedded in the binary, applied at open.
 static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
@@ -38,11 +45,11 @@ static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 /// `busy_timeout`) at `BEGIN` instead of deadlocking on a lock upgrade halfway through.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
-/// The SQLite store: a writer pool of exactly one connection, a read-only pool, the
-/// readiness probe's connection and the one-kernel-per-file lock.
+/// The SQLite store: the writer thread, a read-only pool, the readiness probe's connection
+/// and the one-kernel-per-file lock.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    writer: SqlitePool,
+    writer: Arc<WriterThread>,
     readers: SqlitePool,
     /// Readiness: takes the write lock without writing (`probe.rs`).
     probe: SqlitePool,
@@ -71,30 +78,41 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout)
             .foreign_keys(true)
             .synchronous(SqliteSynchronous::Full);
-        // The writer stays connected for the store's lifetime: closing the last connection would
-        // checkpoint and remove the WAL, which read-only connections cannot recreate.
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(
-                base.clone()
-                    .create_if_missing(options.create_if_missing)
-                    .journal_mode(SqliteJournalMode::Wal),
-            )
-            .await
-            .map_err(|error| with_context(map_sqlx_error(error), &context))?;
+        // Creates the file, sets WAL and migrates; closed once the writer thread is connected,
+        // so the file always has a connection open (closing the last one would checkpoint and
+        // remove the WAL, which read-only connections cannot recreate).
+        let mut migrating = SqliteConnection::connect_with(
+            &base
+                .clone()
+                .create_if_missing(options.create_if_missing)
+                .journal_mode(SqliteJournalMode::Wal),
+        )
+        .await
+        .map_err(|error| with_context(map_sqlx_error(error), &context))?;
         // Taken once the file is known to exist and before anything is written to it.
         let kernel_lock = match lock_file::lock_kernel_file(path) {
             Ok(file) => file,
             Err(error) => {
-                writer.close().await;
+                let _ = migrating.close().await;
                 return Err(error);
             }
         };
-        refuse_newer_schema(applied_schema_version(&writer).await?, &MIGRATOR)?;
-        MIGRATOR.run(&writer).await.map_err(migrate_error)?;
+        let prepared = async {
+            refuse_newer_schema(applied_schema_version(&mut migrating).await?, &MIGRATOR)?;
+            MIGRATOR
+                .run_direct(&mut migrating)
+                .await
+                .map_err(migrate_error)?;
+            let writer_options = WriterOptions {
+                busy_timeout: options.busy_timeout,
+            };
+            WriterThread::start(path, writer_options)
+                .await
+                .map_err(|error| with_context(error, &context))
+        };
+        let prepared = prepared.await;
+        let _ = migrating.close().await;
+        let writer = Arc::new(prepared?);
         let probe = probe::pool(&base, options.busy_timeout);
         let readers = SqlitePoolOptions::new()
             .max_connections(options.max_read_connections.max(1))
@@ -123,10 +141,22 @@ impl SqliteStore {
         kernel_lock.take();
     }
 
-    /// Returns the writer and reader pools, for tests that inspect the file.
+    /// Returns the reader pool, for tests that inspect the file.
     #[cfg(test)]
-    pub(crate) fn pools(&self) -> (&SqlitePool, &SqlitePool) {
-        (&self.writer, &self.readers)
+    pub(crate) fn readers(&self) -> &SqlitePool {
+        &self.readers
+    }
+
+    /// Reads an integer pragma of the writer connection, for tests of its settings.
+    #[cfg(test)]
+    pub(crate) async fn writer_pragma(&self, name: &'static str) -> Result<i64, StoreError> {
+        self.writer.pragma(name).await
+    }
+
+    /// Returns how many transactions the writer has committed, for tests that count them.
+    #[cfg(test)]
+    pub(crate) fn transactions(&self) -> u64 {
+        self.writer.transactions()
     }
 }
 
@@ -136,23 +166,16 @@ impl Store for SqliteStore {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut previous_sequences = Vec::with_capacity(batch.len());
-        for commit in batch {
-            previous_sequences.push(expected_previous_sequence(commit)?);
+        // All or nothing: every result is the same; the first says it.
+        let results = self.writer.commit(batch.to_vec(), true).await;
+        results.into_iter().next().unwrap_or(Ok(()))
+    }
+
+    async fn commit_group(&self, group: Vec<Commit>) -> Vec<Result<(), StoreError>> {
+        if group.is_empty() {
+            return Vec::new();
         }
-        let mut transaction = self
-            .writer
-            .begin_with(BEGIN_WRITE)
-            .await
-            .map_err(map_sqlx_error)?;
-        for (commit, previous_sequence) in batch.iter().zip(previous_sequences) {
-            if let Err(error) = write_commit(&mut transaction, commit, previous_sequence).await {
-                // Dropping the transaction rolls back too; doing it here returns the writer clean.
-                let _ = transaction.rollback().await;
-                return Err(error);
-            }
-        }
-        transaction.commit().await.map_err(map_sqlx_error)
+        self.writer.commit(group, false).await
     }
 
     async fn events(
@@ -259,42 +282,9 @@ impl Store for SqliteStore {
         before: Timestamp,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        // Without statistics the planner prefers the status index and sorts every terminal row;
-        // the partial index yields the oldest ones directly.
-        let select = format!(
-            "SELECT id FROM executions INDEXED BY executions_terminal_updated \
-             WHERE status IN {TERMINAL_STATUSES_SQL} AND updated_at < ? \
-             ORDER BY updated_at, id LIMIT ?"
-        );
-        let mut transaction = self
-            .writer
-            .begin_with(BEGIN_WRITE)
+        self.writer
+            .delete_terminal_before(time::format(&before), limit)
             .await
-            .map_err(map_sqlx_error)?;
-        let ids = sqlx::query_scalar::<_, String>(&select)
-            .bind(time::format(&before))
-            .bind(limit.max(0))
-            .fetch_all(&mut *transaction)
-            .await
-            .map_err(map_sqlx_error)?;
-        // Children first: the foreign keys point at `executions`.
-        let deletes = [
-            "DELETE FROM events WHERE execution_id = ?",
-            "DELETE FROM execution_labels WHERE execution_id = ?",
-            "DELETE FROM steps WHERE execution_id = ?",
-            "DELETE FROM executions WHERE id = ?",
-        ];
-        for id in &ids {
-            for delete in deletes {
-                sqlx::query(delete)
-                    .bind(id)
-                    .execute(&mut *transaction)
-                    .await
-                    .map_err(map_sqlx_error)?;
-            }
-        }
-        transaction.commit().await.map_err(map_sqlx_error)?;
-        Ok(ids.len() as u64)
     }
 
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {
@@ -308,157 +298,21 @@ impl Store for SqliteStore {
     }
 }
 
-/// Writes one execution's commit inside the batch transaction: the projection row (checking
-/// that the events follow the stored ones), its labels on first insert, the events and the
-/// steps.
-async fn write_commit(
-    connection: &mut SqliteConnection,
-    commit: &Commit,
-    previous_sequence: i64,
-) -> Result<(), StoreError> {
-    let execution = ExecutionRecord::from_row(&commit.execution)?;
-    let inserted = sqlx::query(
-        "INSERT INTO executions (id, agent_id, status, labels, input, output, created_at, \
-         updated_at, session_id, consumer_id, last_sequence) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT (id) DO NOTHING",
-    )
-    .bind(&execution.id)
-    .bind(&execution.agent_id)
-    .bind(&execution.status)
-    .bind(&execution.labels)
-    .bind(&execution.input)
-    .bind(&execution.output)
-    .bind(&execution.created_at)
-    .bind(&execution.updated_at)
-    .bind(&execution.session_id)
-    .bind(&execution.consumer_id)
-    .bind(execution.last_sequence)
-    .execute(&mut *connection)
-    .await
-    .map_err(map_sqlx_error)?
-    .rows_affected()
-        == 1;
-    if inserted {
-        if previous_sequence != 0 {
-            return Err(sequence_conflict(
-                &commit.execution.id,
-                previous_sequence + 1,
-            ));
-        }
-        for (key, value) in commit.execution.labels.iter().flatten() {
-            sqlx::query("INSERT INTO execution_labels (execution_id, key, value) VALUES (?, ?, ?)")
-                .bind(&execution.id)
-                .bind(key)
-                .bind(value)
-                .execute(&mut *connection)
-                .await
-                .map_err(map_sqlx_error)?;
-        }
-    } else {
-        // agent_id, labels, input and created_at are fixed at creation and never rewritten.
-        let updated = sqlx::query(
-            "UPDATE executions SET status = ?, output = ?, updated_at = ?, session_id = ?, \
-             consumer_id = ?, last_sequence = ? WHERE id = ? AND last_sequence = ?",
-        )
-        .bind(&execution.status)
-        .bind(&execution.output)
-        .bind(&execution.updated_at)
-        .bind(&execution.session_id)
-        .bind(&execution.consumer_id)
-        .bind(execution.last_sequence)
-        .bind(&execution.id)
-        .bind(previous_sequence)
-        .execute(&mut *connection)
-        .await
-        .map_err(map_sqlx_error)?;
-        if updated.rows_affected() == 0 {
-            return Err(sequence_conflict(
-                &commit.execution.id,
-                previous_sequence + 1,
-            ));
-        }
-    }
-    for event in &commit.events {
-        insert_event(connection, &EventRecord::from_event(event)?).await?;
-    }
-    for step in &commit.steps {
-        upsert_step(connection, &StepRecord::from_step(step)).await?;
-    }
-    Ok(())
-}
-
-/// Appends one event to the log.
-async fn insert_event(
-    connection: &mut SqliteConnection,
-    event: &EventRecord,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO events (id, execution_id, sequence, step_id, type, schema_version, \
-         timestamp, payload, causation_id, correlation_id, idempotency_key) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&event.id)
-    .bind(&event.execution_id)
-    .bind(event.sequence)
-    .bind(&event.step_id)
-    .bind(&event.event_type)
-    .bind(event.schema_version)
-    .bind(&event.timestamp)
-    .bind(&event.payload)
-    .bind(&event.causation_id)
-    .bind(&event.correlation_id)
-    .bind(&event.idempotency_key)
-    .execute(&mut *connection)
-    .await
-    .map_err(map_sqlx_error)?;
-    Ok(())
-}
-
-/// Inserts or replaces the projection row of one step.
-async fn upsert_step(
-    connection: &mut SqliteConnection,
-    step: &StepRecord,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO steps (id, execution_id, tool_id, status, attempt, max_attempts, remote, \
-         job_id, runner_id, deadline, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT (id) DO UPDATE SET tool_id = excluded.tool_id, status = excluded.status, \
-         attempt = excluded.attempt, max_attempts = excluded.max_attempts, \
-         remote = excluded.remote, \
-         job_id = excluded.job_id, runner_id = excluded.runner_id, deadline = excluded.deadline, \
-         updated_at = excluded.updated_at",
-    )
-    .bind(&step.id)
-    .bind(&step.execution_id)
-    .bind(&step.tool_id)
-    .bind(&step.status)
-    .bind(step.attempt)
-    .bind(step.max_attempts)
-    .bind(step.remote)
-    .bind(&step.job_id)
-    .bind(&step.runner_id)
-    .bind(&step.deadline)
-    .bind(&step.updated_at)
-    .execute(&mut *connection)
-    .await
-    .map_err(map_sqlx_error)?;
-    Ok(())
-}
-
 /// Returns the newest migration version applied to the database, if it was ever migrated.
-async fn applied_schema_version(writer: &SqlitePool) -> Result<Option<i64>, StoreError> {
+async fn applied_schema_version(
+    connection: &mut SqliteConnection,
+) -> Result<Option<i64>, StoreError> {
     let table = sqlx::query_scalar::<_, String>(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
     )
-    .fetch_optional(writer)
+    .fetch_optional(&mut *connection)
     .await
     .map_err(map_sqlx_error)?;
     if table.is_none() {
         return Ok(None);
     }
     sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(version) FROM _sqlx_migrations")
-        .fetch_one(writer)
+        .fetch_one(&mut *connection)
         .await
         .map_err(map_sqlx_error)
 }

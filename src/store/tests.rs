@@ -89,6 +89,9 @@ conformance_on_sqlite!(
     non_terminal_executions_oldest_first,
     delete_terminal_before_is_bounded_and_spares_live_executions,
     tool_calls_since_lists_allowed_calls_oldest_first,
+    many_executions_in_one_batch_are_all_or_nothing,
+    a_group_writes_every_commit_but_the_failing_ones,
+    a_clean_group_answers_ok_for_each_commit,
 );
 
 #[tokio::test]
@@ -271,13 +274,10 @@ async fn writer_uses_wal_full_sync_foreign_keys_and_readers_cannot_write() {
         ..StoreOptions::default()
     };
     let store = SqliteStore::open(&path, &options).await.expect("open");
-    let (writer, readers) = store.pools();
-    let pragma = |name: &'static str| async move {
-        sqlx::query_scalar::<_, i64>(&format!("PRAGMA {name}"))
-            .fetch_one(writer)
-            .await
-            .expect("pragma")
-    };
+    let readers = store.readers();
+    let store = &store;
+    let pragma =
+        |name: &'static str| async move { store.writer_pragma(name).await.expect("pragma") };
     let journal_mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(readers)
         .await
@@ -338,7 +338,7 @@ async fn steps_are_upserted_and_retention_deletes_every_row_of_an_execution() {
     second.steps = vec![dispatched.clone()];
     store.commit(&[first, second]).await.expect("batch commits");
 
-    let (_, readers) = store.pools();
+    let readers = store.readers();
     let sql = format!("SELECT {STEP_COLUMNS} FROM steps");
     let records = sqlx::query_as::<_, StepRecord>(&sql)
         .fetch_all(readers)
@@ -394,7 +394,7 @@ async fn event_positions_increase_in_commit_order_across_executions() {
         )])
         .await
         .expect("commit");
-    let (_, readers) = store.pools();
+    let readers = store.readers();
     let order: Vec<(i64, String, i64)> =
         sqlx::query_as("SELECT position, execution_id, sequence FROM events ORDER BY position")
             .fetch_all(readers)

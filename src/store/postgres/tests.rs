@@ -67,6 +67,9 @@ conformance_on_postgres!(
     non_terminal_executions_oldest_first,
     delete_terminal_before_is_bounded_and_spares_live_executions,
     tool_calls_since_lists_allowed_calls_oldest_first,
+    many_executions_in_one_batch_are_all_or_nothing,
+    a_group_writes_every_commit_but_the_failing_ones,
+    a_clean_group_answers_ok_for_each_commit,
 );
 
 #[tokio::test]

@@ -1,0 +1,155 @@
+//! Conformance of large batches: `Store::commit` of many executions is all or nothing, and
+//! `Store::commit_group` (the store writer's group commit) writes every commit but the failing
+//! ones. The backends' own tests add that such a group is one transaction.
+
+use std::sync::Arc;
+
+use keel_actors::error::StoreError;
+use keel_actors::events::{EventBody, NewEvent};
+use keel_actors::ids::ExecutionId;
+use keel_actors::status::ExecutionStatus;
+use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
+
+use super::{advance, at, create, new_execution, sequences};
+
+/// Executions in the large batches below.
+pub const MANY: usize = 200;
+
+/// Returns `count` commits creating executions `{prefix}-0` …, each with one label.
+pub fn creations(prefix: &str, count: usize) -> Vec<Commit> {
+    (0..count)
+        .map(|index| {
+            let id = format!("{prefix}-{index}");
+            new_execution(&id, "agent-batch", &[("batch", prefix)], at(index as i64))
+        })
+        .collect()
+}
+
+/// Returns the commit moving `row` to running with one `execution.resumed` event.
+pub fn resume(row: &ExecutionRow, micros: i64) -> Commit {
+    advance(
+        row,
+        at(micros),
+        ExecutionStatus::Running,
+        vec![NewEvent::execution(EventBody::ExecutionResumed {
+            reason: "batch".into(),
+        })],
+    )
+}
+
+/// Returns the commit appending after a stale view of `row` (its sequence is taken).
+fn stale(row: &ExecutionRow) -> Commit {
+    let mut old = row.clone();
+    old.last_sequence = 0;
+    resume(&old, 9_000)
+}
+
+/// Counts the executions labelled `batch=prefix`.
+async fn labelled(store: &Arc<dyn Store>, prefix: &str) -> usize {
+    let filter = ListFilter {
+        labels: vec![("batch".into(), prefix.into())],
+        limit: 1000,
+        ..ListFilter::default()
+    };
+    store.list_executions(&filter).await.expect("list").len()
+}
+
+/// 200 new executions and, last, a commit whose sequence is taken: the batch fails with
+/// `Conflict` and writes nothing, not even the first 200; without the bad commit it lands.
+pub async fn many_executions_in_one_batch_are_all_or_nothing(store: Arc<dyn Store>) {
+    let existing = create(&store, "exec-old", "agent-a", &[], at(1)).await;
+    let mut batch = creations("many", MANY);
+    batch.push(stale(&existing));
+
+    let result = store.commit(&batch).await;
+    assert!(
+        matches!(result, Err(StoreError::Conflict(_))),
+        "got {result:?}"
+    );
+    assert_eq!(labelled(&store, "many").await, 0, "no execution row leaks");
+    for index in [0, MANY / 2, MANY - 1] {
+        let id = format!("many-{index}");
+        assert!(sequences(&store, &id).await.is_empty(), "{id} has events");
+    }
+    assert_eq!(
+        store.execution(&existing.id).await.expect("row read"),
+        Some(existing.clone())
+    );
+
+    batch.pop();
+    store.commit(&batch).await.expect("the batch alone commits");
+    assert_eq!(labelled(&store, "many").await, MANY);
+    for index in [0, MANY / 2, MANY - 1] {
+        assert_eq!(sequences(&store, &format!("many-{index}")).await, vec![1]);
+    }
+}
+
+/// A group of 200 commits with a taken sequence and an inconsistent commit among them: those
+/// two fail (`Conflict`, `Internal`) and change nothing, every other commit lands, including
+/// two commits of one execution that follow each other inside the group.
+pub async fn a_group_writes_every_commit_but_the_failing_ones(store: Arc<dyn Store>) {
+    let existing = create(&store, "exec-old", "agent-a", &[], at(1)).await;
+    let mut group = creations("group", MANY - 4);
+    let chained_first = new_execution("exec-chain", "agent-a", &[], at(5));
+    let chained_second = resume(&chained_first.execution, 6);
+    let mut inconsistent = new_execution("exec-bad", "agent-a", &[], at(7));
+    inconsistent.execution.last_sequence = 5;
+    let conflict_at = MANY / 2;
+    group.insert(conflict_at, stale(&existing));
+    group.insert(conflict_at + 1, inconsistent);
+    group.push(chained_first);
+    group.push(chained_second.clone());
+    assert_eq!(group.len(), MANY);
+
+    let results = store.commit_group(group).await;
+    assert_eq!(results.len(), MANY);
+    for (index, result) in results.iter().enumerate() {
+        match index {
+            i if i == conflict_at => assert!(
+                matches!(result, Err(StoreError::Conflict(_))),
+                "stale commit: {result:?}"
+            ),
+            i if i == conflict_at + 1 => assert!(
+                matches!(result, Err(StoreError::Internal(_))),
+                "inconsistent commit: {result:?}"
+            ),
+            _ => assert!(result.is_ok(), "commit {index}: {result:?}"),
+        }
+    }
+    assert_eq!(labelled(&store, "group").await, MANY - 4);
+    assert_eq!(
+        store.execution(&existing.id).await.expect("row read"),
+        Some(existing)
+    );
+    assert_eq!(sequences(&store, "exec-old").await, vec![1]);
+    assert_eq!(
+        store
+            .execution(&ExecutionId::new("exec-bad"))
+            .await
+            .expect("row read"),
+        None
+    );
+    assert_eq!(sequences(&store, "exec-chain").await, vec![1, 2]);
+    assert_eq!(
+        store
+            .execution(&ExecutionId::new("exec-chain"))
+            .await
+            .expect("row read"),
+        Some(chained_second.execution)
+    );
+}
+
+/// A group whose commits all pass is answered `Ok` for each, and an empty group has no results.
+pub async fn a_clean_group_answers_ok_for_each_commit(store: Arc<dyn Store>) {
+    assert!(store.commit_group(Vec::new()).await.is_empty());
+    let created = creations("clean", 3);
+    let rows: Vec<ExecutionRow> = created.iter().map(|c| c.execution.clone()).collect();
+    let results = store.commit_group(created).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let resumed: Vec<Commit> = rows.iter().map(|row| resume(row, 50)).collect();
+    let results = store.commit_group(resumed).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    for row in &rows {
+        assert_eq!(sequences(&store, row.id.as_str()).await, vec![1, 2]);
+    }
+}

@@ -1,0 +1,215 @@
+//! The SQL of SQLite writes, run on the writer thread's rusqlite connection (`writer.rs`)
+//! inside its transaction: one execution's commit, and retention. Statements are prepared once
+//! per connection (`prepare_cached`) and bind the commit's own fields where they are text
+//! already, so a row costs a reset, its binds and a step, with no round trip to another thread.
+
+use rusqlite::{Connection, ErrorCode, params};
+
+use keel_actors::error::StoreError;
+use keel_actors::store::Commit;
+use keel_actors::time;
+
+use super::super::rows::{encode_json, encode_payload};
+use super::super::{TERMINAL_STATUSES_SQL, sequence_conflict, sqlite_code_is_unavailable};
+
+const INSERT_EXECUTION: &str = "INSERT INTO executions (id, agent_id, status, labels, input, \
+     output, created_at, updated_at, session_id, consumer_id, last_sequence) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (id) DO NOTHING";
+
+/// agent_id, labels, input and created_at are fixed at creation and never rewritten.
+const UPDATE_EXECUTION: &str = "UPDATE executions SET status = ?1, output = ?2, \
+     updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
+     WHERE id = ?7 AND last_sequence = ?8";
+
+const INSERT_LABEL: &str =
+    "INSERT INTO execution_labels (execution_id, key, value) VALUES (?1, ?2, ?3)";
+
+const INSERT_EVENT: &str = "INSERT INTO events (id, execution_id, sequence, step_id, type, \
+     schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_id, status, attempt, \
+     max_attempts, remote, job_id, runner_id, deadline, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+     ON CONFLICT (id) DO UPDATE SET tool_id = excluded.tool_id, status = excluded.status, \
+     attempt = excluded.attempt, max_attempts = excluded.max_attempts, \
+     remote = excluded.remote, job_id = excluded.job_id, runner_id = excluded.runner_id, \
+     deadline = excluded.deadline, updated_at = excluded.updated_at";
+
+/// Writes one execution's checked commit: the projection row (which checks that the events
+/// follow the stored ones), its labels on first insert, the events and the steps.
+pub(super) fn write_commit(
+    connection: &Connection,
+    commit: &Commit,
+    previous_sequence: i64,
+) -> Result<(), StoreError> {
+    let execution = &commit.execution;
+    let id = execution.id.as_str();
+    let output = match &execution.output {
+        Some(output) => Some(encode_json("executions.output", output)?),
+        None => None,
+    };
+    let updated_at = time::format(&execution.updated_at);
+    let mut written = false;
+    if previous_sequence == 0 {
+        let labels = match &execution.labels {
+            Some(labels) => Some(encode_json("executions.labels", labels)?),
+            None => None,
+        };
+        let inserted = connection
+            .prepare_cached(INSERT_EXECUTION)
+            .map_err(map_rusqlite_error)?
+            .execute(params![
+                id,
+                execution.agent_id.as_str(),
+                execution.status.as_str(),
+                labels,
+                encode_json("executions.input", &execution.input)?,
+                output,
+                time::format(&execution.created_at),
+                updated_at,
+                execution.session_id,
+                execution.consumer_id,
+                execution.last_sequence,
+            ])
+            .map_err(map_rusqlite_error)?;
+        if inserted == 1 {
+            written = true;
+            let mut insert_label = connection
+                .prepare_cached(INSERT_LABEL)
+                .map_err(map_rusqlite_error)?;
+            for (key, value) in execution.labels.iter().flatten() {
+                insert_label
+                    .execute(params![id, key, value])
+                    .map_err(map_rusqlite_error)?;
+            }
+        }
+    }
+    if !written {
+        let updated = connection
+            .prepare_cached(UPDATE_EXECUTION)
+            .map_err(map_rusqlite_error)?
+            .execute(params![
+                execution.status.as_str(),
+                output,
+                updated_at,
+                execution.session_id,
+                execution.consumer_id,
+                execution.last_sequence,
+                id,
+                previous_sequence,
+            ])
+            .map_err(map_rusqlite_error)?;
+        if updated == 0 {
+            return Err(sequence_conflict(&execution.id, previous_sequence + 1));
+        }
+    }
+    if !commit.events.is_empty() {
+        let mut insert_event = connection
+            .prepare_cached(INSERT_EVENT)
+            .map_err(map_rusqlite_error)?;
+        for event in &commit.events {
+            insert_event
+                .execute(params![
+                    event.id,
+                    id,
+                    event.sequence,
+                    event.step_id.as_ref().map(|step| step.as_str()),
+                    event.body.type_name(),
+                    event.schema_version,
+                    time::format(&event.timestamp),
+                    encode_payload(&event.body)?,
+                    event.causation_id,
+                    event.correlation_id,
+                    event.idempotency_key,
+                ])
+                .map_err(map_rusqlite_error)?;
+        }
+    }
+    if !commit.steps.is_empty() {
+        let mut upsert_step = connection
+            .prepare_cached(UPSERT_STEP)
+            .map_err(map_rusqlite_error)?;
+        for step in &commit.steps {
+            upsert_step
+                .execute(params![
+                    step.id.as_str(),
+                    step.execution_id.as_str(),
+                    step.tool_id,
+                    step.status.as_str(),
+                    step.attempt,
+                    step.max_attempts,
+                    step.remote,
+                    step.job_id,
+                    step.runner_id,
+                    step.deadline.as_ref().map(time::format),
+                    time::format(&step.updated_at),
+                ])
+                .map_err(map_rusqlite_error)?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes up to `limit` terminal executions last updated before `before` (RFC 3339), oldest
+/// first, with all their rows, inside the caller's transaction; returns how many.
+pub(super) fn delete_terminal_before(
+    connection: &Connection,
+    before: &str,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    // Without statistics the planner prefers the status index and sorts every terminal row;
+    // the partial index yields the oldest ones directly.
+    let select = format!(
+        "SELECT id FROM executions INDEXED BY executions_terminal_updated \
+         WHERE status IN {TERMINAL_STATUSES_SQL} AND updated_at < ?1 \
+         ORDER BY updated_at, id LIMIT ?2"
+    );
+    let ids = connection
+        .prepare_cached(&select)
+        .and_then(|mut statement| {
+            statement
+                .query_map(params![before, limit.max(0)], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<String>, _>>()
+        })
+        .map_err(map_rusqlite_error)?;
+    // Children first: the foreign keys point at `executions`.
+    let deletes = [
+        "DELETE FROM events WHERE execution_id = ?1",
+        "DELETE FROM execution_labels WHERE execution_id = ?1",
+        "DELETE FROM steps WHERE execution_id = ?1",
+        "DELETE FROM executions WHERE id = ?1",
+    ];
+    for delete in deletes {
+        let mut statement = connection
+            .prepare_cached(delete)
+            .map_err(map_rusqlite_error)?;
+        for id in &ids {
+            statement.execute([id]).map_err(map_rusqlite_error)?;
+        }
+    }
+    Ok(ids.len() as u64)
+}
+
+/// Maps a rusqlite error to the port's error classes, as `map_sqlx_error` does for sqlx:
+/// uniqueness is a conflict, busy/locked/read-only/i-o/full/cannot-open is an outage.
+pub(super) fn map_rusqlite_error(error: rusqlite::Error) -> StoreError {
+    const CONSTRAINT_PRIMARYKEY: i32 = 1555;
+    const CONSTRAINT_UNIQUE: i32 = 2067;
+    match error {
+        rusqlite::Error::SqliteFailure(failure, message) => {
+            let message = message.unwrap_or_else(|| failure.to_string());
+            let extended = failure.extended_code;
+            if failure.code == ErrorCode::ConstraintViolation
+                && matches!(extended, CONSTRAINT_PRIMARYKEY | CONSTRAINT_UNIQUE)
+            {
+                StoreError::Conflict(message)
+            } else if sqlite_code_is_unavailable(&extended.to_string()) {
+                StoreError::Unavailable(message)
+            } else {
+                StoreError::Internal(message)
+            }
+        }
+        other => StoreError::Internal(other.to_string()),
+    }
+}
