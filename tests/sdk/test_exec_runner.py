@@ -304,3 +304,15 @@ def test_sigterm_stops_the_runner_and_hands_the_job_back(sandbox: Sandbox) -> No
     setup.kernel.wait_event(execution_id, "step.retried")
     [failure] = failures(setup.kernel.events(execution_id))
     assert failure == {"error": "worker killed: the runner is shutting down", "retryable": True}
+
+
+def test_documented_example_wraps_wc(sandbox: Sandbox) -> None:
+    """deploy/examples/exec-runner/wc.sh, run as docs/guardrails.md shows."""
+    example = AGENTS.parent.parent.parent / "deploy" / "examples" / "exec-runner" / "wc.sh"
+    setup = Setup(sandbox, ["--timeout", "10s"], command=[str(example)])
+    final, _ = setup.call({"text": "hello world\nsecond line\n"})
+    assert final["status"] == "completed", final
+    assert final["output"]["result"] == {"lines": 2, "words": 4, "bytes": 24}
+    final, events = setup.call({"words": "missing"})
+    assert final["status"] == "failed"
+    assert failures(events)[0]["error"] == 'argument "text" (a string) is required'
