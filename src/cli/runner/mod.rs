@@ -10,6 +10,8 @@
 
 mod capture;
 mod child;
+#[cfg(test)]
+mod child_tests;
 mod connection;
 pub mod protocol;
 #[cfg(test)]
