@@ -170,7 +170,7 @@ def test_worker_failures_are_retryable_only_with_the_flag(sandbox: Sandbox) -> N
 
 
 def test_deadline_kills_the_worker_and_its_group(sandbox: Sandbox) -> None:
-    setup = Setup(sandbox, kernel_flags=["--step-timeout", "2s"])
+    setup = Setup(sandbox, kernel_flags=["--step-timeout", "4s"])
     pidfile = sandbox.workdir / "deadline.pids"
     termfile = sandbox.workdir / "deadline.term"
     execution_id = setup.create({"mode": "hang", "pidfile": str(pidfile), "termfile": str(termfile)})
@@ -186,7 +186,8 @@ def test_deadline_kills_the_worker_and_its_group(sandbox: Sandbox) -> None:
 
 
 def test_wall_time_limit_kills_the_worker_and_fails_the_attempt(sandbox: Sandbox) -> None:
-    setup = Setup(sandbox, ["--timeout", "1s"])
+    # Long enough for the worker to start and write its pid file on a busy machine.
+    setup = Setup(sandbox, ["--timeout", "3s"])
     pidfile = sandbox.workdir / "wall.pids"
     final, events = setup.call(
         {"mode": "hang", "pidfile": str(pidfile), "termfile": str(sandbox.workdir / "wall.term")}
@@ -194,7 +195,7 @@ def test_wall_time_limit_kills_the_worker_and_fails_the_attempt(sandbox: Sandbox
     assert final["status"] == "failed"
     [failure] = failures(events)
     assert failure["retryable"] is False
-    assert failure["error"].startswith("worker killed: wall time limit of 1s exceeded"), failure
+    assert failure["error"].startswith("worker killed: wall time limit of 3s exceeded"), failure
     pids = json.loads(pidfile.read_text())
     assert not any(alive(p) for p in pids.values())
 
@@ -236,12 +237,12 @@ def test_worker_that_never_reads_stdin_is_killed_and_the_runner_carries_on(
     sandbox: Sandbox,
 ) -> None:
     pidfile = sandbox.workdir / "nostdin.pids"
-    setup = Setup(sandbox, ["--timeout", "2s"], command=[*WORKER, "--no-stdin", str(pidfile)])
+    setup = Setup(sandbox, ["--timeout", "3s"], command=[*WORKER, "--no-stdin", str(pidfile)])
     # 256 KiB of arguments: more than a pipe holds, so writing the job line blocks.
     final, events = setup.call({"mode": "echo", "pad": "p" * 256 * 1024})
     assert final["status"] == "failed"
     [failure] = failures(events)
-    assert failure["error"].startswith("worker killed: wall time limit of 2s exceeded"), failure
+    assert failure["error"].startswith("worker killed: wall time limit of 3s exceeded"), failure
     assert not alive(json.loads(pidfile.read_text())["worker"])
     pidfile.unlink()
     final, _ = setup.call({"mode": "echo"})
@@ -269,8 +270,8 @@ def test_worker_that_exits_without_a_line_or_prints_garbage_fails(sandbox: Sandb
 
 def test_parallel_runs_jobs_at_once(sandbox: Sandbox) -> None:
     setup = Setup(sandbox, ["--parallel", "2"])
-    first = setup.create({"mode": "sleep", "seconds": 1.5})
-    second = setup.create({"mode": "sleep", "seconds": 1.5})
+    first = setup.create({"mode": "sleep", "seconds": 2.5})
+    second = setup.create({"mode": "sleep", "seconds": 2.5})
     results = []
     for execution_id in (first, second):
         final = setup.kernel.wait_status(execution_id, "completed", timeout=20)
