@@ -3,7 +3,7 @@
 //! signal stops everything in order under one deadline. `main`, `keel bench --embedded` and
 //! the integration tests all go through it. `anyhow` is used here and in `main` only.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{Config, Mode, Settings};
-use crate::http::{AppState, DEFAULT_HEARTBEAT, HttpSettings, router};
+use crate::http::{AppState, ConnectionTimeouts, DEFAULT_HEARTBEAT, HttpSettings, router};
 use crate::policy::{PolicyReloader, ReloadOptions};
 use crate::store::StoreOptions;
 
@@ -76,11 +76,16 @@ pub async fn run(
         streams_end.clone(),
     );
     let app = router(state);
-    let mut server: JoinHandle<std::io::Result<()>> = tokio::spawn(
-        axum::serve(listener, app.into_make_service())
-            .with_graceful_shutdown(stop_accepting.clone().cancelled_owned())
-            .into_future(),
-    );
+    let timeouts = ConnectionTimeouts {
+        header_read: settings.header_read_timeout,
+        idle: settings.idle_timeout,
+    };
+    let mut server: JoinHandle<std::io::Result<()>> = tokio::spawn(crate::http::serve(
+        listener,
+        app,
+        timeouts,
+        stop_accepting.clone().cancelled_owned(),
+    ));
     announce(&settings, address);
 
     let server_ended_early = tokio::select! {
@@ -249,6 +254,7 @@ fn http_settings(settings: &Settings) -> HttpSettings {
         body_limit: settings.body_limit,
         large_body_limit: settings.large_body_limit,
         heartbeat: DEFAULT_HEARTBEAT,
+        body_read_timeout: settings.body_read_timeout,
     }
 }
 

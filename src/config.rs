@@ -8,6 +8,7 @@
 //! [`Settings`] once; nothing else in the binary reads the environment.
 
 mod bytes;
+mod redact;
 mod validate;
 
 #[cfg(test)]
@@ -189,6 +190,20 @@ pub struct Config {
     #[arg(long, env = "KEEL_LARGE_BODY_LIMIT", value_name = "SIZE", default_value = "16MiB", value_parser = parse_byte_size)]
     pub large_body_limit: usize,
 
+    /// A request's head (request line and headers) must arrive within this time of its first
+    /// byte, or the connection is closed (slow clients cannot hold connections).
+    #[arg(long, env = "KEEL_HEADER_READ_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// A request's body must arrive within this time, or the request fails with 400.
+    #[arg(long, env = "KEEL_BODY_READ_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+
+    /// A connection waiting this long for its next request is closed (SSE streams are never
+    /// idle: they are answering a request).
+    #[arg(long, env = "KEEL_IDLE_TIMEOUT", value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
     /// Log filter: a level (`trace`, `debug`, `info`, `warn`, `error`) or `tracing` directives
     /// such as `info,keel=debug`; `RUST_LOG`, when set, wins.
     #[arg(
@@ -275,7 +290,7 @@ impl fmt::Debug for Config {
             .field("bind", &self.bind)
             .field("port", &self.port)
             .field("data_dir", &self.data_dir)
-            .field("db_url", &self.db_url.as_deref().map(validate::redact_url))
+            .field("db_url", &self.db_url.as_deref().map(redact::redact_url))
             .field("db_max_conns", &self.db_max_conns)
             .field("policy", &self.policy)
             .field(
@@ -297,6 +312,9 @@ impl fmt::Debug for Config {
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("body_limit", &self.body_limit)
             .field("large_body_limit", &self.large_body_limit)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("body_read_timeout", &self.body_read_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
             .field("dump_config", &self.dump_config)

@@ -117,3 +117,56 @@ impl JobId {
         Self(new_uuid_v7())
     }
 }
+
+/// Largest client-chosen id (agent, consumer, runner, tool, signal type), in bytes
+/// (WIRE.md §9.2, §10.1, §13.1).
+pub const MAX_CLIENT_ID_BYTES: usize = 256;
+
+/// Why a client-chosen id was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdProblem {
+    /// The id is empty.
+    #[error("is required")]
+    Empty,
+    /// The id is longer than [`MAX_CLIENT_ID_BYTES`].
+    #[error("exceeds maximum length of {MAX_CLIENT_ID_BYTES} characters")]
+    TooLong,
+}
+
+/// Checks the length of a client-chosen id that may be absent (empty).
+pub fn check_length(value: &str) -> Result<(), IdProblem> {
+    if value.len() > MAX_CLIENT_ID_BYTES {
+        return Err(IdProblem::TooLong);
+    }
+    Ok(())
+}
+
+/// Checks a client-chosen id that must be present: non-empty and at most
+/// [`MAX_CLIENT_ID_BYTES`] bytes.
+pub fn check_required(value: &str) -> Result<(), IdProblem> {
+    if value.is_empty() {
+        return Err(IdProblem::Empty);
+    }
+    check_length(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_ids_are_bounded_and_required_ones_non_empty() {
+        assert_eq!(check_length(""), Ok(()));
+        assert_eq!(check_length(&"x".repeat(256)), Ok(()));
+        assert_eq!(check_length(&"x".repeat(257)), Err(IdProblem::TooLong));
+        // Bytes, not characters: 129 two-byte characters are 258 bytes.
+        assert_eq!(check_length(&"é".repeat(129)), Err(IdProblem::TooLong));
+        assert_eq!(check_required(""), Err(IdProblem::Empty));
+        assert_eq!(check_required("r"), Ok(()));
+        assert_eq!(check_required(&"x".repeat(10_000)), Err(IdProblem::TooLong));
+        assert_eq!(
+            IdProblem::TooLong.to_string(),
+            "exceeds maximum length of 256 characters"
+        );
+    }
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::bytes::format_byte_size;
+use super::redact::redact_url;
 use super::{Config, LogFormat, Mode, format_duration};
 
 /// What [`Debug`] and `--dump-config` print in place of a secret.
@@ -76,31 +77,18 @@ impl DbUrl {
         }
     }
 
-    /// Returns the URL with any password replaced, for logs and `--dump-config`.
+    /// Returns the URL with every credential replaced, for logs and `--dump-config`.
     pub fn redacted(&self) -> String {
-        redact_url(&self.connection_string())
+        match self {
+            Self::Sqlite(_) => self.connection_string(),
+            Self::Postgres(url) => redact_url(url),
+        }
     }
 }
 
 impl fmt::Debug for DbUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
-    }
-}
-
-/// Replaces the password of `scheme://user:password@host/...` with a placeholder.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let Some((credentials, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match credentials.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:{REDACTED}@{host}{path}"),
-        None => url.to_owned(),
     }
 }
 
@@ -161,6 +149,12 @@ pub struct Settings {
     pub body_limit: usize,
     /// Body limit of intents and results, in bytes.
     pub large_body_limit: usize,
+    /// Time allowed for a request head, from its first byte.
+    pub header_read_timeout: Duration,
+    /// Time allowed for a request body.
+    pub body_read_timeout: Duration,
+    /// Time an idle connection is kept.
+    pub idle_timeout: Duration,
     /// Log filter directives (`RUST_LOG` or `--log-level`).
     pub log_filter: String,
     /// Log format.
@@ -237,6 +231,13 @@ impl Config {
         check_positive(&mut problems, "--execution-timeout", self.execution_timeout);
         check_positive(&mut problems, "--cleanup-interval", self.cleanup_interval);
         check_positive(&mut problems, "--shutdown-timeout", self.shutdown_timeout);
+        check_positive(
+            &mut problems,
+            "--header-read-timeout",
+            self.header_read_timeout,
+        );
+        check_positive(&mut problems, "--body-read-timeout", self.body_read_timeout);
+        check_positive(&mut problems, "--idle-timeout", self.idle_timeout);
         if self.retry_base_delay > self.retry_max_delay {
             problems.push(format!(
                 "--retry-base-delay ({}) must not exceed --retry-max-delay ({})",
@@ -288,6 +289,9 @@ impl Config {
             shutdown_timeout: self.shutdown_timeout,
             body_limit: self.body_limit,
             large_body_limit: self.large_body_limit,
+            header_read_timeout: self.header_read_timeout,
+            body_read_timeout: self.body_read_timeout,
+            idle_timeout: self.idle_timeout,
             log_filter,
             log_format: self.log_format,
         })
@@ -322,6 +326,9 @@ impl Settings {
             "shutdown-timeout": format_duration(self.shutdown_timeout),
             "body-limit": format_byte_size(self.body_limit),
             "large-body-limit": format_byte_size(self.large_body_limit),
+            "header-read-timeout": format_duration(self.header_read_timeout),
+            "body-read-timeout": format_duration(self.body_read_timeout),
+            "idle-timeout": format_duration(self.idle_timeout),
             "log-level": self.log_filter,
             "log-format": self.log_format,
         })

@@ -77,7 +77,7 @@ pub async fn stream(
     State(state): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let query = QueryParams::parse(raw.as_deref());
+    let query = QueryParams::parse(raw.as_deref(), &[])?;
     let (Some(agent_id), Some(consumer_id)) = (query.get("agent_id"), query.get("consumer_id"))
     else {
         return Err(ApiError::validation(
@@ -103,7 +103,12 @@ pub async fn intent(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<IntentBody>, ApiError> {
-    let body: IntentRequest = read_json(request, state.settings.large_body_limit).await?;
+    let body: IntentRequest = read_json(
+        request,
+        state.settings.large_body_limit,
+        state.settings.body_read_timeout,
+    )
+    .await?;
     let execution_id = body.execution_id.unwrap_or_default();
     if execution_id.is_empty() {
         return Err(ApiError::validation("execution_id is required"));
@@ -172,7 +177,12 @@ pub async fn step_result(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let body: StepResultRequest = read_json(request, state.settings.large_body_limit).await?;
+    let body: StepResultRequest = read_json(
+        request,
+        state.settings.large_body_limit,
+        state.settings.body_read_timeout,
+    )
+    .await?;
     let execution_id = body.execution_id.unwrap_or_default();
     let session_id = body.session_id.unwrap_or_default();
     let step_id = body.step_id.unwrap_or_default();

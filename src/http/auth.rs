@@ -1,9 +1,10 @@
 //! Bearer authentication (WIRE.md §2) and CORS (§1.3), as middleware in front of every route.
 //!
 //! With a token configured every route but `GET /v0/health` and `GET /v0/ready` needs exactly
-//! `Authorization: Bearer <token>` (capital B, one space, byte-for-byte equal, compared in
-//! constant time); anything else is 401 before the handler runs, so an SSE request with a bad
-//! token gets the JSON envelope, never a stream. With CORS origins configured every response
+//! one `Authorization: Bearer <token>` header (capital B, one space, byte-for-byte equal,
+//! compared in constant time); anything else, including a second `Authorization` header next
+//! to a valid one, is 401 before the handler runs, so an SSE request with a bad token gets the
+//! JSON envelope, never a stream. With CORS origins configured every response
 //! carries the CORS headers and any `OPTIONS` request is answered 204 before authentication.
 
 use axum::extract::{Request, State};
@@ -38,9 +39,11 @@ pub async fn require_bearer(
     ApiError::Unauthorized("unauthorized".to_owned()).into_response()
 }
 
-/// Returns whether `headers` carry `Authorization: Bearer <token>`.
+/// Returns whether `headers` carry `Authorization: Bearer <token>` and no other
+/// `Authorization` header: ambiguous credentials are never accepted.
 fn authorized(headers: &HeaderMap, token: &str) -> bool {
-    let Some(value) = headers.get(AUTHORIZATION) else {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
         return false;
     };
     let Some(given) = value.as_bytes().strip_prefix(b"Bearer ") else {
@@ -120,6 +123,15 @@ mod tests {
             assert!(!authorized(&with_authorization(bad), "s3cret"), "{bad}");
         }
         assert!(!authorized(&HeaderMap::new(), "s3cret"));
+    }
+
+    #[test]
+    fn a_second_authorization_header_is_never_accepted() {
+        for second in ["Bearer s3cret", "Bearer other", "Basic x", ""] {
+            let mut headers = with_authorization("Bearer s3cret");
+            headers.append(AUTHORIZATION, HeaderValue::from_str(second).unwrap());
+            assert!(!authorized(&headers, "s3cret"), "{second:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
 use keel_actors::events::Event;
-use keel_actors::ids::{AgentId, ExecutionId};
+use keel_actors::ids::{self, AgentId, ExecutionId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{ExecutionRow, ListFilter};
 use keel_actors::time;
@@ -21,8 +21,6 @@ use super::cursor;
 use super::error::ApiError;
 use super::query::QueryParams;
 
-/// Longest agent id accepted, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
 const DEFAULT_LIST_LIMIT: i64 = 50;
 const MAX_LIST_LIMIT: i64 = 200;
 const DEFAULT_EVENTS_LIMIT: i64 = 100;
@@ -105,14 +103,18 @@ pub fn path_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiE
         .map_err(|rejection| ApiError::validation(rejection.body_text()))
 }
 
-/// Returns a 400 unless `value` fits [`MAX_ID_BYTES`].
+/// Returns a 400 unless `value` fits [`ids::MAX_CLIENT_ID_BYTES`] (it may be empty).
 pub fn check_length(field: &str, value: &str) -> Result<(), ApiError> {
-    if value.len() > MAX_ID_BYTES {
-        return Err(ApiError::validation(format_args!(
-            "{field} exceeds maximum length of {MAX_ID_BYTES} characters"
-        )));
-    }
-    Ok(())
+    ids::check_length(value).map_err(|problem| id_error(field, problem))
+}
+
+/// Returns a 400 unless `value` is a non-empty id of at most [`ids::MAX_CLIENT_ID_BYTES`].
+pub fn check_required_id(field: &str, value: &str) -> Result<(), ApiError> {
+    ids::check_required(value).map_err(|problem| id_error(field, problem))
+}
+
+fn id_error(field: &str, problem: ids::IdProblem) -> ApiError {
+    ApiError::validation(format_args!("{field} {problem}"))
 }
 
 /// `POST /v0/executions`.
@@ -120,7 +122,12 @@ pub async fn create(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<(StatusCode, Json<ExecutionBody>), ApiError> {
-    let body: CreateRequest = read_json(request, state.settings.body_limit).await?;
+    let body: CreateRequest = read_json(
+        request,
+        state.settings.body_limit,
+        state.settings.body_read_timeout,
+    )
+    .await?;
     let agent_id = body.agent_id.unwrap_or_default();
     check_length("agent_id", &agent_id)?;
     if agent_id.is_empty() {
@@ -162,7 +169,7 @@ pub async fn list(
     State(state): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<ListBody>, ApiError> {
-    let query = QueryParams::parse(raw.as_deref());
+    let query = QueryParams::parse(raw.as_deref(), &["label"])?;
     let mut filter = list_filter(&query)?;
     let limit = filter.limit;
     filter.limit = limit + 1;
@@ -259,7 +266,12 @@ pub async fn signal(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
-    let body: SignalRequest = read_json(request, state.settings.body_limit).await?;
+    let body: SignalRequest = read_json(
+        request,
+        state.settings.body_limit,
+        state.settings.body_read_timeout,
+    )
+    .await?;
     let signal_type = body.signal_type.unwrap_or_default();
     if signal_type.is_empty() {
         return Err(ApiError::validation("signal_type is required"));
@@ -278,7 +290,7 @@ pub async fn events(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<EventsBody>, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
-    let query = QueryParams::parse(raw.as_deref());
+    let query = QueryParams::parse(raw.as_deref(), &[])?;
     let after_sequence = query.non_negative("after_sequence", 0);
     let limit = match query.non_negative("limit", DEFAULT_EVENTS_LIMIT) {
         0 => DEFAULT_EVENTS_LIMIT,
@@ -316,7 +328,11 @@ mod tests {
 
     #[test]
     fn list_limits_are_defaulted_and_clamped() {
-        let limit = |raw: &str| list_filter(&QueryParams::parse(Some(raw))).unwrap().limit;
+        let limit = |raw: &str| {
+            list_filter(&QueryParams::parse(Some(raw), &["label"]).unwrap())
+                .unwrap()
+                .limit
+        };
         assert_eq!(limit(""), 50);
         assert_eq!(limit("limit=0"), 50);
         assert_eq!(limit("limit=-1"), 50);
@@ -328,7 +344,7 @@ mod tests {
     #[test]
     fn bad_filters_have_the_wire_messages() {
         let error = |raw: &str| {
-            list_filter(&QueryParams::parse(Some(raw)))
+            list_filter(&QueryParams::parse(Some(raw), &["label"]).unwrap())
                 .unwrap_err()
                 .to_string()
         };
@@ -345,9 +361,9 @@ mod tests {
             r#"validation error: invalid label filter ":v", expected key:value"#
         );
         assert_eq!(error("cursor=zzz"), "validation error: invalid cursor");
-        let filter = list_filter(&QueryParams::parse(Some(
-            "label=a:b:c&status=running&agent_id=x",
-        )))
+        let filter = list_filter(
+            &QueryParams::parse(Some("label=a:b:c&status=running&agent_id=x"), &["label"]).unwrap(),
+        )
         .unwrap();
         assert_eq!(filter.labels, vec![("a".to_owned(), "b:c".to_owned())]);
         assert_eq!(filter.status, Some(ExecutionStatus::Running));

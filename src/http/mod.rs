@@ -14,7 +14,9 @@ mod health;
 mod query;
 mod request_id;
 mod runners;
+mod serve;
 mod sse;
+mod strict_json;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,11 +28,14 @@ use keel_actors::kernel::Kernel;
 use tokio_util::sync::CancellationToken;
 
 pub use error::ApiError;
+pub use serve::{ConnectionTimeouts, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, serve};
 
 /// Default limit of ordinary request bodies (WIRE.md §1.1).
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 /// Default limit of intents, step results and runner results (Corrections item 10).
 pub const DEFAULT_LARGE_BODY_LIMIT: usize = 16 * 1024 * 1024;
+/// Default time allowed to receive a request body (Go's read timeout).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default SSE heartbeat period (WIRE.md §8).
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 
@@ -47,6 +52,8 @@ pub struct HttpSettings {
     pub large_body_limit: usize,
     /// Period of the `:heartbeat` comment on every SSE stream.
     pub heartbeat: Duration,
+    /// Time allowed to receive a whole request body.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for HttpSettings {
@@ -57,6 +64,7 @@ impl Default for HttpSettings {
             body_limit: DEFAULT_BODY_LIMIT,
             large_body_limit: DEFAULT_LARGE_BODY_LIMIT,
             heartbeat: DEFAULT_HEARTBEAT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
         }
     }
 }
@@ -72,6 +80,7 @@ impl std::fmt::Debug for HttpSettings {
             .field("body_limit", &self.body_limit)
             .field("large_body_limit", &self.large_body_limit)
             .field("heartbeat", &self.heartbeat)
+            .field("body_read_timeout", &self.body_read_timeout)
             .finish()
     }
 }

@@ -10,13 +10,14 @@ use axum::response::Response;
 use keel_actors::execution::StepOutcome;
 use keel_actors::ids::{ConsumerId, ExecutionId, RunnerId, StepId};
 use keel_actors::kernel::{ToolEntry, ToolSchema};
+use keel_actors::runner::JobReport;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
 use super::body::read_json;
 use super::error::ApiError;
-use super::executions::{check_length, path_id};
+use super::executions::{check_length, check_required_id, path_id};
 use super::query::QueryParams;
 use super::sse;
 
@@ -62,15 +63,15 @@ pub async fn stream(
     State(state): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let query = QueryParams::parse(raw.as_deref());
+    let query = QueryParams::parse(raw.as_deref(), &[])?;
     let (Some(runner_id), Some(consumer_id)) = (query.get("runner_id"), query.get("consumer_id"))
     else {
         return Err(ApiError::validation(
             "runner_id and consumer_id query params are required",
         ));
     };
-    check_length("runner_id", runner_id)?;
-    check_length("consumer_id", consumer_id)?;
+    check_required_id("runner_id", runner_id)?;
+    check_required_id("consumer_id", consumer_id)?;
     let capabilities = query
         .get("capabilities")
         .map(|list| {
@@ -98,19 +99,28 @@ pub async fn stream(
 }
 
 /// `POST /v0/runners/{id}/results`. The runner connection named by the path id and the body's
-/// `consumer_id` is freed on every path, including validation failures.
+/// `consumer_id` is freed on every path, including validation failures, except when another
+/// connection holds the job: that report is refused with 409 and changes nothing.
 pub async fn result(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let runner_id = RunnerId::new(path_id(path)?);
-    let body: ResultRequest = read_json(request, state.settings.large_body_limit).await?;
+    let runner_id = runner_path_id(path)?;
+    let body: ResultRequest = read_json(
+        request,
+        state.settings.large_body_limit,
+        state.settings.body_read_timeout,
+    )
+    .await?;
     let consumer_id = body
         .consumer_id
         .clone()
         .filter(|id| !id.is_empty())
         .map(ConsumerId::new);
+    if let Some(consumer_id) = &consumer_id {
+        check_length("consumer_id", consumer_id.as_str())?;
+    }
     let execution_id = body.execution_id.clone().unwrap_or_default();
     let outcome = match validate_result(&body) {
         Ok(outcome) => outcome,
@@ -121,6 +131,14 @@ pub async fn result(
             return Err(error);
         }
     };
+    let report = JobReport {
+        runner_id: runner_id.to_string(),
+        consumer_id: consumer_id.as_ref().map(ToString::to_string),
+        execution_id: execution_id.clone(),
+        step_id: outcome.step_id.clone(),
+        job_id: body.job_id.clone(),
+    };
+    check_holder(&state, report).await?;
     state
         .kernel
         .runner_result(
@@ -169,7 +187,12 @@ pub async fn step_started(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let step_id = StepId::new(path_id(path)?);
-    let body: StartedRequest = read_json(request, state.settings.body_limit).await?;
+    let body: StartedRequest = read_json(
+        request,
+        state.settings.body_limit,
+        state.settings.body_read_timeout,
+    )
+    .await?;
     let execution_id = body.execution_id.unwrap_or_default();
     let runner_id = body.runner_id.unwrap_or_default();
     if execution_id.is_empty() || runner_id.is_empty() {
@@ -177,6 +200,15 @@ pub async fn step_started(
             "execution_id and runner_id are required",
         ));
     }
+    check_length("runner_id", &runner_id)?;
+    let report = JobReport {
+        runner_id: runner_id.clone(),
+        consumer_id: None,
+        execution_id: execution_id.clone(),
+        step_id: step_id.clone(),
+        job_id: None,
+    };
+    check_holder(&state, report).await?;
     state
         .kernel
         .step_started(
@@ -194,30 +226,63 @@ pub async fn publish_tools(
     path: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Result<StatusCode, ApiError> {
-    let runner_id = RunnerId::new(path_id(path)?);
-    let body: PublishRequest = read_json(request, state.settings.body_limit).await?;
+    let runner_id = runner_path_id(path)?;
+    let body: PublishRequest = read_json(
+        request,
+        state.settings.body_limit,
+        state.settings.body_read_timeout,
+    )
+    .await?;
     let mut tools = Vec::new();
     for (index, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
         let id = tool.id.unwrap_or_default();
-        if id.is_empty() {
-            return Err(ApiError::validation(format_args!(
-                "tools[{index}].id is required"
-            )));
-        }
+        check_required_id(&format!("tools[{index}].id"), &id)?;
+        let input_schema = tool.input_schema.unwrap_or(Value::Null);
+        check_input_schema(index, &input_schema)?;
         tools.push(ToolSchema {
             id,
             description: tool.description.unwrap_or(Value::Null),
-            input_schema: tool.input_schema.unwrap_or(Value::Null),
+            input_schema,
         });
     }
     state.kernel.publish_tools(&runner_id, tools).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Refuses an `input_schema` the SDK cannot turn into a callable (WIRE.md Corrections item 3):
+/// when it is an object, its `properties` must be an object and its `required` an array of
+/// strings. Anything else is free-form and kept verbatim.
+fn check_input_schema(index: usize, schema: &Value) -> Result<(), ApiError> {
+    let Value::Object(schema) = schema else {
+        return Ok(());
+    };
+    if let Some(properties) = schema.get("properties")
+        && !properties.is_object()
+    {
+        return Err(ApiError::validation(format_args!(
+            "tools[{index}].input_schema.properties must be an object"
+        )));
+    }
+    if let Some(required) = schema.get("required") {
+        let strings = required
+            .as_array()
+            .is_some_and(|items| items.iter().all(Value::is_string));
+        if !strings {
+            return Err(ApiError::validation(format_args!(
+                "tools[{index}].input_schema.required must be an array of strings"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `GET /v0/tools?prefix=`: the tool directory, always a JSON array.
-pub async fn tools(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Json<Vec<ToolEntry>> {
-    let query = QueryParams::parse(raw.as_deref());
-    Json(state.kernel.tools(query.get("prefix").unwrap_or("")))
+pub async fn tools(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Vec<ToolEntry>>, ApiError> {
+    let query = QueryParams::parse(raw.as_deref(), &[])?;
+    Ok(Json(state.kernel.tools(query.get("prefix").unwrap_or(""))))
 }
 
 /// `POST /v0/runners/{id}/capabilities`: replaces the capabilities of the runner's connections.
@@ -226,8 +291,13 @@ pub async fn capabilities(
     path: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let runner_id = RunnerId::new(path_id(path)?);
-    let body: CapabilitiesRequest = read_json(request, state.settings.body_limit).await?;
+    let runner_id = runner_path_id(path)?;
+    let body: CapabilitiesRequest = read_json(
+        request,
+        state.settings.body_limit,
+        state.settings.body_read_timeout,
+    )
+    .await?;
     state
         .kernel
         .update_capabilities(&runner_id, body.tools.unwrap_or_default())
@@ -240,9 +310,24 @@ pub async fn unregister(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let runner_id = RunnerId::new(path_id(path)?);
+    let runner_id = runner_path_id(path)?;
     state.kernel.unregister_runner(&runner_id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Returns the runner id of the path: non-empty, at most 256 bytes.
+fn runner_path_id(path: Result<Path<String>, PathRejection>) -> Result<RunnerId, ApiError> {
+    let id = path_id(path)?;
+    check_required_id("runner_id", &id)?;
+    Ok(RunnerId::new(id))
+}
+
+/// Refuses (409, nothing recorded) a report on a job another runner connection holds.
+async fn check_holder(state: &AppState, report: JobReport) -> Result<(), ApiError> {
+    match state.kernel.check_job_report(report).await? {
+        Ok(()) => Ok(()),
+        Err(reason) => Err(ApiError::Conflict(format!("conflict: {reason}"))),
+    }
 }
 
 #[cfg(test)]

@@ -185,7 +185,7 @@ pub async fn execution_stream(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
-    let after_sequence = QueryParams::parse(raw.as_deref())
+    let after_sequence = QueryParams::parse(raw.as_deref(), &[])?
         .get("after_sequence")
         .and_then(|text| text.parse::<i64>().ok())
         .unwrap_or(0);

@@ -23,7 +23,7 @@ fn with_token() -> Options {
 }
 
 /// Every route of WIRE.md §4 except health and ready.
-fn protected_routes() -> Vec<(Method, String)> {
+pub fn protected_routes() -> Vec<(Method, String)> {
     let id = "0196f1c2-0000-7000-8000-000000000000";
     vec![
         (Method::GET, "/metrics".to_owned()),

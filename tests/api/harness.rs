@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use keel::http::{AppState, HttpSettings, router};
+use keel::http::{AppState, ConnectionTimeouts, HttpSettings, router, serve};
 use keel_actors::kernel::{Kernel, KernelConfig};
 use keel_actors::policy::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 use reqwest::StatusCode;
@@ -50,6 +50,8 @@ pub struct Options {
     pub settings: HttpSettings,
     /// Changes the kernel configuration after the harness defaults (timeouts, graces).
     pub kernel: fn(&mut KernelConfig),
+    /// Read deadlines of the server's connections.
+    pub timeouts: ConnectionTimeouts,
 }
 
 impl Default for Options {
@@ -60,6 +62,7 @@ impl Default for Options {
                 ..HttpSettings::default()
             },
             kernel: |_| {},
+            timeouts: ConnectionTimeouts::default(),
         }
     }
 }
@@ -125,9 +128,9 @@ impl TestKernel {
             .expect("bind");
         let address = listener.local_addr().expect("local addr");
         let signal = shutdown.clone();
+        let timeouts = options.timeouts;
         let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(signal.cancelled_owned())
+            serve(listener, app, timeouts, signal.cancelled_owned())
                 .await
                 .expect("server runs");
         });

@@ -112,6 +112,15 @@ impl Kernel {
         self.inner.release_runner(runner_id, consumer_id);
     }
 
+    /// Checks that a runner's result or `started` comes from the connection holding the job;
+    /// `Ok(Err(reason))` when another connection holds it (nothing is recorded then).
+    pub async fn check_job_report(
+        &self,
+        report: crate::runner::JobReport,
+    ) -> Result<Result<(), String>, KernelError> {
+        crate::runner::holders::check(&self.inner.ctx, report).await
+    }
+
     /// Records that a runner started a step.
     pub async fn step_started(
         &self,

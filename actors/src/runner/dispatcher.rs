@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent as RactorEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent as RactorEvent};
 use tokio::sync::mpsc;
 
+use super::holders::{self, JobReport};
 use super::runner_actor::{RunnerActor, RunnerArgs, RunnerMsg};
 use crate::execution::JobSpec;
 use crate::ids::StepId;
@@ -83,25 +84,35 @@ pub enum DispatcherMsg {
     },
     /// Periodic pass for jobs whose `not_before` has come.
     Tick,
+    /// Is a runner's report (result, `started`) from the connection holding the job?
+    CheckReport {
+        /// The report.
+        report: JobReport,
+        /// Answer: `Err(reason)` when another connection holds the job.
+        reply: RpcReplyPort<Result<(), String>>,
+    },
 }
 
-struct Connection {
+pub(super) struct Connection {
     connection: u64,
     capabilities: HashSet<String>,
     actor: ActorRef<RunnerMsg>,
-    busy: Option<JobSpec>,
+    /// The job this connection holds (set before the job is written to its stream).
+    pub(super) busy: Option<JobSpec>,
 }
 
 /// State of the dispatcher.
 pub struct DispatcherState {
     ctx: Arc<Ctx>,
-    connections: BTreeMap<(String, String), Connection>,
-    queue: VecDeque<JobSpec>,
+    /// Open connections by `(runner_id, consumer_id)`.
+    pub(super) connections: BTreeMap<(String, String), Connection>,
+    pub(super) queue: VecDeque<JobSpec>,
     rotation: HashMap<String, usize>,
-    orphans: HashMap<(String, String), (JobSpec, u64)>,
+    /// Jobs of connections that left, kept for the runner grace, by `(runner_id, consumer_id)`.
+    pub(super) orphans: HashMap<(String, String), (JobSpec, u64)>,
     generation: u64,
     /// Recovered jobs held for the runner grace, by job id.
-    held: HashMap<String, JobSpec>,
+    pub(super) held: HashMap<String, JobSpec>,
 }
 
 /// The dispatcher actor.
@@ -172,19 +183,21 @@ impl Actor for Dispatcher {
                     Some(&runner_id),
                     &SupervisionEvent::Started,
                 );
-                let entry = Connection {
+                let key = (runner_id, consumer_id);
+                // A runner that comes back keeps working on its job and posts the result
+                // itself: the new connection holds the job the old one had.
+                let kept = state.orphans.remove(&key).map(|(job, _)| job);
+                let mut entry = Connection {
                     connection,
                     capabilities: capabilities.into_iter().collect(),
                     actor,
-                    busy: None,
+                    busy: kept,
                 };
-                // A runner that comes back keeps working on its job and posts the result itself.
-                state
-                    .orphans
-                    .remove(&(runner_id.clone(), consumer_id.clone()));
-                if let Some(old) = state.connections.insert((runner_id, consumer_id), entry) {
+                if let Some(old) = state.connections.remove(&key) {
                     old.actor.stop(Some("replaced by a new connection".into()));
+                    entry.busy = entry.busy.or(old.busy);
                 }
+                state.connections.insert(key, entry);
             }
             DispatcherMsg::RunnerDisconnected {
                 runner_id,
@@ -266,6 +279,10 @@ impl Actor for Dispatcher {
                 }
             }
             DispatcherMsg::Tick => {}
+            DispatcherMsg::CheckReport { report, reply } => {
+                let _ = reply.send(holders::decide(state, &report));
+                return Ok(());
+            }
         }
         dispatch_pass(state);
         Ok(())

@@ -3,9 +3,11 @@
 //! tool directory of published schemas.
 
 pub mod dispatcher;
+pub mod holders;
 pub mod runner_actor;
 pub mod tools;
 
 pub use dispatcher::{Dispatcher, DispatcherMsg};
+pub use holders::JobReport;
 pub use runner_actor::{RunnerActor, RunnerArgs, RunnerMsg};
 pub use tools::ToolDirectory;
