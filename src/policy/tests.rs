@@ -5,6 +5,7 @@
 
 mod corpus;
 mod directory;
+mod docs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
