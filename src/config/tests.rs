@@ -243,6 +243,13 @@ fn durations_and_sizes_round_trip_through_their_formats() {
     assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
     assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
     assert!(parse_duration("soon").is_err());
+    // The flags take Go's duration grammar, the one policy files use.
+    assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+    assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+    assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+    for refused in ["-5s", "1min", "1h 30m", "2days", "10"] {
+        assert!(parse_duration(refused).is_err(), "{refused}");
+    }
     for text in ["0s", "500ms", "30s", "5m", "1h30m", "168h", "1m500ms"] {
         let duration = parse_duration(text).unwrap();
         assert_eq!(format_duration(duration), text);
