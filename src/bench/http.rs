@@ -76,6 +76,11 @@ impl Http {
         })
     }
 
+    /// Opens (lazily) a connection of its own for one closed loop.
+    pub fn conn(&self) -> Result<super::conn::Conn, String> {
+        super::conn::Conn::new(&self.base_url, self.auth.clone())
+    }
+
     /// Returns the kernel's base URL.
     pub fn base_url(&self) -> &str {
         &self.base_url
@@ -165,12 +170,9 @@ impl Http {
 
     /// Creates an execution of `agent_id` and returns its id.
     pub async fn create(&self, agent_id: &str, index: u64) -> Result<String, String> {
-        let body = CreateBody {
-            agent_id,
-            input: CreateInput { index },
-            labels: BenchLabel { bench: "true" },
-        };
-        let created: Created = self.post("/v0/executions", &body).await?;
+        let created: Created = self
+            .post("/v0/executions", &CreateBody::new(agent_id, index))
+            .await?;
         Ok(created.id)
     }
 
@@ -186,14 +188,8 @@ impl Http {
             session_id,
             intent,
         };
-        let answer: IntentAnswer = self.post("/v0/agents/intent", &body).await?;
-        if !answer.accepted {
-            return Err(format!(
-                "intent denied: {} (run the kernel with a policy allowing the bench tools, e.g. keel dev)",
-                answer.error.as_deref().unwrap_or("no reason given")
-            ));
-        }
-        Ok(answer.step_id)
+        let answer: IntentAnswer = self.post(INTENT_PATH, &body).await?;
+        answer.step()
     }
 
     /// Reports a local step as succeeded.
@@ -211,7 +207,7 @@ impl Http {
             success: true,
             data: StepData { index },
         };
-        let _: Value = self.post("/v0/agents/step-result", &body).await?;
+        let _: Value = self.post(STEP_RESULT_PATH, &body).await?;
         Ok(())
     }
 
@@ -271,11 +267,28 @@ pub struct StepData {
     pub index: u32,
 }
 
+/// Path of agent intents.
+pub const INTENT_PATH: &str = "/v0/agents/intent";
+/// Path of agent step results.
+pub const STEP_RESULT_PATH: &str = "/v0/agents/step-result";
+
+/// Body of `POST /v0/executions`.
 #[derive(Serialize)]
-struct CreateBody<'a> {
+pub struct CreateBody<'a> {
     agent_id: &'a str,
     input: CreateInput,
     labels: BenchLabel,
+}
+
+impl<'a> CreateBody<'a> {
+    /// An execution of `agent_id` with input `{"index": index}` and label `bench=true`.
+    pub fn new(agent_id: &'a str, index: u64) -> Self {
+        Self {
+            agent_id,
+            input: CreateInput { index },
+            labels: BenchLabel { bench: "true" },
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -288,20 +301,27 @@ struct BenchLabel {
     bench: &'static str,
 }
 
+/// The answer of `POST /v0/executions` the bench reads.
 #[derive(Deserialize)]
-struct Created {
-    id: String,
+pub struct Created {
+    /// Execution id.
+    pub id: String,
 }
 
+/// Body of `POST /v0/agents/intent`.
 #[derive(Serialize)]
-struct IntentBody<'a> {
-    execution_id: &'a str,
-    session_id: &'a str,
-    intent: Intent<'a>,
+pub struct IntentBody<'a> {
+    /// Execution.
+    pub execution_id: &'a str,
+    /// Its session.
+    pub session_id: &'a str,
+    /// The intent.
+    pub intent: Intent<'a>,
 }
 
+/// The answer of an intent.
 #[derive(Deserialize)]
-struct IntentAnswer {
+pub struct IntentAnswer {
     accepted: bool,
     #[serde(default)]
     step_id: Option<String>,
@@ -309,13 +329,32 @@ struct IntentAnswer {
     error: Option<String>,
 }
 
+impl IntentAnswer {
+    /// The step id of an accepted intent, or why it was denied.
+    pub fn step(self) -> Result<Option<String>, String> {
+        if !self.accepted {
+            return Err(format!(
+                "intent denied: {} (run the kernel with a policy allowing the bench tools, e.g. keel dev)",
+                self.error.as_deref().unwrap_or("no reason given")
+            ));
+        }
+        Ok(self.step_id)
+    }
+}
+
+/// Body of `POST /v0/agents/step-result` for a succeeded local step.
 #[derive(Serialize)]
-struct StepResultBody<'a> {
-    execution_id: &'a str,
-    session_id: &'a str,
-    step_id: &'a str,
-    success: bool,
-    data: StepData,
+pub struct StepResultBody<'a> {
+    /// Execution.
+    pub execution_id: &'a str,
+    /// Its session.
+    pub session_id: &'a str,
+    /// The step.
+    pub step_id: &'a str,
+    /// Always true.
+    pub success: bool,
+    /// `{"index": N}`.
+    pub data: StepData,
 }
 
 #[derive(Serialize)]

@@ -12,6 +12,7 @@ use serde_json::json;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::conn::Conn;
 use super::http::{Assigned, EventStream, Http, Intent, StepData};
 use super::procfs::{CpuMeter, read_memory};
 use super::progress::Progress;
@@ -215,6 +216,13 @@ async fn agent_loop(run: Arc<LocalRun>, index: usize) {
             return;
         }
     };
+    let mut conn = match run.http.conn() {
+        Ok(conn) => conn,
+        Err(error) => {
+            run.stats.error(error);
+            return;
+        }
+    };
     run.connected.add_permits(1);
     let mut go = run.go.clone();
     if go.wait_for(|go| *go).await.is_err() {
@@ -223,7 +231,15 @@ async fn agent_loop(run: Arc<LocalRun>, index: usize) {
     let mut number = 0_u64;
     while !run.stop.is_cancelled() && run.claim() {
         let started = Instant::now();
-        let outcome = one_execution(&run, &agent_id, &consumer_id, &mut stream, number).await;
+        let outcome = one_execution(
+            &run,
+            &mut conn,
+            &agent_id,
+            &consumer_id,
+            &mut stream,
+            number,
+        )
+        .await;
         number += 1;
         let measured = run.measured(started);
         match outcome {
@@ -246,17 +262,17 @@ async fn agent_loop(run: Arc<LocalRun>, index: usize) {
 /// Creates one execution and plays it to `complete`.
 async fn one_execution(
     run: &LocalRun,
+    conn: &mut Conn,
     agent_id: &str,
     consumer_id: &str,
     stream: &mut EventStream,
     number: u64,
 ) -> Result<(), String> {
-    let http = &run.http;
     let started = Instant::now();
-    let execution_id = http.create(agent_id, number).await?;
+    let execution_id = conn.create(agent_id, number).await?;
     run.stats.create.record(started.elapsed());
     run.stats.created.fetch_add(1, Ordering::Relaxed);
-    let session_id = wait_assigned(http, agent_id, consumer_id, stream, &execution_id).await?;
+    let session_id = wait_assigned(&run.http, agent_id, consumer_id, stream, &execution_id).await?;
     for index in 0..run.steps {
         let started = Instant::now();
         let intent = Intent::InvokeTool {
@@ -264,19 +280,19 @@ async fn one_execution(
             arguments: StepData { index },
             idempotency_key: format!("{execution_id}:{LOCAL_TOOL}:{index}"),
         };
-        let step_id = http
+        let step_id = conn
             .intent(&execution_id, &session_id, intent)
             .await?
             .ok_or("accepted invoke_tool without step_id")?;
         run.stats.intent.record(started.elapsed());
         let started = Instant::now();
-        http.step_result(&execution_id, &session_id, &step_id, index)
+        conn.step_result(&execution_id, &session_id, &step_id, index)
             .await?;
         run.stats.step_result.record(started.elapsed());
     }
     let started = Instant::now();
     let output = StepData { index: run.steps };
-    http.intent(&execution_id, &session_id, Intent::Complete { output })
+    conn.intent(&execution_id, &session_id, Intent::Complete { output })
         .await?;
     run.stats.intent.record(started.elapsed());
     Ok(())

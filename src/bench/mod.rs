@@ -19,6 +19,7 @@
 mod agent;
 mod args;
 mod blocked;
+mod conn;
 mod create;
 mod embedded;
 mod fanout;

@@ -188,7 +188,8 @@ async fn measure(
         &spec.url(),
         false,
         format!(
-            "keel bench restart: {} non-terminal executions ({blocked_created} blocked on a signal, {pending_created} pending), kill -9, restart on the same data ({})",
+            "keel bench restart of a kernel it started at {}: {} non-terminal executions ({blocked_created} blocked on a signal, {pending_created} pending), kill -9, restart on the same data ({})",
+            spec.url(),
             blocked_created + pending_created,
             spec.db_url
                 .as_deref()
