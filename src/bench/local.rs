@@ -83,6 +83,13 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         return Err(invalid("--local-steps", "must be at most 10000"));
     }
     let target = Target::connect(&args.target).await?;
+    // Each loop's own connection speaks plain HTTP; refuse before any agent connects.
+    target.http.conn().map_err(|error| {
+        invalid(
+            "--url",
+            &format!("run --local-steps needs http://: {error}"),
+        )
+    })?;
     let (go_sender, go) = watch::channel(false);
     let run = Arc::new(LocalRun {
         http: target.http.clone(),
