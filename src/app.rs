@@ -159,6 +159,9 @@ async fn drain_http(
 /// Opens (creating and migrating) the configured database.
 async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     let phase = Instant::now();
+    for parameter in settings.db.unrecognized_parameters() {
+        warn!(parameter = %parameter, "--db-url: ignoring an unrecognized parameter");
+    }
     let options = StoreOptions {
         max_read_connections: settings.db_max_conns,
         ..StoreOptions::default()

@@ -10,6 +10,11 @@ use tracing_subscriber::fmt::format::FmtSpan;
 
 use crate::config::LogFormat;
 
+/// sqlx warns about an unrecognized `--db-url` parameter with its value, which may be a
+/// secret (`sslpassword=...`): that target is kept to errors whatever the filter says
+/// (`keel::app` warns about such parameters by name only).
+const SILENCE_URL_PARAMETER_VALUES: &str = "sqlx_postgres::options::parse=error";
+
 /// Why the subscriber could not be installed.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -25,10 +30,17 @@ pub enum TelemetryError {
 
 /// Installs the global subscriber. Returns `Ok(false)` when one was already installed (tests).
 pub fn init(filter: &str, format: LogFormat) -> Result<bool, TelemetryError> {
-    let env_filter = EnvFilter::try_new(filter).map_err(|error| TelemetryError::InvalidFilter {
-        filter: filter.to_owned(),
-        message: error.to_string(),
-    })?;
+    let env_filter = EnvFilter::try_new(filter)
+        .map_err(|error| TelemetryError::InvalidFilter {
+            filter: filter.to_owned(),
+            message: error.to_string(),
+        })?
+        .add_directive(SILENCE_URL_PARAMETER_VALUES.parse().map_err(|error| {
+            TelemetryError::InvalidFilter {
+                filter: SILENCE_URL_PARAMETER_VALUES.to_owned(),
+                message: format!("{error}"),
+            }
+        })?);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(env_filter)
         .with_writer(std::io::stderr)

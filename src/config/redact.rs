@@ -21,24 +21,62 @@ pub(crate) fn redact_url(url: &str) -> String {
     if parsed.password().is_some() && parsed.set_password(Some(PLACEHOLDER)).is_err() {
         return REDACTED.to_owned();
     }
-    if parsed.query().is_some() {
-        let pairs: Vec<(String, String)> = parsed
-            .query_pairs()
-            .map(|(key, value)| {
-                let value = if is_secret_parameter(&key) {
-                    PLACEHOLDER.to_owned()
+    if let Some(query) = parsed.query() {
+        // Rebuilt piece by piece so that what is kept stays exactly as written.
+        let redacted: Vec<String> = query
+            .split('&')
+            .map(|piece| {
+                let raw_key = piece.split_once('=').map_or(piece, |(key, _)| key);
+                let (key, _) = url::form_urlencoded::parse(piece.as_bytes())
+                    .next()
+                    .unwrap_or_default();
+                if is_secret_parameter(&key) {
+                    format!("{raw_key}={PLACEHOLDER}")
                 } else {
-                    value.into_owned()
-                };
-                (key.into_owned(), value)
+                    piece.to_owned()
+                }
             })
             .collect();
-        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+        parsed.set_query(Some(&redacted.join("&")));
     }
     if parsed.fragment().is_some() {
         parsed.set_fragment(Some(PLACEHOLDER));
     }
     parsed.as_str().replace(PLACEHOLDER, REDACTED)
+}
+
+/// Query parameters the PostgreSQL driver (sqlx 0.8) understands.
+const POSTGRES_PARAMETERS: [&str; 17] = [
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+];
+
+/// Returns the names of the query parameters of a PostgreSQL URL the driver ignores
+/// (`options` is understood too).
+pub(crate) fn unrecognized_postgres_parameters(url: &str) -> Vec<String> {
+    let Ok(parsed) = url::Url::parse(url.trim()) else {
+        return Vec::new();
+    };
+    parsed
+        .query_pairs()
+        .map(|(key, _)| key.into_owned())
+        .filter(|key| key != "options" && !POSTGRES_PARAMETERS.contains(&key.as_str()))
+        .collect()
 }
 
 fn is_secret_parameter(name: &str) -> bool {
@@ -79,6 +117,10 @@ mod tests {
                 "postgres://u:pw-456@db/keel?password=pw-456#pw-456",
                 "postgres://u:<redacted>@db/keel?password=<redacted>#<redacted>",
             ),
+            (
+                "postgres://keel@localhost/keel?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem&password",
+                "postgres://keel@localhost/keel?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem&password=<redacted>",
+            ),
             ("postgres://keel@db/keel", "postgres://keel@db/keel"),
             ("sqlite:///tmp/keel.db", "sqlite:///tmp/keel.db"),
         ] {
@@ -97,6 +139,17 @@ mod tests {
         ] {
             assert_eq!(redact_url(url), REDACTED, "{url}");
         }
+    }
+
+    #[test]
+    fn parameters_the_driver_ignores_are_named() {
+        assert_eq!(
+            unrecognized_postgres_parameters(
+                "postgres://db/k?sslmode=require&sslpassword=pw-456&options=-c%20a%3Db&x=1"
+            ),
+            vec!["sslpassword".to_owned(), "x".to_owned()]
+        );
+        assert!(unrecognized_postgres_parameters("postgres://u:p@db/k").is_empty());
     }
 
     #[test]

@@ -77,6 +77,15 @@ impl DbUrl {
         }
     }
 
+    /// Returns the names of the PostgreSQL URL's query parameters the driver ignores (their
+    /// values are never shown: they may be secrets).
+    pub fn unrecognized_parameters(&self) -> Vec<String> {
+        match self {
+            Self::Sqlite(_) => Vec::new(),
+            Self::Postgres(url) => super::redact::unrecognized_postgres_parameters(url),
+        }
+    }
+
     /// Returns the URL with every credential replaced, for logs and `--dump-config`.
     pub fn redacted(&self) -> String {
         match self {

@@ -271,7 +271,10 @@ async fn undecodable_or_repeated_query_keys_are_refused_and_open_no_stream() {
     ];
     for (path, message) in probes {
         // A stream that wrongly opened would never end: bound the wait.
-        let request = kernel.client.get(kernel.url(path)).timeout(Duration::from_secs(3));
+        let request = kernel
+            .client
+            .get(kernel.url(path))
+            .timeout(Duration::from_secs(3));
         let response = kernel.send(request).await;
         assert_error(
             &response,

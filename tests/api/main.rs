@@ -5,6 +5,7 @@
 mod agents;
 mod approvals;
 mod backend;
+mod credentials;
 mod errors;
 mod executions;
 mod failures;
@@ -15,3 +16,4 @@ mod restart;
 mod runners;
 mod slow_clients;
 mod sse;
+mod tls;
