@@ -345,8 +345,11 @@ fn consumer_gone(state: &mut AgentGroupState, consumer_id: &str) {
 /// passivated; off the group's mailbox, since that may wait for the store.
 fn tell_lost(state: &AgentGroupState, execution_id: &ExecutionId, consumer_id: &str, reason: &str) {
     let ctx = state.ctx.clone();
-    let (execution_id, consumer_id, reason) =
-        (execution_id.clone(), consumer_id.to_owned(), reason.to_owned());
+    let (execution_id, consumer_id, reason) = (
+        execution_id.clone(),
+        consumer_id.to_owned(),
+        reason.to_owned(),
+    );
     tokio::spawn(async move {
         let message = |ack| ExecutionMsg::ConsumerLost {
             consumer_id: consumer_id.clone(),
@@ -479,9 +482,7 @@ fn offer_answered(
                 _ => keep(state, &consumer_id, push),
             }
         }
-        Err(KernelError::Rejected(
-            Rejection::NotPending(_) | Rejection::ExecutionNotFound(_),
-        )) => {
+        Err(KernelError::Rejected(Rejection::NotPending(_) | Rejection::ExecutionNotFound(_))) => {
             state.queued.remove(&execution_id);
         }
         Err(error) => {

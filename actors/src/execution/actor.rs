@@ -2,7 +2,6 @@
 //! pure state machine, made durable through the store writer, applied to the in-memory state,
 //! and only then are replies sent and neighbours told. The mailbox is the lock.
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -13,11 +12,10 @@ use super::messages::ExecutionMsg;
 use super::rejection::Rejection;
 use super::state::ExecutionState;
 use super::watchdog;
-use crate::ids::{ExecutionId, StepId};
+use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
 use crate::kernel::context::{Ctx, call, write};
 use crate::policy::{PolicyDecision, PolicyInput, PolicyMsg};
-use crate::time::Timestamp;
 
 /// How an execution actor comes to life.
 pub enum StartMode {
@@ -54,9 +52,10 @@ pub struct ExecutionActorState {
     /// A commit failed: the store may hold more than memory (a `COMMIT` whose answer was lost),
     /// so the state is reloaded from the store before the next message.
     pub(super) stale: bool,
-    pub(super) armed: HashMap<StepId, Timestamp>,
-    /// Due times of the stall watchdog timers already armed.
-    pub(super) checks: BTreeSet<Timestamp>,
+    /// Status and last sequence known to be stored when a commit failed (memory is ahead).
+    pub(super) committed: Option<(crate::status::ExecutionStatus, i64)>,
+    /// Deadline, step and stall-check timers (aborted when the actor stops).
+    pub(super) timers: super::timers::Timers,
     pub(super) span: tracing::Span,
     /// Messages handled so far: an idle check or a stop request from an earlier count is stale.
     pub(super) epoch: u64,
@@ -98,8 +97,8 @@ impl Actor for ExecutionActor {
             exec,
             rehydrated,
             stale: false,
-            armed: HashMap::new(),
-            checks: BTreeSet::new(),
+            committed: None,
+            timers: super::timers::Timers::default(),
             span,
             epoch: 0,
             idle_armed: None,
@@ -125,9 +124,8 @@ impl Actor for ExecutionActor {
             state.exec.created_at,
             state.ctx.config.execution.execution_timeout,
         );
-        send_at(&myself, state.ctx.now(), deadline, || {
-            ExecutionMsg::ExecutionDeadlineReached
-        });
+        let now = state.ctx.now();
+        state.timers.arm_deadline(&myself, now, deadline);
         arm_step_timers(&myself, state);
         arm_stall_checks(&myself, state);
         if let Some(session) = &state.exec.session {
@@ -298,7 +296,7 @@ async fn handle_message(
             }
         }
         ExecutionMsg::StepDeadlineReached { step_id } => {
-            state.armed.remove(&step_id);
+            state.timers.step_fired(&step_id);
             if let Some(transition) = machine::step_deadline(&state.exec, &step_id, state.ctx.now())
             {
                 apply(state, transition).await?;
@@ -310,14 +308,12 @@ async fn handle_message(
             if let Some(transition) = machine::execution_deadline(&state.exec, deadline, now) {
                 apply(state, transition).await?;
             } else if !state.exec.status.is_terminal() {
-                send_at(myself, now, deadline, || {
-                    ExecutionMsg::ExecutionDeadlineReached
-                });
+                state.timers.arm_deadline(myself, now, deadline);
             }
         }
         ExecutionMsg::StallCheck => {
             let now = state.ctx.now();
-            state.checks.retain(|due| *due > now);
+            state.timers.checks_fired(now);
             if let Some(transition) = watchdog::check(&state.exec, now, &settings) {
                 let stalls = transition.events.clone();
                 apply(state, transition).await?;
@@ -411,7 +407,7 @@ async fn check_policy(
 
 use super::effects::{
     add, apply, arm_stall_checks, arm_step_timers, count_step, decide_and_apply, jitter,
-    report_stalls, send_at,
+    report_stalls,
 };
 use super::passivation;
 pub use super::rebuild::record_creation;

@@ -63,7 +63,9 @@ mod tests {
     use chrono::TimeZone;
 
     fn at(seconds: i64) -> Timestamp {
-        chrono::Utc.timestamp_opt(1_700_000_000 + seconds, 0).unwrap()
+        chrono::Utc
+            .timestamp_opt(1_700_000_000 + seconds, 0)
+            .unwrap()
     }
 
     #[test]

@@ -64,38 +64,38 @@ pub(super) async fn apply(
             None,
             transition.events,
         );
-        let mut next = state.exec.clone();
+        // Applied in place: a failed commit marks the state stale, and it is reloaded from the
+        // store before the next message (the store may hold the commit even then).
+        let (before, before_sequence) = (state.exec.status, state.exec.last_sequence);
         let mut touched: Vec<StepId> = Vec::new();
         for event in &events {
-            next.apply(event);
+            state.exec.apply(event);
             if let Some(step_id) = &event.step_id
                 && !touched.contains(step_id)
             {
                 touched.push(step_id.clone());
             }
         }
+        let exec = &state.exec;
         let steps = touched
             .iter()
-            .filter_map(|id| next.step(id))
-            .map(|step| next.step_row(step))
+            .filter_map(|id| exec.step(id))
+            .map(|step| exec.step_row(step))
             .collect();
-        if let Err(error) = state
-            .ctx
-            .commit(Commit {
-                execution: next.row(),
-                events,
-                steps,
-            })
-            .await
-        {
+        let commit = Commit {
+            execution: exec.row(),
+            events,
+            steps,
+        };
+        if let Err(error) = state.ctx.commit(commit).await {
             state.stale = true;
+            state.committed.get_or_insert((before, before_sequence));
             return Err(error);
         }
         state
             .ctx
             .metrics
-            .execution_moved(Some(state.exec.status), next.status);
-        state.exec = next;
+            .execution_moved(Some(before), state.exec.status);
     }
     let session_after = state
         .exec
@@ -166,34 +166,23 @@ pub(super) fn arm_step_timers(myself: &ActorRef<ExecutionMsg>, state: &mut Execu
     if state.exec.hard_blocked() || state.exec.status.is_terminal() {
         return;
     }
-    let mut wanted: Vec<(StepId, Timestamp)> = Vec::new();
-    for step in state.exec.active_steps() {
-        if let Some(deadline) = step.deadline
-            && (step.status != StepStatus::Pending || !step.remote || step.not_before.is_none())
-        {
-            wanted.push((step.id.clone(), deadline));
-        }
-    }
+    let wanted: Vec<(StepId, Timestamp)> = state
+        .exec
+        .active_steps()
+        .filter(|step| {
+            step.status != StepStatus::Pending || !step.remote || step.not_before.is_none()
+        })
+        .filter_map(|step| step.deadline.map(|deadline| (step.id.clone(), deadline)))
+        .collect();
     let now = state.ctx.now();
-    for (step_id, deadline) in wanted {
-        if state.armed.get(&step_id) == Some(&deadline) {
-            continue;
-        }
-        state.armed.insert(step_id.clone(), deadline);
-        send_at(myself, now, deadline, move || {
-            ExecutionMsg::StepDeadlineReached { step_id }
-        });
-    }
+    state.timers.sync_steps(myself, now, wanted);
 }
 
-/// Arms a watchdog timer for every stall that is not recorded yet and has no timer.
+/// Keeps a watchdog timer for every stall that is not recorded yet, and only for those.
 pub(super) fn arm_stall_checks(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
     let now = state.ctx.now();
-    for due in watchdog::due_times(&state.exec, &state.ctx.config.execution) {
-        if state.checks.insert(due) {
-            send_at(myself, now, due, || ExecutionMsg::StallCheck);
-        }
-    }
+    let wanted = watchdog::due_times(&state.exec, &state.ctx.config.execution);
+    state.timers.sync_checks(myself, now, wanted);
 }
 
 /// Logs and counts the stalls just recorded.
@@ -228,16 +217,6 @@ pub(super) fn jitter(settings: &super::commands::ExecutionSettings) -> f64 {
     } else {
         1.0
     }
-}
-
-pub(super) fn send_at(
-    myself: &ActorRef<ExecutionMsg>,
-    now: Timestamp,
-    at: Timestamp,
-    message: impl FnOnce() -> ExecutionMsg + Send + 'static,
-) {
-    let delay = (at - now).to_std().unwrap_or_default();
-    myself.send_after(delay, message);
 }
 
 pub(super) use crate::time::add;

@@ -15,6 +15,7 @@ pub mod records;
 pub mod rejection;
 pub mod state;
 pub mod supervisor;
+mod timers;
 pub mod watchdog;
 
 #[cfg(test)]

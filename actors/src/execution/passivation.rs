@@ -31,10 +31,7 @@ pub fn waits(exec: &ExecutionState) -> bool {
 
 /// When a passivated execution must be woken: its execution deadline (the only timer a
 /// waiting execution has; step deadlines are suspended while it is hard-blocked).
-pub fn wake_at(
-    exec: &ExecutionState,
-    execution_timeout: std::time::Duration,
-) -> Option<Timestamp> {
+pub fn wake_at(exec: &ExecutionState, execution_timeout: std::time::Duration) -> Option<Timestamp> {
     (!exec.status.is_terminal()).then(|| add(exec.created_at, execution_timeout))
 }
 
@@ -51,7 +48,7 @@ pub(super) fn consider(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionAct
     if delay.is_zero() {
         let _ = myself.send_message(ExecutionMsg::IdleCheck { epoch });
     } else {
-        myself.send_after(delay, move || ExecutionMsg::IdleCheck { epoch });
+        state.timers.arm_idle(myself, delay, epoch);
     }
 }
 
@@ -68,10 +65,7 @@ pub(super) fn intercept(
                     id: state.exec.id.clone(),
                     actor: myself.get_id(),
                     epoch,
-                    wake_at: wake_at(
-                        &state.exec,
-                        state.ctx.config.execution.execution_timeout,
-                    ),
+                    wake_at: wake_at(&state.exec, state.ctx.config.execution.execution_timeout),
                 };
                 tell_supervisor(myself, offer);
             }

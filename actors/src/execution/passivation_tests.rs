@@ -160,7 +160,10 @@ async fn an_approval_rebuilds_a_passivated_execution_and_dispatches_the_step() {
     assert_eq!(resolved.data["step_id"], step.as_str());
     assert_eq!(resolved.data["approved"], true);
     let resumed = events_of(&t, &run.id, "execution.resumed");
-    assert_eq!(payload(resumed.last().expect("resumed"))["reason"], "approval granted");
+    assert_eq!(
+        payload(resumed.last().expect("resumed"))["reason"],
+        "approval granted"
+    );
     t.shutdown().await;
 }
 
@@ -176,7 +179,10 @@ async fn a_cancel_rebuilds_a_passivated_execution_and_tells_its_agent() {
     // A second cancel rebuilds the terminal execution, is refused, and leaves no actor behind.
     assert!(t.kernel.cancel(&run.id).await.is_err());
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(!resident(&t, &run.id), "a terminal execution stops after its message");
+    assert!(
+        !resident(&t, &run.id),
+        "a terminal execution stops after its message"
+    );
     t.shutdown().await;
 }
 
@@ -240,7 +246,10 @@ async fn after_a_restart_waiting_executions_stay_in_the_store_until_something_co
 
     let t = t.restart(allow_all(), passivating).await;
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(!resident(&t, &blocked), "startup rebuilds no waiting execution");
+    assert!(
+        !resident(&t, &blocked),
+        "startup rebuilds no waiting execution"
+    );
     assert!(!resident(&t, &pending.id));
     assert_eq!(t.kernel.metrics().executions_dormant.get(), 2);
 
@@ -296,5 +305,72 @@ async fn an_execution_with_work_in_flight_is_never_passivated() {
     tokio::time::sleep(IDLE * 5).await;
     assert!(resident(&t, &run.id), "a step in flight keeps the actor");
     assert_eq!(passivations(&t), 0);
+    t.shutdown().await;
+}
+
+/// Tasks alive on the test runtime.
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+#[tokio::test(start_paused = true)]
+async fn finished_executions_leave_no_timer_behind() {
+    // A sleeping timer holds its actor: one left per execution (the deadline, a five-minute
+    // stall check per intent) kept every finished execution's actor in memory for that long.
+    let t = start(allow_all(), |config| {
+        passivating(config);
+        config.execution.stall_after = Duration::from_secs(300);
+        config.execution.execution_timeout = Duration::from_secs(3600);
+    })
+    .await;
+    let mut agent = t
+        .kernel
+        .connect_agent(AgentId::new("a"), ConsumerId::new("c1"))
+        .await
+        .expect("connect");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let baseline = alive_tasks();
+    for _ in 0..20 {
+        let row = t
+            .kernel
+            .create_execution(AgentId::new("a"), json!(null), None)
+            .await
+            .expect("create");
+        let assigned = next_of(&mut agent, "execution.assigned").await;
+        let session = SessionId::new(assigned.data["session_id"].as_str().expect("session"));
+        for _ in 0..3 {
+            let reply = t
+                .kernel
+                .submit_intent(&row.id, &session, call("l", false))
+                .await
+                .expect("intent");
+            let step = reply.step_id.expect("step");
+            let outcome = crate::execution::StepOutcome {
+                step_id: step,
+                success: true,
+                data: Some(json!(1)),
+                error: None,
+                retryable: false,
+            };
+            t.kernel
+                .agent_step_result(&row.id, &session, outcome)
+                .await
+                .expect("result");
+        }
+        let done = t
+            .kernel
+            .submit_intent(&row.id, &session, Intent::Complete { output: None })
+            .await
+            .expect("complete");
+        assert!(done.accepted);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let after = alive_tasks();
+    assert!(
+        after <= baseline + 2,
+        "tasks alive: {baseline} before, {after} after 20 finished executions"
+    );
     t.shutdown().await;
 }

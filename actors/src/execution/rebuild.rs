@@ -61,16 +61,17 @@ pub(super) async fn reload(state: &mut ExecutionActorState) -> Result<(), Kernel
     let exec = ExecutionState::from_events(&events).ok_or_else(|| {
         KernelError::Rejected(Rejection::ExecutionNotFound(state.exec.id.to_string()))
     })?;
-    if exec.last_sequence != state.exec.last_sequence {
+    // What the store held before the failed commit (the state in memory has it applied).
+    let (status, last_sequence) = state
+        .committed
+        .unwrap_or((state.exec.status, state.exec.last_sequence));
+    if exec.last_sequence != last_sequence {
         tracing::warn!(execution.id = %exec.id, "a commit reported as failed had landed; state reloaded from the store");
-        state
-            .ctx
-            .metrics
-            .execution_moved(Some(state.exec.status), exec.status);
+        state.ctx.metrics.execution_moved(Some(status), exec.status);
     }
+    state.committed = None;
     state.exec = exec;
-    state.armed.clear();
-    state.checks.clear();
+    state.timers.clear_work();
     state.stale = false;
     Ok(())
 }

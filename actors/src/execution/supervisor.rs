@@ -183,7 +183,9 @@ impl Actor for ExecutionSupervisor {
                 }
             }
             ExecutionSupervisorMsg::StillBusy { id, actor } => {
-                if let Some(Entry::Draining { actor: draining, .. }) = state.entries.get(&id)
+                if let Some(Entry::Draining {
+                    actor: draining, ..
+                }) = state.entries.get(&id)
                     && draining.get_id() == actor
                     && let Some(Entry::Draining {
                         actor: draining,
@@ -206,7 +208,11 @@ impl Actor for ExecutionSupervisor {
                         state.wakes.insert(id, at);
                     }
                 }
-                state.ctx.metrics.executions_dormant.set(state.wakes.len() as i64);
+                state
+                    .ctx
+                    .metrics
+                    .executions_dormant
+                    .set(state.wakes.len() as i64);
                 arm_wake(&myself, state);
             }
             ExecutionSupervisorMsg::WakeDue => {
@@ -227,7 +233,11 @@ impl Actor for ExecutionSupervisor {
                         }
                     }
                 }
-                state.ctx.metrics.executions_dormant.set(state.wakes.len() as i64);
+                state
+                    .ctx
+                    .metrics
+                    .executions_dormant
+                    .set(state.wakes.len() as i64);
                 arm_wake(&myself, state);
             }
         }
@@ -280,7 +290,11 @@ impl Actor for ExecutionSupervisor {
                         });
                     }
                 }
-                state.ctx.metrics.executions_dormant.set(state.wakes.len() as i64);
+                state
+                    .ctx
+                    .metrics
+                    .executions_dormant
+                    .set(state.wakes.len() as i64);
                 arm_wake(&myself, state);
             }
             RactorEvent::ActorFailed(cell, error) => {

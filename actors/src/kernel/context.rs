@@ -141,7 +141,13 @@ impl Ctx {
             announce: false,
             reply,
         };
-        call(&supervisor, message, self.config.call_timeout, "execution supervisor").await?
+        call(
+            &supervisor,
+            message,
+            self.config.call_timeout,
+            "execution supervisor",
+        )
+        .await?
     }
 
     /// Calls an execution actor, activating it first; an actor that stopped in between

@@ -134,7 +134,9 @@ impl KernelInner {
         if !dormant.is_empty() {
             self.executions
                 .send_message(ExecutionSupervisorMsg::Dormant(dormant))
-                .map_err(|_| KernelError::Unavailable("execution supervisor is not running".into()))?;
+                .map_err(|_| {
+                    KernelError::Unavailable("execution supervisor is not running".into())
+                })?;
         }
         tracing::info!(
             executions = count,
