@@ -19,8 +19,8 @@ mod batch;
 mod tool_calls;
 pub use batch::{
     MANY, a_clean_group_answers_ok_for_each_commit,
-    a_group_writes_every_commit_but_the_failing_ones, creations,
-    many_executions_in_one_batch_are_all_or_nothing, resume,
+    a_group_writes_every_commit_but_the_failing_ones, a_reused_event_id_fails_only_its_commit,
+    creations, many_executions_in_one_batch_are_all_or_nothing, resume,
 };
 pub use tool_calls::tool_calls_since_lists_allowed_calls_oldest_first;
 

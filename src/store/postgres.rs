@@ -18,9 +18,12 @@
 //! The URL must reach a real session (directly, or through a session-mode pooler): a
 //! transaction-mode pooler would break the session lock and prepared statements.
 
+mod columns;
 mod write;
 mod writer;
 
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 mod outage_tests;
 #[cfg(test)]
@@ -230,13 +233,64 @@ impl Store for PostgresStore {
         if batch.is_empty() {
             return Ok(());
         }
-        let plan = write::BatchPlan::new(batch)?;
+        let mut pending = Vec::with_capacity(batch.len());
+        for (index, checked) in write::check(batch).into_iter().enumerate() {
+            pending.push((index, checked?));
+        }
         let mut checkout = self.writer.checkout().await?;
         let outcome = self
             .writer
-            .bounded(write::write_batch(checkout.connection(), &plan))
+            .bounded(write::commit_all(checkout.connection(), batch, pending))
             .await;
         checkout.finish(outcome)
+    }
+
+    async fn commit_group(&self, group: Vec<Commit>) -> Vec<Result<(), StoreError>> {
+        let mut results = Vec::with_capacity(group.len());
+        let mut pending = Vec::with_capacity(group.len());
+        for (index, checked) in write::check(&group).into_iter().enumerate() {
+            match checked {
+                Ok(previous) => {
+                    pending.push((index, previous));
+                    results.push(Ok(()));
+                }
+                Err(error) => results.push(Err(error)),
+            }
+        }
+        if pending.is_empty() {
+            return results;
+        }
+        let outcome = match self.writer.checkout().await {
+            Ok(mut checkout) => {
+                let outcome = self
+                    .writer
+                    .bounded(write::commit_group(
+                        checkout.connection(),
+                        &group,
+                        &mut results,
+                        &mut pending,
+                    ))
+                    .await;
+                checkout.finish(outcome)
+            }
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(StoreError::Unavailable(reason)) => {
+                for (index, _) in pending {
+                    results[index] = Err(StoreError::Unavailable(reason.clone()));
+                }
+            }
+            // The statement failed for one of its commits (say a reused event id): each of
+            // the commits it did not write is committed alone, so that one fails alone.
+            Err(_) => {
+                for (index, _) in pending {
+                    results[index] = self.commit(std::slice::from_ref(&group[index])).await;
+                }
+            }
+        }
+        results
     }
 
     async fn events(

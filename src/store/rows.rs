@@ -1,6 +1,7 @@
 //! Row shapes of the `events`, `executions` and `steps` tables and their conversions to and from
-//! the storage port's types. The SQL adapters bind these records' fields when writing and read
-//! them back with `query_as`; nothing outside `src/store/` sees them.
+//! the storage port's types. The SQL adapters read rows back into these records with
+//! `query_as` (writes bind the commits' own fields, encoded with the helpers below); nothing
+//! outside `src/store/` sees them.
 //!
 //! Values are kept in portable shapes: times as RFC 3339 text with exactly six fractional digits
 //! and a `Z` suffix (so text order is time order), JSON as text, statuses as their wire names.
@@ -14,7 +15,7 @@ use keel_actors::events::{Event, EventBody};
 use keel_actors::ids::{AgentId, ExecutionId, StepId};
 use keel_actors::status::{ExecutionStatus, StepStatus};
 use keel_actors::store::{ExecutionRow, StepRow};
-use keel_actors::time::{self, Timestamp};
+use keel_actors::time::Timestamp;
 
 /// Columns of `events` in the shape [`EventRecord`] reads.
 pub(crate) const EVENT_COLUMNS: &str = "id, execution_id, sequence, step_id, type AS event_type, \
@@ -47,23 +48,6 @@ pub(crate) struct EventRecord {
 }
 
 impl EventRecord {
-    /// Returns the record that stores `event`.
-    pub fn from_event(event: &Event) -> Result<Self, StoreError> {
-        Ok(Self {
-            id: event.id.clone(),
-            execution_id: event.execution_id.as_str().to_owned(),
-            sequence: event.sequence,
-            step_id: event.step_id.as_ref().map(|step| step.as_str().to_owned()),
-            event_type: event.body.type_name().to_owned(),
-            schema_version: event.schema_version,
-            timestamp: time::format(&event.timestamp),
-            payload: encode_payload(&event.body)?,
-            causation_id: event.causation_id.clone(),
-            correlation_id: event.correlation_id.clone(),
-            idempotency_key: event.idempotency_key.clone(),
-        })
-    }
-
     /// Rebuilds the event this record stores.
     pub fn into_event(self) -> Result<Event, StoreError> {
         let payload = decode_json("events.payload", &self.payload)?;
@@ -105,31 +89,6 @@ pub(crate) struct ExecutionRecord {
 }
 
 impl ExecutionRecord {
-    /// Returns the record that stores `row`.
-    pub fn from_row(row: &ExecutionRow) -> Result<Self, StoreError> {
-        let labels = match &row.labels {
-            Some(labels) => Some(encode_json("executions.labels", labels)?),
-            None => None,
-        };
-        let output = match &row.output {
-            Some(output) => Some(encode_json("executions.output", output)?),
-            None => None,
-        };
-        Ok(Self {
-            id: row.id.as_str().to_owned(),
-            agent_id: row.agent_id.as_str().to_owned(),
-            status: row.status.as_str().to_owned(),
-            labels,
-            input: encode_json("executions.input", &row.input)?,
-            output,
-            created_at: time::format(&row.created_at),
-            updated_at: time::format(&row.updated_at),
-            session_id: row.session_id.clone(),
-            consumer_id: row.consumer_id.clone(),
-            last_sequence: row.last_sequence,
-        })
-    }
-
     /// Rebuilds the projection row this record stores.
     pub fn into_row(self) -> Result<ExecutionRow, StoreError> {
         let status = self.status.parse::<ExecutionStatus>().map_err(|value| {
@@ -179,23 +138,6 @@ pub(crate) struct StepRecord {
 }
 
 impl StepRecord {
-    /// Returns the record that stores `step`.
-    pub fn from_step(step: &StepRow) -> Self {
-        Self {
-            id: step.id.as_str().to_owned(),
-            execution_id: step.execution_id.as_str().to_owned(),
-            tool_id: step.tool_id.clone(),
-            status: step.status.as_str().to_owned(),
-            attempt: step.attempt,
-            max_attempts: step.max_attempts,
-            remote: step.remote,
-            job_id: step.job_id.clone(),
-            runner_id: step.runner_id.clone(),
-            deadline: step.deadline.as_ref().map(time::format),
-            updated_at: time::format(&step.updated_at),
-        }
-    }
-
     /// Rebuilds the projection row this record stores.
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn into_step(self) -> Result<StepRow, StoreError> {

@@ -153,3 +153,24 @@ pub async fn a_clean_group_answers_ok_for_each_commit(store: Arc<dyn Store>) {
         assert_eq!(sequences(&store, row.id.as_str()).await, vec![1, 2]);
     }
 }
+
+/// A reused event id in a group (a uniqueness violation the database reports, not a sequence
+/// check) fails that commit alone; the rest of the group lands.
+pub async fn a_reused_event_id_fails_only_its_commit(store: Arc<dyn Store>) {
+    let mut group = creations("dup", 10);
+    let reused = group[2].events[0].id.clone();
+    group[7].events[0].id = reused;
+    let results = store.commit_group(group).await;
+    for (index, result) in results.iter().enumerate() {
+        if index == 7 {
+            assert!(
+                matches!(result, Err(StoreError::Conflict(_))),
+                "reused id: {result:?}"
+            );
+        } else {
+            assert!(result.is_ok(), "commit {index}: {result:?}");
+        }
+    }
+    assert_eq!(labelled(&store, "dup").await, 9);
+    assert!(sequences(&store, "dup-7").await.is_empty());
+}

@@ -70,6 +70,7 @@ conformance_on_postgres!(
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
+    a_reused_event_id_fails_only_its_commit,
 );
 
 #[tokio::test]

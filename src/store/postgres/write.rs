@@ -1,12 +1,20 @@
-//! The SQL of PostgreSQL writes: a commit batch in one transaction, and retention. Called by
-//! `PostgresStore` on the writer connection.
+//! The SQL of PostgreSQL writes, on the writer connection: commit groups and retention. Called
+//! by `PostgresStore`.
 //!
-//! A batch costs one statement per execution (its projection row, which also checks the
-//! sequence) plus one statement each for all new labels, all events and all steps of the
-//! batch (`UNNEST` of arrays), so group commits stay cheap on a remote server. Events are
-//! inserted in batch order, so their positions follow it.
+//! A group is written by one statement, so it costs one round trip: a `WITH` query whose first
+//! parts insert or update the projection rows of all its executions (`UNNEST` of column
+//! arrays; an update only where the stored last sequence is the one the commit follows) and
+//! whose later parts insert the labels, events and steps of exactly the executions whose row
+//! was written (they read the ids the first parts return). The executions not written are the
+//! conflicts. A commit that follows another commit of the same execution in the group is merged
+//! with it (written together or not at all); one that does not follow it waits for a second
+//! statement. Events are inserted in group order, so their positions follow it.
+//!
+//! The store writer's group commit runs that statement alone (an implicit transaction: the
+//! conflicts fail alone, everything else commits at once); `Store::commit` runs it inside
+//! `BEGIN … COMMIT` and rolls back on the first conflict (all or nothing).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
@@ -14,69 +22,123 @@ use sqlx::postgres::PgConnection;
 use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 
-use super::super::rows::{EventRecord, ExecutionRecord, StepRecord};
 use super::super::{
     TERMINAL_STATUSES_SQL, expected_previous_sequence, map_sqlx_error, sequence_conflict,
 };
+use super::columns::{EventColumns, ExecutionColumns, LabelColumns, StepColumns};
 
-/// A checked commit batch in the shape the statements bind.
-pub(super) struct BatchPlan<'a> {
-    executions: Vec<(&'a Commit, ExecutionRecord, i64)>,
-    labels: Vec<(String, String, String)>,
-    events: Vec<EventRecord>,
-    steps: Vec<StepRecord>,
+/// The statement that writes one round; its 37 parameters are bound by [`write_round`].
+const WRITE_ROUND: &str = "WITH b AS (SELECT * FROM UNNEST($1::text[], $2::text[], \
+     $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], \
+     $10::text[], $11::int8[], $12::int8[]) AS b (id, agent_id, status, labels, input, output, \
+     created_at, updated_at, session_id, consumer_id, last_sequence, previous)), \
+     inserted AS (INSERT INTO executions (id, agent_id, status, labels, input, output, \
+     created_at, updated_at, session_id, consumer_id, last_sequence) \
+     SELECT id, agent_id, status, labels::json, input::json, output::json, \
+     created_at::timestamptz, updated_at::timestamptz, session_id, consumer_id, last_sequence \
+     FROM b WHERE previous = 0 ON CONFLICT (id) DO NOTHING RETURNING id), \
+     updated AS (UPDATE executions AS e SET status = b.status, output = b.output::json, \
+     updated_at = b.updated_at::timestamptz, session_id = b.session_id, \
+     consumer_id = b.consumer_id, last_sequence = b.last_sequence FROM b \
+     WHERE b.previous <> 0 AND e.id = b.id AND e.last_sequence = b.previous RETURNING e.id), \
+     written AS (SELECT id FROM inserted UNION ALL SELECT id FROM updated), \
+     new_labels AS (INSERT INTO execution_labels (execution_id, key, value) \
+     SELECT l.execution_id, l.key, l.value \
+     FROM UNNEST($13::text[], $14::text[], $15::text[]) AS l (execution_id, key, value) \
+     WHERE l.execution_id IN (SELECT id FROM inserted)), \
+     new_events AS (INSERT INTO events (id, execution_id, sequence, step_id, type, \
+     schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key) \
+     SELECT v.id, v.execution_id, v.sequence, v.step_id, v.type, v.schema_version, \
+     v.ts::timestamptz, v.payload::json, v.causation_id, v.correlation_id, v.key \
+     FROM UNNEST($16::text[], $17::text[], $18::int8[], $19::text[], $20::text[], \
+     $21::int8[], $22::text[], $23::text[], $24::text[], $25::text[], $26::text[]) \
+     WITH ORDINALITY AS v (id, execution_id, sequence, step_id, type, schema_version, ts, \
+     payload, causation_id, correlation_id, key, ordinal) \
+     WHERE v.execution_id IN (SELECT id FROM written) ORDER BY v.ordinal), \
+     new_steps AS (INSERT INTO steps (id, execution_id, tool_id, status, attempt, \
+     max_attempts, remote, job_id, runner_id, deadline, updated_at) \
+     SELECT s.id, s.execution_id, s.tool_id, s.status, s.attempt, s.max_attempts, s.remote, \
+     s.job_id, s.runner_id, s.deadline::timestamptz, s.updated_at::timestamptz \
+     FROM UNNEST($27::text[], $28::text[], $29::text[], $30::text[], $31::int8[], \
+     $32::int8[], $33::bool[], $34::text[], $35::text[], $36::text[], $37::text[]) \
+     AS s (id, execution_id, tool_id, status, attempt, max_attempts, remote, job_id, \
+     runner_id, deadline, updated_at) \
+     WHERE s.execution_id IN (SELECT id FROM written) \
+     ON CONFLICT (id) DO UPDATE SET tool_id = excluded.tool_id, status = excluded.status, \
+     attempt = excluded.attempt, max_attempts = excluded.max_attempts, \
+     remote = excluded.remote, job_id = excluded.job_id, runner_id = excluded.runner_id, \
+     deadline = excluded.deadline, updated_at = excluded.updated_at) \
+     SELECT id FROM written";
+
+/// One execution's commits within a round, written together or not at all.
+pub(super) struct Unit {
+    /// Indexes of the commits in the group, in order; each follows the one before.
+    pub commits: Vec<usize>,
+    /// Stored last sequence the first commit follows.
+    pub previous: i64,
+    /// Last sequence after the last commit.
+    last: i64,
 }
 
-impl<'a> BatchPlan<'a> {
-    /// Checks every commit (a failure is a caller bug, `Internal`) and converts it to records.
-    /// A step changed twice in the batch keeps its last state, as consecutive upserts would.
-    pub fn new(batch: &'a [Commit]) -> Result<Self, StoreError> {
-        let mut plan = Self {
-            executions: Vec::with_capacity(batch.len()),
-            labels: Vec::new(),
-            events: Vec::new(),
-            steps: Vec::new(),
-        };
-        let mut step_index: HashMap<String, usize> = HashMap::new();
-        for commit in batch {
-            let previous_sequence = expected_previous_sequence(commit)?;
-            let record = ExecutionRecord::from_row(&commit.execution)?;
-            if previous_sequence == 0 {
-                for (key, value) in commit.execution.labels.iter().flatten() {
-                    plan.labels
-                        .push((record.id.clone(), key.clone(), value.clone()));
-                }
-            }
-            plan.executions.push((commit, record, previous_sequence));
-            for event in &commit.events {
-                plan.events.push(EventRecord::from_event(event)?);
-            }
-            for step in &commit.steps {
-                let record = StepRecord::from_step(step);
-                match step_index.get(&record.id) {
-                    Some(&index) => plan.steps[index] = record,
-                    None => {
-                        step_index.insert(record.id.clone(), plan.steps.len());
-                        plan.steps.push(record);
-                    }
+/// Checks every commit of a group: the stored last sequence each follows, or why it is
+/// refused (a caller bug, `Internal`).
+pub(super) fn check(group: &[Commit]) -> Vec<Result<i64, StoreError>> {
+    group.iter().map(expected_previous_sequence).collect()
+}
+
+/// Writes a group as the store writer's group commit: one statement (one implicit
+/// transaction) per round, one round unless a commit of an execution does not follow that
+/// execution's previous commit in the group. `pending` holds the checked commits (index,
+/// previous sequence) and `results` gets the conflicts. When a statement fails, returns its
+/// error with `pending` holding the commits not written (the rounds before are committed).
+pub(super) async fn commit_group(
+    connection: &mut PgConnection,
+    group: &[Commit],
+    results: &mut [Result<(), StoreError>],
+    pending: &mut Vec<(usize, i64)>,
+) -> Result<(), StoreError> {
+    while !pending.is_empty() {
+        let (units, rest) = plan_round(group, pending);
+        let written = write_round(connection, group, &units).await?;
+        for (unit, written) in units.iter().zip(written) {
+            if !written {
+                for &index in &unit.commits {
+                    results[index] = Err(conflict(group, index, unit));
                 }
             }
         }
-        Ok(plan)
+        *pending = rest;
     }
+    Ok(())
 }
 
-/// Writes a checked batch in one transaction: all or nothing.
-pub(super) async fn write_batch(
+/// Writes a checked batch in one transaction, all or nothing: the first conflict rolls it back.
+pub(super) async fn commit_all(
     connection: &mut PgConnection,
-    plan: &BatchPlan<'_>,
+    group: &[Commit],
+    mut pending: Vec<(usize, i64)>,
 ) -> Result<(), StoreError> {
     let mut transaction = connection.begin().await.map_err(map_sqlx_error)?;
-    match write_rows(&mut transaction, plan).await {
-        Ok(()) => transaction.commit().await.map_err(map_sqlx_error),
-        // A broken connection is dropped by the caller, which ends the transaction server-side.
-        Err(error @ StoreError::Unavailable(_)) => Err(error),
-        Err(error) => {
+    let mut failure = None;
+    while !pending.is_empty() && failure.is_none() {
+        let (units, rest) = plan_round(group, &pending);
+        match write_round(&mut transaction, group, &units).await {
+            Ok(written) => {
+                failure = units
+                    .iter()
+                    .zip(written)
+                    .find(|(_, written)| !written)
+                    .map(|(unit, _)| conflict(group, unit.commits[0], unit));
+            }
+            // A broken connection is dropped by the caller, which ends the transaction.
+            Err(error @ StoreError::Unavailable(_)) => return Err(error),
+            Err(error) => failure = Some(error),
+        }
+        pending = rest;
+    }
+    match failure {
+        None => transaction.commit().await.map_err(map_sqlx_error),
+        Some(error) => {
             // A failed rollback means the connection is in doubt: report that instead.
             transaction.rollback().await.map_err(map_sqlx_error)?;
             Err(error)
@@ -84,177 +146,111 @@ pub(super) async fn write_batch(
     }
 }
 
-/// The statements of [`write_batch`], inside its transaction.
-async fn write_rows(connection: &mut PgConnection, plan: &BatchPlan<'_>) -> Result<(), StoreError> {
-    for (commit, record, previous_sequence) in &plan.executions {
-        if !write_execution(connection, record, *previous_sequence).await? {
-            return Err(sequence_conflict(
-                &commit.execution.id,
-                previous_sequence + 1,
-            ));
+/// The conflict of commit `index`, which was not written with its unit.
+fn conflict(group: &[Commit], index: usize, unit: &Unit) -> StoreError {
+    let commit = &group[index];
+    let previous = if index == unit.commits[0] {
+        unit.previous
+    } else {
+        commit.execution.last_sequence - commit.events.len() as i64
+    };
+    sequence_conflict(&commit.execution.id, previous + 1)
+}
+
+/// Takes the next round from `pending` (commit index, previous sequence; in group order): a
+/// unit per execution, merging each commit that follows its execution's unit. Returns the
+/// units and the commits left for a later round (with every later commit of their execution).
+fn plan_round(group: &[Commit], pending: &[(usize, i64)]) -> (Vec<Unit>, Vec<(usize, i64)>) {
+    let mut units: Vec<Unit> = Vec::with_capacity(pending.len());
+    let mut by_id: HashMap<&str, usize> = HashMap::with_capacity(pending.len());
+    let mut waiting: HashSet<&str> = HashSet::new();
+    let mut rest = Vec::new();
+    for &(index, previous) in pending {
+        let execution = &group[index].execution;
+        let id = execution.id.as_str();
+        if waiting.contains(id) {
+            rest.push((index, previous));
+            continue;
+        }
+        match by_id.get(id) {
+            Some(&unit) if units[unit].last == previous => {
+                units[unit].commits.push(index);
+                units[unit].last = execution.last_sequence;
+            }
+            Some(_) => {
+                waiting.insert(id);
+                rest.push((index, previous));
+            }
+            None => {
+                by_id.insert(id, units.len());
+                units.push(Unit {
+                    commits: vec![index],
+                    previous,
+                    last: execution.last_sequence,
+                });
+            }
         }
     }
-    if !plan.labels.is_empty() {
-        insert_labels(connection, &plan.labels).await?;
-    }
-    if !plan.events.is_empty() {
-        insert_events(connection, &plan.events).await?;
-    }
-    if !plan.steps.is_empty() {
-        upsert_steps(connection, &plan.steps).await?;
-    }
-    Ok(())
+    (units, rest)
 }
 
-/// Inserts (when `previous_sequence` is 0) or updates the projection row of one execution,
-/// only if its stored last sequence is `previous_sequence`; returns whether a row was written.
-async fn write_execution(
+/// Runs [`WRITE_ROUND`] for `units`; returns, per unit, whether it was written.
+async fn write_round(
     connection: &mut PgConnection,
-    execution: &ExecutionRecord,
-    previous_sequence: i64,
-) -> Result<bool, StoreError> {
-    let written = if previous_sequence == 0 {
-        sqlx::query(
-            "INSERT INTO executions (id, agent_id, status, labels, input, output, created_at, \
-             updated_at, session_id, consumer_id, last_sequence) \
-             VALUES ($1, $2, $3, $4::json, $5::json, $6::json, $7::timestamptz, \
-             $8::timestamptz, $9, $10, $11) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(&execution.id)
-        .bind(&execution.agent_id)
-        .bind(&execution.status)
-        .bind(&execution.labels)
-        .bind(&execution.input)
-        .bind(&execution.output)
-        .bind(&execution.created_at)
-        .bind(&execution.updated_at)
-        .bind(&execution.session_id)
-        .bind(&execution.consumer_id)
-        .bind(execution.last_sequence)
-        .execute(&mut *connection)
+    group: &[Commit],
+    units: &[Unit],
+) -> Result<Vec<bool>, StoreError> {
+    let rows = ExecutionColumns::new(group, units)?;
+    let labels = LabelColumns::new(group, units);
+    let events = EventColumns::new(group, units)?;
+    let steps = StepColumns::new(group, units);
+    let written: Vec<String> = sqlx::query_scalar(WRITE_ROUND)
+        .bind(rows.id)
+        .bind(rows.agent_id)
+        .bind(rows.status)
+        .bind(rows.labels)
+        .bind(rows.input)
+        .bind(rows.output)
+        .bind(rows.created_at)
+        .bind(rows.updated_at)
+        .bind(rows.session_id)
+        .bind(rows.consumer_id)
+        .bind(rows.last_sequence)
+        .bind(rows.previous)
+        .bind(labels.execution_id)
+        .bind(labels.key)
+        .bind(labels.value)
+        .bind(events.id)
+        .bind(events.execution_id)
+        .bind(events.sequence)
+        .bind(events.step_id)
+        .bind(events.event_type)
+        .bind(events.schema_version)
+        .bind(events.timestamp)
+        .bind(events.payload)
+        .bind(events.causation_id)
+        .bind(events.correlation_id)
+        .bind(events.idempotency_key)
+        .bind(steps.id)
+        .bind(steps.execution_id)
+        .bind(steps.tool_id)
+        .bind(steps.status)
+        .bind(steps.attempt)
+        .bind(steps.max_attempts)
+        .bind(steps.remote)
+        .bind(steps.job_id)
+        .bind(steps.runner_id)
+        .bind(steps.deadline)
+        .bind(steps.updated_at)
+        .fetch_all(&mut *connection)
         .await
-    } else {
-        // agent_id, labels, input and created_at are fixed at creation and never rewritten.
-        sqlx::query(
-            "UPDATE executions SET status = $1, output = $2::json, \
-             updated_at = $3::timestamptz, session_id = $4, consumer_id = $5, \
-             last_sequence = $6 WHERE id = $7 AND last_sequence = $8",
-        )
-        .bind(&execution.status)
-        .bind(&execution.output)
-        .bind(&execution.updated_at)
-        .bind(&execution.session_id)
-        .bind(&execution.consumer_id)
-        .bind(execution.last_sequence)
-        .bind(&execution.id)
-        .bind(previous_sequence)
-        .execute(&mut *connection)
-        .await
-    };
-    Ok(written.map_err(map_sqlx_error)?.rows_affected() == 1)
-}
-
-/// Inserts the label rows of newly created executions.
-async fn insert_labels(
-    connection: &mut PgConnection,
-    labels: &[(String, String, String)],
-) -> Result<(), StoreError> {
-    let (ids, (keys, values)): (Vec<&str>, (Vec<&str>, Vec<&str>)) = labels
+        .map_err(map_sqlx_error)?;
+    let written: HashSet<&str> = written.iter().map(String::as_str).collect();
+    Ok(units
         .iter()
-        .map(|(id, key, value)| (id.as_str(), (key.as_str(), value.as_str())))
-        .unzip();
-    sqlx::query(
-        "INSERT INTO execution_labels (execution_id, key, value) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])",
-    )
-    .bind(ids)
-    .bind(keys)
-    .bind(values)
-    .execute(&mut *connection)
-    .await
-    .map_err(map_sqlx_error)?;
-    Ok(())
+        .map(|unit| written.contains(group[unit.commits[0]].execution.id.as_str()))
+        .collect())
 }
-
-/// Appends events to the log in the given order.
-async fn insert_events(
-    connection: &mut PgConnection,
-    events: &[EventRecord],
-) -> Result<(), StoreError> {
-    let column = |get: fn(&EventRecord) -> &str| events.iter().map(get).collect::<Vec<_>>();
-    let optional =
-        |get: fn(&EventRecord) -> Option<&str>| events.iter().map(get).collect::<Vec<_>>();
-    let number = |get: fn(&EventRecord) -> i64| events.iter().map(get).collect::<Vec<_>>();
-    sqlx::query(
-        "INSERT INTO events (id, execution_id, sequence, step_id, type, schema_version, \
-         timestamp, payload, causation_id, correlation_id, idempotency_key) \
-         SELECT b.id, b.execution_id, b.sequence, b.step_id, b.type, b.schema_version, \
-         b.ts::timestamptz, b.payload::json, b.causation_id, b.correlation_id, b.key \
-         FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[], $6::int8[], \
-         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[]) WITH ORDINALITY \
-         AS b (id, execution_id, sequence, step_id, type, schema_version, ts, payload, \
-         causation_id, correlation_id, key, ordinal) \
-         ORDER BY b.ordinal",
-    )
-    .bind(column(|event| &event.id))
-    .bind(column(|event| &event.execution_id))
-    .bind(number(|event| event.sequence))
-    .bind(optional(|event| event.step_id.as_deref()))
-    .bind(column(|event| &event.event_type))
-    .bind(number(|event| event.schema_version))
-    .bind(column(|event| &event.timestamp))
-    .bind(column(|event| &event.payload))
-    .bind(column(|event| &event.causation_id))
-    .bind(column(|event| &event.correlation_id))
-    .bind(optional(|event| event.idempotency_key.as_deref()))
-    .execute(&mut *connection)
-    .await
-    .map_err(map_sqlx_error)?;
-    Ok(())
-}
-
-/// Inserts or replaces the projection rows of steps (each id at most once).
-async fn upsert_steps(
-    connection: &mut PgConnection,
-    steps: &[StepRecord],
-) -> Result<(), StoreError> {
-    let column = |get: fn(&StepRecord) -> &str| steps.iter().map(get).collect::<Vec<_>>();
-    let optional = |get: fn(&StepRecord) -> Option<&str>| steps.iter().map(get).collect::<Vec<_>>();
-    let number = |get: fn(&StepRecord) -> i64| steps.iter().map(get).collect::<Vec<_>>();
-    let remote: Vec<bool> = steps.iter().map(|step| step.remote).collect();
-    sqlx::query(
-        "INSERT INTO steps (id, execution_id, tool_id, status, attempt, max_attempts, remote, \
-         job_id, runner_id, deadline, updated_at) \
-         SELECT b.id, b.execution_id, b.tool_id, b.status, b.attempt, b.max_attempts, \
-         b.remote, b.job_id, b.runner_id, b.deadline::timestamptz, b.updated_at::timestamptz \
-         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[], \
-         $7::bool[], $8::text[], $9::text[], $10::text[], $11::text[]) \
-         AS b (id, execution_id, tool_id, status, attempt, max_attempts, remote, job_id, \
-         runner_id, deadline, updated_at) \
-         ON CONFLICT (id) DO UPDATE SET tool_id = excluded.tool_id, \
-         status = excluded.status, attempt = excluded.attempt, \
-         max_attempts = excluded.max_attempts, remote = excluded.remote, \
-         job_id = excluded.job_id, runner_id = excluded.runner_id, \
-         deadline = excluded.deadline, updated_at = excluded.updated_at",
-    )
-    .bind(column(|step| &step.id))
-    .bind(column(|step| &step.execution_id))
-    .bind(column(|step| &step.tool_id))
-    .bind(column(|step| &step.status))
-    .bind(number(|step| step.attempt))
-    .bind(number(|step| step.max_attempts))
-    .bind(remote)
-    .bind(optional(|step| step.job_id.as_deref()))
-    .bind(optional(|step| step.runner_id.as_deref()))
-    .bind(optional(|step| step.deadline.as_deref()))
-    .bind(column(|step| &step.updated_at))
-    .execute(&mut *connection)
-    .await
-    .map_err(map_sqlx_error)?;
-    Ok(())
-}
-
 /// Deletes up to `limit` terminal executions last updated before `before` (RFC 3339), oldest
 /// first, with all their rows, in one transaction; returns how many were deleted.
 pub(super) async fn delete_terminal_before(
