@@ -13,6 +13,11 @@ use serde_json::Value;
 use crate::ids::{ExecutionId, StepId};
 use crate::time::{self, Timestamp};
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_zero(value: &i64) -> bool {
+    *value == 0
+}
+
 /// Version of the payload schemas below, written into every event.
 pub const SCHEMA_VERSION: i64 = 1;
 
@@ -29,6 +34,10 @@ pub enum EventBody {
         input: Value,
         /// Labels as given, or null.
         labels: Value,
+        /// Queue priority within the agent's pending executions (higher first). Keel's
+        /// addition, written only when not 0.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        priority: i64,
     },
     /// The execution was assigned to an agent consumer and a session was opened.
     #[serde(rename = "execution.started")]

@@ -191,6 +191,15 @@ pub trait Store: Send + Sync + 'static {
     /// gate, whatever became of them later), oldest first.
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError>;
 
+    /// Returns the execution whose `execution.created` event carries idempotency key `key`
+    /// (a creation's `Idempotency-Key`; unique among those events), if it is still stored.
+    async fn execution_by_creation_key(&self, key: &str)
+    -> Result<Option<ExecutionId>, StoreError>;
+
+    /// Returns the `pending` executions of one agent, oldest first, each with the `priority` of
+    /// its `execution.created` event (0 when absent). An agent group loads its queue from it.
+    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
+
     /// Round-trips to the database.
     async fn ping(&self) -> Result<(), StoreError>;
 }

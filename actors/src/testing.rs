@@ -88,6 +88,22 @@ impl Store for MemoryStore {
             {
                 return Err(StoreError::Conflict("sequence already taken".into()));
             }
+            let created_key = commit.events.iter().find_map(|event| match event.body {
+                crate::events::EventBody::ExecutionCreated { .. } => {
+                    event.idempotency_key.as_deref()
+                }
+                _ => None,
+            });
+            if let Some(key) = created_key {
+                let taken = tables.events.values().any(|events| {
+                    events
+                        .first()
+                        .is_some_and(|first| first.idempotency_key.as_deref() == Some(key))
+                });
+                if taken {
+                    return Err(StoreError::Conflict("creation key already taken".into()));
+                }
+            }
         }
         for commit in batch {
             tables
@@ -176,6 +192,52 @@ impl Store for MemoryStore {
             .collect();
         rows.sort_by_key(|row| row.created_at);
         Ok(rows.into_iter().map(|row| row.id.clone()).collect())
+    }
+
+    async fn execution_by_creation_key(
+        &self,
+        key: &str,
+    ) -> Result<Option<ExecutionId>, StoreError> {
+        let tables = self.lock();
+        Ok(tables
+            .events
+            .iter()
+            .find(|(_, events)| {
+                events.first().is_some_and(|event| {
+                    matches!(
+                        event.body,
+                        crate::events::EventBody::ExecutionCreated { .. }
+                    ) && event.idempotency_key.as_deref() == Some(key)
+                })
+            })
+            .map(|(id, _)| id.clone()))
+    }
+
+    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+        let tables = self.lock();
+        let mut rows: Vec<&ExecutionRow> = tables
+            .executions
+            .values()
+            .filter(|row| {
+                row.status == crate::status::ExecutionStatus::Pending
+                    && row.agent_id.as_str() == agent_id
+            })
+            .collect();
+        rows.sort_by(|left, right| (left.created_at, &left.id).cmp(&(right.created_at, &right.id)));
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let priority = tables
+                    .events
+                    .get(&row.id)
+                    .and_then(|events| events.first())
+                    .map_or(0, |event| match &event.body {
+                        crate::events::EventBody::ExecutionCreated { priority, .. } => *priority,
+                        _ => 0,
+                    });
+                (row.id.clone(), priority)
+            })
+            .collect())
     }
 
     async fn recovery_index(&self) -> Result<Vec<crate::store::RecoveryEntry>, StoreError> {

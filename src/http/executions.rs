@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::body::read_json;
+use super::creation;
 use super::cursor;
 use super::error::ApiError;
 use super::query::QueryParams;
@@ -89,6 +90,7 @@ struct CreateRequest {
     agent_id: Option<String>,
     input: Option<Value>,
     labels: Option<Value>,
+    priority: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -117,11 +119,13 @@ fn id_error(field: &str, problem: ids::IdProblem) -> ApiError {
     ApiError::validation(format_args!("{field} {problem}"))
 }
 
-/// `POST /v0/executions`.
+/// `POST /v0/executions`: 201 with the new execution, or 200 with the execution an earlier
+/// request with the same `Idempotency-Key` created (409 when its body differed).
 pub async fn create(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<(StatusCode, Json<ExecutionBody>), ApiError> {
+    let key = creation::idempotency_key(request.headers())?;
     let body: CreateRequest = read_json(
         request,
         state.settings.body_limit,
@@ -134,12 +138,22 @@ pub async fn create(
         return Err(ApiError::validation("agent_id is required"));
     }
     let labels = parse_labels(body.labels)?;
+    let priority = creation::parse_priority(body.priority)?;
     let input = body.input.unwrap_or(Value::Null);
-    let row = state
-        .kernel
-        .create_execution(AgentId::new(agent_id), input, labels)
-        .await?;
-    Ok((StatusCode::CREATED, Json(row.into())))
+    let request = creation::Request {
+        agent_id: AgentId::new(agent_id),
+        input,
+        labels,
+        priority,
+    };
+    let Some(key) = key else {
+        let row = creation::create(&state.kernel, request, None).await?;
+        return Ok((StatusCode::CREATED, Json(row.into())));
+    };
+    match creation::create_once(&state.kernel, request, key).await? {
+        (row, true) => Ok((StatusCode::CREATED, Json(row.into()))),
+        (row, false) => Ok((StatusCode::OK, Json(row.into()))),
+    }
 }
 
 /// Accepts labels only as an object of string values (Corrections item 3).

@@ -7,6 +7,7 @@
 mod agents;
 mod auth;
 mod body;
+mod creation;
 mod cursor;
 mod error;
 mod executions;

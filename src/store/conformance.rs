@@ -16,11 +16,16 @@ use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
 use keel_actors::time::Timestamp;
 
 mod batch;
+mod creation;
 mod tool_calls;
 pub use batch::{
     MANY, a_clean_group_answers_ok_for_each_commit,
     a_group_writes_every_commit_but_the_failing_ones, a_reused_event_id_fails_only_its_commit,
     creations, many_executions_in_one_batch_are_all_or_nothing, resume,
+};
+pub use creation::{
+    a_creation_key_names_one_execution,
+    pending_queue_lists_an_agents_pending_executions_with_priorities,
 };
 pub use tool_calls::tool_calls_since_lists_allowed_calls_oldest_first;
 
@@ -50,6 +55,7 @@ pub fn new_execution(
         agent_id: agent.to_owned(),
         input: input.clone(),
         labels: serde_json::to_value(&labels).expect("labels serialize"),
+        priority: 0,
     };
     let execution_id = ExecutionId::new(id);
     let events = seal(

@@ -433,6 +433,23 @@ impl Store for PostgresStore {
         super::tool_calls::postgres_calls(rows)
     }
 
+    async fn execution_by_creation_key(
+        &self,
+        key: &str,
+    ) -> Result<Option<ExecutionId>, StoreError> {
+        let id = self
+            .bounded(super::creation::postgres_by_key(&self.readers, key))
+            .await?;
+        Ok(id.map(ExecutionId::new))
+    }
+
+    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+        let rows = self
+            .bounded(super::creation::postgres_pending(&self.readers, agent_id))
+            .await?;
+        Ok(super::creation::into_queue(rows))
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let check = async {
             sqlx::query("SELECT 1")

@@ -237,6 +237,7 @@ mod tests {
                 agent_id: "agent \"a\" é".into(),
                 input: json!({"z": [1, 2, {"}": "{\"type\":"}], "a": null}),
                 labels: json!({"k": "v"}),
+                priority: 0,
             },
             EventBody::ExecutionFailed {
                 error: "payload\":}".into(),

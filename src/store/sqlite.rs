@@ -291,6 +291,17 @@ impl Store for SqliteStore {
         super::tool_calls::sqlite(&self.readers, since).await
     }
 
+    async fn execution_by_creation_key(
+        &self,
+        key: &str,
+    ) -> Result<Option<ExecutionId>, StoreError> {
+        super::creation::sqlite_by_key(&self.readers, key).await
+    }
+
+    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+        super::creation::sqlite_pending(&self.readers, agent_id).await
+    }
+
     /// Ready when a write could start now: another process holding the write lock makes the
     /// kernel unready within `probe::PROBE_BUSY_TIMEOUT`.
     async fn ping(&self) -> Result<(), StoreError> {

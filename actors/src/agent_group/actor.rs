@@ -9,12 +9,11 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 
 use super::messages::AgentGroupMsg;
 use crate::execution::{ExecutionMsg, Rejection};
+use crate::guardrails::queue::PendingQueue;
 use crate::ids::{AgentId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
 use crate::push::Push;
-use crate::status::ExecutionStatus;
-use crate::store::ListFilter;
 
 /// Most pushes kept for one absent consumer.
 const OUTBOX_LIMIT: usize = 10_000;
@@ -30,8 +29,6 @@ const ASSIGNMENT_RETRY: std::time::Duration = std::time::Duration::from_millis(5
 /// Offers in flight at once: each is a commit in its execution, so they overlap in the store
 /// writer's group commit instead of queueing behind each other here.
 const OFFERS_IN_FLIGHT: usize = 256;
-/// Pending executions read from the store per page when a group (re)starts.
-const PENDING_PAGE: i64 = 10_000;
 
 /// Arguments of an agent group.
 pub struct AgentGroupArgs {
@@ -58,9 +55,8 @@ pub struct AgentGroupState {
     outbox: HashMap<String, VecDeque<Push>>,
     /// Results (`tool.result`, `approval.resolved`) recently written to each consumer.
     delivered: HashMap<String, VecDeque<(tokio::time::Instant, Push)>>,
-    pending: VecDeque<ExecutionId>,
-    /// The ids in `pending` or being offered, for constant-time duplicate checks.
-    queued: HashSet<ExecutionId>,
+    /// Pending executions, waiting or being offered (priority first, then arrival).
+    pending: PendingQueue,
     /// Executions offered and not answered yet.
     offering: HashSet<ExecutionId>,
     /// Creators waiting for the first assignment attempt of their execution.
@@ -94,8 +90,7 @@ impl Actor for AgentGroupActor {
             bindings: HashMap::new(),
             outbox: HashMap::new(),
             delivered: HashMap::new(),
-            pending: VecDeque::new(),
-            queued: HashSet::new(),
+            pending: PendingQueue::default(),
             offering: HashSet::new(),
             waiting: HashMap::new(),
             next_consumer: 0,
@@ -112,32 +107,16 @@ impl Actor for AgentGroupActor {
         // A (re)started group learns its pending executions from the store, so nothing waits
         // forever because a queue was lost with a crashed predecessor (or passivated, or never
         // woken after a restart: a pending execution is only a row until a consumer takes it).
-        let mut filter = ListFilter {
-            status: Some(ExecutionStatus::Pending),
-            agent_id: Some(state.agent_id.to_string()),
-            limit: PENDING_PAGE,
-            ..ListFilter::default()
-        };
-        let mut found = Vec::new();
-        loop {
-            match state.ctx.store.list_executions(&filter).await {
-                Ok(rows) => {
-                    let full = rows.len() as i64 == PENDING_PAGE;
-                    filter.after = rows.last().map(|row| (row.created_at, row.id.to_string()));
-                    found.extend(rows.into_iter().map(|row| row.id));
-                    if !full {
-                        break;
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions");
-                    break;
+        // Oldest first, each with the priority of its `execution.created`.
+        match state.ctx.store.pending_queue(state.agent_id.as_str()).await {
+            Ok(found) => {
+                for (id, priority) in found {
+                    enqueue(state, id, priority);
                 }
             }
-        }
-        // Newest first from the store: queue oldest first.
-        for id in found.into_iter().rev() {
-            enqueue(state, id);
+            Err(error) => {
+                tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions");
+            }
         }
         Ok(())
     }
@@ -181,9 +160,10 @@ impl Actor for AgentGroupActor {
             }
             AgentGroupMsg::ExecutionPending {
                 execution_id,
+                priority,
                 reply,
             } => {
-                let queued = enqueue(state, execution_id.clone());
+                let queued = enqueue(state, execution_id.clone(), priority);
                 assign_pending(&myself, state);
                 if let Some(reply) = reply {
                     // Answered when its offer is answered, or now if it is not being offered.
@@ -409,10 +389,8 @@ fn keep(state: &mut AgentGroupState, consumer_id: &str, push: Push) {
 
 /// Queues a pending execution unless it is queued or being offered already; returns whether
 /// it is (now) known to the group.
-fn enqueue(state: &mut AgentGroupState, execution_id: ExecutionId) -> bool {
-    if state.queued.insert(execution_id.clone()) {
-        state.pending.push_back(execution_id);
-    }
+fn enqueue(state: &mut AgentGroupState, execution_id: ExecutionId, priority: i64) -> bool {
+    state.pending.push(execution_id, priority);
     true
 }
 
@@ -422,7 +400,7 @@ fn enqueue(state: &mut AgentGroupState, execution_id: ExecutionId) -> bool {
 /// serving its mailbox while executions commit.
 fn assign_pending(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState) {
     while state.offering.len() < OFFERS_IN_FLIGHT && !state.connected.is_empty() {
-        let Some(execution_id) = state.pending.pop_front() else {
+        let Some(execution_id) = state.pending.pop() else {
             return;
         };
         let consumer_id = state
@@ -469,7 +447,7 @@ fn offer_answered(
     }
     match result {
         Ok(push) => {
-            state.queued.remove(&execution_id);
+            state.pending.forget(&execution_id);
             state
                 .bindings
                 .entry(consumer_id.clone())
@@ -483,11 +461,11 @@ fn offer_answered(
             }
         }
         Err(KernelError::Rejected(Rejection::NotPending(_) | Rejection::ExecutionNotFound(_))) => {
-            state.queued.remove(&execution_id);
+            state.pending.forget(&execution_id);
         }
         Err(error) => {
             tracing::warn!(execution.id = %execution_id, error = %error, "assignment failed, will retry");
-            state.pending.push_back(execution_id);
+            state.pending.put_back(execution_id);
             if !state.retry_armed {
                 state.retry_armed = true;
                 myself.send_after(ASSIGNMENT_RETRY, || AgentGroupMsg::RetryAssignment);

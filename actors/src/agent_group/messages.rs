@@ -36,6 +36,8 @@ pub enum AgentGroupMsg {
     ExecutionPending {
         /// Execution id.
         execution_id: ExecutionId,
+        /// Its queue priority (higher first).
+        priority: i64,
         /// Answered once the attempt is over.
         reply: Option<RpcReplyPort<()>>,
     },

@@ -410,5 +410,5 @@ use super::effects::{
     report_stalls,
 };
 use super::passivation;
-pub use super::rebuild::record_creation;
 use super::rebuild::{load_events, recover, refuse, reload};
+pub use super::rebuild::{record_creation, record_creation_with};

@@ -145,6 +145,7 @@ pub(super) fn run_effects(
             Effect::BecamePending => {
                 let message = AgentGroupMsg::ExecutionPending {
                     execution_id: exec.id.clone(),
+                    priority: exec.priority,
                     reply: None,
                 };
                 state.ctx.tell_agent_group(&exec.agent_id, message);

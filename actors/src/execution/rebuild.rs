@@ -9,6 +9,7 @@ use super::rejection::Rejection;
 use super::state::ExecutionState;
 use crate::agent_group::AgentGroupMsg;
 use crate::events::{Event, seal};
+use crate::guardrails::CreateOptions;
 use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
@@ -27,8 +28,26 @@ pub async fn record_creation(
     input: Value,
     labels: Option<&BTreeMap<String, String>>,
 ) -> Result<ExecutionState, KernelError> {
+    record_creation_with(ctx, id, agent_id, input, labels, CreateOptions::default()).await
+}
+
+/// [`record_creation`] with a priority and an idempotency key.
+pub async fn record_creation_with(
+    ctx: &Ctx,
+    id: &ExecutionId,
+    agent_id: &str,
+    input: Value,
+    labels: Option<&BTreeMap<String, String>>,
+    options: CreateOptions,
+) -> Result<ExecutionState, KernelError> {
     let labels_json = labels.map_or(Value::Null, |labels| serde_json::json!(labels));
-    let created = machine::create(agent_id, input, labels_json);
+    let created = machine::create(
+        agent_id,
+        input,
+        labels_json,
+        options.priority,
+        options.idempotency_key,
+    );
     let events = seal(id, 0, ctx.now(), None, vec![created]);
     let exec = ExecutionState::from_events(&events)
         .ok_or_else(|| KernelError::Unavailable("execution.created did not fold".into()))?;
@@ -118,6 +137,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             &exec.agent_id,
             AgentGroupMsg::ExecutionPending {
                 execution_id: exec.id.clone(),
+                priority: exec.priority,
                 reply: None,
             },
         );

@@ -27,6 +27,8 @@ pub struct ExecutionState {
     pub labels: Option<BTreeMap<String, String>>,
     /// Input.
     pub input: Value,
+    /// Queue priority given at creation (0 when none).
+    pub priority: i64,
     /// Output once completed.
     pub output: Option<Value>,
     /// Creation time.
@@ -70,6 +72,7 @@ impl ExecutionState {
             agent_id,
             input,
             labels,
+            priority,
         } = &first.body
         else {
             return None;
@@ -80,6 +83,7 @@ impl ExecutionState {
             status: ExecutionStatus::Pending,
             labels: serde_json::from_value(labels.clone()).ok().flatten(),
             input: input.clone(),
+            priority: *priority,
             output: None,
             created_at: first.timestamp,
             updated_at: first.timestamp,

@@ -41,7 +41,13 @@ fn created() -> ExecutionState {
         0,
         time::now(),
         None,
-        vec![machine::create("agent", json!({"q": 1}), Value::Null)],
+        vec![machine::create(
+            "agent",
+            json!({"q": 1}),
+            Value::Null,
+            0,
+            None,
+        )],
     );
     ExecutionState::from_events(&events).expect("created folds")
 }

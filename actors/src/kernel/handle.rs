@@ -10,6 +10,7 @@ use tokio::sync::broadcast;
 use super::types::{CommitNotice, KernelError, PushStream, ToolEntry, ToolSchema};
 use crate::events::Event;
 use crate::execution::{Intent, IntentReply, StepOutcome};
+use crate::guardrails::CreateOptions;
 use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
 use crate::store::{ExecutionRow, ListFilter};
 
@@ -27,7 +28,32 @@ impl Kernel {
         input: Value,
         labels: Option<BTreeMap<String, String>>,
     ) -> Result<ExecutionRow, KernelError> {
-        self.inner.create_execution(agent_id, input, labels).await
+        self.inner
+            .create_execution(agent_id, input, labels, CreateOptions::default())
+            .await
+    }
+
+    /// Creates an execution with a queue priority and/or an idempotency key (a repeated key
+    /// fails with a store `Conflict`: look the first one up with
+    /// [`Kernel::execution_by_creation_key`]).
+    pub async fn create_execution_with(
+        &self,
+        agent_id: AgentId,
+        input: Value,
+        labels: Option<BTreeMap<String, String>>,
+        options: CreateOptions,
+    ) -> Result<ExecutionRow, KernelError> {
+        self.inner
+            .create_execution(agent_id, input, labels, options)
+            .await
+    }
+
+    /// Returns the execution created with `Idempotency-Key` `key`, if any.
+    pub async fn execution_by_creation_key(
+        &self,
+        key: &str,
+    ) -> Result<Option<ExecutionId>, KernelError> {
+        Ok(self.inner.store.execution_by_creation_key(key).await?)
     }
 
     /// Returns an execution's projection (`Rejected(ExecutionNotFound)` when unknown).

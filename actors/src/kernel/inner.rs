@@ -16,10 +16,11 @@ use super::root::{KernelSupervisor, RootArgs};
 use super::settle;
 use super::types::{CommitNotice, KernelError, PushStream, ToolSchema};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
-use crate::execution::actor::record_creation;
+use crate::execution::actor::record_creation_with;
 use crate::execution::{
     ExecutionMsg, ExecutionSupervisorMsg, Intent, IntentReply, Rejection, StepOutcome,
 };
+use crate::guardrails::CreateOptions;
 use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
 use crate::metrics::Metrics;
 use crate::runner::{DispatcherMsg, ToolDirectory};
@@ -196,14 +197,17 @@ impl KernelInner {
         agent_id: AgentId,
         input: Value,
         labels: Option<BTreeMap<String, String>>,
+        options: CreateOptions,
     ) -> Result<ExecutionRow, KernelError> {
         let id = ExecutionId::generate();
-        let created = match record_creation(
+        let priority = options.priority;
+        let created = match record_creation_with(
             &self.ctx,
             &id,
             agent_id.as_str(),
             input,
             labels.as_ref(),
+            options,
         )
         .await
         {
@@ -235,6 +239,7 @@ impl KernelInner {
         let group = self.group(&agent_id).await?;
         let pending = |reply| AgentGroupMsg::ExecutionPending {
             execution_id: id.clone(),
+            priority,
             reply: Some(reply),
         };
         call(&group, pending, self.timeout(), "agent group").await?;

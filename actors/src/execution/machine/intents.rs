@@ -14,13 +14,22 @@ use crate::time::Timestamp;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// Returns the first event of a new execution.
-pub fn create(agent_id: &str, input: Value, labels: Value) -> NewEvent {
+/// Returns the first event of a new execution; a creation `Idempotency-Key` is stored as the
+/// event's idempotency key (unique among `execution.created` events).
+pub fn create(
+    agent_id: &str,
+    input: Value,
+    labels: Value,
+    priority: i64,
+    key: Option<String>,
+) -> NewEvent {
     NewEvent::execution(EventBody::ExecutionCreated {
         agent_id: agent_id.to_owned(),
         input,
         labels,
+        priority,
     })
+    .with_key(key)
 }
 
 /// Assigns a pending execution to a consumer; returns the transition and the

@@ -1,0 +1,18 @@
+//! Guardrails: mechanisms that bound how much runs, whatever the agent does (issue 10,
+//! docs/guardrails.md). This module holds their pure parts; the actors apply them.
+//!
+//! - [`CreateOptions`]: priority and idempotency key of a creation.
+//! - [`queue::PendingQueue`]: an agent group's pending executions, highest priority first and
+//!   in arrival order within a priority.
+
+pub mod queue;
+
+/// What a creation may carry besides agent, input and labels. The default is what a client
+/// that uses neither gets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Queue priority within the agent's pending executions: higher is offered first.
+    pub priority: i64,
+    /// `Idempotency-Key` of the request: stored on `execution.created`, unique kernel-wide.
+    pub idempotency_key: Option<String>,
+}

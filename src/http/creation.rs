@@ -1,0 +1,182 @@
+//! Creation guardrails of `POST /v0/executions` (docs/guardrails.md): the optional `priority`
+//! field and the `Idempotency-Key` header. A key names one execution kernel-wide for as long as
+//! it is stored: the key is written as the idempotency key of its `execution.created` event and
+//! a unique index refuses a second one, so parallel repeats cannot create twice; a repeat finds
+//! the first execution and compares its recorded creation with the new body.
+
+use std::collections::BTreeMap;
+
+use axum::http::HeaderMap;
+use keel_actors::error::StoreError;
+use keel_actors::events::EventBody;
+use keel_actors::guardrails::CreateOptions;
+use keel_actors::ids::{AgentId, ExecutionId};
+use keel_actors::kernel::{Kernel, KernelError};
+use keel_actors::store::ExecutionRow;
+use serde_json::Value;
+
+use super::error::ApiError;
+
+/// Name of the header.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Longest key accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 255;
+/// Smallest and largest priority accepted.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i64> = -1_000_000..=1_000_000;
+
+/// What a creation asks for, validated.
+pub struct Request {
+    /// Agent that will run it.
+    pub agent_id: AgentId,
+    /// Input (JSON null when absent).
+    pub input: Value,
+    /// Labels, if given.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Queue priority (0 when absent).
+    pub priority: i64,
+}
+
+/// Returns the request's `Idempotency-Key`, if it has one: at most one header of 1 to
+/// [`MAX_KEY_BYTES`] visible ASCII characters.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::validation(
+            "Idempotency-Key must be given at most once",
+        ));
+    }
+    let bytes = value.as_bytes();
+    if bytes.is_empty() || bytes.len() > MAX_KEY_BYTES {
+        return Err(ApiError::validation(format_args!(
+            "Idempotency-Key must be 1 to {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    if !bytes.iter().all(|byte| byte.is_ascii_graphic()) {
+        return Err(ApiError::validation(
+            "Idempotency-Key must be visible ASCII characters without spaces",
+        ));
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Validates the optional `priority` field: an integer in [`PRIORITY_RANGE`], null meaning 0.
+pub fn parse_priority(priority: Option<Value>) -> Result<i64, ApiError> {
+    match priority {
+        None | Some(Value::Null) => Ok(0),
+        Some(value) => value
+            .as_i64()
+            .filter(|priority| PRIORITY_RANGE.contains(priority))
+            .ok_or_else(|| {
+                ApiError::validation(format_args!(
+                    "priority must be an integer from {} to {}",
+                    PRIORITY_RANGE.start(),
+                    PRIORITY_RANGE.end()
+                ))
+            }),
+    }
+}
+
+/// Creates an execution.
+pub async fn create(
+    kernel: &Kernel,
+    request: Request,
+    key: Option<String>,
+) -> Result<ExecutionRow, KernelError> {
+    let options = CreateOptions {
+        priority: request.priority,
+        idempotency_key: key,
+    };
+    kernel
+        .create_execution_with(request.agent_id, request.input, request.labels, options)
+        .await
+}
+
+/// Creates an execution under `key` unless one exists; returns it and whether it is new.
+pub async fn create_once(
+    kernel: &Kernel,
+    request: Request,
+    key: String,
+) -> Result<(ExecutionRow, bool), ApiError> {
+    if let Some(id) = kernel.execution_by_creation_key(&key).await? {
+        return existing(kernel, &id, &request).await;
+    }
+    let recorded = Recorded::of(&request);
+    match create(kernel, request, Some(key.clone())).await {
+        Ok(row) => Ok((row, true)),
+        // A parallel request with the same key committed first.
+        Err(KernelError::Store(StoreError::Conflict(_))) => {
+            match kernel.execution_by_creation_key(&key).await? {
+                Some(id) => existing_recorded(kernel, &id, &recorded).await,
+                None => Err(ApiError::Unavailable("service unavailable".to_owned())),
+            }
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The parts of a creation a repeat must match: what `execution.created` records.
+#[derive(PartialEq)]
+struct Recorded {
+    agent_id: String,
+    input: Value,
+    labels: Value,
+    priority: i64,
+}
+
+impl Recorded {
+    fn of(request: &Request) -> Self {
+        Self {
+            agent_id: request.agent_id.to_string(),
+            input: request.input.clone(),
+            labels: request
+                .labels
+                .as_ref()
+                .map_or(Value::Null, |labels| serde_json::json!(labels)),
+            priority: request.priority,
+        }
+    }
+}
+
+async fn existing(
+    kernel: &Kernel,
+    id: &ExecutionId,
+    request: &Request,
+) -> Result<(ExecutionRow, bool), ApiError> {
+    existing_recorded(kernel, id, &Recorded::of(request)).await
+}
+
+/// Returns the execution created under the key when its recorded creation matches the
+/// request, 409 when it does not.
+async fn existing_recorded(
+    kernel: &Kernel,
+    id: &ExecutionId,
+    request: &Recorded,
+) -> Result<(ExecutionRow, bool), ApiError> {
+    let first = kernel.events(id, 0, 1).await?;
+    let same = match first.first().map(|event| &event.body) {
+        Some(EventBody::ExecutionCreated {
+            agent_id,
+            input,
+            labels,
+            priority,
+        }) => {
+            let stored = Recorded {
+                agent_id: agent_id.clone(),
+                input: input.clone(),
+                labels: labels.clone(),
+                priority: *priority,
+            };
+            stored == *request
+        }
+        _ => false,
+    };
+    if !same {
+        return Err(ApiError::Conflict(format!(
+            "Idempotency-Key was already used for execution {id} with a different request"
+        )));
+    }
+    Ok((kernel.execution(id).await?, false))
+}

@@ -1,0 +1,90 @@
+//! Conformance of the creation reads: `Store::execution_by_creation_key` (the key of an
+//! `execution.created` event is unique) and `Store::pending_queue` (an agent's pending
+//! executions, oldest first, with their priority).
+
+use std::sync::Arc;
+
+use keel_actors::error::StoreError;
+use keel_actors::events::{EventBody, NewEvent};
+use keel_actors::ids::ExecutionId;
+use keel_actors::status::ExecutionStatus;
+use keel_actors::store::{Commit, Store};
+
+use super::{advance, at, commit_each, new_execution};
+
+/// Returns an `execution.started` event.
+fn started() -> NewEvent {
+    NewEvent::execution(EventBody::ExecutionStarted {
+        session_id: "s".to_owned(),
+        consumer_id: "c".to_owned(),
+    })
+}
+
+/// Returns the creation of a pending execution with `priority` and creation `key`.
+fn keyed(id: &str, agent: &str, micros: i64, priority: i64, key: Option<&str>) -> Commit {
+    let mut commit = new_execution(id, agent, &[], at(micros));
+    if let EventBody::ExecutionCreated { priority: p, .. } = &mut commit.events[0].body {
+        *p = priority;
+    }
+    commit.events[0].idempotency_key = key.map(str::to_owned);
+    commit
+}
+
+pub async fn a_creation_key_names_one_execution(store: Arc<dyn Store>) {
+    assert_eq!(
+        store.execution_by_creation_key("k").await.expect("read"),
+        None
+    );
+    commit_each(&store, &[keyed("exec-a", "a", 1, 0, Some("k"))]).await;
+    commit_each(&store, &[keyed("exec-b", "a", 2, 0, None)]).await;
+    assert_eq!(
+        store.execution_by_creation_key("k").await.expect("read"),
+        Some(ExecutionId::new("exec-a"))
+    );
+    let second = store.commit(&[keyed("exec-c", "a", 3, 0, Some("k"))]).await;
+    assert!(matches!(second, Err(StoreError::Conflict(_))), "{second:?}");
+    assert_eq!(
+        store
+            .execution(&ExecutionId::new("exec-c"))
+            .await
+            .expect("read"),
+        None
+    );
+    // Intent keys on other events are not creation keys, and may repeat.
+    let row = store
+        .execution(&ExecutionId::new("exec-b"))
+        .await
+        .expect("read")
+        .expect("stored");
+    let keyed_start = started().with_key(Some("k".to_owned()));
+    let later = advance(&row, at(4), ExecutionStatus::Running, vec![keyed_start]);
+    store
+        .commit(&[later])
+        .await
+        .expect("a non-creation event may carry the key");
+    assert_eq!(
+        store.execution_by_creation_key("k").await.expect("read"),
+        Some(ExecutionId::new("exec-a"))
+    );
+}
+
+pub async fn pending_queue_lists_an_agents_pending_executions_with_priorities(
+    store: Arc<dyn Store>,
+) {
+    commit_each(&store, &[keyed("exec-1", "a", 1, 0, None)]).await;
+    commit_each(&store, &[keyed("exec-2", "a", 2, 7, None)]).await;
+    commit_each(&store, &[keyed("exec-3", "b", 3, 5, None)]).await;
+    let started = commit_each(&store, &[keyed("exec-4", "a", 4, -2, None)]).await;
+    commit_each(&store, &[keyed("exec-5", "a", 5, -2, None)]).await;
+    let moved = advance(
+        &started,
+        at(6),
+        ExecutionStatus::Running,
+        vec![self::started()],
+    );
+    store.commit(&[moved]).await.expect("assigned");
+    let queue = store.pending_queue("a").await.expect("read");
+    let ids: Vec<(&str, i64)> = queue.iter().map(|(id, p)| (id.as_str(), *p)).collect();
+    assert_eq!(ids, [("exec-1", 0), ("exec-2", 7), ("exec-5", -2)]);
+    assert_eq!(store.pending_queue("nobody").await.expect("read"), []);
+}

@@ -1,0 +1,89 @@
+//! Reads for creation guardrails, for both backends: the execution created with an
+//! `Idempotency-Key` (the key is the idempotency key of its `execution.created` event, unique
+//! through the `events_creation_key` index of migration 0003), and an agent's pending queue
+//! with the `priority` of each `execution.created` event.
+
+use sqlx::{PgPool, SqlitePool};
+
+use keel_actors::error::StoreError;
+use keel_actors::ids::ExecutionId;
+
+use super::map_sqlx_error;
+
+/// The execution of a creation key; `{key}` stands for the bound key.
+const BY_KEY: &str = "SELECT execution_id FROM events \
+     WHERE type = 'execution.created' AND idempotency_key IS NOT NULL AND idempotency_key = {key}";
+
+/// Pending executions of an agent, oldest first; `{priority}` reads the payload's priority.
+const PENDING: &str = "SELECT x.id, {priority} AS priority \
+     FROM executions AS x JOIN events AS e ON e.execution_id = x.id AND e.sequence = 1 \
+     WHERE x.status = 'pending' AND x.agent_id = {agent} ORDER BY x.created_at, x.id";
+
+/// SQLite: the execution created with `key`.
+pub(super) async fn sqlite_by_key(
+    readers: &SqlitePool,
+    key: &str,
+) -> Result<Option<ExecutionId>, StoreError> {
+    let sql = BY_KEY.replace("{key}", "?");
+    let id = sqlx::query_scalar::<_, String>(&sql)
+        .bind(key)
+        .fetch_optional(readers)
+        .await
+        .map_err(map_sqlx_error)?;
+    Ok(id.map(ExecutionId::new))
+}
+
+/// SQLite: an agent's pending queue.
+pub(super) async fn sqlite_pending(
+    readers: &SqlitePool,
+    agent_id: &str,
+) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    let sql = PENDING
+        .replace(
+            "{priority}",
+            "COALESCE(CAST(json_extract(e.payload, '$.priority') AS INTEGER), 0)",
+        )
+        .replace("{agent}", "?");
+    let rows = sqlx::query_as::<_, (String, i64)>(&sql)
+        .bind(agent_id)
+        .fetch_all(readers)
+        .await
+        .map_err(map_sqlx_error)?;
+    Ok(into_queue(rows))
+}
+
+/// PostgreSQL: the execution created with `key` (the caller bounds the read).
+pub(super) async fn postgres_by_key(
+    readers: &PgPool,
+    key: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    let sql = BY_KEY.replace("{key}", "$1");
+    sqlx::query_scalar::<_, String>(&sql)
+        .bind(key)
+        .fetch_optional(readers)
+        .await
+}
+
+/// PostgreSQL: an agent's pending queue (the caller bounds the read).
+pub(super) async fn postgres_pending(
+    readers: &PgPool,
+    agent_id: &str,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let sql = PENDING
+        .replace(
+            "{priority}",
+            "COALESCE((e.payload ->> 'priority')::BIGINT, 0)",
+        )
+        .replace("{agent}", "$1");
+    sqlx::query_as::<_, (String, i64)>(&sql)
+        .bind(agent_id)
+        .fetch_all(readers)
+        .await
+}
+
+/// Converts rows of either backend.
+pub(super) fn into_queue(rows: Vec<(String, i64)>) -> Vec<(ExecutionId, i64)> {
+    rows.into_iter()
+        .map(|(id, priority)| (ExecutionId::new(id), priority))
+        .collect()
+}
