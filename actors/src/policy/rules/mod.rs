@@ -9,6 +9,7 @@ mod conditions;
 mod definition;
 mod duration;
 mod glob;
+mod go_regex;
 mod predicates;
 mod schedule;
 #[cfg(test)]

@@ -3,10 +3,11 @@
 //! field must satisfy every constraint, and a value of the wrong type fails (`pattern` and
 //! `max_length` need a string, `min`/`max` a number), as in the reference kernel.
 
-use regex::{Regex, RegexBuilder};
+use regex::Regex;
 use serde_json::Value;
 
 use super::definition::{CompileIssue, FieldPath, PredicateDefinition};
+use super::go_regex;
 
 /// Compiled size limit of one `pattern` regex (the regex crate matches in linear time).
 pub const PATTERN_SIZE_LIMIT: usize = 1 << 20;
@@ -66,10 +67,7 @@ impl Predicate {
                     ),
                 ));
             }
-            match RegexBuilder::new(source)
-                .size_limit(PATTERN_SIZE_LIMIT)
-                .build()
-            {
+            match go_regex::compile(source, PATTERN_SIZE_LIMIT) {
                 Ok(regex) => Some(regex),
                 Err(error) => {
                     errors.push(CompileIssue::new(

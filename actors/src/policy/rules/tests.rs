@@ -1,10 +1,11 @@
 //! Tests of the compiled rule language: every condition kind, evaluation order and defaults,
 //! compile problems and warnings, directory merging. Lexical pieces are in `tests/lexical.rs`
-//! (schedules, predicates), `tests/go_duration.rs` and `tests/go_match.rs` (the Go grammars),
-//! the reference kernel's meanings in `tests/reference.rs`, property tests in `tests/props.rs`.
+//! (schedules, predicates), `tests/go_duration.rs`, `tests/go_match.rs` and `tests/go_regex.rs`
+//! (the Go grammars), the reference kernel's meanings in `tests/reference.rs`, property tests in `tests/props.rs`.
 
 mod go_duration;
 mod go_match;
+mod go_regex;
 mod lexical;
 mod props;
 mod reference;
