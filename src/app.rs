@@ -258,6 +258,11 @@ fn http_settings(settings: &Settings) -> HttpSettings {
         large_body_limit: settings.large_body_limit,
         heartbeat: DEFAULT_HEARTBEAT,
         body_read_timeout: settings.body_read_timeout,
+        backlog: crate::http::creation::Backlog {
+            per_agent: (settings.max_pending_per_agent > 0).then_some(settings.max_pending_per_agent),
+            total: (settings.max_pending > 0).then_some(settings.max_pending),
+            retry_after_secs: settings.backlog_retry_after.as_secs_f64().ceil().max(1.0) as u64,
+        },
     }
 }
 

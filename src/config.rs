@@ -190,6 +190,20 @@ pub struct Config {
     #[arg(long, env = "KEEL_LARGE_BODY_LIMIT", value_name = "SIZE", default_value = "16MiB", value_parser = parse_byte_size)]
     pub large_body_limit: usize,
 
+    /// Most `pending` executions of one agent id; a creation beyond it is answered 429 with
+    /// `Retry-After` (0: unbounded).
+    #[arg(long, env = "KEEL_MAX_PENDING_PER_AGENT", value_name = "N", default_value_t = 0)]
+    pub max_pending_per_agent: u64,
+
+    /// Most `pending` executions kernel-wide; a creation beyond it is answered 429 with
+    /// `Retry-After` (0: unbounded).
+    #[arg(long, env = "KEEL_MAX_PENDING", value_name = "N", default_value_t = 0)]
+    pub max_pending: u64,
+
+    /// `Retry-After` of a creation refused because a backlog is full (whole seconds, at least 1).
+    #[arg(long, env = "KEEL_BACKLOG_RETRY_AFTER", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub backlog_retry_after: Duration,
+
     /// A request's head (request line and headers) must arrive within this time of its first
     /// byte, or the connection is closed (slow clients cannot hold connections).
     #[arg(long, env = "KEEL_HEADER_READ_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
@@ -312,6 +326,9 @@ impl fmt::Debug for Config {
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("body_limit", &self.body_limit)
             .field("large_body_limit", &self.large_body_limit)
+            .field("max_pending_per_agent", &self.max_pending_per_agent)
+            .field("max_pending", &self.max_pending)
+            .field("backlog_retry_after", &self.backlog_retry_after)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("idle_timeout", &self.idle_timeout)

@@ -90,6 +90,8 @@ pub struct Metrics {
     pub retention_deleted: Counter,
     /// Stalls reported by the watchdog, by kind (`no_intent`, `job_not_started`).
     pub stalls: Family<KindLabel, Counter>,
+    /// Creations refused because a backlog bound was reached, by kind (`agent`, `kernel`).
+    pub backlog_refused: Family<KindLabel, Counter>,
     /// Execution actors stopped because their execution only waits.
     pub passivations: Counter,
     /// Passivated executions with a wake-up time in the supervisor's index.
@@ -118,6 +120,7 @@ impl Metrics {
         let commit_batch = Histogram::new(exponential_buckets(1.0, 2.0, 12));
         let retention_deleted = Counter::default();
         let stalls = Family::<KindLabel, Counter>::default();
+        let backlog_refused = Family::<KindLabel, Counter>::default();
         let passivations = Counter::default();
         let executions_dormant = Gauge::default();
         registry.register(
@@ -186,6 +189,11 @@ impl Metrics {
             "Stalls reported by the watchdog, by kind",
             stalls.clone(),
         );
+        registry.register(
+            "backlog_refused",
+            "Creations refused with 429 because a backlog bound was reached, by kind",
+            backlog_refused.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             supervision_log: crate::supervision::SupervisionLog::default(),
@@ -201,6 +209,7 @@ impl Metrics {
             commit_batch,
             retention_deleted,
             stalls,
+            backlog_refused,
             passivations,
             executions_dormant,
         }

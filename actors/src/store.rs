@@ -196,6 +196,9 @@ pub trait Store: Send + Sync + 'static {
     async fn execution_by_creation_key(&self, key: &str)
     -> Result<Option<ExecutionId>, StoreError>;
 
+    /// Returns the number of `pending` executions of one agent, or of all agents for `None`.
+    async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError>;
+
     /// Returns the `pending` executions of one agent, oldest first, each with the `priority` of
     /// its `execution.created` event (0 when absent). An agent group loads its queue from it.
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError>;

@@ -213,6 +213,16 @@ impl Store for MemoryStore {
             .map(|(id, _)| id.clone()))
     }
 
+    async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError> {
+        let tables = self.lock();
+        Ok(tables
+            .executions
+            .values()
+            .filter(|row| row.status == crate::status::ExecutionStatus::Pending)
+            .filter(|row| agent_id.is_none_or(|agent| row.agent_id.as_str() == agent))
+            .count() as u64)
+    }
+
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         let tables = self.lock();
         let mut rows: Vec<&ExecutionRow> = tables

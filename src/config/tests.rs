@@ -344,3 +344,33 @@ fn environment_child() {
     // RUST_LOG still wins over --log-level, as documented.
     assert_eq!(flags_win.log_filter(), "debug");
 }
+
+#[test]
+fn backlog_bounds_default_to_unbounded_and_parse() {
+    let settings = parse(&["dev"]).validate().unwrap();
+    assert_eq!(
+        (settings.max_pending_per_agent, settings.max_pending),
+        (0, 0)
+    );
+    assert_eq!(settings.backlog_retry_after, Duration::from_secs(1));
+    let settings = parse(&[
+        "dev",
+        "--max-pending-per-agent",
+        "100",
+        "--max-pending",
+        "5000",
+        "--backlog-retry-after",
+        "2500ms",
+    ])
+    .validate()
+    .unwrap();
+    assert_eq!(
+        (settings.max_pending_per_agent, settings.max_pending),
+        (100, 5000)
+    );
+    assert_eq!(settings.backlog_retry_after, Duration::from_millis(2500));
+    let problems = parse(&["dev", "--backlog-retry-after", "0s"])
+        .validate()
+        .expect_err("a zero Retry-After is refused");
+    assert!(format!("{problems:?}").contains("--backlog-retry-after"), "{problems:?}");
+}

@@ -158,6 +158,12 @@ pub struct Settings {
     pub body_limit: usize,
     /// Body limit of intents and results, in bytes.
     pub large_body_limit: usize,
+    /// Most pending executions of one agent (0: unbounded).
+    pub max_pending_per_agent: u64,
+    /// Most pending executions kernel-wide (0: unbounded).
+    pub max_pending: u64,
+    /// `Retry-After` of a refused creation.
+    pub backlog_retry_after: Duration,
     /// Time allowed for a request head, from its first byte.
     pub header_read_timeout: Duration,
     /// Time allowed for a request body.
@@ -247,6 +253,11 @@ impl Config {
         );
         check_positive(&mut problems, "--body-read-timeout", self.body_read_timeout);
         check_positive(&mut problems, "--idle-timeout", self.idle_timeout);
+        check_positive(
+            &mut problems,
+            "--backlog-retry-after",
+            self.backlog_retry_after,
+        );
         if self.retry_base_delay > self.retry_max_delay {
             problems.push(format!(
                 "--retry-base-delay ({}) must not exceed --retry-max-delay ({})",
@@ -298,6 +309,9 @@ impl Config {
             shutdown_timeout: self.shutdown_timeout,
             body_limit: self.body_limit,
             large_body_limit: self.large_body_limit,
+            max_pending_per_agent: self.max_pending_per_agent,
+            max_pending: self.max_pending,
+            backlog_retry_after: self.backlog_retry_after,
             header_read_timeout: self.header_read_timeout,
             body_read_timeout: self.body_read_timeout,
             idle_timeout: self.idle_timeout,
@@ -335,6 +349,9 @@ impl Settings {
             "shutdown-timeout": format_duration(self.shutdown_timeout),
             "body-limit": format_byte_size(self.body_limit),
             "large-body-limit": format_byte_size(self.large_body_limit),
+            "max-pending-per-agent": self.max_pending_per_agent,
+            "max-pending": self.max_pending,
+            "backlog-retry-after": format_duration(self.backlog_retry_after),
             "header-read-timeout": format_duration(self.header_read_timeout),
             "body-read-timeout": format_duration(self.body_read_timeout),
             "idle-timeout": format_duration(self.idle_timeout),

@@ -24,6 +24,57 @@ pub const MAX_KEY_BYTES: usize = 255;
 /// Smallest and largest priority accepted.
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i64> = -1_000_000..=1_000_000;
 
+/// Bounds of the pending backlog (`--max-pending-per-agent`, `--max-pending`): a creation
+/// that finds as many `pending` executions as a bound (for its agent, or kernel-wide) is
+/// answered 429 with `Retry-After` and creates nothing. `None` is unbounded (no count is read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backlog {
+    /// Most pending executions of one agent id.
+    pub per_agent: Option<u64>,
+    /// Most pending executions kernel-wide.
+    pub total: Option<u64>,
+    /// `Retry-After` of the 429, in seconds.
+    pub retry_after_secs: u64,
+}
+
+impl Default for Backlog {
+    fn default() -> Self {
+        Self {
+            per_agent: None,
+            total: None,
+            retry_after_secs: 1,
+        }
+    }
+}
+
+impl Backlog {
+    /// Refuses a creation for `agent_id` when a bound is reached; reads the counts only for
+    /// the bounds that are set.
+    pub async fn admit(&self, kernel: &Kernel, agent_id: &AgentId) -> Result<(), ApiError> {
+        if let Some(limit) = self.per_agent {
+            let pending = kernel.pending_count(Some(agent_id.as_str())).await?;
+            if pending >= limit {
+                kernel.backlog_refused("agent");
+                return Err(ApiError::RateLimited(
+                    format!("backlog full: agent {agent_id} has {pending} pending executions (limit {limit})"),
+                    self.retry_after_secs,
+                ));
+            }
+        }
+        if let Some(limit) = self.total {
+            let pending = kernel.pending_count(None).await?;
+            if pending >= limit {
+                kernel.backlog_refused("kernel");
+                return Err(ApiError::RateLimited(
+                    format!("backlog full: {pending} pending executions (limit {limit})"),
+                    self.retry_after_secs,
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a creation asks for, validated.
 pub struct Request {
     /// Agent that will run it.
@@ -95,14 +146,17 @@ pub async fn create(
 }
 
 /// Creates an execution under `key` unless one exists; returns it and whether it is new.
+/// A repeat is answered before the backlog is checked: it creates nothing.
 pub async fn create_once(
     kernel: &Kernel,
+    backlog: &Backlog,
     request: Request,
     key: String,
 ) -> Result<(ExecutionRow, bool), ApiError> {
     if let Some(id) = kernel.execution_by_creation_key(&key).await? {
         return existing(kernel, &id, &request).await;
     }
+    backlog.admit(kernel, &request.agent_id).await?;
     let recorded = Recorded::of(&request);
     match create(kernel, request, Some(key.clone())).await {
         Ok(row) => Ok((row, true)),

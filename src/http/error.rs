@@ -25,6 +25,9 @@ pub enum ApiError {
     /// 409 `CONFLICT`; the message is sent as is.
     #[error("{0}")]
     Conflict(String),
+    /// 429 `RATE_LIMITED` with `Retry-After: <seconds>`; the message is sent as is.
+    #[error("{0}")]
+    RateLimited(String, u64),
     /// 503 `SERVICE_UNAVAILABLE`; the message is sent as is (it must not be internal detail).
     #[error("{0}")]
     Unavailable(String),
@@ -46,6 +49,7 @@ impl ApiError {
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
+            Self::RateLimited(..) => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
         }
@@ -88,16 +92,27 @@ impl IntoResponse for ApiError {
             | Self::Unauthorized(message)
             | Self::NotFound(message)
             | Self::Conflict(message)
+            | Self::RateLimited(message, _)
             | Self::Unavailable(message) => message.as_str(),
         };
-        (
+        let retry_after = match &self {
+            Self::RateLimited(_, seconds) => Some(seconds.to_string()),
+            _ => None,
+        };
+        let mut response = (
             status,
             Json(Envelope {
                 error: message,
                 code,
             }),
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = retry_after.and_then(|text| text.parse().ok()) {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds);
+        }
+        response
     }
 }
 

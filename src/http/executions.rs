@@ -146,11 +146,13 @@ pub async fn create(
         labels,
         priority,
     };
+    let backlog = &state.settings.backlog;
     let Some(key) = key else {
+        backlog.admit(&state.kernel, &request.agent_id).await?;
         let row = creation::create(&state.kernel, request, None).await?;
         return Ok((StatusCode::CREATED, Json(row.into())));
     };
-    match creation::create_once(&state.kernel, request, key).await? {
+    match creation::create_once(&state.kernel, backlog, request, key).await? {
         (row, true) => Ok((StatusCode::CREATED, Json(row.into()))),
         (row, false) => Ok((StatusCode::OK, Json(row.into()))),
     }

@@ -7,7 +7,7 @@
 mod agents;
 mod auth;
 mod body;
-mod creation;
+pub mod creation;
 mod cursor;
 mod error;
 mod executions;
@@ -55,6 +55,8 @@ pub struct HttpSettings {
     pub heartbeat: Duration,
     /// Time allowed to receive a whole request body.
     pub body_read_timeout: Duration,
+    /// Bounds of the pending backlog, checked by `POST /v0/executions`.
+    pub backlog: creation::Backlog,
 }
 
 impl Default for HttpSettings {
@@ -66,6 +68,7 @@ impl Default for HttpSettings {
             large_body_limit: DEFAULT_LARGE_BODY_LIMIT,
             heartbeat: DEFAULT_HEARTBEAT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            backlog: creation::Backlog::default(),
         }
     }
 }

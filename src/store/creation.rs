@@ -81,6 +81,45 @@ pub(super) async fn postgres_pending(
         .await
 }
 
+/// Pending executions, of one agent when `{agent}` is bound (the `executions_pending_agent`
+/// index of migration 0003), else kernel-wide (`executions_status_list`).
+const COUNT_AGENT: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending' AND agent_id = {agent}";
+const COUNT_ALL: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending'";
+
+/// SQLite: the number of pending executions.
+pub(super) async fn sqlite_count(
+    readers: &SqlitePool,
+    agent_id: Option<&str>,
+) -> Result<u64, StoreError> {
+    let count = match agent_id {
+        Some(agent) => {
+            sqlx::query_scalar::<_, i64>(&COUNT_AGENT.replace("{agent}", "?"))
+                .bind(agent)
+                .fetch_one(readers)
+                .await
+        }
+        None => sqlx::query_scalar::<_, i64>(COUNT_ALL).fetch_one(readers).await,
+    }
+    .map_err(map_sqlx_error)?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// PostgreSQL: the number of pending executions (the caller bounds the read).
+pub(super) async fn postgres_count(
+    readers: &PgPool,
+    agent_id: Option<&str>,
+) -> Result<i64, sqlx::Error> {
+    match agent_id {
+        Some(agent) => {
+            sqlx::query_scalar::<_, i64>(&COUNT_AGENT.replace("{agent}", "$1"))
+                .bind(agent)
+                .fetch_one(readers)
+                .await
+        }
+        None => sqlx::query_scalar::<_, i64>(COUNT_ALL).fetch_one(readers).await,
+    }
+}
+
 /// Converts rows of either backend.
 pub(super) fn into_queue(rows: Vec<(String, i64)>) -> Vec<(ExecutionId, i64)> {
     rows.into_iter()

@@ -443,6 +443,13 @@ impl Store for PostgresStore {
         Ok(id.map(ExecutionId::new))
     }
 
+    async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError> {
+        let count = self
+            .bounded(super::creation::postgres_count(&self.readers, agent_id))
+            .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         let rows = self
             .bounded(super::creation::postgres_pending(&self.readers, agent_id))

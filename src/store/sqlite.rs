@@ -298,6 +298,10 @@ impl Store for SqliteStore {
         super::creation::sqlite_by_key(&self.readers, key).await
     }
 
+    async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError> {
+        super::creation::sqlite_count(&self.readers, agent_id).await
+    }
+
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         super::creation::sqlite_pending(&self.readers, agent_id).await
     }

@@ -1,9 +1,10 @@
-//! Guardrails of issue 10 over HTTP (docs/guardrails.md): idempotent creation and priority.
+//! Guardrails of issue 10 over HTTP (docs/guardrails.md): idempotent creation, priority and
+//! the backlog bounds of creation.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{TestAgent, TestKernel, assert_error};
+use crate::harness::{Options, TestAgent, TestKernel, assert_error};
 
 async fn create_keyed(kernel: &TestKernel, key: &str, body: &Value) -> (StatusCode, Value) {
     kernel
@@ -176,5 +177,89 @@ async fn priority_is_recorded_only_when_given_and_survives_a_restart() {
     let mut expected = vec![plain_id.to_owned(), urgent_id.to_owned()];
     expected.sort();
     assert_eq!(assigned, expected);
+    kernel.shutdown().await;
+}
+
+fn backlog_options(per_agent: Option<u64>, total: Option<u64>) -> Options {
+    let mut options = Options::default();
+    options.settings.backlog = keel::http::creation::Backlog {
+        per_agent,
+        total,
+        retry_after_secs: 3,
+    };
+    options
+}
+
+async fn assert_backlog_full(kernel: &TestKernel, body: &Value, message: &str) {
+    let response = kernel
+        .client
+        .post(kernel.url("/v0/executions"))
+        .json(body)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "3");
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body, json!({"code": "RATE_LIMITED", "error": message}));
+}
+
+#[tokio::test]
+async fn a_full_agent_backlog_answers_429_with_retry_after_and_creates_nothing() {
+    let kernel = TestKernel::start_with(backlog_options(Some(2), None)).await;
+    kernel.create("busy", json!(1)).await;
+    kernel.create("busy", json!(2)).await;
+    let before = all_executions(&kernel).await.len();
+    assert_backlog_full(
+        &kernel,
+        &json!({"agent_id": "busy"}),
+        "backlog full: agent busy has 2 pending executions (limit 2)",
+    )
+    .await;
+    // A keyed creation is refused the same way and does not take its key.
+    let refused = create_keyed(&kernel, "later", &json!({"agent_id": "busy"})).await;
+    assert_eq!(refused.0, StatusCode::TOO_MANY_REQUESTS, "{refused:?}");
+    assert_eq!(all_executions(&kernel).await.len(), before);
+    // Other agents are not affected.
+    kernel.create("idle", json!(1)).await;
+
+    // Once one is assigned (no longer pending) there is room again.
+    let mut agent = TestAgent::connect(&kernel, "busy").await;
+    agent.assignment().await;
+    agent.assignment().await;
+    let (status, _) = create_keyed(&kernel, "later", &json!({"agent_id": "busy"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let metrics = kernel.client.get(kernel.url("/metrics")).send().await.expect("metrics");
+    let text = metrics.text().await.expect("text");
+    assert!(
+        text.contains("keel_backlog_refused_total{kind=\"agent\"} 2"),
+        "{text}"
+    );
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_full_kernel_backlog_answers_429_but_a_keyed_repeat_still_finds_its_execution() {
+    let kernel = TestKernel::start_with(backlog_options(None, Some(2))).await;
+    let body = json!({"agent_id": "a"});
+    let (status, first) = create_keyed(&kernel, "k", &body).await;
+    assert_eq!(status, StatusCode::CREATED);
+    kernel.create("b", json!(null)).await;
+    assert_backlog_full(
+        &kernel,
+        &json!({"agent_id": "c"}),
+        "backlog full: 2 pending executions (limit 2)",
+    )
+    .await;
+    let (status, again) = create_keyed(&kernel, "k", &body).await;
+    assert_eq!((status, &again["id"]), (StatusCode::OK, &first["id"]));
+    assert_eq!(all_executions(&kernel).await.len(), 2);
+    // Cancelling one makes room.
+    let id = first["id"].as_str().expect("id");
+    let (status, _) = kernel
+        .post_raw(&format!("/v0/executions/{id}/cancel"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    kernel.create("c", json!(null)).await;
     kernel.shutdown().await;
 }

@@ -48,6 +48,23 @@ impl Kernel {
             .await
     }
 
+    /// Returns the number of `pending` executions of `agent_id`, or kernel-wide for `None`.
+    pub async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, KernelError> {
+        Ok(self.inner.store.pending_count(agent_id).await?)
+    }
+
+    /// Counts a creation refused because a backlog bound (`agent` or `kernel`) was reached.
+    pub fn backlog_refused(&self, kind: &str) {
+        self.inner
+            .ctx
+            .metrics
+            .backlog_refused
+            .get_or_create(&crate::metrics::KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
     /// Returns the execution created with `Idempotency-Key` `key`, if any.
     pub async fn execution_by_creation_key(
         &self,

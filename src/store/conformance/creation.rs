@@ -1,6 +1,6 @@
 //! Conformance of the creation reads: `Store::execution_by_creation_key` (the key of an
-//! `execution.created` event is unique) and `Store::pending_queue` (an agent's pending
-//! executions, oldest first, with their priority).
+//! `execution.created` event is unique), `Store::pending_queue` (an agent's pending
+//! executions, oldest first, with their priority) and `Store::pending_count`.
 
 use std::sync::Arc;
 
@@ -87,4 +87,8 @@ pub async fn pending_queue_lists_an_agents_pending_executions_with_priorities(
     let ids: Vec<(&str, i64)> = queue.iter().map(|(id, p)| (id.as_str(), *p)).collect();
     assert_eq!(ids, [("exec-1", 0), ("exec-2", 7), ("exec-5", -2)]);
     assert_eq!(store.pending_queue("nobody").await.expect("read"), []);
+    assert_eq!(store.pending_count(Some("a")).await.expect("count"), 3);
+    assert_eq!(store.pending_count(Some("b")).await.expect("count"), 1);
+    assert_eq!(store.pending_count(Some("nobody")).await.expect("count"), 0);
+    assert_eq!(store.pending_count(None).await.expect("count"), 4);
 }
