@@ -92,6 +92,8 @@ pub struct Metrics {
     pub stalls: Family<KindLabel, Counter>,
     /// Creations refused because a backlog bound was reached, by kind (`agent`, `kernel`).
     pub backlog_refused: Family<KindLabel, Counter>,
+    /// SSE consumers disconnected because their push buffer was full, by kind (`agent`).
+    pub slow_consumers: Family<KindLabel, Counter>,
     /// Execution actors stopped because their execution only waits.
     pub passivations: Counter,
     /// Passivated executions with a wake-up time in the supervisor's index.
@@ -121,6 +123,7 @@ impl Metrics {
         let retention_deleted = Counter::default();
         let stalls = Family::<KindLabel, Counter>::default();
         let backlog_refused = Family::<KindLabel, Counter>::default();
+        let slow_consumers = Family::<KindLabel, Counter>::default();
         let passivations = Counter::default();
         let executions_dormant = Gauge::default();
         registry.register(
@@ -194,6 +197,11 @@ impl Metrics {
             "Creations refused with 429 because a backlog bound was reached, by kind",
             backlog_refused.clone(),
         );
+        registry.register(
+            "slow_consumers_disconnected",
+            "SSE consumers disconnected because they could not keep up with their pushes, by kind",
+            slow_consumers.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             supervision_log: crate::supervision::SupervisionLog::default(),
@@ -210,6 +218,7 @@ impl Metrics {
             retention_deleted,
             stalls,
             backlog_refused,
+            slow_consumers,
             passivations,
             executions_dormant,
         }

@@ -354,8 +354,22 @@ fn deliver(
                 remember(state, consumer_id, &push);
                 return;
             }
-            Err(TrySendError::Full(push) | TrySendError::Closed(push)) => {
+            Err(error) => {
                 // Too slow or already gone: disconnect it; its sessions get the grace period.
+                let push = match error {
+                    TrySendError::Full(push) => {
+                        state
+                            .ctx
+                            .metrics
+                            .slow_consumers
+                            .get_or_create(&crate::metrics::KindLabel {
+                                kind: "agent".to_owned(),
+                            })
+                            .inc();
+                        push
+                    }
+                    TrySendError::Closed(push) => push,
+                };
                 tracing::warn!(agent.id = %state.agent_id, consumer.id = %consumer_id, "agent consumer cannot keep up, disconnecting");
                 state.connected.remove(consumer_id);
                 start_grace(myself, state, consumer_id);

@@ -10,6 +10,8 @@ pub mod supervisor;
 #[cfg(test)]
 mod retry_tests;
 #[cfg(test)]
+mod slow_tests;
+#[cfg(test)]
 mod tests;
 
 pub use actor::{AgentGroupActor, AgentGroupArgs};
