@@ -24,7 +24,7 @@ use crate::guardrails::CreateOptions;
 use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
 use crate::metrics::Metrics;
 use crate::runner::{DispatcherMsg, ToolDirectory};
-use crate::status::ExecutionStatus;
+
 use crate::store::{ExecutionRow, Store};
 
 /// The state behind a [`Kernel`] handle.
@@ -35,7 +35,7 @@ pub struct KernelInner {
     pub(crate) commits: broadcast::Sender<CommitNotice>,
     pub(crate) tools: ToolDirectory,
     root: ActorRef<()>,
-    executions: ActorRef<ExecutionSupervisorMsg>,
+    pub(super) executions: ActorRef<ExecutionSupervisorMsg>,
     connections: AtomicU64,
     stopped: AtomicBool,
     janitor: Option<tokio::task::JoinHandle<()>>,
@@ -63,7 +63,7 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
         .await
         .map_err(|_| KernelError::Unavailable("actor tree did not start".into()))?;
     let janitor = ctx.config.retention_period.map(|period| {
-        tokio::spawn(retention_loop(
+        tokio::spawn(super::retention::retention_loop(
             store.clone(),
             metrics.clone(),
             ctx.clock.clone(),
@@ -90,71 +90,15 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
 }
 
 impl KernelInner {
-    /// Startup recovery from an index scan: executions with work in flight (a session that
-    /// runs, tool steps) get their actor back and re-announce themselves; those that only wait
-    /// stay in the store — a pending one is found by its agent group when a consumer connects,
-    /// a blocked one keeps its session binding — and only their deadline is indexed.
-    async fn recover(&self) -> Result<(), KernelError> {
-        let started = std::time::Instant::now();
-        let entries = self.store.recovery_index().await?;
-        let count = entries.len();
-        let timeout = self.ctx.config.execution.execution_timeout;
-        let mut dormant = Vec::new();
-        let mut active = 0usize;
-        for entry in entries {
-            self.metrics.execution_moved(None, entry.status);
-            let waits = match entry.status {
-                ExecutionStatus::Pending => true,
-                ExecutionStatus::Blocked => !entry.live_steps,
-                _ => false,
-            };
-            if !waits || self.ctx.config.passivate_after.is_none() {
-                active += 1;
-                if let Err(error) = self.activate(&entry.id).await {
-                    tracing::error!(execution.id = %entry.id, error = %error, "execution could not be recovered");
-                }
-                continue;
-            }
-            if let (Some(session_id), Some(consumer_id)) = (&entry.session_id, &entry.consumer_id)
-                && entry.status != ExecutionStatus::Pending
-            {
-                super::context::write(&self.ctx.sessions)
-                    .insert(session_id.clone(), entry.id.clone());
-                self.ctx.tell_agent_group(
-                    &entry.agent_id,
-                    AgentGroupMsg::SessionRestored {
-                        consumer_id: consumer_id.clone(),
-                        execution_id: entry.id.clone(),
-                    },
-                );
-            }
-            let wake_at = crate::time::add(entry.created_at, timeout);
-            dormant.push((entry.id, Some(wake_at)));
-        }
-        let waiting = dormant.len();
-        if !dormant.is_empty() {
-            self.executions
-                .send_message(ExecutionSupervisorMsg::Dormant(dormant))
-                .map_err(|_| {
-                    KernelError::Unavailable("execution supervisor is not running".into())
-                })?;
-        }
-        tracing::info!(
-            executions = count,
-            rebuilt = active,
-            waiting,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "startup recovery done"
-        );
-        Ok(())
-    }
-
     fn timeout(&self) -> std::time::Duration {
         self.ctx.config.call_timeout
     }
 
     /// Activates an execution and has it re-announce itself (startup recovery).
-    async fn activate(&self, id: &ExecutionId) -> Result<ActorRef<ExecutionMsg>, KernelError> {
+    pub(super) async fn activate(
+        &self,
+        id: &ExecutionId,
+    ) -> Result<ActorRef<ExecutionMsg>, KernelError> {
         if let Some(actor) = self.ctx.execution(id) {
             return Ok(actor);
         }
@@ -489,49 +433,6 @@ impl KernelInner {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "actor tree stopped"
         );
-    }
-}
-
-/// Rows deleted per retention transaction.
-const RETENTION_BATCH: i64 = 100;
-
-/// Deletes terminal executions older than `period`, every `interval`, in bounded batches.
-async fn retention_loop(
-    store: Arc<dyn Store>,
-    metrics: Arc<Metrics>,
-    clock: crate::time::Clock,
-    period: std::time::Duration,
-    interval: std::time::Duration,
-) {
-    let mut ticker = tokio::time::interval(interval.max(std::time::Duration::from_secs(1)));
-    loop {
-        ticker.tick().await;
-        let Ok(age) = chrono::Duration::from_std(period) else {
-            return;
-        };
-        let before = clock.now() - age;
-        let mut total = 0u64;
-        loop {
-            match store.delete_terminal_before(before, RETENTION_BATCH).await {
-                Ok(deleted) => {
-                    total += deleted;
-                    metrics.retention_deleted.inc_by(deleted);
-                    if deleted < RETENTION_BATCH as u64 {
-                        break;
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(error = %error, "retention clean-up failed");
-                    break;
-                }
-            }
-        }
-        if total > 0 {
-            tracing::info!(
-                deleted = total,
-                "retention clean-up deleted terminal executions"
-            );
-        }
     }
 }
 

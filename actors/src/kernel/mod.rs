@@ -5,6 +5,8 @@ pub mod config;
 pub mod context;
 mod handle;
 mod inner;
+mod recovery;
+mod retention;
 #[cfg(test)]
 mod retention_tests;
 mod root;

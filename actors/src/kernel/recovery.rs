@@ -1,0 +1,68 @@
+//! Startup recovery: rebuilds the world from one index query of the store.
+
+use super::inner::KernelInner;
+use super::types::KernelError;
+use crate::agent_group::AgentGroupMsg;
+use crate::execution::ExecutionSupervisorMsg;
+use crate::status::ExecutionStatus;
+
+impl KernelInner {
+    /// Startup recovery from an index scan: executions with work in flight (a session that
+    /// runs, tool steps) get their actor back and re-announce themselves; those that only wait
+    /// stay in the store — a pending one is found by its agent group when a consumer connects,
+    /// a blocked one keeps its session binding — and only their deadline is indexed.
+    pub(super) async fn recover(&self) -> Result<(), KernelError> {
+        let started = std::time::Instant::now();
+        let entries = self.store.recovery_index().await?;
+        let count = entries.len();
+        let timeout = self.ctx.config.execution.execution_timeout;
+        let mut dormant = Vec::new();
+        let mut active = 0usize;
+        for entry in entries {
+            self.metrics.execution_moved(None, entry.status);
+            let waits = match entry.status {
+                ExecutionStatus::Pending => true,
+                ExecutionStatus::Blocked => !entry.live_steps,
+                _ => false,
+            };
+            if !waits || self.ctx.config.passivate_after.is_none() {
+                active += 1;
+                if let Err(error) = self.activate(&entry.id).await {
+                    tracing::error!(execution.id = %entry.id, error = %error, "execution could not be recovered");
+                }
+                continue;
+            }
+            if let (Some(session_id), Some(consumer_id)) = (&entry.session_id, &entry.consumer_id)
+                && entry.status != ExecutionStatus::Pending
+            {
+                super::context::write(&self.ctx.sessions)
+                    .insert(session_id.clone(), entry.id.clone());
+                self.ctx.tell_agent_group(
+                    &entry.agent_id,
+                    AgentGroupMsg::SessionRestored {
+                        consumer_id: consumer_id.clone(),
+                        execution_id: entry.id.clone(),
+                    },
+                );
+            }
+            let wake_at = crate::time::add(entry.created_at, timeout);
+            dormant.push((entry.id, Some(wake_at)));
+        }
+        let waiting = dormant.len();
+        if !dormant.is_empty() {
+            self.executions
+                .send_message(ExecutionSupervisorMsg::Dormant(dormant))
+                .map_err(|_| {
+                    KernelError::Unavailable("execution supervisor is not running".into())
+                })?;
+        }
+        tracing::info!(
+            executions = count,
+            rebuilt = active,
+            waiting,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "startup recovery done"
+        );
+        Ok(())
+    }
+}
