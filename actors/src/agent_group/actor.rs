@@ -111,7 +111,7 @@ impl Actor for AgentGroupActor {
         match state.ctx.store.pending_queue(state.agent_id.as_str()).await {
             Ok(found) => {
                 for (id, priority) in found {
-                    enqueue(state, id, priority);
+                    state.pending.push(id, priority);
                 }
             }
             Err(error) => {
@@ -163,11 +163,11 @@ impl Actor for AgentGroupActor {
                 priority,
                 reply,
             } => {
-                let queued = enqueue(state, execution_id.clone(), priority);
+                state.pending.push(execution_id.clone(), priority);
                 assign_pending(&myself, state);
                 if let Some(reply) = reply {
                     // Answered when its offer is answered, or now if it is not being offered.
-                    if queued && state.offering.contains(&execution_id) {
+                    if state.offering.contains(&execution_id) {
                         state.waiting.insert(execution_id, reply);
                     } else {
                         let _ = reply.send(());
@@ -399,13 +399,6 @@ fn keep(state: &mut AgentGroupState, consumer_id: &str, push: Push) {
         tracing::warn!(consumer.id = %consumer_id, "outbox full, oldest push dropped");
     }
     queue.push_back(push);
-}
-
-/// Queues a pending execution unless it is queued or being offered already; returns whether
-/// it is (now) known to the group.
-fn enqueue(state: &mut AgentGroupState, execution_id: ExecutionId, priority: i64) -> bool {
-    state.pending.push(execution_id, priority);
-    true
 }
 
 /// Offers pending executions to connected consumers, round-robin, a bounded number at a time.
