@@ -34,6 +34,8 @@ pub(crate) mod test_support;
 mod tests;
 #[cfg(test)]
 mod timer_tests;
+#[cfg(test)]
+mod creation_tests;
 
 pub use actor::{ExecutionActor, ExecutionArgs, StartMode};
 pub use commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome};

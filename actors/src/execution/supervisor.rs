@@ -136,8 +136,21 @@ impl Actor for ExecutionSupervisor {
                 state: created,
                 reply,
             } => {
+                // The creation is committed before this message arrives, so its agent group may
+                // have found it in the store and woken an actor for it already (a group that
+                // started meanwhile loads its pending executions). That actor is the execution:
+                // a second one would own a copy that misses what the first one commits.
                 let id = created.id.clone();
-                let _ = reply.send(spawn(&myself, state, id, StartMode::Created(created)).await);
+                match state.entries.get_mut(&id) {
+                    Some(Entry::Live(actor)) if is_alive(actor) => {
+                        let _ = reply.send(Ok(actor.clone()));
+                    }
+                    Some(Entry::Draining { waiters, .. }) => waiters.push(reply),
+                    _ => {
+                        let mode = StartMode::Created(created);
+                        let _ = reply.send(spawn(&myself, state, id, mode).await);
+                    }
+                }
             }
             ExecutionSupervisorMsg::Activate {
                 id,
