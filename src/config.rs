@@ -8,6 +8,7 @@
 //! [`Settings`] once; nothing else in the binary reads the environment.
 
 mod bytes;
+mod client;
 mod redact;
 mod validate;
 
@@ -23,6 +24,7 @@ use clap::{ArgAction, Args, Parser, ValueEnum};
 use serde::Serialize;
 
 pub use bytes::parse_byte_size;
+pub use client::{ClientConfig, DEFAULT_KERNEL_URL};
 pub use validate::{ConfigError, DbUrl, Secret, Settings};
 
 /// Which command runs the kernel; decides the defaults that differ between them.
@@ -114,6 +116,16 @@ pub struct Config {
     )]
     pub bearer_token: Option<String>,
 
+    /// `REBUNO_BEARER_TOKEN`, rebuno's name of the server token: an alias used when
+    /// `--bearer-token`/`KEEL_BEARER_TOKEN` are unset.
+    #[arg(
+        long = "rebuno-bearer-token",
+        env = "REBUNO_BEARER_TOKEN",
+        hide = true,
+        hide_env_values = true
+    )]
+    pub rebuno_bearer_token: Option<String>,
+
     /// Refuse to start unless `--bearer-token`, `--policy` and `--db-url` are all set.
     #[arg(long, env = "KEEL_PRODUCTION", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub production: bool,
@@ -192,7 +204,12 @@ pub struct Config {
 
     /// Most `pending` executions of one agent id; a creation beyond it is answered 429 with
     /// `Retry-After` (0: unbounded).
-    #[arg(long, env = "KEEL_MAX_PENDING_PER_AGENT", value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        env = "KEEL_MAX_PENDING_PER_AGENT",
+        value_name = "N",
+        default_value_t = 0
+    )]
     pub max_pending_per_agent: u64,
 
     /// Most `pending` executions kernel-wide; a creation beyond it is answered 429 with
@@ -273,6 +290,7 @@ impl Config {
         config.db_url = None;
         config.policy = None;
         config.bearer_token = None;
+        config.rebuno_bearer_token = None;
         config.production = false;
         config.dump_config = false;
         config.cors_origins = Vec::new();
@@ -335,56 +353,6 @@ impl fmt::Debug for Config {
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
             .field("dump_config", &self.dump_config)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Flags shared by the client commands that talk to a running kernel.
-#[derive(Clone, Args)]
-pub struct ClientConfig {
-    /// Base URL of the kernel.
-    #[arg(
-        long,
-        env = "KEEL_URL",
-        value_name = "URL",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub url: String,
-
-    /// Bearer token sent with every request [default: none].
-    #[arg(long, env = "KEEL_TOKEN", value_name = "TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-
-    /// Output format.
-    #[arg(
-        long,
-        env = "KEEL_OUTPUT",
-        value_name = "FORMAT",
-        default_value = "text"
-    )]
-    pub output: OutputFormat,
-
-    /// `RUST_LOG`, read here so that no other module reads the environment.
-    #[arg(long = "rust-log", env = "RUST_LOG", hide = true)]
-    pub rust_log: Option<String>,
-}
-
-impl ClientConfig {
-    /// Returns the log filter of client commands: `RUST_LOG` when set, else warnings only.
-    pub fn log_filter(&self) -> &str {
-        match &self.rust_log {
-            Some(filter) if !filter.trim().is_empty() => filter,
-            _ => "warn",
-        }
-    }
-}
-
-impl fmt::Debug for ClientConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("url", &self.url)
-            .field("token", &self.token.as_ref().map(|_| validate::REDACTED))
-            .field("output", &self.output)
             .finish_non_exhaustive()
     }
 }

@@ -1,7 +1,8 @@
 //! The process's only tracing subscriber: an `EnvFilter` built from the configured filter
 //! (`RUST_LOG` when set, else `--log-level`; read by [`crate::config`]), writing human-readable
 //! text or one JSON object per line to stderr. `main` installs it once; tests may call
-//! [`init`] too, since it uses `try_init` and leaves an existing subscriber in place.
+//! [`init`] too, since it uses `try_init` and leaves an existing subscriber in place. Text logs
+//! are coloured only on a terminal and never with `NO_COLOR` set (read here, at install time).
 
 use std::io::IsTerminal;
 
@@ -47,7 +48,10 @@ pub fn init(filter: &str, format: LogFormat) -> Result<bool, TelemetryError> {
         .with_span_events(FmtSpan::NONE);
     let installed = match format {
         LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
+            .with_ansi(use_color(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
             .try_init(),
         LogFormat::Json => builder
             .json()
@@ -57,4 +61,25 @@ pub fn init(filter: &str, format: LogFormat) -> Result<bool, TelemetryError> {
             .try_init(),
     };
     Ok(installed.is_ok())
+}
+
+/// Whether text logs are coloured: only on a terminal, and never when `NO_COLOR` is set to a
+/// non-empty value (<https://no-color.org>). Clap's help and errors honour `NO_COLOR` too.
+pub fn use_color(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::use_color;
+
+    #[test]
+    fn no_color_turns_colour_off_and_pipes_never_get_it() {
+        assert!(use_color(true, None));
+        assert!(use_color(true, Some(OsStr::new(""))));
+        assert!(!use_color(true, Some(OsStr::new("1"))));
+        assert!(!use_color(false, None));
+    }
 }

@@ -90,12 +90,14 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     check_args(&args)?;
     let target = Target::connect(&args.target).await?;
     let client = Client::new(&ClientConfig {
-        url: target.http.base_url().to_owned(),
+        url: Some(target.http.base_url().to_owned()),
         token: if target.embedded.is_some() {
             None
         } else {
-            args.target.client.token.clone()
+            args.target.client.token().map(str::to_owned)
         },
+        rebuno_url: None,
+        rebuno_api_key: None,
         ..args.target.client.clone()
     })?;
     let agent_id = args.agent_id.clone().unwrap_or_else(bench_id);

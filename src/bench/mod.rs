@@ -94,12 +94,17 @@ impl Target {
         };
         let (url, token) = match &embedded {
             Some(kernel) => (kernel.url.clone(), None),
-            None => (args.client.url.trim().to_owned(), args.client.token.clone()),
+            None => (
+                args.client.url().to_owned(),
+                args.client.token().map(str::to_owned),
+            ),
         };
         // Validates the URL the way the client commands do.
         crate::cli::Client::new(&ClientConfig {
-            url: url.clone(),
+            url: Some(url.clone()),
             token: token.clone(),
+            rebuno_url: None,
+            rebuno_api_key: None,
             ..args.client.clone()
         })?;
         let http = http::Http::new(&url, token.as_deref())?;

@@ -59,6 +59,8 @@ pub enum Command {
     Runner(crate::cli::runner::RunnerArgs),
     /// Drives a kernel over stdio: `keel client --jsonl` reads commands as JSON lines.
     Client(crate::cli::jsonl::ClientArgs),
+    /// Prints a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
+    Completions(CompletionsArgs),
     /// Internal: sets a worker's rlimits and executes it (started by `keel runner`).
     #[command(name = "runner-shim", hide = true)]
     RunnerShim(crate::cli::runner::shim::ShimArgs),
@@ -89,7 +91,7 @@ pub enum PolicyCommand {
         #[arg(long, value_name = "JSON")]
         args: Option<String>,
         /// Execution label `key=value` (repeatable).
-        #[arg(long = "labels", alias = "label", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+        #[arg(long = "label", alias = "labels", value_name = "KEY=VALUE", value_parser = parse_key_value)]
         labels: Vec<(String, String)>,
     },
 }
@@ -103,12 +105,18 @@ pub struct ExecutionsArgs {
     /// Only executions of this agent.
     #[arg(long, value_name = "AGENT")]
     pub agent: Option<String>,
-    /// Only executions carrying this label, `key:value` (repeatable; all must match).
-    #[arg(long, value_name = "KEY:VALUE")]
-    pub label: Vec<String>,
+    /// Only executions carrying this label `key=value` (repeatable; all must match).
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub label: Vec<(String, String)>,
     /// Most executions to list (the kernel caps a page at 200; more are fetched page by page).
     #[arg(long, value_name = "N", default_value = "50")]
     pub limit: usize,
+    /// Redraw the table every --interval until interrupted (Ctrl-C), like `watch`.
+    #[arg(long)]
+    pub watch: bool,
+    /// Time between two redraws of --watch.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::config::parse_duration)]
+    pub interval: std::time::Duration,
     /// Kernel connection and output flags.
     #[command(flatten)]
     pub client: ClientConfig,
@@ -181,6 +189,14 @@ pub struct SignalArgs {
     /// Kernel connection and output flags.
     #[command(flatten)]
     pub client: ClientConfig,
+}
+
+/// `keel completions SHELL`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// Shell to complete in.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `keel health`.

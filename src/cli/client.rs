@@ -63,9 +63,9 @@ pub struct Client {
 }
 
 impl Client {
-    /// Builds a client for `config.url` with `config.token`.
+    /// Builds a client for [`ClientConfig::url`] with [`ClientConfig::token`].
     pub fn new(config: &ClientConfig) -> Result<Self, CliError> {
-        let base_url = config.url.trim().trim_end_matches('/').to_owned();
+        let base_url = config.url().trim_end_matches('/').to_owned();
         if !base_url.starts_with("http://") && !base_url.starts_with("https://") {
             return Err(CliError::InvalidArgument {
                 what: "--url",
@@ -88,7 +88,7 @@ impl Client {
             .map_err(|error| {
                 CliError::Failed(format!("cannot build the HTTP client: {}", chain(&error)))
             })?;
-        let token = config.token.clone().filter(|token| !token.is_empty());
+        let token = config.token().map(str::to_owned);
         Ok(Self {
             http,
             streams,
@@ -236,15 +236,9 @@ mod tls_tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
-    use crate::config::OutputFormat;
 
     fn config(url: String) -> ClientConfig {
-        ClientConfig {
-            url,
-            token: None,
-            output: OutputFormat::Text,
-            rust_log: None,
-        }
+        ClientConfig::new(url, None)
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ mod events;
 pub mod jsonl;
 pub mod output;
 pub mod runner;
+mod watch;
 
 use serde_json::{Map, Value, json};
 
@@ -26,7 +27,17 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
         Command::Policy(policy) => run_policy(policy),
         Command::Executions(args) => {
             let client = Client::new(&args.client)?;
-            list_executions(&client, &args).await
+            if args.watch {
+                watch::run(&client, &args).await
+            } else {
+                let page = list_executions(&client, &args).await?;
+                output::emit(&render_executions(&page, args.client.output));
+                Ok(())
+            }
+        }
+        Command::Completions(args) => {
+            output::emit(&completions(args.shell));
+            Ok(())
         }
         Command::Execution(args) => {
             let client = Client::new(&args.client)?;
@@ -133,6 +144,7 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         | Command::Serve(_)
         | Command::Policy(_)
         | Command::Bench(_)
+        | Command::Completions(_)
         | Command::RunnerShim(_) => None,
     }
 }
@@ -176,8 +188,19 @@ fn run_policy(command: PolicyCommand) -> Result<(), CliError> {
     }
 }
 
-/// `keel executions`: pages through the list until `--limit` summaries were printed.
-async fn list_executions(client: &Client, args: &args::ExecutionsArgs) -> Result<(), CliError> {
+/// One listing of `keel executions`: the summaries and the cursor after the last one.
+pub struct ExecutionsPage {
+    /// Summaries, newest first.
+    pub executions: Vec<Value>,
+    /// Cursor of the next page (empty at the end).
+    pub next_cursor: String,
+}
+
+/// `keel executions`: pages through the list until `--limit` summaries were collected.
+async fn list_executions(
+    client: &Client,
+    args: &args::ExecutionsArgs,
+) -> Result<ExecutionsPage, CliError> {
     let mut collected: Vec<Value> = Vec::new();
     let mut cursor = String::new();
     while collected.len() < args.limit {
@@ -189,8 +212,9 @@ async fn list_executions(client: &Client, args: &args::ExecutionsArgs) -> Result
         if let Some(agent) = &args.agent {
             query.push(("agent_id", agent.clone()));
         }
-        for label in &args.label {
-            query.push(("label", label.clone()));
+        for (key, value) in &args.label {
+            // The kernel's query syntax is `label=key:value` (WIRE.md §7.2).
+            query.push(("label", format!("{key}:{value}")));
         }
         if !cursor.is_empty() {
             query.push(("cursor", cursor.clone()));
@@ -212,13 +236,28 @@ async fn list_executions(client: &Client, args: &args::ExecutionsArgs) -> Result
         }
     }
     collected.truncate(args.limit);
-    match args.client.output {
-        OutputFormat::Text => output::emit(&output::executions_table(&collected)),
-        OutputFormat::Json => output::emit(&output::pretty(
-            &json!({ "executions": collected, "next_cursor": cursor }),
-        )),
+    Ok(ExecutionsPage {
+        executions: collected,
+        next_cursor: cursor,
+    })
+}
+
+/// Renders a listing as the table or as one JSON document.
+fn render_executions(page: &ExecutionsPage, format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Text => output::executions_table(&page.executions),
+        OutputFormat::Json => output::pretty(
+            &json!({ "executions": page.executions, "next_cursor": page.next_cursor }),
+        ),
     }
-    Ok(())
+}
+
+/// Returns the completion script of `keel` for `shell`.
+pub fn completions(shell: clap_complete::Shell) -> String {
+    use clap::CommandFactory as _;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "keel", &mut script);
+    String::from_utf8_lossy(&script).into_owned()
 }
 
 /// `keel health`: liveness and readiness; fails unless both are fine.

@@ -372,5 +372,119 @@ fn backlog_bounds_default_to_unbounded_and_parse() {
     let problems = parse(&["dev", "--backlog-retry-after", "0s"])
         .validate()
         .expect_err("a zero Retry-After is refused");
-    assert!(format!("{problems:?}").contains("--backlog-retry-after"), "{problems:?}");
+    assert!(
+        format!("{problems:?}").contains("--backlog-retry-after"),
+        "{problems:?}"
+    );
+}
+
+/// Set in the child process of [`rebuno_variables_are_aliases_of_the_keel_ones`].
+const ALIAS_CHILD_MARKER: &str = "KEEL_CONFIG_ALIAS_TEST_CHILD";
+
+/// Runs `child` in a fresh test process with `vars` set and every token/URL variable removed.
+fn run_alias_child(child: &str, vars: &[(&str, &str)]) {
+    let mut process = Process::new(std::env::current_exe().unwrap());
+    process
+        .args([child, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ALIAS_CHILD_MARKER, "1");
+    for name in [
+        "KEEL_URL",
+        "KEEL_TOKEN",
+        "KEEL_BEARER_TOKEN",
+        "REBUNO_URL",
+        "REBUNO_API_KEY",
+        "REBUNO_BEARER_TOKEN",
+    ] {
+        process.env_remove(name);
+    }
+    for (name, value) in vars {
+        process.env(name, value);
+    }
+    let output = process.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "child {vars:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "child did not run:\n{stdout}");
+}
+
+/// Parses `keel executions <args>` and returns its client flags.
+fn client_flags(args: &[&str]) -> crate::config::ClientConfig {
+    let cli = Cli::try_parse_from(
+        ["keel", "executions"]
+            .into_iter()
+            .chain(args.iter().copied()),
+    )
+    .unwrap();
+    match cli.command {
+        Command::Executions(args) => args.client,
+        other => panic!("not executions: {other:?}"),
+    }
+}
+
+#[test]
+fn rebuno_variables_are_aliases_of_the_keel_ones() {
+    let rebuno = [
+        ("REBUNO_URL", "http://rebuno.example:9000"),
+        ("REBUNO_API_KEY", "sdk-key"),
+        ("REBUNO_BEARER_TOKEN", "rebuno-server"),
+    ];
+    run_alias_child("config::tests::alias_child_rebuno_only", &rebuno);
+    let mut both = rebuno.to_vec();
+    both.extend([
+        ("KEEL_URL", "http://keel.example:8080"),
+        ("KEEL_TOKEN", "keel-key"),
+        ("KEEL_BEARER_TOKEN", "keel-server"),
+    ]);
+    run_alias_child("config::tests::alias_child_keel_wins", &both);
+    run_alias_child("config::tests::alias_child_none", &[]);
+}
+
+#[test]
+fn alias_child_rebuno_only() {
+    if std::env::var_os(ALIAS_CHILD_MARKER).is_none() {
+        return;
+    }
+    let client = client_flags(&[]);
+    assert_eq!(client.url(), "http://rebuno.example:9000");
+    assert_eq!(client.token(), Some("sdk-key"));
+    let server = parse(&["serve"]).validate().unwrap();
+    assert_eq!(
+        server.bearer_token.as_ref().map(|token| token.expose()),
+        Some("rebuno-server")
+    );
+    // Flags win over every variable.
+    let flagged = client_flags(&["--url", "http://flag:1", "--token", "flag-key"]);
+    assert_eq!(
+        (flagged.url(), flagged.token()),
+        ("http://flag:1", Some("flag-key"))
+    );
+}
+
+#[test]
+fn alias_child_keel_wins() {
+    if std::env::var_os(ALIAS_CHILD_MARKER).is_none() {
+        return;
+    }
+    let client = client_flags(&[]);
+    assert_eq!(client.url(), "http://keel.example:8080");
+    assert_eq!(client.token(), Some("keel-key"));
+    let server = parse(&["serve"]).validate().unwrap();
+    assert_eq!(
+        server.bearer_token.as_ref().map(|token| token.expose()),
+        Some("keel-server")
+    );
+}
+
+#[test]
+fn alias_child_none() {
+    if std::env::var_os(ALIAS_CHILD_MARKER).is_none() {
+        return;
+    }
+    let client = client_flags(&[]);
+    assert_eq!(client.url(), "http://127.0.0.1:8080");
+    assert_eq!(client.token(), None);
+    assert!(parse(&["serve"]).validate().unwrap().bearer_token.is_none());
 }

@@ -199,10 +199,10 @@ impl Config {
                 DbUrl::Sqlite(self.data_dir.join("keel.db"))
             }
         };
-        let bearer_token = self
-            .bearer_token
-            .as_deref()
-            .filter(|token| !token.is_empty())
+        let bearer_token = [&self.bearer_token, &self.rebuno_bearer_token]
+            .into_iter()
+            .filter_map(Option::as_deref)
+            .find(|token| !token.is_empty())
             .map(Secret::new);
         let policy = self
             .policy

@@ -31,7 +31,7 @@ pub async fn read_json<T: DeserializeOwned>(
         .map_err(|_| {
             ApiError::validation(format_args!(
                 "request body not received within {}",
-                humantime::format_duration(timeout)
+                crate::config::format_duration(timeout)
             ))
         })??;
     decode(&bytes)

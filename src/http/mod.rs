@@ -12,6 +12,7 @@ mod cursor;
 mod error;
 mod executions;
 mod health;
+pub mod openapi;
 mod query;
 mod request_id;
 mod runners;
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::middleware;
-use axum::routing::{delete, get, post};
+use axum::routing::{MethodRouter, delete, get, post};
 use keel_actors::kernel::Kernel;
 use tokio_util::sync::CancellationToken;
 
@@ -112,12 +113,43 @@ impl AppState {
     }
 }
 
-/// Builds the router of every route of WIRE.md §4, each also reachable with a trailing slash.
-pub fn router(state: AppState) -> Router {
-    let routes = Router::new()
+/// The routes of the API, each path recorded as it is added, so that tests can compare the
+/// router with the OpenAPI document (`tests/api/openapi.rs`). Add routes only through
+/// [`Routes::route`].
+pub struct Routes {
+    router: Router<AppState>,
+    paths: Vec<&'static str>,
+}
+
+impl Routes {
+    fn new() -> Self {
+        Self {
+            router: Router::new(),
+            paths: Vec::new(),
+        }
+    }
+
+    /// Adds `method_router` at `path` and records the path.
+    pub fn route(mut self, path: &'static str, method_router: MethodRouter<AppState>) -> Self {
+        self.paths.push(path);
+        self.router = self.router.route(path, method_router);
+        self
+    }
+
+    /// Returns every routed path, in the order added (trailing-slash aliases included).
+    pub fn paths(&self) -> &[&'static str] {
+        &self.paths
+    }
+}
+
+/// Returns every route of WIRE.md §4 (each also reachable with a trailing slash where §1.4
+/// says so) and the OpenAPI document, without state or middleware.
+pub fn routes() -> Routes {
+    Routes::new()
         .route("/v0/health", get(health::health))
         .route("/v0/ready", get(health::ready))
         .route("/metrics", get(health::metrics))
+        .route("/v0/openapi.json", get(openapi::serve))
         .route(
             "/v0/executions",
             post(executions::create).get(executions::list),
@@ -146,7 +178,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v0/runners/{id}/capabilities", post(runners::capabilities))
         .route("/v0/runners/{id}/tools", post(runners::publish_tools))
         .route("/v0/tools", get(runners::tools))
-        .fallback(error::not_found);
+}
+
+/// Builds the router of [`routes`] with authentication, CORS and request ids.
+pub fn router(state: AppState) -> Router {
+    let routes = routes().router.fallback(error::not_found);
     // Layers run outermost last-added: request id, then CORS, then authentication.
     routes
         .layer(middleware::from_fn_with_state(

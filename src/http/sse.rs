@@ -17,7 +17,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::header::{CACHE_CONTROL, CONNECTION, CONTENT_TYPE};
-use axum::http::{HeaderName, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::Response;
 use futures::Stream;
 use keel_actors::events::{Event, is_terminal_type};
@@ -179,16 +179,19 @@ pub fn push_response(state: &AppState, kind: StreamKind, pushes: PushStream) -> 
 }
 
 /// `GET /v0/executions/{id}/stream?after_sequence=`: the live event stream (WIRE.md §7.7).
+/// A `Last-Event-ID` header (what `EventSource` and SSE libraries send when they reconnect,
+/// with the original URL) counts as `after_sequence`; with both, the later sequence wins.
 pub async fn execution_stream(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
-    let after_sequence = QueryParams::parse(raw.as_deref(), &[])?
+    let from_query = QueryParams::parse(raw.as_deref(), &[])?
         .get("after_sequence")
-        .and_then(|text| text.parse::<i64>().ok())
-        .unwrap_or(0);
+        .and_then(|text| text.parse::<i64>().ok());
+    let after_sequence = resume_after(from_query, headers.get(LAST_EVENT_ID));
     // Subscribe before the first read, so no commit between the read and the wait is missed.
     let notices = state.kernel.subscribe_commits();
     state.kernel.execution(&id).await?;
@@ -206,6 +209,18 @@ pub async fn execution_stream(
         tail,
         |mut tail| async move { tail.next_chunk().await.map(|chunk| (Ok(chunk), tail)) },
     )))
+}
+
+/// The `Last-Event-ID` request header of SSE reconnects.
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// Returns the sequence an execution stream resumes after: the larger of the query's
+/// `after_sequence` and a numeric `Last-Event-ID`; anything unparsable counts as absent.
+fn resume_after(from_query: Option<i64>, last_event_id: Option<&HeaderValue>) -> i64 {
+    let from_header = last_event_id
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.trim().parse::<i64>().ok());
+    from_query.max(from_header).unwrap_or(0)
 }
 
 /// State of one execution stream.

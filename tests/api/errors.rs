@@ -27,6 +27,7 @@ pub fn protected_routes() -> Vec<(Method, String)> {
     let id = "0196f1c2-0000-7000-8000-000000000000";
     vec![
         (Method::GET, "/metrics".to_owned()),
+        (Method::GET, "/v0/openapi.json".to_owned()),
         (Method::POST, "/v0/executions".to_owned()),
         (Method::GET, "/v0/executions".to_owned()),
         (Method::GET, format!("/v0/executions/{id}")),

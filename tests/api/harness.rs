@@ -285,11 +285,16 @@ impl TestKernel {
 
     /// Opens an SSE stream at `path_and_query` (with the token), expecting 200.
     pub async fn sse(&self, path_and_query: &str) -> SseClient {
-        let response = self
-            .authorize(self.client.get(self.url(path_and_query)))
-            .send()
-            .await
-            .expect("stream opens");
+        self.sse_with(path_and_query, &[]).await
+    }
+
+    /// Opens an SSE stream at `path_and_query` with extra request headers, expecting 200.
+    pub async fn sse_with(&self, path_and_query: &str, headers: &[(&str, &str)]) -> SseClient {
+        let mut request = self.authorize(self.client.get(self.url(path_and_query)));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("stream opens");
         assert_eq!(response.status(), StatusCode::OK, "stream {path_and_query}");
         SseClient::new(response)
     }

@@ -12,6 +12,7 @@ mod failures;
 mod guardrails;
 mod harness;
 mod hostile;
+mod openapi;
 mod outage;
 mod restart;
 mod runners;

@@ -226,3 +226,35 @@ async fn a_stream_started_past_the_end_closes_when_the_execution_ends() {
     assert!(!stream.raw.contains("event:"), "{}", stream.raw);
     kernel.shutdown().await;
 }
+
+#[tokio::test]
+async fn last_event_id_resumes_the_execution_stream_like_after_sequence() {
+    let kernel = TestKernel::start().await;
+    let created = kernel.create("nobody", json!(null)).await;
+    let id = created["id"].as_str().unwrap();
+    kernel
+        .post_raw(&format!("/v0/executions/{id}/cancel"), "")
+        .await;
+    let path = format!("/v0/executions/{id}/stream");
+    // Log: 1 execution.created, 2 execution.cancelled.
+    let mut resumed = kernel.sse_with(&path, &[("Last-Event-ID", "1")]).await;
+    let message = resumed.next().await.unwrap();
+    assert_eq!(
+        (message.id.as_deref(), message.event.as_str()),
+        (Some("2"), "execution.cancelled")
+    );
+    assert!(resumed.ends().await);
+    // A reconnecting EventSource repeats its original URL: the later sequence wins.
+    let mut both = kernel
+        .sse_with(
+            &format!("{path}?after_sequence=0"),
+            &[("Last-Event-ID", "2")],
+        )
+        .await;
+    assert!(both.ends().await);
+    assert_eq!(both.raw, "retry: 5000\n\n");
+    // A header that is not a sequence is ignored, as an unparsable after_sequence is.
+    let mut garbage = kernel.sse_with(&path, &[("Last-Event-ID", "abc")]).await;
+    assert_eq!(garbage.next().await.unwrap().id.as_deref(), Some("1"));
+    kernel.shutdown().await;
+}

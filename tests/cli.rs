@@ -1,0 +1,211 @@
+//! The client commands of the `keel` binary against a real `keel dev` (free port, fresh SQLite
+//! directory, empty environment): the SDK's `REBUNO_URL`/`REBUNO_API_KEY` and rebuno's
+//! `REBUNO_BEARER_TOKEN` as aliases, the `k=v` label syntax on `create` and `executions`,
+//! `executions --watch`, and `completions`.
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long any expected line or command may take.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// `keel dev` on a free port; killed when dropped.
+struct Kernel {
+    _child: Child,
+    url: String,
+    _data: tempfile::TempDir,
+}
+
+impl Kernel {
+    /// Starts a kernel with `env` as its only environment.
+    async fn start(env: &[(&str, &str)]) -> Kernel {
+        let data = tempfile::tempdir().expect("temp dir");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["dev", "--port", "0", "--log-level", "info"])
+            .arg("--data-dir")
+            .arg(data.path())
+            .env_clear()
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn keel dev");
+        let mut log = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let address = tokio::time::timeout(WAIT, async {
+            while let Ok(Some(line)) = log.next_line().await {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    return rest.split_whitespace().next().map(str::to_owned);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .expect("keel dev reports its address");
+        tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+        Kernel {
+            _child: child,
+            url: format!("http://{address}"),
+            _data: data,
+        }
+    }
+}
+
+/// Runs `keel <args>` with `env` as its only environment and returns its output.
+async fn keel(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let run = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(WAIT, run)
+        .await
+        .expect("command finishes")
+        .expect("command runs")
+}
+
+/// Returns the next JSON listing a `--watch --output json` printed.
+async fn next_listing(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> Value {
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("a listing in time")
+        .unwrap()
+        .expect("watch still running");
+    serde_json::from_str(&line).unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn the_sdk_variables_reach_a_kernel_protected_by_rebunos_token_variable() {
+    let kernel = Kernel::start(&[("REBUNO_BEARER_TOKEN", "s3cret")]).await;
+    let sdk = [
+        ("REBUNO_URL", kernel.url.as_str()),
+        ("REBUNO_API_KEY", "s3cret"),
+    ];
+    let listed = keel(&["executions", "--output", "json"], &sdk).await;
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let body: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    assert_eq!(body["executions"], serde_json::json!([]));
+    // The server really requires the token: without the key the same call is refused.
+    let refused = keel(
+        &["executions", "--output", "json"],
+        &[("REBUNO_URL", kernel.url.as_str())],
+    )
+    .await;
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("401"), "{}", stderr(&refused));
+    // KEEL_TOKEN wins over REBUNO_API_KEY.
+    let wrong = keel(
+        &["executions"],
+        &[
+            ("REBUNO_URL", kernel.url.as_str()),
+            ("REBUNO_API_KEY", "s3cret"),
+            ("KEEL_TOKEN", "wrong"),
+        ],
+    )
+    .await;
+    assert!(stderr(&wrong).contains("401"), "{}", stderr(&wrong));
+}
+
+#[tokio::test]
+async fn labels_are_key_equals_value_on_create_and_on_the_listing_filter() {
+    let kernel = Kernel::start(&[]).await;
+    let env = [("KEEL_URL", kernel.url.as_str())];
+    for team in ["ops", "dev"] {
+        let label = format!("team={team}");
+        let created = keel(&["create", "--agent", "a", "--label", &label], &env).await;
+        assert!(created.status.success(), "{}", stderr(&created));
+    }
+    let listed = keel(
+        &["executions", "--label", "team=ops", "--output", "json"],
+        &env,
+    )
+    .await;
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let body: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    let executions = body["executions"].as_array().unwrap();
+    assert_eq!(executions.len(), 1, "{body}");
+    assert_eq!(executions[0]["labels"]["team"], "ops");
+    // The old `key:value` form is refused with the syntax to use.
+    let old = keel(&["executions", "--label", "team:ops"], &env).await;
+    assert_eq!(old.status.code(), Some(2));
+    assert!(stderr(&old).contains("KEY=VALUE"), "{}", stderr(&old));
+}
+
+#[tokio::test]
+async fn executions_watch_redraws_until_interrupted() {
+    let kernel = Kernel::start(&[]).await;
+    let env = [("KEEL_URL", kernel.url.as_str())];
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args([
+            "executions",
+            "--watch",
+            "--interval",
+            "100ms",
+            "--output",
+            "json",
+        ])
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn watch");
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    assert_eq!(
+        next_listing(&mut lines).await["executions"],
+        serde_json::json!([])
+    );
+    let created = keel(&["create", "--agent", "watched"], &env).await;
+    assert!(created.status.success(), "{}", stderr(&created));
+    let id = stdout(&created).trim().to_owned();
+    let mut seen = false;
+    for _ in 0..100 {
+        let listing = next_listing(&mut lines).await;
+        if listing["executions"][0]["id"] == id.as_str() {
+            seen = true;
+            break;
+        }
+    }
+    assert!(seen, "the new execution appears in a later listing");
+    watch.start_kill().unwrap();
+    watch.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn completions_are_printed_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef keel"),
+        ("fish", "complete -c keel"),
+    ] {
+        let output = keel(&["completions", shell], &[]).await;
+        assert!(output.status.success(), "{shell}: {}", stderr(&output));
+        let script = stdout(&output);
+        assert!(script.contains(marker), "{shell}: {script}");
+        for command in ["executions", "events", "completions"] {
+            assert!(script.contains(command), "{shell} lacks {command}");
+        }
+    }
+    let unknown = keel(&["completions", "tcsh"], &[]).await;
+    assert_eq!(unknown.status.code(), Some(2));
+}
