@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::Actor;
 use serde_json::json;
 
 use super::actor::{ExecutionActor, ExecutionArgs, StartMode, record_creation};
@@ -57,9 +56,7 @@ async fn an_execution_actor_talks_to_its_neighbours_only_after_commits() {
         id: id.clone(),
         mode: StartMode::Created(Box::new(created)),
     };
-    let (execution, _) = Actor::spawn(None, ExecutionActor, args)
-        .await
-        .expect("spawned");
+    let execution = probes.spawn("execution", ExecutionActor, args).await;
     let timeout = Duration::from_secs(5);
 
     let offer = |reply| ExecutionMsg::OfferToConsumer {
@@ -137,7 +134,7 @@ async fn an_execution_actor_talks_to_its_neighbours_only_after_commits() {
         })
         .await;
     assert_eq!((push.0.as_str(), push.1.event), ("c1", "signal.received"));
-    execution.stop(None);
+    probes.finish().await;
 }
 
 #[tokio::test]

@@ -85,6 +85,9 @@ pub struct ExecutionSupervisorState {
     wakes: WakeIndex,
     /// Time the pending `WakeDue` was armed for.
     wake_armed: Option<Timestamp>,
+    /// Its timer, aborted when an earlier one replaces it and when the supervisor stops.
+    wake_timer:
+        Option<tokio::task::JoinHandle<Result<(), ractor::MessagingErr<ExecutionSupervisorMsg>>>>,
 }
 
 /// The supervisor of execution actors.
@@ -107,6 +110,7 @@ impl Actor for ExecutionSupervisor {
             entries: HashMap::new(),
             wakes: WakeIndex::default(),
             wake_armed: None,
+            wake_timer: None,
         })
     }
 
@@ -122,6 +126,9 @@ impl Actor for ExecutionSupervisor {
             )
             .await;
         write(&state.ctx.executions).clear();
+        if let Some(timer) = state.wake_timer.take() {
+            timer.abort();
+        }
         Ok(())
     }
 
@@ -362,7 +369,10 @@ fn arm_wake(myself: &ActorRef<ExecutionSupervisorMsg>, state: &mut ExecutionSupe
     }
     state.wake_armed = Some(next);
     let delay = (next - state.ctx.now()).to_std().unwrap_or_default();
-    myself.send_after(delay, || ExecutionSupervisorMsg::WakeDue);
+    let timer = myself.send_after(delay, || ExecutionSupervisorMsg::WakeDue);
+    if let Some(replaced) = state.wake_timer.replace(timer) {
+        replaced.abort();
+    }
 }
 
 fn is_alive(actor: &ActorRef<ExecutionMsg>) -> bool {

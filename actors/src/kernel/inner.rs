@@ -34,7 +34,7 @@ pub struct KernelInner {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) commits: broadcast::Sender<CommitNotice>,
     pub(crate) tools: ToolDirectory,
-    root: ActorRef<()>,
+    pub(crate) root: ActorRef<()>,
     pub(super) executions: ActorRef<ExecutionSupervisorMsg>,
     connections: AtomicU64,
     stopped: AtomicBool,
@@ -308,8 +308,8 @@ impl KernelInner {
             return;
         }
         self.ctx.tell_dispatcher(DispatcherMsg::ConnectionFree {
-            runner_id: runner_id.to_string(),
-            consumer_id: consumer_id.to_string(),
+            runner_id: runner_id.clone(),
+            consumer_id: consumer_id.clone(),
         });
     }
 
@@ -365,11 +365,11 @@ impl KernelInner {
             .ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
         let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
         let connection = self.connections.fetch_add(1, Ordering::Relaxed);
-        let (runner, consumer) = (runner_id.to_string(), consumer_id.to_string());
+        let (runner, consumer) = (runner_id.clone(), consumer_id.clone());
         dispatcher
             .send_message(DispatcherMsg::RunnerConnected {
-                runner_id: runner.clone(),
-                consumer_id: consumer.clone(),
+                runner_id,
+                consumer_id,
                 connection,
                 capabilities,
                 sender,
@@ -393,7 +393,7 @@ impl KernelInner {
         let ids: Vec<String> = tools.iter().map(|tool| tool.id.clone()).collect();
         self.tools.publish(runner_id.as_str(), tools);
         self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
-            runner_id: runner_id.to_string(),
+            runner_id: runner_id.clone(),
             tools: ids,
         });
         Ok(())
@@ -405,7 +405,7 @@ impl KernelInner {
         tools: Vec<String>,
     ) -> Result<(), KernelError> {
         self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
-            runner_id: runner_id.to_string(),
+            runner_id: runner_id.clone(),
             tools,
         });
         Ok(())

@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use ractor::RpcReplyPort;
 
-use super::dispatcher::{DispatcherMsg, DispatcherState};
+use super::dispatch::Dispatch;
+use super::messages::DispatcherMsg;
 use crate::execution::JobSpec;
-use crate::ids::StepId;
+use crate::ids::{ConsumerId, RunnerId, StepId};
 use crate::kernel::KernelError;
 use crate::kernel::context::{Ctx, call};
 
@@ -37,8 +38,8 @@ pub struct JobReport {
 enum Place<'a> {
     /// In the hands of a connection, or of one that left and may come back (runner grace).
     Held {
-        runner_id: &'a str,
-        consumer_id: &'a str,
+        runner_id: &'a RunnerId,
+        consumer_id: &'a ConsumerId,
     },
     /// Recovered after a restart: some runner may hold it, the dispatcher does not know which.
     Recovered,
@@ -58,7 +59,7 @@ pub async fn check(ctx: &Arc<Ctx>, report: JobReport) -> Result<Result<(), Strin
 }
 
 /// Decides a report against the dispatcher's state.
-pub(super) fn decide(state: &DispatcherState, report: &JobReport) -> Result<(), String> {
+pub(super) fn decide(state: &Dispatch, report: &JobReport) -> Result<(), String> {
     let of_step = |job: &JobSpec| job.step_id == report.step_id;
     let Some(job_id) = report.job_id.as_deref() else {
         // `started`: the step's job, whichever it is, must be held by this runner id.
@@ -98,11 +99,11 @@ fn holder_matches(report: &JobReport, job: &JobSpec, place: &Place<'_>) -> Resul
             runner_id,
             consumer_id,
         } => {
-            let same_runner = *runner_id == report.runner_id;
+            let same_runner = runner_id.as_str() == report.runner_id;
             let same_consumer = report
                 .consumer_id
                 .as_deref()
-                .is_none_or(|given| given == *consumer_id);
+                .is_none_or(|given| given == consumer_id.as_str());
             if same_runner && same_consumer {
                 Ok(())
             } else {
@@ -117,11 +118,11 @@ fn holder_matches(report: &JobReport, job: &JobSpec, place: &Place<'_>) -> Resul
 
 /// Finds the first job matching `wanted` wherever the dispatcher keeps jobs.
 fn locate<'a>(
-    state: &'a DispatcherState,
+    state: &'a Dispatch,
     wanted: impl Fn(&JobSpec) -> bool,
 ) -> Option<(&'a JobSpec, Place<'a>)> {
-    for ((runner_id, consumer_id), entry) in &state.connections {
-        if let Some(job) = entry.busy.as_ref().filter(|job| wanted(job)) {
+    for ((runner_id, consumer_id), slot) in &state.connections {
+        if let Some(job) = slot.busy.as_ref().filter(|job| wanted(job)) {
             let place = Place::Held {
                 runner_id,
                 consumer_id,

@@ -1,13 +1,23 @@
-//! Runners: the `Dispatcher` (queued jobs ↔ idle runner connections by capability, and the
-//! supervisor of runner actors), one `RunnerActor` per runner connection, and the in-memory
-//! tool directory of published schemas.
+//! Runners: the `Dispatcher` (an actor shell around the pure core `Dispatch`, which matches
+//! queued jobs with idle runner connections by capability; it also supervises the runner
+//! actors), one `RunnerActor` per runner connection, and the in-memory tool directory of
+//! published schemas.
 
+pub mod dispatch;
 pub mod dispatcher;
 pub mod holders;
+pub mod messages;
 pub mod runner_actor;
 pub mod tools;
 
-pub use dispatcher::{Dispatcher, DispatcherMsg};
+#[cfg(test)]
+mod dispatch_tests;
+#[cfg(test)]
+mod dispatcher_tests;
+
+pub use dispatch::{Dispatch, DispatchEffect, DispatchInput, DispatcherSnapshot};
+pub use dispatcher::Dispatcher;
 pub use holders::JobReport;
-pub use runner_actor::{RunnerActor, RunnerArgs, RunnerMsg};
+pub use messages::{DispatcherMsg, RunnerMsg};
+pub use runner_actor::{RunnerActor, RunnerArgs};
 pub use tools::ToolDirectory;

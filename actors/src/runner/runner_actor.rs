@@ -8,28 +8,20 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::dispatcher::DispatcherMsg;
+use super::messages::{DispatcherMsg, RunnerMsg};
 use crate::execution::{ExecutionMsg, JobSpec};
-use crate::ids::ExecutionId;
+use crate::ids::{ConsumerId, ExecutionId, RunnerId};
 use crate::kernel::context::{Ctx, call};
 use crate::push::Push;
-
-/// Messages of a runner actor.
-pub enum RunnerMsg {
-    /// Delivers a job (the dispatcher marked this connection busy with it).
-    Deliver(JobSpec),
-    /// Writes a notice (e.g. `job.cancelled`) to the stream.
-    Notify(Push),
-}
 
 /// Arguments of a runner actor.
 pub struct RunnerArgs {
     /// Shared context.
     pub ctx: Arc<Ctx>,
     /// Runner id.
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     /// Consumer id of the connection.
-    pub consumer_id: String,
+    pub consumer_id: ConsumerId,
     /// Connection number.
     pub connection: u64,
     /// The stream's sender.
@@ -82,7 +74,7 @@ async fn claim(state: &RunnerArgs, job: JobSpec) -> Option<JobSpec> {
     let execution = state
         .ctx
         .execution(&ExecutionId::from(job.execution_id.as_str()))?;
-    let runner_id = state.runner_id.clone();
+    let runner_id = state.runner_id.to_string();
     let message = |reply| ExecutionMsg::ClaimJob {
         job,
         runner_id,

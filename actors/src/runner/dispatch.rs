@@ -1,0 +1,343 @@
+//! The dispatcher's pure core: queued remote jobs ↔ idle runner connections by capability,
+//! round-robin per tool; recovered jobs held for the runner grace; jobs of a connection that
+//! left kept for its grace (the runner may come back with them), then reported lost.
+//!
+//! No actor, no clock, no timer: every input comes with the time it is decided at, and every
+//! consequence is a [`DispatchEffect`] the actor shell carries out (send to a runner actor,
+//! arm a timer, tell an execution). The shell in `dispatcher.rs` only decodes messages into
+//! [`DispatchInput`]s and applies the effects; `dispatch_tests.rs` walks every transition.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use crate::execution::JobSpec;
+use crate::ids::{ConsumerId, RunnerId, StepId};
+use crate::time::Timestamp;
+
+/// A runner connection, by runner id and consumer id.
+pub type ConnectionKey = (RunnerId, ConsumerId);
+
+/// What happened, as the core sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DispatchInput {
+    /// A connection opened (replacing one with the same key).
+    Connected {
+        /// Runner and consumer.
+        key: ConnectionKey,
+        /// Connection number.
+        connection: u64,
+        /// Tool ids it offers.
+        capabilities: Vec<String>,
+    },
+    /// A connection closed; ignored unless `connection` is the current one of `key`.
+    Disconnected {
+        /// Runner and consumer.
+        key: ConnectionKey,
+        /// Connection number.
+        connection: u64,
+    },
+    /// The runner actor of a connection failed: the connection is dropped, its job waits for
+    /// its deadline or the runner's result.
+    RunnerFailed(ConnectionKey),
+    /// Replaces the capabilities of every connection of a runner.
+    SetCapabilities {
+        /// Runner.
+        runner_id: RunnerId,
+        /// Tool ids.
+        tools: Vec<String>,
+    },
+    /// Queue a job.
+    Enqueue(JobSpec),
+    /// A job a runner may still hold from before a restart: held for the runner grace.
+    Recovered(JobSpec),
+    /// The hold of a recovered job ended.
+    ReleaseRecovered {
+        /// Job id.
+        job_id: String,
+    },
+    /// A connection is idle again.
+    ConnectionFree(ConnectionKey),
+    /// A remote step ended.
+    StepEnded {
+        /// Step id.
+        step_id: StepId,
+        /// Why the runner should stop, if not by its own result.
+        cancel_reason: Option<String>,
+    },
+    /// The grace of a connection that left holding a job ended.
+    GraceExpired {
+        /// Runner and consumer.
+        key: ConnectionKey,
+        /// Generation the timer was armed for.
+        generation: u64,
+    },
+    /// Time passed (jobs whose `not_before` came may go now).
+    Tick,
+}
+
+/// What the shell must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DispatchEffect {
+    /// Stop the runner actor of a connection that closed. (A connection replaced by a new
+    /// one with the same key has its actor replaced by the shell when it spawns the new one.)
+    StopRunner(ConnectionKey),
+    /// Hand a job to a connection's runner actor (it is marked busy with it already).
+    Deliver {
+        /// Runner and consumer.
+        key: ConnectionKey,
+        /// The job.
+        job: JobSpec,
+    },
+    /// Tell a connection's runner to stop working on a job.
+    Cancel {
+        /// Runner and consumer.
+        key: ConnectionKey,
+        /// The job.
+        job: JobSpec,
+        /// Why.
+        reason: String,
+    },
+    /// Pass again after `delay` (a job's `not_before`).
+    TickAfter(Duration),
+    /// Send `GraceExpired { key, generation }` after the runner grace.
+    ArmRunnerGrace {
+        /// Runner and consumer.
+        key: ConnectionKey,
+        /// Generation.
+        generation: u64,
+    },
+    /// Send `ReleaseRecovered { job_id }` after the runner grace.
+    ArmRelease {
+        /// Job id.
+        job_id: String,
+    },
+    /// Tell the job's execution that no runner will report on it.
+    RunnerLost(JobSpec),
+}
+
+/// One open connection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConnectionSlot {
+    /// Connection number.
+    pub connection: u64,
+    /// Tool ids it offers.
+    pub capabilities: HashSet<String>,
+    /// The job it holds (set before the job is written to its stream).
+    pub busy: Option<JobSpec>,
+}
+
+/// The dispatcher's state.
+#[derive(Debug, Default)]
+pub struct Dispatch {
+    pub(super) connections: BTreeMap<ConnectionKey, ConnectionSlot>,
+    pub(super) queue: VecDeque<JobSpec>,
+    rotation: HashMap<String, usize>,
+    pub(super) orphans: HashMap<ConnectionKey, (JobSpec, u64)>,
+    generation: u64,
+    pub(super) held: HashMap<String, JobSpec>,
+}
+
+/// What a test (or an operator) can see of the dispatcher, job ids only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DispatcherSnapshot {
+    /// Open connections with the job each holds.
+    pub connections: Vec<(ConnectionKey, Option<String>)>,
+    /// Queued job ids, in order.
+    pub queued: Vec<String>,
+    /// Recovered job ids held for the runner grace, sorted.
+    pub held: Vec<String>,
+    /// Jobs of connections that left, in their grace, sorted.
+    pub orphaned: Vec<(ConnectionKey, String)>,
+}
+
+impl Dispatch {
+    /// Applies one input decided at `now` and returns what to do, in order.
+    pub fn apply(&mut self, input: DispatchInput, now: Timestamp) -> Vec<DispatchEffect> {
+        let mut effects = Vec::new();
+        match input {
+            DispatchInput::Connected {
+                key,
+                connection,
+                capabilities,
+            } => {
+                // A runner that comes back keeps working on its job and posts the result
+                // itself: the new connection holds the job the old one had.
+                let kept = self.orphans.remove(&key).map(|(job, _)| job);
+                let mut slot = ConnectionSlot {
+                    connection,
+                    capabilities: capabilities.into_iter().collect(),
+                    busy: kept,
+                };
+                if let Some(old) = self.connections.remove(&key) {
+                    slot.busy = slot.busy.or(old.busy);
+                }
+                self.connections.insert(key, slot);
+            }
+            DispatchInput::Disconnected { key, connection } => {
+                let current = self.connections.get(&key).map(|slot| slot.connection);
+                if current == Some(connection)
+                    && let Some(slot) = self.connections.remove(&key)
+                {
+                    effects.push(DispatchEffect::StopRunner(key.clone()));
+                    if let Some(job) = slot.busy {
+                        self.generation += 1;
+                        let generation = self.generation;
+                        tracing::info!(runner.id = %key.0, step.id = %job.step_id, "runner left holding a job, grace started");
+                        self.orphans.insert(key.clone(), (job, generation));
+                        effects.push(DispatchEffect::ArmRunnerGrace { key, generation });
+                    }
+                }
+            }
+            DispatchInput::RunnerFailed(key) => {
+                self.connections.remove(&key);
+            }
+            DispatchInput::SetCapabilities { runner_id, tools } => {
+                for ((runner, _), slot) in &mut self.connections {
+                    if runner == &runner_id {
+                        slot.capabilities = tools.iter().cloned().collect();
+                    }
+                }
+            }
+            // A rebuilt execution (crash restart, passivation) re-announces its jobs: one the
+            // dispatcher already holds somewhere must not be delivered twice.
+            DispatchInput::Enqueue(job) | DispatchInput::Recovered(job)
+                if self.knows(&job.job_id) => {}
+            DispatchInput::Enqueue(job) => {
+                // A retry job is due at `not_before`: pass again right then, not at the next tick.
+                if let Some(delay) = job.not_before.and_then(|at| (at - now).to_std().ok()) {
+                    effects.push(DispatchEffect::TickAfter(delay));
+                }
+                self.queue.push_back(job);
+            }
+            DispatchInput::Recovered(job) => {
+                effects.push(DispatchEffect::ArmRelease {
+                    job_id: job.job_id.clone(),
+                });
+                self.held.insert(job.job_id.clone(), job);
+            }
+            DispatchInput::ReleaseRecovered { job_id } => {
+                if let Some(job) = self.held.remove(&job_id) {
+                    tracing::info!(step.id = %job.step_id, job.id = %job_id, "recovered job re-queued after the runner grace");
+                    self.queue.push_back(job);
+                }
+            }
+            DispatchInput::ConnectionFree(key) => {
+                if let Some(slot) = self.connections.get_mut(&key) {
+                    slot.busy = None;
+                }
+            }
+            DispatchInput::StepEnded {
+                step_id,
+                cancel_reason,
+            } => self.step_ended(&step_id, cancel_reason, &mut effects),
+            DispatchInput::GraceExpired { key, generation } => {
+                let armed = self.orphans.get(&key).map(|(_, armed)| *armed);
+                if armed == Some(generation)
+                    && let Some((job, _)) = self.orphans.remove(&key)
+                {
+                    effects.push(DispatchEffect::RunnerLost(job));
+                }
+            }
+            DispatchInput::Tick => {}
+        }
+        self.pass(now, &mut effects);
+        effects
+    }
+
+    /// Returns the snapshot of the state.
+    pub fn snapshot(&self) -> DispatcherSnapshot {
+        let mut held: Vec<String> = self.held.keys().cloned().collect();
+        held.sort();
+        let mut orphaned: Vec<(ConnectionKey, String)> = self
+            .orphans
+            .iter()
+            .map(|(key, (job, _))| (key.clone(), job.job_id.clone()))
+            .collect();
+        orphaned.sort();
+        DispatcherSnapshot {
+            connections: self
+                .connections
+                .iter()
+                .map(|(key, slot)| {
+                    (
+                        key.clone(),
+                        slot.busy.as_ref().map(|job| job.job_id.clone()),
+                    )
+                })
+                .collect(),
+            queued: self.queue.iter().map(|job| job.job_id.clone()).collect(),
+            held,
+            orphaned,
+        }
+    }
+
+    /// Returns whether a job is queued, held, in a runner's hands or orphaned.
+    fn knows(&self, job_id: &str) -> bool {
+        self.queue.iter().any(|job| job.job_id == job_id)
+            || self.held.contains_key(job_id)
+            || self
+                .connections
+                .values()
+                .any(|slot| slot.busy.as_ref().is_some_and(|job| job.job_id == job_id))
+            || self.orphans.values().any(|(job, _)| job.job_id == job_id)
+    }
+
+    fn step_ended(
+        &mut self,
+        step_id: &StepId,
+        cancel_reason: Option<String>,
+        effects: &mut Vec<DispatchEffect>,
+    ) {
+        self.queue.retain(|job| &job.step_id != step_id);
+        self.orphans.retain(|_, (job, _)| &job.step_id != step_id);
+        self.held.retain(|_, job| &job.step_id != step_id);
+        for (key, slot) in &mut self.connections {
+            if !slot
+                .busy
+                .as_ref()
+                .is_some_and(|job| &job.step_id == step_id)
+            {
+                continue;
+            }
+            if let (Some(job), Some(reason)) = (slot.busy.take(), cancel_reason.clone()) {
+                effects.push(DispatchEffect::Cancel {
+                    key: key.clone(),
+                    job,
+                    reason,
+                });
+            }
+        }
+    }
+
+    /// Hands every due queued job to an idle capable connection, round-robin per tool.
+    fn pass(&mut self, now: Timestamp, effects: &mut Vec<DispatchEffect>) {
+        let mut index = 0;
+        while index < self.queue.len() {
+            let job = &self.queue[index];
+            if job.not_before.is_some_and(|at| at > now) {
+                index += 1;
+                continue;
+            }
+            let candidates: Vec<&ConnectionKey> = self
+                .connections
+                .iter()
+                .filter(|(_, slot)| slot.busy.is_none() && slot.capabilities.contains(&job.tool_id))
+                .map(|(key, _)| key)
+                .collect();
+            if candidates.is_empty() {
+                index += 1;
+                continue;
+            }
+            let turn = self.rotation.entry(job.tool_id.clone()).or_default();
+            let key = candidates[*turn % candidates.len()].clone();
+            *turn = turn.wrapping_add(1);
+            let Some(job) = self.queue.remove(index) else {
+                break;
+            };
+            if let Some(slot) = self.connections.get_mut(&key) {
+                slot.busy = Some(job.clone());
+                effects.push(DispatchEffect::Deliver { key, job });
+            }
+        }
+    }
+}
