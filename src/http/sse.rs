@@ -22,7 +22,7 @@ use axum::response::Response;
 use futures::Stream;
 use keel_actors::events::{Event, is_terminal_type};
 use keel_actors::ids::ExecutionId;
-use keel_actors::kernel::{CommitNotice, Kernel, PushStream};
+use keel_actors::kernel::{CommitNotice, Kernel, KernelError, PushStream};
 use keel_actors::push::Push;
 use tokio::sync::broadcast;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -278,29 +278,13 @@ impl Tail {
     /// Reads the next page into the buffer. Returns `Some(true)` when it found events, and
     /// `None` when the stream must end (store failure, or terminal with nothing left).
     async fn read_page(&mut self) -> Option<bool> {
-        let page = match self.kernel.events(&self.id, self.cursor, PAGE).await {
-            Ok(page) => page,
-            Err(error) => {
-                tracing::warn!(execution.id = %self.id, error = %error, "execution stream read failed");
-                return None;
-            }
-        };
-        if page.is_empty() {
-            // Nothing after the cursor: if the execution has ended, nothing ever will be.
-            return match self.kernel.execution(&self.id).await {
-                Ok(row) if row.status.is_terminal() => None,
-                Ok(_) => Some(false),
-                Err(error) => {
-                    tracing::warn!(execution.id = %self.id, error = %error, "execution stream lookup failed");
-                    None
-                }
-            };
-        }
+        let page = read_after(&self.kernel, &self.id, self.cursor).await?;
         // A full page may have more behind it; a short one is everything committed so far,
         // and later commits arrive as notices.
         self.need_read = page.len() as i64 >= PAGE;
+        let found = !page.is_empty();
         self.buffer.extend(page);
-        Some(true)
+        Some(found)
     }
 
     fn send(&mut self, event: &Event) -> Bytes {
@@ -317,6 +301,41 @@ impl Tail {
     }
 }
 
+/// What the execution stream reads: the log after a sequence, and whether the execution ended.
+trait ExecutionLog {
+    async fn events_after(&self, id: &ExecutionId, after: i64) -> Result<Vec<Event>, KernelError>;
+    async fn has_ended(&self, id: &ExecutionId) -> Result<bool, KernelError>;
+}
+
+impl ExecutionLog for Kernel {
+    async fn events_after(&self, id: &ExecutionId, after: i64) -> Result<Vec<Event>, KernelError> {
+        self.events(id, after, PAGE).await
+    }
+
+    async fn has_ended(&self, id: &ExecutionId) -> Result<bool, KernelError> {
+        Ok(self.execution(id).await?.status.is_terminal())
+    }
+}
+
+/// Reads the events after `cursor`: `Some(empty)` when there are none yet, `None` when the
+/// stream must end (the execution ended and everything was sent, or the store failed).
+async fn read_after(log: &impl ExecutionLog, id: &ExecutionId, cursor: i64) -> Option<Vec<Event>> {
+    let logged = |error: KernelError| {
+        tracing::warn!(execution.id = %id, error = %error, "execution stream read failed");
+    };
+    let page = log.events_after(id, cursor).await.map_err(logged).ok()?;
+    if !page.is_empty() {
+        return Some(page);
+    }
+    if !log.has_ended(id).await.map_err(logged).ok()? {
+        return Some(page);
+    }
+    // Ended, but the terminal commit may have landed between the two reads (the reads may
+    // even use different connections): whatever it recorded must still be sent.
+    let late = log.events_after(id, cursor).await.map_err(logged).ok()?;
+    (!late.is_empty()).then_some(late)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,5 +350,47 @@ mod tests {
             &frame(None, "tool.result", "a\nb")[..],
             b"event: tool.result\ndata: a\ndata: b\n\n"
         );
+    }
+
+    /// A log whose terminal commit lands right after the stream's events read, before its
+    /// status read: the first read sees nothing, the status is already terminal.
+    struct RacingLog {
+        completed: Vec<Event>,
+        status_read: std::sync::atomic::AtomicBool,
+    }
+
+    impl ExecutionLog for RacingLog {
+        async fn events_after(&self, _: &ExecutionId, after: i64) -> Result<Vec<Event>, KernelError> {
+            let committed = self.status_read.load(std::sync::atomic::Ordering::SeqCst);
+            Ok(if committed {
+                self.completed.iter().filter(|event| event.sequence > after).cloned().collect()
+            } else {
+                Vec::new()
+            })
+        }
+
+        async fn has_ended(&self, _: &ExecutionId) -> Result<bool, KernelError> {
+            self.status_read.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(true)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_terminal_event_committed_between_the_two_reads_is_still_sent() {
+        use keel_actors::events::{EventBody, NewEvent, seal};
+        let id = ExecutionId::new("e1");
+        let body = EventBody::ExecutionCompleted {
+            output: serde_json::json!("done"),
+        };
+        let completed = seal(&id, 4, keel_actors::time::now(), None, vec![NewEvent::execution(body)]);
+        let log = RacingLog {
+            completed,
+            status_read: Default::default(),
+        };
+        let page = read_after(&log, &id, 4).await.expect("the stream goes on");
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].body.type_name(), "execution.completed");
+        // Once it was sent, the next read ends the stream.
+        assert!(read_after(&log, &id, 5).await.is_none());
     }
 }
