@@ -360,17 +360,26 @@ mod tests {
     }
 
     impl ExecutionLog for RacingLog {
-        async fn events_after(&self, _: &ExecutionId, after: i64) -> Result<Vec<Event>, KernelError> {
+        async fn events_after(
+            &self,
+            _: &ExecutionId,
+            after: i64,
+        ) -> Result<Vec<Event>, KernelError> {
             let committed = self.status_read.load(std::sync::atomic::Ordering::SeqCst);
             Ok(if committed {
-                self.completed.iter().filter(|event| event.sequence > after).cloned().collect()
+                self.completed
+                    .iter()
+                    .filter(|event| event.sequence > after)
+                    .cloned()
+                    .collect()
             } else {
                 Vec::new()
             })
         }
 
         async fn has_ended(&self, _: &ExecutionId) -> Result<bool, KernelError> {
-            self.status_read.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.status_read
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             Ok(true)
         }
     }
@@ -382,7 +391,13 @@ mod tests {
         let body = EventBody::ExecutionCompleted {
             output: serde_json::json!("done"),
         };
-        let completed = seal(&id, 4, keel_actors::time::now(), None, vec![NewEvent::execution(body)]);
+        let completed = seal(
+            &id,
+            4,
+            keel_actors::time::now(),
+            None,
+            vec![NewEvent::execution(body)],
+        );
         let log = RacingLog {
             completed,
             status_read: Default::default(),

@@ -19,6 +19,8 @@ mod timers;
 pub mod watchdog;
 
 #[cfg(test)]
+mod creation_tests;
+#[cfg(test)]
 mod passivation_tests;
 #[cfg(test)]
 mod probe_tests;
@@ -34,8 +36,6 @@ pub(crate) mod test_support;
 mod tests;
 #[cfg(test)]
 mod timer_tests;
-#[cfg(test)]
-mod creation_tests;
 
 pub use actor::{ExecutionActor, ExecutionArgs, StartMode};
 pub use commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome};
