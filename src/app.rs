@@ -67,6 +67,14 @@ pub async fn run(
         ),
         None => PolicyReloader::without_policy(ReloadOptions::default()),
     };
+    let webhooks = match settings.webhooks.clone() {
+        Some(path) => Some(
+            crate::webhooks::WebhookService::start(kernel.clone(), path, Default::default())
+                .await
+                .map_err(|error| anyhow!("{error}; refusing to start"))?,
+        ),
+        None => None,
+    };
 
     let streams_end = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
@@ -101,6 +109,9 @@ pub async fn run(
     );
 
     reloader.stop().await;
+    if let Some(webhooks) = webhooks {
+        webhooks.stop().await;
+    }
     streams_end.cancel();
     stop_accepting.cancel();
     let server_result = match server_ended_early {
@@ -259,10 +270,12 @@ fn http_settings(settings: &Settings) -> HttpSettings {
         heartbeat: DEFAULT_HEARTBEAT,
         body_read_timeout: settings.body_read_timeout,
         backlog: crate::http::creation::Backlog {
-            per_agent: (settings.max_pending_per_agent > 0).then_some(settings.max_pending_per_agent),
+            per_agent: (settings.max_pending_per_agent > 0)
+                .then_some(settings.max_pending_per_agent),
             total: (settings.max_pending > 0).then_some(settings.max_pending),
             retry_after_secs: settings.backlog_retry_after.as_secs_f64().ceil().max(1.0) as u64,
         },
+        feed: crate::http::feed::FeedSettings::default(),
     }
 }
 

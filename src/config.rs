@@ -106,6 +106,10 @@ pub struct Config {
     #[arg(long, env = "KEEL_POLICY", value_name = "PATH")]
     pub policy: Option<PathBuf>,
 
+    /// Webhook subscriptions file (YAML, reloaded when it changes; docs/events.md).
+    #[arg(long, env = "KEEL_WEBHOOKS", value_name = "PATH")]
+    pub webhooks: Option<PathBuf>,
+
     /// Token every request except health and readiness must present as
     /// `Authorization: Bearer <token>` [default: none, no authentication].
     #[arg(

@@ -6,10 +6,12 @@ pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod feed;
 pub mod http;
 pub mod policy;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+pub mod webhooks;
 
 pub use app::run;

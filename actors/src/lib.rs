@@ -7,6 +7,7 @@ pub mod agent_group;
 pub mod error;
 pub mod events;
 pub mod execution;
+pub mod feed;
 pub mod guardrails;
 pub mod ids;
 pub mod kernel;

@@ -224,6 +224,21 @@ impl Metrics {
         }
     }
 
+    /// Registers a metric kept outside this struct (the webhook deliveries' metrics, for one),
+    /// so `/metrics` shows it with the others under the `keel_` prefix.
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        let mut registry = match self.registry.lock() {
+            Ok(registry) => registry,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        registry.register(name, help, metric);
+    }
+
     /// Returns the text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut text = String::new();

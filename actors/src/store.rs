@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::error::StoreError;
 use crate::events::Event;
+use crate::feed::{FeedEvent, FeedQuery};
 use crate::ids::{AgentId, ExecutionId, StepId};
 use crate::status::{ExecutionStatus, StepStatus};
 use crate::time::Timestamp;
@@ -205,4 +206,35 @@ pub trait Store: Send + Sync + 'static {
 
     /// Round-trips to the database.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Returns one page of the kernel-wide feed (`crate::feed`): events after
+    /// `query.after_position` that pass its filters, in position order.
+    async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {
+        let _ = query;
+        Err(StoreError::Unavailable(
+            "this store has no kernel-wide feed".to_owned(),
+        ))
+    }
+
+    /// Returns the position of the newest stored event (0 when the log is empty).
+    async fn head_position(&self) -> Result<i64, StoreError> {
+        Err(StoreError::Unavailable(
+            "this store has no kernel-wide feed".to_owned(),
+        ))
+    }
+
+    /// Returns the acknowledged position of every webhook subscription that has one.
+    async fn webhook_positions(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        Err(StoreError::Unavailable(
+            "this store keeps no webhook positions".to_owned(),
+        ))
+    }
+
+    /// Records that webhook subscription `id` has delivered everything up to `position`.
+    async fn set_webhook_position(&self, id: &str, position: i64) -> Result<(), StoreError> {
+        let _ = (id, position);
+        Err(StoreError::Unavailable(
+            "this store keeps no webhook positions".to_owned(),
+        ))
+    }
 }

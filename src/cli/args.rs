@@ -135,12 +135,22 @@ pub struct ExecutionArgs {
 /// `keel events ID`.
 #[derive(Debug, Args)]
 pub struct EventsArgs {
-    /// Execution id.
-    pub id: String,
-    /// Keep following new events until the execution ends (Ctrl-C to stop).
+    /// Execution id (or --all).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub id: Option<String>,
+    /// Every execution's events, in position order (the kernel-wide feed).
+    #[arg(long)]
+    pub all: bool,
+    /// With --all: only event types matching this pattern (`step.*`, `*.failed`; repeatable).
+    #[arg(long = "type", value_name = "PATTERN", requires = "all")]
+    pub types: Vec<String>,
+    /// With --all: only executions of this agent.
+    #[arg(long, value_name = "AGENT", requires = "all")]
+    pub agent: Option<String>,
+    /// Keep following new events until the execution ends (with --all: until Ctrl-C).
     #[arg(long)]
     pub tail: bool,
-    /// Only events with a sequence greater than this.
+    /// Only events with a sequence (with --all: a position) greater than this.
     #[arg(long, value_name = "SEQUENCE", default_value = "0")]
     pub after: i64,
     /// Kernel connection and output flags.

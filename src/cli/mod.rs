@@ -6,6 +6,7 @@
 pub mod args;
 pub mod client;
 mod events;
+mod feed;
 pub mod jsonl;
 pub mod output;
 pub mod runner;
@@ -49,10 +50,22 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
         }
         Command::Events(args) => {
             let client = Client::new(&args.client)?;
-            if args.tail {
-                events::tail(&client, &args.id, args.after, args.client.output).await
-            } else {
-                events::print_snapshot(&client, &args.id, args.after, args.client.output).await
+            let output = args.client.output;
+            match &args.id {
+                Some(id) if args.tail => events::tail(&client, id, args.after, output).await,
+                Some(id) => events::print_snapshot(&client, id, args.after, output).await,
+                None => {
+                    let feed_args = feed::FeedArgs {
+                        types: &args.types,
+                        agent: args.agent.as_deref(),
+                        after: args.after,
+                    };
+                    if args.tail {
+                        feed::tail(&client, &feed_args, output).await
+                    } else {
+                        feed::print_snapshot(&client, &feed_args, output).await
+                    }
+                }
             }
         }
         Command::Create(args) => {

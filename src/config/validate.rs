@@ -124,6 +124,8 @@ pub struct Settings {
     pub db_max_conns: u32,
     /// Policy file or directory; `None` picks the mode's built-in engine.
     pub policy: Option<PathBuf>,
+    /// Webhook subscriptions file, if any.
+    pub webhooks: Option<PathBuf>,
     /// Bearer token; `None` disables authentication.
     pub bearer_token: Option<Secret>,
     /// Whether `--production` was given.
@@ -292,6 +294,7 @@ impl Config {
             db,
             db_max_conns: self.db_max_conns,
             policy,
+            webhooks: self.webhooks.clone(),
             bearer_token,
             production: self.production,
             cors_origins,
@@ -332,6 +335,7 @@ impl Settings {
             "db-url": self.db.redacted(),
             "db-max-conns": self.db_max_conns,
             "policy": self.policy.as_ref().map(|path| path.display().to_string()),
+            "webhooks": self.webhooks.as_ref().map(|path| path.display().to_string()),
             "bearer-token": self.bearer_token.as_ref().map(|_| REDACTED),
             "production": self.production,
             "cors-origins": self.cors_origins,

@@ -11,6 +11,7 @@ pub mod creation;
 mod cursor;
 mod error;
 mod executions;
+pub mod feed;
 mod health;
 pub mod openapi;
 mod query;
@@ -58,6 +59,8 @@ pub struct HttpSettings {
     pub body_read_timeout: Duration,
     /// Bounds of the pending backlog, checked by `POST /v0/executions`.
     pub backlog: creation::Backlog,
+    /// Buffer and cut-off of each `GET /v0/events/stream`.
+    pub feed: feed::FeedSettings,
 }
 
 impl Default for HttpSettings {
@@ -70,6 +73,7 @@ impl Default for HttpSettings {
             heartbeat: DEFAULT_HEARTBEAT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             backlog: creation::Backlog::default(),
+            feed: feed::FeedSettings::default(),
         }
     }
 }
@@ -164,6 +168,9 @@ pub fn routes() -> Routes {
         .route("/v0/executions/{id}/signal", post(executions::signal))
         .route("/v0/executions/{id}/events", get(executions::events))
         .route("/v0/executions/{id}/stream", get(sse::execution_stream))
+        .route("/v0/events", get(feed::page))
+        .route("/v0/events/", get(feed::page))
+        .route("/v0/events/stream", get(feed::stream))
         .route("/v0/agents/stream", get(agents::stream))
         .route("/v0/agents/intent", post(agents::intent))
         .route("/v0/agents/step-result", post(agents::step_result))

@@ -34,9 +34,9 @@ use super::executions::path_id;
 use super::query::QueryParams;
 
 /// First bytes of every stream.
-const PREAMBLE: &[u8] = b"retry: 5000\n\n";
+pub(super) const PREAMBLE: &[u8] = b"retry: 5000\n\n";
 /// Comment sent every heartbeat period.
-const HEARTBEAT: &[u8] = b":heartbeat\n\n";
+pub(super) const HEARTBEAT: &[u8] = b":heartbeat\n\n";
 /// Events read from the store per page while replaying.
 const PAGE: i64 = 1000;
 
@@ -49,6 +49,8 @@ pub enum StreamKind {
     Runner,
     /// `GET /v0/executions/{id}/stream`.
     Execution,
+    /// `GET /v0/events/stream`.
+    Feed,
 }
 
 impl StreamKind {
@@ -57,18 +59,19 @@ impl StreamKind {
             Self::Agent => "agent",
             Self::Runner => "runner",
             Self::Execution => "execution",
+            Self::Feed => "feed",
         }
     }
 }
 
 /// Counts a connection in the kernel's metrics while it lives.
-struct ConnectionGuard {
+pub(super) struct ConnectionGuard {
     kernel: Kernel,
     kind: StreamKind,
 }
 
 impl ConnectionGuard {
-    fn new(kernel: &Kernel, kind: StreamKind) -> Self {
+    pub(super) fn new(kernel: &Kernel, kind: StreamKind) -> Self {
         kernel.metrics().sse_connected(kind.as_str());
         Self {
             kernel: kernel.clone(),
@@ -116,7 +119,7 @@ impl Common {
 }
 
 /// Returns the streaming response with the SSE headers of WIRE.md §8.
-fn sse_response(
+pub(super) fn sse_response(
     stream: impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
 ) -> Response {
     let mut response = Response::new(Body::from_stream(stream));
@@ -132,7 +135,7 @@ fn sse_response(
 }
 
 /// Frames one message: optional `id:`, `event:`, one `data:` line per line of the JSON.
-fn frame(id: Option<i64>, event: &str, data: &str) -> Bytes {
+pub(super) fn frame(id: Option<i64>, event: &str, data: &str) -> Bytes {
     let mut text = String::with_capacity(data.len() + event.len() + 32);
     if let Some(id) = id {
         text.push_str(&format!("id: {id}\n"));

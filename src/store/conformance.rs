@@ -17,6 +17,7 @@ use keel_actors::time::Timestamp;
 
 mod batch;
 mod creation;
+mod feed;
 mod tool_calls;
 pub use batch::{
     MANY, a_clean_group_answers_ok_for_each_commit,
@@ -27,6 +28,7 @@ pub use creation::{
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
 };
+pub use feed::{the_feed_reads_every_execution_in_position_order, webhook_positions_round_trip};
 pub use tool_calls::tool_calls_since_lists_allowed_calls_oldest_first;
 
 /// Returns a fixed time `micros` microseconds after 2026-01-01T00:00:00Z.

@@ -11,6 +11,7 @@
 //! session-level advisory lock on PostgreSQL.
 
 mod creation;
+mod feed;
 mod lock_file;
 pub mod postgres;
 mod recovery;

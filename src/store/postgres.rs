@@ -42,6 +42,7 @@ use sqlx::{Postgres, QueryBuilder};
 
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
+use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::ExecutionId;
 use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store};
 use keel_actors::time::{self, Timestamp};
@@ -455,6 +456,40 @@ impl Store for PostgresStore {
             .bounded(super::creation::postgres_pending(&self.readers, agent_id))
             .await?;
         Ok(super::creation::into_queue(rows))
+    }
+
+    async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {
+        let records = self
+            .bounded(super::feed::postgres_feed(
+                &self.readers,
+                EVENT_COLUMNS,
+                query,
+            ))
+            .await?;
+        super::feed::postgres_events(records)
+    }
+
+    async fn head_position(&self) -> Result<i64, StoreError> {
+        self.bounded(super::feed::postgres_head(&self.readers))
+            .await
+    }
+
+    async fn webhook_positions(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.bounded(super::feed::postgres_webhook_positions(&self.readers))
+            .await
+    }
+
+    async fn set_webhook_position(&self, id: &str, position: i64) -> Result<(), StoreError> {
+        let mut checkout = self.writer.checkout().await?;
+        let outcome = self
+            .writer
+            .bounded(super::feed::postgres_set_webhook_position(
+                checkout.connection(),
+                id,
+                position,
+            ))
+            .await;
+        checkout.finish(outcome)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

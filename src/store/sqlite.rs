@@ -21,6 +21,7 @@ use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
+use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::ExecutionId;
 use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store};
 use keel_actors::time::{self, Timestamp};
@@ -304,6 +305,24 @@ impl Store for SqliteStore {
 
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         super::creation::sqlite_pending(&self.readers, agent_id).await
+    }
+
+    async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {
+        super::feed::sqlite_feed(&self.readers, EVENT_COLUMNS, query).await
+    }
+
+    async fn head_position(&self) -> Result<i64, StoreError> {
+        super::feed::sqlite_head(&self.readers).await
+    }
+
+    async fn webhook_positions(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        super::feed::sqlite_webhook_positions(&self.readers).await
+    }
+
+    async fn set_webhook_position(&self, id: &str, position: i64) -> Result<(), StoreError> {
+        self.writer
+            .set_webhook_position(id.to_owned(), position)
+            .await
     }
 
     /// Ready when a write could start now: another process holding the write lock makes the

@@ -89,6 +89,8 @@ conformance_on_sqlite!(
     non_terminal_executions_oldest_first,
     delete_terminal_before_is_bounded_and_spares_live_executions,
     tool_calls_since_lists_allowed_calls_oldest_first,
+    the_feed_reads_every_execution_in_position_order,
+    webhook_positions_round_trip,
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
@@ -179,7 +181,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_a_clear_message() {
     };
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (3)"
+        "database schema version 9999 is newer than this keel binary supports (4)"
     );
     let pool = raw_pool(&path).await;
     assert_eq!(

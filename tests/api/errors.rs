@@ -35,6 +35,8 @@ pub fn protected_routes() -> Vec<(Method, String)> {
         (Method::POST, format!("/v0/executions/{id}/signal")),
         (Method::GET, format!("/v0/executions/{id}/events")),
         (Method::GET, format!("/v0/executions/{id}/stream")),
+        (Method::GET, "/v0/events".to_owned()),
+        (Method::GET, "/v0/events/stream".to_owned()),
         (
             Method::GET,
             "/v0/agents/stream?agent_id=a&consumer_id=c".to_owned(),

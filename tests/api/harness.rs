@@ -366,7 +366,7 @@ pub struct SseClient {
 }
 
 impl SseClient {
-    fn new(response: reqwest::Response) -> Self {
+    pub fn new(response: reqwest::Response) -> Self {
         let headers = response.headers().clone();
         Self {
             headers,

@@ -9,6 +9,7 @@ mod credentials;
 mod errors;
 mod executions;
 mod failures;
+mod feed;
 mod guardrails;
 mod harness;
 mod hostile;

@@ -96,6 +96,29 @@ impl Kernel {
         Ok(self.inner.store.events(id, after_sequence, limit).await?)
     }
 
+    /// Returns one page of the kernel-wide feed (see [`crate::feed`]).
+    pub async fn feed(
+        &self,
+        query: &crate::feed::FeedQuery,
+    ) -> Result<Vec<crate::feed::FeedEvent>, KernelError> {
+        Ok(self.inner.store.feed(query).await?)
+    }
+
+    /// Returns the position of the newest stored event (0 when none).
+    pub async fn head_position(&self) -> Result<i64, KernelError> {
+        Ok(self.inner.store.head_position().await?)
+    }
+
+    /// Returns the acknowledged position of every webhook subscription that has one.
+    pub async fn webhook_positions(&self) -> Result<Vec<(String, i64)>, KernelError> {
+        Ok(self.inner.store.webhook_positions().await?)
+    }
+
+    /// Records that webhook subscription `id` has delivered everything up to `position`.
+    pub async fn set_webhook_position(&self, id: &str, position: i64) -> Result<(), KernelError> {
+        Ok(self.inner.store.set_webhook_position(id, position).await?)
+    }
+
     /// Cancels an execution; returns its projection afterwards.
     pub async fn cancel(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
         self.inner.cancel(id).await

@@ -67,6 +67,8 @@ conformance_on_postgres!(
     non_terminal_executions_oldest_first,
     delete_terminal_before_is_bounded_and_spares_live_executions,
     tool_calls_since_lists_allowed_calls_oldest_first,
+    the_feed_reads_every_execution_in_position_order,
+    webhook_positions_round_trip,
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
@@ -116,7 +118,7 @@ async fn two_kernels_starting_at_once_on_an_empty_database_migrate_it_once() {
             .fetch_all(winner.readers())
             .await
             .expect("migrations read");
-    assert_eq!(migrations, vec![(1, true), (2, true), (3, true)]);
+    assert_eq!(migrations, vec![(1, true), (2, true), (3, true), (4, true)]);
     let store: Arc<dyn Store> = Arc::new(winner);
     conformance::create(&store, "exec-1", "agent-a", &[], at(1)).await;
 }
@@ -141,7 +143,7 @@ async fn concurrent_migrators_serialise_on_the_migration_lock() {
         .fetch_all(store.readers())
         .await
         .expect("migrations read");
-    assert_eq!(versions, vec![1, 2, 3]);
+    assert_eq!(versions, vec![1, 2, 3, 4]);
 }
 
 #[tokio::test]
@@ -175,7 +177,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_the_sqlite_message() {
     .expect("the dropped store releases its lock");
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (3)"
+        "database schema version 9999 is newer than this keel binary supports (4)"
     );
     let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
         .fetch_one(&mut connection)

@@ -213,3 +213,22 @@ pub(super) fn map_rusqlite_error(error: rusqlite::Error) -> StoreError {
         other => StoreError::Internal(other.to_string()),
     }
 }
+
+/// Upserts one webhook subscription's acknowledged position.
+pub(super) fn set_webhook_position(
+    connection: &Connection,
+    id: &str,
+    position: i64,
+) -> Result<(), StoreError> {
+    let sql = super::super::feed::UPSERT_WEBHOOK_POSITION
+        .replace("{id}", "?1")
+        .replace("{position}", "?2")
+        .replace("{now}", "?3");
+    connection
+        .prepare_cached(&sql)
+        .and_then(|mut statement| {
+            statement.execute(params![id, position, time::format(&time::now())])
+        })
+        .map_err(map_rusqlite_error)?;
+    Ok(())
+}

@@ -40,6 +40,12 @@ enum Request {
         limit: i64,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
+    /// Records a webhook subscription's acknowledged position.
+    SetWebhookPosition {
+        id: String,
+        position: i64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
     /// Reads one integer pragma of the writer connection (tests check its settings).
     #[cfg(test)]
     Pragma {
@@ -132,6 +138,20 @@ impl WriterThread {
         .await?
     }
 
+    /// Upserts webhook subscription `id`'s acknowledged position.
+    pub async fn set_webhook_position(&self, id: String, position: i64) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(
+            Request::SetWebhookPosition {
+                id,
+                position,
+                reply,
+            },
+            answer,
+        )
+        .await?
+    }
+
     /// Reads an integer pragma of the writer connection.
     #[cfg(test)]
     pub async fn pragma(&self, name: &'static str) -> Result<i64, StoreError> {
@@ -210,6 +230,16 @@ fn serve(mut connection: Connection, requests: &mpsc::Receiver<Request>, transac
             } => {
                 let result = in_transaction(&mut connection, transactions, |connection| {
                     write::delete_terminal_before(connection, &before, limit)
+                });
+                let _ = reply.send(result);
+            }
+            Request::SetWebhookPosition {
+                id,
+                position,
+                reply,
+            } => {
+                let result = in_transaction(&mut connection, transactions, |connection| {
+                    write::set_webhook_position(connection, &id, position)
                 });
                 let _ = reply.send(result);
             }

@@ -1,0 +1,160 @@
+//! The feed reader both the SSE stream and webhook deliveries use: replays the log after a
+//! position, then tails it, with no gap and no duplicate.
+//!
+//! It subscribes to commit notices *before* its first read, so a commit between a read and the
+//! wait that follows is never missed. Each read asks the store for the events after the cursor
+//! (the store applies the agent, execution and label filters; the reader the type patterns) and
+//! moves the cursor to the last position read, matching or not, so a filtered reader does not
+//! scan the same rows twice. Positions become visible in order (see `keel_actors::feed`), so
+//! nothing can appear later below the cursor.
+
+use keel_actors::feed::{FeedEvent, FeedQuery};
+use keel_actors::kernel::{CommitNotice, Kernel, KernelError};
+use tokio::sync::broadcast;
+
+use super::patterns::TypePatterns;
+
+/// Events read from the store per read.
+pub const PAGE: i64 = 500;
+
+/// What a feed consumer asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FeedFilter {
+    /// Type patterns (empty: every type).
+    pub types: TypePatterns,
+    /// Only this agent's executions.
+    pub agent_id: Option<String>,
+    /// Only this execution.
+    pub execution_id: Option<String>,
+    /// Label pairs every matching execution carries.
+    pub labels: Vec<(String, String)>,
+}
+
+impl FeedFilter {
+    /// Returns the store query for one page after `after_position`.
+    pub fn query(&self, after_position: i64, limit: i64) -> FeedQuery {
+        FeedQuery {
+            after_position,
+            limit,
+            agent_id: self.agent_id.clone(),
+            execution_id: self.execution_id.clone(),
+            labels: self.labels.clone(),
+        }
+    }
+}
+
+/// One page of matching events and the position the page read up to.
+#[derive(Debug)]
+pub struct Page {
+    /// Matching events, in position order.
+    pub events: Vec<FeedEvent>,
+    /// Last position read (matching or not); the next read starts after it.
+    pub scanned_to: i64,
+    /// Whether the store returned a full page (more may follow at once).
+    pub full: bool,
+}
+
+/// Reads one page of the feed after `after_position`.
+pub async fn read_page(
+    kernel: &Kernel,
+    filter: &FeedFilter,
+    after_position: i64,
+    limit: i64,
+) -> Result<Page, KernelError> {
+    let rows = kernel.feed(&filter.query(after_position, limit)).await?;
+    let full = rows.len() as i64 >= limit;
+    let scanned_to = rows.last().map_or(after_position, |row| row.position);
+    let events = rows
+        .into_iter()
+        .filter(|row| filter.types.matches(row.event.body.type_name()))
+        .collect();
+    Ok(Page {
+        events,
+        scanned_to,
+        full,
+    })
+}
+
+/// A replay-then-tail reader.
+pub struct FeedReader {
+    kernel: Kernel,
+    filter: FeedFilter,
+    cursor: i64,
+    notices: broadcast::Receiver<CommitNotice>,
+    need_read: bool,
+}
+
+impl FeedReader {
+    /// Returns a reader of the events after `after_position`, subscribed to commits already.
+    pub fn new(kernel: &Kernel, filter: FeedFilter, after_position: i64) -> Self {
+        Self {
+            notices: kernel.subscribe_commits(),
+            kernel: kernel.clone(),
+            filter,
+            cursor: after_position.max(0),
+            need_read: true,
+        }
+    }
+
+    /// Position up to which the log has been read.
+    pub fn cursor(&self) -> i64 {
+        self.cursor
+    }
+
+    /// Whether the store may hold events after the cursor.
+    pub fn needs_read(&self) -> bool {
+        self.need_read
+    }
+
+    /// Reads the next page when one may be there. Returns matching events (possibly none).
+    pub async fn read(&mut self) -> Result<Vec<FeedEvent>, KernelError> {
+        if !self.need_read {
+            return Ok(Vec::new());
+        }
+        let page = read_page(&self.kernel, &self.filter, self.cursor, PAGE).await?;
+        self.cursor = page.scanned_to;
+        // A full page may have more behind it; a short one is everything committed so far,
+        // and later commits arrive as notices.
+        self.need_read = page.full;
+        Ok(page.events)
+    }
+
+    /// Waits until a commit that may concern this reader happens. Returns `false` when the
+    /// kernel stopped publishing. Cancel-safe.
+    pub async fn changed(&mut self) -> bool {
+        loop {
+            match self.notices.recv().await {
+                Ok(notice) => {
+                    if self.concerns(&notice) {
+                        self.need_read = true;
+                    }
+                }
+                // Lagging behind the broadcast only means the store must be read again.
+                Err(broadcast::error::RecvError::Lagged(_)) => self.need_read = true,
+                Err(broadcast::error::RecvError::Closed) => return false,
+            }
+            // Take every notice already queued, so a burst of commits costs one read.
+            loop {
+                match self.notices.try_recv() {
+                    Ok(notice) => {
+                        if self.concerns(&notice) {
+                            self.need_read = true;
+                        }
+                    }
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => self.need_read = true,
+                    Err(_) => break,
+                }
+            }
+            if self.need_read {
+                return true;
+            }
+        }
+    }
+
+    fn concerns(&self, notice: &CommitNotice) -> bool {
+        self.filter
+            .execution_id
+            .as_deref()
+            .is_none_or(|id| notice.execution_id.as_str() == id)
+    }
+}

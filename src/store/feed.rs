@@ -1,0 +1,173 @@
+//! The kernel-wide feed (`Store::feed`, `Store::head_position`) and the webhook subscriptions'
+//! acknowledged positions (`Store::webhook_positions`, `Store::set_webhook_position`) for both
+//! backends. The feed reads `events` in `position` order joined to the execution row for the
+//! agent and label filters; the primary key on `position` serves the scan.
+
+use sqlx::{PgPool, QueryBuilder, SqlitePool};
+
+use keel_actors::error::StoreError;
+use keel_actors::feed::{FeedEvent, FeedQuery};
+
+use super::map_sqlx_error;
+use super::rows::EventRecord;
+
+/// Upserts one subscription's acknowledged position (both backends take this syntax).
+pub(super) const UPSERT_WEBHOOK_POSITION: &str = "INSERT INTO webhook_positions \
+     (subscription_id, position, updated_at) VALUES ({id}, {position}, {now}) \
+     ON CONFLICT (subscription_id) DO UPDATE SET position = excluded.position, \
+     updated_at = excluded.updated_at";
+
+/// Reads every acknowledged position.
+const SELECT_WEBHOOK_POSITIONS: &str =
+    "SELECT subscription_id, position FROM webhook_positions ORDER BY subscription_id";
+
+/// Reads the newest position.
+const SELECT_HEAD: &str = "SELECT COALESCE(MAX(position), 0) FROM events";
+
+/// One row of the feed query.
+#[derive(sqlx::FromRow)]
+pub(super) struct FeedRecord {
+    position: i64,
+    agent_id: String,
+    #[sqlx(flatten)]
+    event: EventRecord,
+}
+
+impl FeedRecord {
+    fn into_feed_event(self) -> Result<FeedEvent, StoreError> {
+        Ok(FeedEvent {
+            position: self.position,
+            agent_id: self.agent_id,
+            event: self.event.into_event()?,
+        })
+    }
+}
+
+/// Builds the feed query with `event_columns` (the backend's rendering of the event columns).
+fn build<'q, DB: sqlx::Database>(event_columns: &str, query: &'q FeedQuery) -> QueryBuilder<'q, DB>
+where
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let mut builder = QueryBuilder::<DB>::new(format!(
+        "SELECT position, agent_id, {event_columns} FROM (SELECT e.*, x.agent_id AS agent_id \
+         FROM events AS e JOIN executions AS x ON x.id = e.execution_id WHERE e.position > "
+    ));
+    builder.push_bind(query.after_position);
+    if let Some(agent_id) = &query.agent_id {
+        builder
+            .push(" AND x.agent_id = ")
+            .push_bind(agent_id.as_str());
+    }
+    if let Some(execution_id) = &query.execution_id {
+        builder
+            .push(" AND e.execution_id = ")
+            .push_bind(execution_id.as_str());
+    }
+    for (key, value) in &query.labels {
+        builder
+            .push(" AND EXISTS (SELECT 1 FROM execution_labels AS l WHERE l.execution_id = e.execution_id AND l.key = ")
+            .push_bind(key.as_str())
+            .push(" AND l.value = ")
+            .push_bind(value.as_str())
+            .push(")");
+    }
+    builder
+        .push(" ORDER BY e.position LIMIT ")
+        .push_bind(query.limit.max(0))
+        .push(") AS f ORDER BY position");
+    builder
+}
+
+/// `Store::feed` on SQLite.
+pub(super) async fn sqlite_feed(
+    readers: &SqlitePool,
+    event_columns: &str,
+    query: &FeedQuery,
+) -> Result<Vec<FeedEvent>, StoreError> {
+    let mut builder = build::<sqlx::Sqlite>(event_columns, query);
+    let records = builder
+        .build_query_as::<FeedRecord>()
+        .fetch_all(readers)
+        .await
+        .map_err(map_sqlx_error)?;
+    records
+        .into_iter()
+        .map(FeedRecord::into_feed_event)
+        .collect()
+}
+
+/// `Store::head_position` on SQLite.
+pub(super) async fn sqlite_head(readers: &SqlitePool) -> Result<i64, StoreError> {
+    sqlx::query_scalar::<_, i64>(SELECT_HEAD)
+        .fetch_one(readers)
+        .await
+        .map_err(map_sqlx_error)
+}
+
+/// `Store::webhook_positions` on SQLite.
+pub(super) async fn sqlite_webhook_positions(
+    readers: &SqlitePool,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    sqlx::query_as::<_, (String, i64)>(SELECT_WEBHOOK_POSITIONS)
+        .fetch_all(readers)
+        .await
+        .map_err(map_sqlx_error)
+}
+
+/// Rows of `Store::feed` on PostgreSQL (the caller bounds the read in time and converts them
+/// with [`postgres_events`]).
+pub(super) async fn postgres_feed(
+    readers: &PgPool,
+    event_columns: &str,
+    query: &FeedQuery,
+) -> Result<Vec<FeedRecord>, sqlx::Error> {
+    let mut builder = build::<sqlx::Postgres>(event_columns, query);
+    builder
+        .build_query_as::<FeedRecord>()
+        .fetch_all(readers)
+        .await
+}
+
+/// Converts the rows read by [`postgres_feed`].
+pub(super) fn postgres_events(records: Vec<FeedRecord>) -> Result<Vec<FeedEvent>, StoreError> {
+    records
+        .into_iter()
+        .map(FeedRecord::into_feed_event)
+        .collect()
+}
+
+/// `Store::head_position` on PostgreSQL.
+pub(super) async fn postgres_head(readers: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar::<_, i64>(SELECT_HEAD)
+        .fetch_one(readers)
+        .await
+}
+
+/// `Store::webhook_positions` on PostgreSQL.
+pub(super) async fn postgres_webhook_positions(
+    readers: &PgPool,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as::<_, (String, i64)>(SELECT_WEBHOOK_POSITIONS)
+        .fetch_all(readers)
+        .await
+}
+
+/// `Store::set_webhook_position` on PostgreSQL, on the writer connection.
+pub(super) async fn postgres_set_webhook_position(
+    connection: &mut sqlx::PgConnection,
+    id: &str,
+    position: i64,
+) -> Result<(), StoreError> {
+    let sql = UPSERT_WEBHOOK_POSITION
+        .replace("{id}", "$1")
+        .replace("{position}", "$2")
+        .replace("{now}", "now()");
+    sqlx::query(&sql)
+        .bind(id)
+        .bind(position)
+        .execute(connection)
+        .await
+        .map_err(map_sqlx_error)?;
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! The webhook service: one delivery task per subscription of the `--webhooks` file, and the
+//! reload of that file. The file is read again every [`WebhookOptions::poll`]; when its bytes
+//! change and it still loads, subscriptions that were removed or changed stop, and new or
+//! changed ones start (a changed one keeps its acknowledged position). A file that no longer
+//! loads is logged and the subscriptions in force keep running. Reloads are counted in
+//! `keel_webhook_reloads_total{result}`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_actors::kernel::Kernel;
+use keel_actors::metrics::ResultLabel;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{Subscription, load_file};
+use super::deliver::Delivery;
+use super::metrics::WebhookMetrics;
+
+/// Settings of the service.
+#[derive(Clone, Copy, Debug)]
+pub struct WebhookOptions {
+    /// How often the file is read again.
+    pub poll: Duration,
+}
+
+impl Default for WebhookOptions {
+    fn default() -> Self {
+        Self {
+            poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A running subscription.
+struct Running {
+    subscription: Arc<Subscription>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// The running service.
+pub struct WebhookService {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+struct Inner {
+    kernel: Kernel,
+    client: reqwest::Client,
+    metrics: WebhookMetrics,
+    reloads: Family<ResultLabel, Counter>,
+    running: HashMap<String, Running>,
+}
+
+impl WebhookService {
+    /// Loads `path` and starts its subscriptions. Fails when the file does not load (startup
+    /// refuses a broken file, like a broken policy).
+    pub async fn start(
+        kernel: Kernel,
+        path: PathBuf,
+        options: WebhookOptions,
+    ) -> Result<Self, String> {
+        let subscriptions = load_file(&path)?;
+        let mut last = std::fs::read(&path).ok();
+        let reloads = Family::<ResultLabel, Counter>::default();
+        kernel.metrics().register(
+            "webhook_reloads",
+            "Reloads of the webhooks file, by result (ok, error)",
+            reloads.clone(),
+        );
+        let mut inner = Inner {
+            metrics: WebhookMetrics::register(&kernel),
+            client: reqwest::Client::builder()
+                .build()
+                .map_err(|error| format!("cannot build the webhook http client: {error}"))?,
+            kernel,
+            reloads,
+            running: HashMap::new(),
+        };
+        inner.apply(subscriptions).await;
+        tracing::info!(webhooks = %path.display(), subscriptions = inner.running.len(), "webhooks loaded");
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(options.poll);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let bytes = std::fs::read(&path).ok();
+                if bytes.is_none() || bytes == last {
+                    continue;
+                }
+                last = bytes;
+                match load_file(&path) {
+                    Ok(subscriptions) => {
+                        inner.apply(subscriptions).await;
+                        inner.count_reload("ok");
+                        tracing::info!(webhooks = %path.display(), subscriptions = inner.running.len(), "webhooks reloaded");
+                    }
+                    Err(error) => {
+                        inner.count_reload("error");
+                        tracing::error!(error = %error, "webhooks file not reloaded; the subscriptions in force keep running");
+                    }
+                }
+            }
+            inner.stop_all().await;
+        });
+        Ok(Self { stop, task })
+    }
+
+    /// Stops every delivery (each saves its acknowledged position first) and the reloader.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+impl Inner {
+    /// Makes `subscriptions` the running set.
+    async fn apply(&mut self, subscriptions: Vec<Subscription>) {
+        let wanted: HashMap<String, Subscription> = subscriptions
+            .into_iter()
+            .map(|subscription| (subscription.id.clone(), subscription))
+            .collect();
+        let stale: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(id, running)| wanted.get(*id) != Some(running.subscription.as_ref()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in stale {
+            if let Some(running) = self.running.remove(&id) {
+                running.stop.cancel();
+                // The old task saves its position and ends before a new one starts, so one
+                // subscription never has two deliveries in flight.
+                let _ = running.task.await;
+            }
+        }
+        for (id, subscription) in wanted {
+            if self.running.contains_key(&id) {
+                continue;
+            }
+            let subscription = Arc::new(subscription);
+            let stop = CancellationToken::new();
+            let delivery = Delivery {
+                subscription: subscription.clone(),
+                kernel: self.kernel.clone(),
+                client: self.client.clone(),
+                metrics: self.metrics.clone(),
+                stop: stop.clone(),
+            };
+            let task = tokio::spawn(delivery.run());
+            self.running.insert(
+                id,
+                Running {
+                    subscription,
+                    stop,
+                    task,
+                },
+            );
+        }
+    }
+
+    fn count_reload(&self, result: &str) {
+        self.reloads
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    async fn stop_all(&mut self) {
+        for running in self.running.values() {
+            running.stop.cancel();
+        }
+        for (_, running) in self.running.drain() {
+            let _ = running.task.await;
+        }
+    }
+}
