@@ -182,14 +182,15 @@ async fn interleaved_writes(kernel: &TestKernel, tasks: usize, per_task: usize) 
                     .expect("json");
                 let id = created["id"].as_str().expect("id").to_owned();
                 for signal in 0..2 {
-                    let status = client
+                    let response = client
                         .post(format!("{base}/v0/executions/{id}/signal"))
                         .json(&json!({"signal_type": format!("s{signal}")}))
                         .send()
                         .await
-                        .expect("signal")
-                        .status();
-                    assert_eq!(status, StatusCode::OK);
+                        .expect("signal");
+                    let status = response.status();
+                    let body = response.text().await.unwrap_or_default();
+                    assert_eq!(status, StatusCode::OK, "signal to {id}: {body}");
                 }
             }
         }));
