@@ -20,7 +20,6 @@ use keel_actors::feed::FeedEvent;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
 use super::error::ApiError;
@@ -157,9 +156,9 @@ pub async fn stream(
         state: state.clone(),
     };
     tokio::spawn(producer.run());
-    Ok(sse_response(futures::StreamExt::map(
-        ReceiverStream::new(receiver),
-        Ok,
+    Ok(sse_response(futures::stream::unfold(
+        receiver,
+        |mut receiver| async move { receiver.recv().await.map(|chunk| (Ok(chunk), receiver)) },
     )))
 }
 

@@ -2,6 +2,7 @@
 //! [`paths`] and [`schemas`] and served at `GET /v0/openapi.json`. docs/api.md is the readable
 //! companion; `tests/api/openapi.rs` keeps the document, the router and real answers in step.
 
+mod feed;
 mod paths;
 mod schemas;
 
@@ -28,7 +29,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         paths::health, paths::ready, paths::metrics, paths::openapi,
         paths::create_execution, paths::list_executions, paths::get_execution,
         paths::cancel_execution, paths::signal_execution, paths::execution_events,
-        paths::execution_stream,
+        paths::execution_stream, feed::feed_page, feed::feed_stream,
         paths::agent_stream, paths::agent_intent, paths::agent_step_result,
         paths::runner_stream, paths::step_started, paths::unregister_runner,
         paths::runner_result, paths::runner_capabilities, paths::publish_tools, paths::tools,
@@ -40,7 +41,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         schemas::IntentFields, schemas::Intent, schemas::IntentAnswer,
         schemas::AgentStepResult, schemas::RunnerResult, schemas::StepStarted,
         schemas::PublishedTool, schemas::PublishTools, schemas::Capabilities, schemas::Tool,
-        schemas::ExecutionAssigned, schemas::JobAssigned,
+        schemas::ExecutionAssigned, schemas::JobAssigned, feed::FeedEvent, feed::FeedPage,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
