@@ -69,6 +69,11 @@ impl Kernel {
     /// Starts `keel dev` on a free port with its database at `db_url` and waits for its
     /// `listening on` line.
     async fn start(data_dir: &Path, db_url: &str) -> Kernel {
+        Self::start_with(data_dir, db_url, &[]).await
+    }
+
+    /// Like [`Kernel::start`] with more flags.
+    async fn start_with(data_dir: &Path, db_url: &str, extra: &[&str]) -> Kernel {
         let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
             .args([
                 "dev",
@@ -81,6 +86,7 @@ impl Kernel {
                 "--log-format",
                 "text",
             ])
+            .args(extra)
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--db-url")
@@ -587,3 +593,6 @@ struct Report {
     /// Checks passed over every verification.
     checked: usize,
 }
+
+#[path = "crash/webhooks.rs"]
+mod webhooks;

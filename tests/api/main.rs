@@ -10,6 +10,7 @@ mod errors;
 mod executions;
 mod failures;
 mod feed;
+mod webhooks;
 mod guardrails;
 mod harness;
 mod hostile;
