@@ -3,6 +3,7 @@
 use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 
+use super::core::GroupSnapshot;
 use crate::ids::{AgentId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::push::Push;
@@ -74,6 +75,8 @@ pub enum AgentGroupMsg {
         /// The push.
         push: Push,
     },
+    /// Answers a snapshot of the group's state.
+    Observe(RpcReplyPort<GroupSnapshot>),
 }
 
 /// Messages of the agent supervisor.

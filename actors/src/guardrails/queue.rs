@@ -74,6 +74,11 @@ impl PendingQueue {
     pub fn waiting(&self) -> usize {
         self.waiting.len()
     }
+
+    /// The executions waiting to be offered, in offer order.
+    pub fn waiting_ids(&self) -> Vec<ExecutionId> {
+        self.waiting.iter().map(|(_, id)| id.clone()).collect()
+    }
 }
 
 #[cfg(test)]
