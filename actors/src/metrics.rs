@@ -13,6 +13,10 @@ use prometheus_client::registry::Registry;
 
 use crate::status::ExecutionStatus;
 
+mod operator;
+
+pub use operator::{AgentLabel, HttpLabels, OperatorMetrics, StepLabels, ToolLabel};
+
 /// Label set with a single `status`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabel {
@@ -98,6 +102,8 @@ pub struct Metrics {
     pub passivations: Counter,
     /// Passivated executions with a wake-up time in the supervisor's index.
     pub executions_dormant: Gauge,
+    /// Step durations, policy latency, HTTP durations and queue depths.
+    pub operator: OperatorMetrics,
 }
 
 impl Default for Metrics {
@@ -202,7 +208,9 @@ impl Metrics {
             "SSE consumers disconnected because they could not keep up with their pushes, by kind",
             slow_consumers.clone(),
         );
+        let operator = OperatorMetrics::register(&mut registry);
         Self {
+            operator,
             registry: Mutex::new(registry),
             supervision_log: crate::supervision::SupervisionLog::default(),
             executions,

@@ -237,4 +237,20 @@ pub trait Store: Send + Sync + 'static {
             "this store keeps no webhook positions".to_owned(),
         ))
     }
+
+    /// Returns the queue depths `/metrics` reports (read at scrape time). Stores without them
+    /// (test doubles) report empty queues.
+    async fn queue_depths(&self) -> Result<QueueDepths, StoreError> {
+        Ok(QueueDepths::default())
+    }
+}
+
+/// What waits, as the store knows it: pending executions per agent and queued remote steps per
+/// tool.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueDepths {
+    /// `(agent_id, pending executions, creation time of the oldest)`.
+    pub pending_by_agent: Vec<(String, u64, Timestamp)>,
+    /// `(tool_id, remote steps no runner has started yet)`.
+    pub queued_by_tool: Vec<(String, u64)>,
 }

@@ -34,6 +34,7 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<serde_json::Val
 
 /// `GET /metrics`: the kernel's metrics in OpenMetrics text format.
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    state.kernel.refresh_queue_metrics().await;
     let mut response = state.kernel.encode_metrics().into_response();
     response
         .headers_mut()

@@ -197,6 +197,9 @@ pub fn router(state: AppState) -> Router {
             auth::require_bearer,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), auth::cors))
-        .layer(middleware::from_fn(request_id::request_id))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            request_id::request_id,
+        ))
         .with_state(state)
 }

@@ -2,24 +2,34 @@
 //!
 //! Every response carries `X-Request-ID`: the caller's value when it is at most 128 bytes and
 //! free of CR/LF, otherwise a fresh UUID. Each request runs in a span with its method, matched
-//! route and request id, so every log line of a handler (and of the error envelope) names them.
+//! route and request id, so every log line of a handler (and of the error envelope) names them,
+//! and its duration until the response head is recorded in `keel_http_request_duration_seconds`.
 
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
 
+use super::AppState;
+
 /// Header carrying the request id.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Route name of requests no route matches.
+const UNMATCHED: &str = "unmatched";
 
 /// Longest caller-chosen request id that is echoed.
 const MAX_REQUEST_ID_BYTES: usize = 128;
 
 /// Assigns the request id, runs the request in its span and echoes the id.
-pub async fn request_id(mut request: Request, next: Next) -> Response {
+pub async fn request_id(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let id = request
         .headers()
         .get(&X_REQUEST_ID)
@@ -32,7 +42,8 @@ pub async fn request_id(mut request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map_or_else(|| "<unmatched>".to_owned(), |path| path.as_str().to_owned());
+        .map_or_else(|| UNMATCHED.to_owned(), |path| path.as_str().to_owned());
+    let method = request.method().clone();
     let span = tracing::info_span!(
         "request",
         http.method = %request.method(),
@@ -41,6 +52,12 @@ pub async fn request_id(mut request: Request, next: Next) -> Response {
     );
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
+    state.kernel.metrics().operator.http_request(
+        method.as_str(),
+        &route,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
     span.in_scope(|| {
         tracing::debug!(
             http.status = response.status().as_u16(),

@@ -11,6 +11,7 @@
 //! session-level advisory lock on PostgreSQL.
 
 mod creation;
+mod depths;
 mod feed;
 mod lock_file;
 pub mod postgres;

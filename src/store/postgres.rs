@@ -44,7 +44,9 @@ use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::ExecutionId;
-use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store};
+use keel_actors::store::{
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, QueueDepths, RecoveryEntry, Store,
+};
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EventRecord, ExecutionRecord};
@@ -456,6 +458,10 @@ impl Store for PostgresStore {
             .bounded(super::creation::postgres_pending(&self.readers, agent_id))
             .await?;
         Ok(super::creation::into_queue(rows))
+    }
+
+    async fn queue_depths(&self) -> Result<QueueDepths, StoreError> {
+        self.bounded(super::depths::postgres(&self.readers)).await
     }
 
     async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {

@@ -23,7 +23,9 @@ use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::ExecutionId;
-use keel_actors::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, RecoveryEntry, Store};
+use keel_actors::store::{
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, QueueDepths, RecoveryEntry, Store,
+};
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord};
@@ -305,6 +307,10 @@ impl Store for SqliteStore {
 
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         super::creation::sqlite_pending(&self.readers, agent_id).await
+    }
+
+    async fn queue_depths(&self) -> Result<QueueDepths, StoreError> {
+        super::depths::sqlite(&self.readers).await
     }
 
     async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {

@@ -14,6 +14,7 @@ mod webhooks;
 mod guardrails;
 mod harness;
 mod hostile;
+mod metrics;
 mod openapi;
 mod outage;
 mod restart;

@@ -29,6 +29,14 @@ pub(super) fn count_step(
         && step.status.is_terminal()
     {
         state.ctx.metrics.step_ended(step.status.as_str());
+        let took = (step.updated_at - step.created_at)
+            .to_std()
+            .map_or(0.0, |took| took.as_secs_f64());
+        state
+            .ctx
+            .metrics
+            .operator
+            .step_finished(&step.tool_id, step.status.as_str(), took);
     }
 }
 

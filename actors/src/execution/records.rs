@@ -40,6 +40,8 @@ pub struct StepState {
     pub outcome: Option<bool>,
     /// Last change.
     pub updated_at: Timestamp,
+    /// When the step was created (its `step.created` event).
+    pub created_at: Timestamp,
     /// Per-attempt deadline from the policy rule (else the kernel default).
     pub timeout: Option<Duration>,
     /// First retry delay from the policy rule (else the kernel default).

@@ -240,6 +240,7 @@ impl ExecutionState {
                     awaiting_approval: false,
                     outcome: None,
                     updated_at: at,
+                    created_at: at,
                     timeout: timeout_ms.map(Duration::from_millis),
                     retry_base_delay: retry_base_delay_ms.map(Duration::from_millis),
                     retry_max_delay: retry_max_delay_ms.map(Duration::from_millis),

@@ -269,6 +269,19 @@ impl Kernel {
         self.inner.metrics.encode()
     }
 
+    /// Reads the queue depths from the store into their gauges (before a scrape). On a store
+    /// error the gauges keep their last values and the error is logged.
+    pub async fn refresh_queue_metrics(&self) {
+        match self.inner.store.queue_depths().await {
+            Ok(depths) => self
+                .inner
+                .metrics
+                .operator
+                .set_queue_depths(&depths, crate::time::now()),
+            Err(error) => tracing::warn!(error = %error, "cannot read queue depths for /metrics"),
+        }
+    }
+
     /// Returns the metrics, for adapters that count their own things (SSE connections).
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.inner.metrics

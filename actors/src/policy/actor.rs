@@ -79,7 +79,13 @@ impl Actor for PolicyActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             PolicyMsg::CheckIntent(input, reply) => {
-                let decision = check(state, &input, Instant::now());
+                let started = Instant::now();
+                let decision = check(state, &input, started);
+                state
+                    .metrics
+                    .operator
+                    .policy_evaluation
+                    .observe(started.elapsed().as_secs_f64());
                 state
                     .metrics
                     .policy_decision(decision.decision.as_str(), &decision.rule_id);

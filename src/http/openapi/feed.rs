@@ -78,7 +78,7 @@ pub fn feed_page() {}
         (status = 200, description = "SSE: `id: <position>`, `event: <type>`, `data: <FeedEvent>` \
             for every matching event of the log, then live ones; `:heartbeat` comments keep it \
             open. A consumer that does not keep up is cut off and resumes with Last-Event-ID.",
-            content_type = "text/event-stream", body = String),
+            content_type = "text/event-stream", body = super::schemas::SseMessage),
         (status = 400, description = "Invalid query or Last-Event-ID", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
     ))]

@@ -42,6 +42,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         schemas::AgentStepResult, schemas::RunnerResult, schemas::StepStarted,
         schemas::PublishedTool, schemas::PublishTools, schemas::Capabilities, schemas::Tool,
         schemas::ExecutionAssigned, schemas::JobAssigned, feed::FeedEvent, feed::FeedPage,
+        schemas::SseMessage,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

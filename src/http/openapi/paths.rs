@@ -11,7 +11,8 @@
 
 use super::schemas::{
     AgentStepResult, Capabilities, CreateExecution, Error, EventPage, Execution, ExecutionList,
-    Intent, IntentAnswer, PublishTools, RunnerResult, Signal, Status, StepStarted, Tool,
+    Intent, IntentAnswer, PublishTools, RunnerResult, Signal, SseMessage, Status, StepStarted,
+    Tool,
 };
 
 /// `text/event-stream` bodies: framing of WIRE.md §8.
@@ -76,6 +77,7 @@ fn list_executions() {}
     params(("id" = String, Path, description = "Execution id")),
     responses(
         (status = 200, description = "The execution", body = Execution),
+        (status = 400, description = "Invalid path or query (an id over 256 bytes, a query key given twice)", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
         (status = 404, description = "No such execution", body = Error),
     ))]
@@ -85,6 +87,7 @@ fn get_execution() {}
     params(("id" = String, Path, description = "Execution id")),
     responses(
         (status = 200, description = "Cancelled (or already terminal)", body = Execution),
+        (status = 400, description = "Invalid path or query (an id over 256 bytes, a query key given twice)", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
         (status = 404, description = "No such execution", body = Error),
         (status = 409, description = "Already terminal", body = Error),
@@ -126,7 +129,8 @@ fn execution_events() {}
     responses(
         (status = 200, description = "SSE: `id: <sequence>`, `event: <type>`, `data: <Event>` \
             (schema Event) for every event of the log, then live ones; ends after the terminal \
-            event. `:heartbeat` comments keep it open.", content_type = SSE, body = String),
+            event. `:heartbeat` comments keep it open.", content_type = SSE, body = SseMessage),
+        (status = 400, description = "Invalid path or query (an id over 256 bytes, a query key given twice)", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
         (status = 404, description = "No such execution", body = Error),
     ))]
@@ -140,7 +144,7 @@ fn execution_stream() {}
     responses(
         (status = 200, description = "SSE of pushes to the agent: `execution.assigned` \
             (schema ExecutionAssigned), `tool.result`, `signal.received`, `approval.resolved`, \
-            `execution.cancelled`.", content_type = SSE, body = String),
+            `execution.cancelled`.", content_type = SSE, body = SseMessage),
         (status = 400, description = "Missing or over-long ids", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
     ))]
@@ -176,7 +180,7 @@ fn agent_step_result() {}
     ),
     responses(
         (status = 200, description = "SSE of jobs: `job.assigned` (schema JobAssigned), \
-            `job.cancelled`.", content_type = SSE, body = String),
+            `job.cancelled`.", content_type = SSE, body = SseMessage),
         (status = 400, description = "Missing or over-long ids", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
     ))]
@@ -198,6 +202,7 @@ fn step_started() {}
     params(("id" = String, Path, description = "Runner id")),
     responses(
         (status = 204, description = "Unregistered"),
+        (status = 400, description = "Invalid path or query (an id over 256 bytes, a query key given twice)", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
         (status = 404, description = "No such runner", body = Error),
     ))]

@@ -316,6 +316,20 @@ pub struct Tool {
     registered_at: String,
 }
 
+/// One message of a `text/event-stream` body (WIRE.md §8): `event:`, one `data:` line per line
+/// of a JSON document, and `id:` on the execution stream. The JSON's schema depends on the event
+/// (`Event`, `ExecutionAssigned`, `JobAssigned`, …; see each stream's description).
+#[derive(ToSchema)]
+pub struct SseMessage {
+    /// Event name.
+    event: String,
+    /// A JSON document.
+    data: String,
+    /// Sequence of the event (execution stream only).
+    #[schema(required = false)]
+    id: Option<String>,
+}
+
 /// `data:` of `execution.assigned` on the agent stream (WIRE.md §10.4.1).
 #[derive(ToSchema)]
 pub struct ExecutionAssigned {
