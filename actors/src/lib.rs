@@ -23,3 +23,6 @@ pub mod time;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+
+#[cfg(test)]
+mod store_writer_tests;
