@@ -41,12 +41,16 @@ fi
 
 if cargo nextest --version >/dev/null 2>&1; then
     step "cargo nextest run --workspace"
-    cargo nextest run --workspace --no-tests=warn || failures+=("rust tests")
-    # The outage tests pick their backends themselves: they ran in the pass above.
-    backend_pass=(cargo nextest run --test api --test crash -E 'not test(/^outage::/)')
+    # --no-fail-fast: one failure must not hide the others.
+    cargo nextest run --workspace --no-fail-fast --no-tests=warn || failures+=("rust tests")
+    # The outage tests pick their backends themselves: they ran in the pass above. The pass
+    # selects its binaries with a filter on the whole workspace, so it reuses the build above
+    # (building only `--test api --test crash` resolves features differently and recompiles).
+    backend_pass=(cargo nextest run --workspace --no-fail-fast
+        -E '(binary(api) | binary(crash)) & not test(/^outage::/)')
 else
     step "cargo test --workspace (cargo-nextest not found)"
-    cargo test --workspace || failures+=("rust tests")
+    cargo test --workspace --no-fail-fast || failures+=("rust tests")
     backend_pass=(cargo test --test api --test crash -- --skip outage::)
 fi
 
