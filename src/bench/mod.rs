@@ -24,6 +24,7 @@ mod create;
 mod embedded;
 mod fanout;
 mod http;
+mod wire;
 mod kernel_process;
 mod latency;
 mod local;

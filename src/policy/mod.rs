@@ -14,6 +14,7 @@ mod reload;
 mod reload_tests;
 mod spec;
 mod spec_arguments;
+mod watch;
 #[cfg(test)]
 mod tests;
 

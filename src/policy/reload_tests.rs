@@ -13,7 +13,7 @@ use keel_actors::kernel::PushStream;
 use keel_actors::testing::{MemoryStore, TestKernel, eventually};
 use serde_json::json;
 
-use super::reload::{relevant, watch_targets};
+use super::watch::{relevant, watch_targets};
 use super::{PolicyReloader, ReloadOptions, load_path};
 
 const WAIT: Duration = Duration::from_secs(10);
