@@ -6,11 +6,13 @@
 //!
 //! Shared by the api suite and `tests/crash.rs` (which includes this file by path).
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use sqlx::{Connection, PgConnection};
+/// The PostgreSQL test databases of the store's own tests (one helper for both).
+#[allow(dead_code)]
+#[path = "../../src/store/postgres/test_db.rs"]
+mod test_db;
 
 /// The variable naming the backend of the test kernels (`sqlite` or `postgres`).
 pub const BACKEND_ENV: &str = "KEEL_TEST_BACKEND";
@@ -45,7 +47,7 @@ pub fn postgres_admin_url() -> Option<String> {
 /// Where a test store lives; removed on drop.
 enum Location {
     Sqlite(tempfile::TempDir),
-    Postgres { _database: Database },
+    Postgres(test_db::TestDatabase),
 }
 
 /// One test's database, and the URL a kernel opens it with.
@@ -83,23 +85,10 @@ impl TestStore {
 
     /// Creates the empty database `<prefix>_<uuid>` on the server of `admin_url`.
     pub async fn postgres(admin_url: &str, prefix: &str) -> Self {
-        let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(admin_url)
-            .await
-            .unwrap_or_else(|error| panic!("{POSTGRES_ENV} does not connect: {error}"));
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
-        let _ = admin.close().await;
+        let database = test_db::create(admin_url, prefix).await;
         Self {
-            url: replace_database(admin_url, &name),
-            location: Location::Postgres {
-                _database: Database {
-                    admin_url: admin_url.to_owned(),
-                    name,
-                },
-            },
+            url: database.url.clone(),
+            location: Location::Postgres(database),
         }
     }
 
@@ -107,87 +96,23 @@ impl TestStore {
     pub fn sqlite_path(&self) -> Option<PathBuf> {
         match &self.location {
             Location::Sqlite(dir) => Some(dir.path().join("keel.db")),
-            Location::Postgres { .. } => None,
+            Location::Postgres(_) => None,
         }
     }
 
     /// Returns the PostgreSQL server's `ip:port` (for a proxy in front of it), `None` on SQLite.
     pub fn postgres_server(&self) -> Option<SocketAddr> {
-        let Location::Postgres { .. } = self.location else {
-            return None;
-        };
-        let (_, rest) = self.url.split_once("://")?;
-        let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-        let host_port = authority
-            .rsplit_once('@')
-            .map_or(authority, |(_, host)| host);
-        let host_port = if host_port.contains(':') {
-            host_port.to_owned()
-        } else {
-            format!("{host_port}:5432")
-        };
-        host_port.replace("localhost", "127.0.0.1").parse().ok()
+        match &self.location {
+            Location::Postgres(database) => Some(database.server_address()),
+            Location::Sqlite(_) => None,
+        }
     }
 
     /// Makes kernels reach this PostgreSQL database through `127.0.0.1:port` (a proxy).
     pub fn connect_via(mut self, port: u16) -> Self {
-        let (scheme, rest) = self.url.split_once("://").expect("url has a scheme");
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        let (authority, path) = rest.split_at(authority_end);
-        let user = authority
-            .rsplit_once('@')
-            .map_or(String::new(), |(user, _)| format!("{user}@"));
-        self.url = format!("{scheme}://{user}127.0.0.1:{port}{path}");
+        if let Location::Postgres(database) = &self.location {
+            self.url = database.url_via(port);
+        }
         self
     }
-}
-
-/// A PostgreSQL database dropped (with its sessions) on drop.
-struct Database {
-    admin_url: String,
-    name: String,
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let admin_url = self.admin_url.clone();
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        // Drop cannot await and may run inside a runtime: use a thread with a runtime of its own.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|error| error.to_string())?;
-            runtime.block_on(async {
-                let mut admin = PgConnection::connect(&admin_url)
-                    .await
-                    .map_err(|error| error.to_string())?;
-                sqlx::query(&sql)
-                    .execute(&mut admin)
-                    .await
-                    .map_err(|error| error.to_string())?;
-                let _ = admin.close().await;
-                Ok::<(), String>(())
-            })
-        })
-        .join();
-        if let Ok(Err(error)) = dropped {
-            let _ = writeln!(
-                std::io::stderr(),
-                "dropping test database {}: {error}",
-                self.name
-            );
-        }
-    }
-}
-
-/// Returns `url` naming database `name` instead, keeping user, host and parameters.
-fn replace_database(url: &str, name: &str) -> String {
-    let (scheme, rest) = url.split_once("://").expect("url has a scheme");
-    let (location, query) = match rest.split_once('?') {
-        Some((location, query)) => (location, format!("?{query}")),
-        None => (rest, String::new()),
-    };
-    let authority = location.split('/').next().unwrap_or(location);
-    format!("{scheme}://{authority}/{name}{query}")
 }

@@ -2,6 +2,9 @@
 //! database; each test gets its own `keel_test_<uuid>` database there, dropped when the test
 //! ends (even when it fails), so runs never collide. Without the variable every PostgreSQL
 //! test passes after saying it skipped.
+//!
+//! The one helper for test databases: the unit tests of the store use it as a module, the
+//! api suite and the crash test include this file by path (`tests/api/backend.rs`).
 
 use std::io::Write;
 use std::sync::Once;
@@ -35,8 +38,14 @@ pub async fn fresh() -> Option<TestDatabase> {
             return None;
         }
     };
-    let name = format!("keel_test_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&admin_url)
+    Some(create(&admin_url, "keel_test").await)
+}
+
+/// Creates the empty database `<prefix>_<uuid>` on the server of `admin_url` (an admin
+/// database URL); panics when the server cannot be reached.
+pub async fn create(admin_url: &str, prefix: &str) -> TestDatabase {
+    let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = PgConnection::connect(admin_url)
         .await
         .unwrap_or_else(|error| panic!("{ENV} does not connect: {error}"));
     sqlx::query(&format!("CREATE DATABASE {name}"))
@@ -44,12 +53,12 @@ pub async fn fresh() -> Option<TestDatabase> {
         .await
         .expect("create test database");
     let _ = admin.close().await;
-    let url = replace_database(&admin_url, &name);
-    Some(TestDatabase {
-        admin_url,
+    let url = replace_database(admin_url, &name);
+    TestDatabase {
+        admin_url: admin_url.to_owned(),
         name,
         url,
-    })
+    }
 }
 
 impl TestDatabase {
