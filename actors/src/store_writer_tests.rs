@@ -24,9 +24,15 @@ async fn a_commit_is_answered_once_durable_and_a_failing_store_fails_it_without_
     record_creation(&ctx, &first, "a", json!(1), None)
         .await
         .expect("committed");
-    assert_eq!(probes.store.all_events(&first).len(), 1, "durable when answered");
+    assert_eq!(
+        probes.store.all_events(&first).len(),
+        1,
+        "durable when answered"
+    );
     assert_eq!(probes.store.transactions(), 1);
-    let notice = notices.try_recv().expect("a commit notice after the commit");
+    let notice = notices
+        .try_recv()
+        .expect("a commit notice after the commit");
     assert_eq!(notice.execution_id, first);
 
     // The database goes away: every caller hears it, nothing is written or announced.
@@ -38,10 +44,7 @@ async fn a_commit_is_answered_once_durable_and_a_failing_store_fails_it_without_
     );
     for result in [left, right] {
         assert!(
-            matches!(
-                result,
-                Err(KernelError::Store(StoreError::Unavailable(_)))
-            ),
+            matches!(result, Err(KernelError::Store(StoreError::Unavailable(_)))),
             "{:?}",
             result.err()
         );

@@ -14,6 +14,8 @@ pub mod tools;
 mod dispatch_tests;
 #[cfg(test)]
 mod dispatcher_tests;
+#[cfg(test)]
+mod runner_tests;
 
 pub use dispatch::{Dispatch, DispatchEffect, DispatchInput, DispatcherSnapshot};
 pub use dispatcher::Dispatcher;
