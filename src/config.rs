@@ -9,6 +9,7 @@
 
 mod bytes;
 mod client;
+mod otel;
 mod redact;
 mod validate;
 
@@ -25,6 +26,7 @@ use serde::Serialize;
 
 pub use bytes::parse_byte_size;
 pub use client::{ClientConfig, DEFAULT_KERNEL_URL};
+pub use otel::OtelArgs;
 pub use validate::{ConfigError, DbUrl, Secret, Settings};
 
 /// Which command runs the kernel; decides the defaults that differ between them.
@@ -265,6 +267,10 @@ pub struct Config {
     /// `RUST_LOG`, read here so that no other module reads the environment.
     #[arg(long = "rust-log", env = "RUST_LOG", hide = true)]
     pub rust_log: Option<String>,
+
+    /// Trace export.
+    #[command(flatten)]
+    pub otel: OtelArgs,
 }
 
 impl Config {
@@ -299,6 +305,7 @@ impl Config {
         config.dump_config = false;
         config.cors_origins = Vec::new();
         config.log_format = LogFormat::Text;
+        config.otel = OtelArgs::default();
         Ok(config)
     }
 

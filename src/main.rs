@@ -54,17 +54,29 @@ async fn serve(config: Config) -> ExitCode {
         keel::cli::output::emit(&keel::cli::output::pretty(&settings.dump()));
         return ExitCode::SUCCESS;
     }
-    if let Err(error) = keel::telemetry::init(&settings.log_filter, settings.log_format) {
-        eprintln!("keel: {error}");
-        return ExitCode::from(EXIT_USAGE);
-    }
+    let traces = match keel::telemetry::init_with_traces(
+        &settings.log_filter,
+        settings.log_format,
+        settings.otel_endpoint.as_deref(),
+    ) {
+        Ok((_, traces)) => traces,
+        Err(error) => {
+            eprintln!("keel: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let started = async {
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         keel::run(config, listener, keel::shutdown::signal()).await
     };
-    match started.await {
+    let outcome = started.await;
+    // Exports the spans still buffered (the exporter runs on threads of its own).
+    tokio::task::spawn_blocking(move || traces.shutdown())
+        .await
+        .ok();
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // Text logs already go to the terminal: print the error once, plainly. JSON logs go

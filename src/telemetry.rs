@@ -5,9 +5,18 @@
 //! are coloured only on a terminal and never with `NO_COLOR` set (read here, at install time).
 
 use std::io::IsTerminal;
+use std::time::Duration;
 
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::fmt::format::FmtSpan;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::config::LogFormat;
 
@@ -27,10 +36,41 @@ pub enum TelemetryError {
         /// The parser's complaint.
         message: String,
     },
+    /// The trace exporter could not be built.
+    #[error("cannot export traces: {0}")]
+    Exporter(String),
 }
 
 /// Installs the global subscriber. Returns `Ok(false)` when one was already installed (tests).
 pub fn init(filter: &str, format: LogFormat) -> Result<bool, TelemetryError> {
+    init_with_traces(filter, format, None).map(|(installed, _)| installed)
+}
+
+/// The trace pipeline of a kernel; [`Traces::shutdown`] exports what is still buffered.
+#[derive(Default)]
+pub struct Traces {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Traces {
+    /// Flushes and stops the exporter (at most a few seconds; errors are logged).
+    pub fn shutdown(self) {
+        if let Some(provider) = self.provider
+            && let Err(error) = provider.shutdown_with_timeout(Duration::from_secs(5))
+        {
+            tracing::warn!(error = %error, "trace exporter did not shut down cleanly");
+        }
+    }
+}
+
+/// Installs the global subscriber and, with `otel_endpoint` (an OTLP/HTTP base URL), exports
+/// the spans at its level and above as OpenTelemetry traces (protobuf over HTTP, batched) and
+/// makes W3C trace context the propagation format. Without an endpoint no exporter exists.
+pub fn init_with_traces(
+    filter: &str,
+    format: LogFormat,
+    otel_endpoint: Option<&str>,
+) -> Result<(bool, Traces), TelemetryError> {
     let env_filter = EnvFilter::try_new(filter)
         .map_err(|error| TelemetryError::InvalidFilter {
             filter: filter.to_owned(),
@@ -42,25 +82,52 @@ pub fn init(filter: &str, format: LogFormat) -> Result<bool, TelemetryError> {
                 message: format!("{error}"),
             }
         })?);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(env_filter)
-        .with_writer(std::io::stderr)
-        .with_span_events(FmtSpan::NONE);
-    let installed = match format {
-        LogFormat::Text => builder
+    let provider = otel_endpoint.map(tracer_provider).transpose()?;
+    let fmt_layer = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_span_events(FmtSpan::NONE)
             .with_ansi(use_color(
                 std::io::stderr().is_terminal(),
                 std::env::var_os("NO_COLOR").as_deref(),
             ))
-            .try_init(),
-        LogFormat::Json => builder
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_span_events(FmtSpan::NONE)
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .try_init(),
+            .boxed(),
     };
-    Ok(installed.is_ok())
+    let otel_layer = provider
+        .as_ref()
+        .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer("keel")));
+    let installed = tracing_subscriber::registry()
+        .with(fmt_layer)
+        .with(otel_layer)
+        .with(env_filter)
+        .try_init()
+        .is_ok();
+    if provider.is_some() {
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    }
+    Ok((installed, Traces { provider }))
+}
+
+/// Builds the batched OTLP/HTTP exporter of `endpoint` (`/v1/traces` appended).
+fn tracer_provider(endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
+        .build()
+        .map_err(|error| TelemetryError::Exporter(error.to_string()))?;
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(Resource::builder().with_service_name("keel").build())
+        .build())
 }
 
 /// Whether text logs are coloured: only on a terminal, and never when `NO_COLOR` is set to a

@@ -176,6 +176,8 @@ pub struct Settings {
     pub log_filter: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// OTLP/HTTP base URL traces are exported to, if any.
+    pub otel_endpoint: Option<String>,
 }
 
 impl Config {
@@ -284,6 +286,10 @@ impl Config {
             ));
         }
 
+        let otel_endpoint = self.otel.validate().unwrap_or_else(|problem| {
+            problems.push(problem);
+            None
+        });
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
@@ -320,6 +326,7 @@ impl Config {
             idle_timeout: self.idle_timeout,
             log_filter,
             log_format: self.log_format,
+            otel_endpoint,
         })
     }
 }
@@ -361,6 +368,7 @@ impl Settings {
             "idle-timeout": format_duration(self.idle_timeout),
             "log-level": self.log_filter,
             "log-format": self.log_format,
+            "otel-endpoint": self.otel_endpoint,
         })
     }
 }

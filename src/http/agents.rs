@@ -120,6 +120,10 @@ pub async fn intent(
     let Some(fields) = body.intent else {
         return Err(ApiError::validation("intent.type is required"));
     };
+    super::request_id::record("execution.id", &execution_id);
+    if let Some(tool_id) = &fields.tool_id {
+        super::request_id::record("tool.id", tool_id);
+    }
     let intent = to_intent(fields)?;
     let reply = state
         .kernel
@@ -129,6 +133,9 @@ pub async fn intent(
             intent,
         )
         .await?;
+    if let Some(step_id) = &reply.step_id {
+        super::request_id::record("step.id", step_id.as_str());
+    }
     Ok(Json(reply.into()))
 }
 

@@ -137,6 +137,7 @@ pub async fn create(
     if agent_id.is_empty() {
         return Err(ApiError::validation("agent_id is required"));
     }
+    super::request_id::record("agent.id", &agent_id);
     let labels = parse_labels(body.labels)?;
     let priority = creation::parse_priority(body.priority)?;
     let input = body.input.unwrap_or(Value::Null);
@@ -150,6 +151,7 @@ pub async fn create(
     let Some(key) = key else {
         backlog.admit(&state.kernel, &request.agent_id).await?;
         let row = creation::create(&state.kernel, request, None).await?;
+        super::request_id::record("execution.id", row.id.as_str());
         return Ok((StatusCode::CREATED, Json(row.into())));
     };
     match creation::create_once(&state.kernel, backlog, request, key).await? {

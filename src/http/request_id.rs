@@ -12,6 +12,7 @@ use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::AppState;
 
@@ -46,10 +47,24 @@ pub async fn request_id(
     let method = request.method().clone();
     let span = tracing::info_span!(
         "request",
+        otel.name = %format_args!("{} {route}", request.method()),
+        otel.kind = "server",
         http.method = %request.method(),
         http.route = %route,
+        http.response.status_code = tracing::field::Empty,
         request.id = %String::from_utf8_lossy(id.as_bytes()),
+        execution.id = tracing::field::Empty,
+        agent.id = tracing::field::Empty,
+        step.id = tracing::field::Empty,
+        tool.id = tracing::field::Empty,
     );
+    if request.headers().contains_key(TRACEPARENT) {
+        // A client's trace: this request's span joins it (W3C trace context).
+        let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.extract(&Headers(request.headers()))
+        });
+        let _ = span.set_parent(parent);
+    }
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
     state.kernel.metrics().operator.http_request(
@@ -58,6 +73,7 @@ pub async fn request_id(
         response.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );
+    span.record("http.response.status_code", response.status().as_u16());
     span.in_scope(|| {
         tracing::debug!(
             http.status = response.status().as_u16(),
@@ -67,6 +83,28 @@ pub async fn request_id(
     });
     response.headers_mut().insert(X_REQUEST_ID.clone(), id);
     response
+}
+
+/// W3C trace context header.
+const TRACEPARENT: &str = "traceparent";
+
+/// Request headers as an OpenTelemetry extractor.
+struct Headers<'a>(&'a axum::http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(axum::http::HeaderName::as_str).collect()
+    }
+}
+
+/// Records `value` as the `execution.id`, `agent.id`, `step.id` or `tool.id` attribute of the
+/// current request's span (and so of its trace span when traces are exported).
+pub fn record(field: &'static str, value: &str) {
+    tracing::Span::current().record(field, value);
 }
 
 /// Returns whether a caller's request id may be echoed.
