@@ -16,6 +16,7 @@ use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
 use crate::kernel::context::{Ctx, call, write};
 use crate::policy::{PolicyDecision, PolicyInput, PolicyMsg};
+use crate::push::Push;
 
 /// How an execution actor comes to life.
 pub enum StartMode {
@@ -54,6 +55,9 @@ pub struct ExecutionActorState {
     pub(super) stale: bool,
     /// Status and last sequence known to be stored when a commit failed (memory is ahead).
     pub(super) committed: Option<(crate::status::ExecutionStatus, i64)>,
+    /// An assignment whose commit failed, with the push it would have sent: if the reload
+    /// finds that the commit landed anyway, nobody else will ever send it (see `reload`).
+    pub(super) assignment_in_doubt: Option<(String, Push)>,
     /// Deadline, step and stall-check timers (aborted when the actor stops).
     pub(super) timers: super::timers::Timers,
     pub(super) span: tracing::Span,
@@ -98,6 +102,7 @@ impl Actor for ExecutionActor {
             rehydrated,
             stale: false,
             committed: None,
+            assignment_in_doubt: None,
             timers: super::timers::Timers::default(),
             span,
             epoch: 0,
@@ -252,7 +257,13 @@ async fn handle_message(
         }
         ExecutionMsg::OfferToConsumer { consumer_id, reply } => {
             let result = match machine::assign(&state.exec, &consumer_id) {
-                Ok((transition, push)) => apply(state, transition).await.map(|()| push),
+                Ok((transition, push)) => match apply(state, transition).await {
+                    Ok(()) => Ok(push),
+                    Err(error) => {
+                        state.assignment_in_doubt = Some((consumer_id, push));
+                        Err(error)
+                    }
+                },
                 Err(rejection) => Err(rejection.into()),
             };
             if result.is_ok() {

@@ -21,6 +21,8 @@ pub mod watchdog;
 #[cfg(test)]
 mod creation_tests;
 #[cfg(test)]
+mod in_doubt_tests;
+#[cfg(test)]
 mod passivation_tests;
 #[cfg(test)]
 mod probe_tests;

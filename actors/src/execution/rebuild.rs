@@ -92,7 +92,37 @@ pub(super) async fn reload(state: &mut ExecutionActorState) -> Result<(), Kernel
     state.exec = exec;
     state.timers.clear_work();
     state.stale = false;
+    resend_landed_assignment(state);
     Ok(())
+}
+
+/// An assignment answered as failed makes its agent group offer the execution again later;
+/// if the commit had landed, the execution is no longer pending and that offer is refused, so
+/// the consumer would never hear of the session the store gave it. The push of the landed
+/// assignment goes to that consumer now, through its group, with the session bound to it.
+fn resend_landed_assignment(state: &mut ExecutionActorState) {
+    let Some((consumer_id, push)) = state.assignment_in_doubt.take() else {
+        return;
+    };
+    let exec = &state.exec;
+    let landed = exec.session.as_ref().is_some_and(|session| {
+        session.consumer_id == consumer_id
+            && push.data["session_id"].as_str() == Some(session.id.as_str())
+    });
+    if !landed || exec.status.is_terminal() {
+        return;
+    }
+    tracing::info!(execution.id = %exec.id, consumer.id = %consumer_id, "an assignment answered as failed had landed; its push is sent now");
+    state.ctx.tell_agent_group(
+        &exec.agent_id,
+        AgentGroupMsg::SessionRestored {
+            consumer_id: consumer_id.clone(),
+            execution_id: exec.id.clone(),
+        },
+    );
+    state
+        .ctx
+        .tell_agent_group(&exec.agent_id, AgentGroupMsg::Push { consumer_id, push });
 }
 
 /// How long an internal notice waits before it is tried again when the state could not be
