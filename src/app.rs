@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Mode, Settings};
 use crate::http::{AppState, ConnectionTimeouts, DEFAULT_HEARTBEAT, HttpSettings, router};
-use crate::policy::{PolicyReloader, ReloadOptions};
+use crate::policy::{PolicyReloader, PolicyStatus, ReloadOptions};
 use crate::store::StoreOptions;
 
 /// Share of the shutdown deadline kept for the actor tree after the HTTP drain.
@@ -52,6 +52,10 @@ pub async fn run(
     // The policy first: it is cheap, and a typo in it should not wait for a database.
     let policy = load_policy(&settings).await?;
     let policy_digest = policy.digest();
+    let policy_status = Arc::new(PolicyStatus::new(
+        settings.policy.as_ref().map(|path| path.display().to_string()),
+        policy.as_ref(),
+    ));
     let store = open_store(&settings).await?;
     let phase = Instant::now();
     let kernel = kernel::start(kernel_config(&settings, store, policy))
@@ -59,11 +63,12 @@ pub async fn run(
         .map_err(|error| anyhow!("cannot start the actor tree: {error}"))?;
     info!(elapsed_ms = millis(phase.elapsed()), "actor tree started");
     let reloader = match settings.policy.clone() {
-        Some(path) => PolicyReloader::start(
+        Some(path) => PolicyReloader::start_with_status(
             kernel.clone(),
             path,
             policy_digest,
             ReloadOptions::default(),
+            Some(policy_status.clone()),
         ),
         None => PolicyReloader::without_policy(ReloadOptions::default()),
     };
@@ -82,7 +87,8 @@ pub async fn run(
         kernel.clone(),
         http_settings(&settings),
         streams_end.clone(),
-    );
+    )
+    .with_policy_status(policy_status);
     let app = router(state);
     let timeouts = ConnectionTimeouts {
         header_read: settings.header_read_timeout,

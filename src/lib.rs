@@ -6,6 +6,7 @@ pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod feed;
 pub mod http;
 pub mod policy;

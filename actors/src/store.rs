@@ -128,6 +128,23 @@ pub struct RecoveryEntry {
     pub live_steps: bool,
 }
 
+/// One tool call waiting for a human decision: a `step.approval_required` of a `blocked`
+/// execution with no later event of that step (`GET /v0/approvals`, the console's inbox).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingApproval {
+    /// Execution that waits.
+    pub execution_id: ExecutionId,
+    /// Its agent.
+    pub agent_id: AgentId,
+    /// The gated step (the `step_id` a `step.approve` signal names).
+    pub step_id: StepId,
+    /// Payload of the `step.approval_required` event (`tool_id`, `arguments`, `remote`,
+    /// `reason`).
+    pub request: Value,
+    /// Time of the `step.approval_required` event.
+    pub requested_at: Timestamp,
+}
+
 /// Durable storage of events and projections.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -203,6 +220,16 @@ pub trait Store: Send + Sync + 'static {
     /// Returns the `pending` executions of one agent, oldest first, each with the `priority` of
     /// its `execution.created` event (0 when absent). An agent group loads its queue from it.
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
+
+    /// Counts the executions matching `filter`'s agent and labels, by status (its status,
+    /// cursor and limit are ignored); statuses without executions are left out.
+    async fn count_executions(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<(ExecutionStatus, u64)>, StoreError>;
+
+    /// Returns up to `limit` approvals nobody answered yet, oldest request first.
+    async fn pending_approvals(&self, limit: i64) -> Result<Vec<PendingApproval>, StoreError>;
 
     /// Round-trips to the database.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AppState;
+use crate::console::StreamRole;
 use super::body::read_json;
 use super::error::ApiError;
 use super::executions::check_length;
@@ -95,7 +96,15 @@ pub async fn stream(
         consumer.id = consumer_id,
         "agent stream opened"
     );
-    Ok(sse::push_response(&state, sse::StreamKind::Agent, pushes))
+    let presence = state
+        .presence
+        .connected(StreamRole::Agent, agent_id, consumer_id, Vec::new());
+    Ok(sse::push_response(
+        &state,
+        sse::StreamKind::Agent,
+        pushes,
+        presence,
+    ))
 }
 
 /// `POST /v0/agents/intent`.

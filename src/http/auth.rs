@@ -32,7 +32,9 @@ pub async fn require_bearer(
     let Some(token) = state.settings.bearer_token.as_deref() else {
         return next.run(request).await;
     };
-    let exempt = request.method() == Method::GET && EXEMPT_PATHS.contains(&request.uri().path());
+    let exempt = request.method() == Method::GET
+        && (EXEMPT_PATHS.contains(&request.uri().path())
+            || crate::console::is_public(request.uri().path()));
     if exempt || authorized(request.headers(), token) {
         return next.run(request).await;
     }

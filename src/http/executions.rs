@@ -188,17 +188,7 @@ pub async fn list(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<ListBody>, ApiError> {
     let query = QueryParams::parse(raw.as_deref(), &["label"])?;
-    let mut filter = list_filter(&query)?;
-    let limit = filter.limit;
-    filter.limit = limit + 1;
-    let mut rows = state.kernel.list_executions(&filter).await?;
-    let mut next_cursor = String::new();
-    if rows.len() as i64 > limit {
-        rows.truncate(limit as usize);
-        if let Some(last) = rows.last() {
-            next_cursor = cursor::encode(&last.created_at, last.id.as_str());
-        }
-    }
+    let (rows, next_cursor) = list_page(&state, &query).await?;
     let executions = rows
         .into_iter()
         .map(|row| ExecutionSummary {
@@ -216,8 +206,53 @@ pub async fn list(
     }))
 }
 
+/// Reads one page of the list (WIRE.md §7.2) and its `next_cursor` (`""` on the last page).
+/// Keel addition: `created_before` / `created_after` (RFC 3339) bound the creation time
+/// (before: exclusive, where the page starts unless a cursor is given; after: inclusive, where
+/// paging stops).
+pub(crate) async fn list_page(
+    state: &AppState,
+    query: &QueryParams,
+) -> Result<(Vec<ExecutionRow>, String), ApiError> {
+    let mut filter = list_filter(query)?;
+    let created_after = time_param(query, "created_after")?;
+    if filter.after.is_none() {
+        filter.after = time_param(query, "created_before")?.map(|before| (before, String::new()));
+    }
+    let limit = filter.limit;
+    filter.limit = limit + 1;
+    let mut rows = state.kernel.list_executions(&filter).await?;
+    if let Some(since) = created_after {
+        if let Some(older) = rows.iter().position(|row| row.created_at < since) {
+            rows.truncate(older);
+        }
+    }
+    let mut next_cursor = String::new();
+    if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        if let Some(last) = rows.last() {
+            next_cursor = cursor::encode(&last.created_at, last.id.as_str());
+        }
+    }
+    Ok((rows, next_cursor))
+}
+
+/// Parses an optional RFC 3339 time parameter.
+pub(crate) fn time_param(query: &QueryParams, key: &str) -> Result<Option<time::Timestamp>, ApiError> {
+    let Some(text) = query.get(key) else {
+        return Ok(None);
+    };
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|parsed| Some(parsed.with_timezone(&chrono::Utc)))
+        .map_err(|_| {
+            ApiError::validation(format_args!(
+                "invalid {key} {text:?}, expected an RFC 3339 time"
+            ))
+        })
+}
+
 /// Builds the list filter from the query (WIRE.md §7.2), with the page's own limit.
-fn list_filter(query: &QueryParams) -> Result<ListFilter, ApiError> {
+pub(crate) fn list_filter(query: &QueryParams) -> Result<ListFilter, ApiError> {
     let status = match query.get("status") {
         None => None,
         Some(text) => Some(

@@ -8,13 +8,13 @@ mod agents;
 mod auth;
 mod body;
 pub mod creation;
-mod cursor;
+pub(crate) mod cursor;
 mod error;
-mod executions;
+pub(crate) mod executions;
 pub mod feed;
 mod health;
 pub mod openapi;
-mod query;
+pub(crate) mod query;
 mod request_id;
 mod runners;
 mod serve;
@@ -104,6 +104,10 @@ pub struct AppState {
     /// Cancelled when the server shuts down; every open SSE stream then ends, so that the
     /// graceful shutdown of the server does not wait for them forever.
     pub shutdown: CancellationToken,
+    /// Open agent and runner streams (the directory of `GET /v0/agents`, `GET /v0/runners`).
+    pub presence: Arc<crate::console::Presence>,
+    /// The policy in force and the last reload attempt (`GET /v0/policy`).
+    pub policy: Arc<crate::policy::PolicyStatus>,
 }
 
 impl AppState {
@@ -113,7 +117,18 @@ impl AppState {
             kernel,
             settings: Arc::new(settings),
             shutdown,
+            presence: Arc::default(),
+            policy: Arc::new(crate::policy::PolicyStatus::new(
+                None,
+                &keel_actors::policy::PermissiveEngine,
+            )),
         }
+    }
+
+    /// Replaces the policy status the HTTP layer reports (the kernel's real one).
+    pub fn with_policy_status(mut self, policy: Arc<crate::policy::PolicyStatus>) -> Self {
+        self.policy = policy;
+        self
     }
 }
 
@@ -185,11 +200,20 @@ pub fn routes() -> Routes {
         .route("/v0/runners/{id}/capabilities", post(runners::capabilities))
         .route("/v0/runners/{id}/tools", post(runners::publish_tools))
         .route("/v0/tools", get(runners::tools))
+        .route("/v0/approvals", get(crate::console::api::approvals))
+        .route("/v0/executions/counts", get(crate::console::api::counts))
+        .route("/v0/agents", get(crate::console::api::agents))
+        .route("/v0/runners", get(crate::console::api::runners))
+        .route("/v0/policy", get(crate::console::api::policy))
 }
 
-/// Builds the router of [`routes`] with authentication, CORS and request ids.
+/// Builds the router of [`routes`] and the web console's pages with authentication, CORS and
+/// request ids.
 pub fn router(state: AppState) -> Router {
-    let routes = routes().router.fallback(error::not_found);
+    let routes = routes()
+        .router
+        .merge(crate::console::pages())
+        .fallback(error::not_found);
     // Layers run outermost last-added: request id, then CORS, then authentication.
     routes
         .layer(middleware::from_fn_with_state(

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
+use crate::console::StreamRole;
 use super::body::read_json;
 use super::error::ApiError;
 use super::executions::{check_length, check_required_id, path_id};
@@ -82,6 +83,10 @@ pub async fn stream(
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default();
+    let presence =
+        state
+            .presence
+            .connected(StreamRole::Runner, runner_id, consumer_id, capabilities.clone());
     let pushes = state
         .kernel
         .connect_runner(
@@ -95,7 +100,12 @@ pub async fn stream(
         consumer.id = consumer_id,
         "runner stream opened"
     );
-    Ok(sse::push_response(&state, sse::StreamKind::Runner, pushes))
+    Ok(sse::push_response(
+        &state,
+        sse::StreamKind::Runner,
+        pushes,
+        presence,
+    ))
 }
 
 /// `POST /v0/runners/{id}/results`. The runner connection named by the path id and the body's

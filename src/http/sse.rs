@@ -29,6 +29,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
+use crate::console::PresenceGuard;
 use super::error::ApiError;
 use super::executions::path_id;
 use super::query::QueryParams;
@@ -157,14 +158,22 @@ fn push_frame(push: &Push) -> Bytes {
 }
 
 /// Relays an agent or runner connection's pushes as an SSE response.
-pub fn push_response(state: &AppState, kind: StreamKind, pushes: PushStream) -> Response {
+/// `presence` keeps the connection listed in the directory until the response ends.
+pub fn push_response(
+    state: &AppState,
+    kind: StreamKind,
+    pushes: PushStream,
+    presence: PresenceGuard,
+) -> Response {
     struct Relay {
         pushes: PushStream,
         common: Common,
+        _presence: PresenceGuard,
     }
     let relay = Relay {
         pushes,
         common: Common::new(state, kind),
+        _presence: presence,
     };
     let stream = futures::stream::unfold(relay, |mut relay| async move {
         if let Some(preamble) = relay.common.preamble() {

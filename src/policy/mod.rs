@@ -14,6 +14,7 @@ mod reload;
 mod reload_tests;
 mod spec;
 mod spec_arguments;
+mod status;
 mod watch;
 #[cfg(test)]
 mod tests;
@@ -23,3 +24,4 @@ pub use directory::GLOBAL_STEM;
 pub use errors::{PolicyLoadErrors, PolicyProblem};
 pub use load::{LoadedPolicy, load_path};
 pub use reload::{DEFAULT_DEBOUNCE, PolicyReloader, ReloadOptions};
+pub use status::{PolicySnapshot, PolicyStatus, ReloadOutcome};

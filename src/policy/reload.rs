@@ -28,6 +28,7 @@ use tracing::{debug, error, info, warn};
 
 use super::errors::PolicyLoadErrors;
 use super::load::{LoadedPolicy, load_path};
+use super::status::PolicyStatus;
 use super::watch::{Hangup, Targets, hangup_signal, next_hangup, start_watcher, watch_targets};
 
 /// Quiet time after the last file event before the policy is reloaded.
@@ -72,6 +73,17 @@ impl PolicyReloader {
     /// Must be called inside the tokio runtime. A path that cannot be watched is logged, and
     /// SIGHUP still reloads.
     pub fn start(kernel: Kernel, path: PathBuf, digest: String, options: ReloadOptions) -> Self {
+        Self::start_with_status(kernel, path, digest, options, None)
+    }
+
+    /// [`PolicyReloader::start`], recording every reload attempt in `status`.
+    pub fn start_with_status(
+        kernel: Kernel,
+        path: PathBuf,
+        digest: String,
+        options: ReloadOptions,
+        status: Option<Arc<PolicyStatus>>,
+    ) -> Self {
         let (triggers, receiver) = mpsc::unbounded_channel();
         let names = Arc::new(RwLock::new(BTreeSet::new()));
         let watcher = start_watcher(&path, names.clone(), triggers.clone());
@@ -86,6 +98,7 @@ impl PolicyReloader {
             watched: BTreeSet::new(),
             names,
             last_failure: None,
+            status,
         };
         let task = tokio::spawn(reloads.run(receiver, hangup, options.debounce, stop.clone()));
         Self {
@@ -144,6 +157,8 @@ struct Reloads {
     names: Arc<RwLock<BTreeSet<OsString>>>,
     /// The problems of the last failed reload, so that the same failure is reported once.
     last_failure: Option<String>,
+    /// Where operators read the outcome of each attempt.
+    status: Option<Arc<PolicyStatus>>,
 }
 
 impl Reloads {
@@ -213,6 +228,9 @@ impl Reloads {
         self.last_failure = None;
         if !forced && policy.digest == self.digest {
             debug!(policy = %self.shown, digest = %policy.digest, "policy files changed but the policy did not; nothing to reload");
+            if let Some(status) = &self.status {
+                status.unchanged();
+            }
             return;
         }
         for warning in &policy.warnings {
@@ -220,6 +238,9 @@ impl Reloads {
         }
         self.kernel.replace_policy(policy.engine.clone());
         self.kernel.metrics().policy_reload("ok");
+        if let Some(status) = &self.status {
+            status.installed(policy.engine.as_ref());
+        }
         info!(
             policy = %self.shown,
             digest = %policy.digest,
@@ -238,6 +259,9 @@ impl Reloads {
             return;
         }
         self.last_failure = Some(failure);
+        if let Some(status) = &self.status {
+            status.refused(errors.problems.iter().map(ToString::to_string).collect());
+        }
         for problem in &errors.problems {
             error!(policy = %self.shown, problem = %problem, "policy problem");
         }

@@ -44,8 +44,10 @@ use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::ExecutionId;
+use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, QueueDepths, RecoveryEntry, Store,
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, QueueDepths, RecoveryEntry,
+    Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -434,6 +436,23 @@ impl Store for PostgresStore {
             .bounded(super::tool_calls::postgres(&self.readers, since))
             .await?;
         super::tool_calls::postgres_calls(rows)
+    }
+
+    async fn count_executions(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<(ExecutionStatus, u64)>, StoreError> {
+        let rows = self
+            .bounded(super::overview::postgres_counts(&self.readers, filter))
+            .await?;
+        super::overview::into_counts(rows)
+    }
+
+    async fn pending_approvals(&self, limit: i64) -> Result<Vec<PendingApproval>, StoreError> {
+        let rows = self
+            .bounded(super::overview::postgres_approvals(&self.readers, limit))
+            .await?;
+        super::overview::into_approvals(rows)
     }
 
     async fn execution_by_creation_key(

@@ -23,8 +23,10 @@ use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::ExecutionId;
+use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, QueueDepths, RecoveryEntry, Store,
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, QueueDepths, RecoveryEntry,
+    Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -329,6 +331,17 @@ impl Store for SqliteStore {
         self.writer
             .set_webhook_position(id.to_owned(), position)
             .await
+    }
+
+    async fn count_executions(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<(ExecutionStatus, u64)>, StoreError> {
+        super::overview::sqlite_counts(&self.readers, filter).await
+    }
+
+    async fn pending_approvals(&self, limit: i64) -> Result<Vec<PendingApproval>, StoreError> {
+        super::overview::sqlite_approvals(&self.readers, limit).await
     }
 
     /// Ready when a write could start now: another process holding the write lock makes the

@@ -86,6 +86,22 @@ impl Kernel {
         Ok(self.inner.store.list_executions(filter).await?)
     }
 
+    /// Counts the executions of `filter`'s agent and labels by status.
+    pub async fn count_executions(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<(crate::status::ExecutionStatus, u64)>, KernelError> {
+        Ok(self.inner.store.count_executions(filter).await?)
+    }
+
+    /// Returns up to `limit` unanswered approvals, oldest first.
+    pub async fn pending_approvals(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<crate::store::PendingApproval>, KernelError> {
+        Ok(self.inner.store.pending_approvals(limit).await?)
+    }
+
     /// Returns up to `limit` events with `sequence > after_sequence`.
     pub async fn events(
         &self,

@@ -121,6 +121,12 @@ pub trait PolicyEngine: Send + Sync + 'static {
     fn longest_rate_window(&self) -> Option<Duration> {
         None
     }
+
+    /// Returns the ids of the rules in force (each once, in evaluation order where the policy
+    /// has one order), for operators (`GET /v0/policy`, the console's health page).
+    fn rule_ids(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Allows every tool call (`keel dev` without `--policy`).

@@ -319,6 +319,64 @@ impl Store for MemoryStore {
         Ok(calls)
     }
 
+    async fn count_executions(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<(crate::status::ExecutionStatus, u64)>, StoreError> {
+        let tables = self.lock();
+        let mut counts = std::collections::BTreeMap::<&'static str, (crate::status::ExecutionStatus, u64)>::new();
+        for row in tables.executions.values() {
+            let agent_matches = filter
+                .agent_id
+                .as_deref()
+                .is_none_or(|agent| row.agent_id.as_str() == agent);
+            let labels_match = filter.labels.iter().all(|(key, value)| {
+                row.labels
+                    .as_ref()
+                    .and_then(|labels| labels.get(key))
+                    .is_some_and(|found| found == value)
+            });
+            if agent_matches && labels_match {
+                counts.entry(row.status.as_str()).or_insert((row.status, 0)).1 += 1;
+            }
+        }
+        Ok(counts.into_values().collect())
+    }
+
+    async fn pending_approvals(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<crate::store::PendingApproval>, StoreError> {
+        let tables = self.lock();
+        let mut found = Vec::new();
+        for row in tables.executions.values() {
+            if row.status != crate::status::ExecutionStatus::Blocked {
+                continue;
+            }
+            let events = tables.events.get(&row.id).map(Vec::as_slice).unwrap_or_default();
+            for (index, event) in events.iter().enumerate() {
+                let Some(step_id) = &event.step_id else {
+                    continue;
+                };
+                let answered = events[index + 1..]
+                    .iter()
+                    .any(|later| later.step_id.as_ref() == Some(step_id));
+                if matches!(event.body, EventBody::StepApprovalRequired { .. }) && !answered {
+                    found.push(crate::store::PendingApproval {
+                        execution_id: row.id.clone(),
+                        agent_id: row.agent_id.clone(),
+                        step_id: step_id.clone(),
+                        request: event.body.payload(),
+                        requested_at: event.timestamp,
+                    });
+                }
+            }
+        }
+        found.sort_by_key(|approval| approval.requested_at);
+        found.truncate(usize::try_from(limit).unwrap_or(0));
+        Ok(found)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         if self.failing.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable("injected failure".into()));

@@ -2,6 +2,7 @@
 //! [`paths`] and [`schemas`] and served at `GET /v0/openapi.json`. docs/api.md is the readable
 //! companion; `tests/api/openapi.rs` keeps the document, the router and real answers in step.
 
+mod console;
 mod feed;
 mod paths;
 mod schemas;
@@ -33,6 +34,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         paths::agent_stream, paths::agent_intent, paths::agent_step_result,
         paths::runner_stream, paths::step_started, paths::unregister_runner,
         paths::runner_result, paths::runner_capabilities, paths::publish_tools, paths::tools,
+        console::approvals, console::execution_counts, console::agents, console::runners,
+        console::policy,
     ),
     components(schemas(
         schemas::Error, schemas::ErrorCode, schemas::Status, schemas::ExecutionStatus,
@@ -43,6 +46,9 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         schemas::PublishedTool, schemas::PublishTools, schemas::Capabilities, schemas::Tool,
         schemas::ExecutionAssigned, schemas::JobAssigned, feed::FeedEvent, feed::FeedPage,
         schemas::SseMessage,
+        console::Approval, console::ApprovalList, console::ExecutionCounts, console::Connection,
+        console::Agent, console::AgentList, console::Runner, console::RunnerList,
+        console::ReloadOutcome, console::Policy,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -65,10 +65,12 @@ fn create_execution() {}
         ("label" = Option<Vec<String>>, Query, description = "`key:value`, repeatable, all must match"),
         ("limit" = Option<i64>, Query, description = "Page size, 1-200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("created_after" = Option<String>, Query, description = "RFC 3339; only executions created at or after it (paging stops there)"),
+        ("created_before" = Option<String>, Query, description = "RFC 3339; only executions created before it (where the first page starts)"),
     ),
     responses(
         (status = 200, description = "A page, newest first", body = ExecutionList),
-        (status = 400, description = "Invalid status, label filter or cursor", body = Error),
+        (status = 400, description = "Invalid status, label filter, cursor or time", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
     ))]
 fn list_executions() {}

@@ -237,6 +237,28 @@ impl PolicyEngine for CompiledPolicy {
         self.digest.clone()
     }
 
+    fn rule_ids(&self) -> Vec<String> {
+        let sets: Vec<&RuleSet> = match &self.routing {
+            Routing::Single(rules) => vec![rules],
+            Routing::PerAgent { agents, global } => {
+                let mut names: Vec<&String> = agents.keys().collect();
+                names.sort();
+                names
+                    .into_iter()
+                    .filter_map(|name| agents.get(name))
+                    .chain(global.as_ref())
+                    .collect()
+            }
+        };
+        let mut ids: Vec<String> = Vec::new();
+        for rule in sets.into_iter().flat_map(|set| set.rules.iter()) {
+            if !ids.contains(&rule.outcome.rule_id) {
+                ids.push(rule.outcome.rule_id.clone());
+            }
+        }
+        ids
+    }
+
     fn longest_rate_window(&self) -> Option<Duration> {
         match &self.routing {
             Routing::Single(rules) => rules.longest_rate_window(),

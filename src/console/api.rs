@@ -1,0 +1,174 @@
+//! Read endpoints for operators (documented in docs/console.md, all additive to WIRE.md and
+//! authenticated like every `/v0` route): pending approvals, execution counts, the connected
+//! agents and runners, and the policy in force.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use keel_actors::status::ExecutionStatus;
+use keel_actors::store::PendingApproval;
+use keel_actors::time;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::presence::{Connection, StreamRole};
+use crate::http::executions::list_filter;
+use crate::http::query::QueryParams;
+use crate::http::{ApiError, AppState};
+use crate::policy::PolicySnapshot;
+
+/// Default and largest page of `GET /v0/approvals`.
+pub const DEFAULT_APPROVALS: i64 = 100;
+const MAX_APPROVALS: i64 = 1000;
+
+/// Every status, in lifecycle order (the keys of the counts object).
+pub const STATUSES: [ExecutionStatus; 6] = [
+    ExecutionStatus::Pending,
+    ExecutionStatus::Running,
+    ExecutionStatus::Blocked,
+    ExecutionStatus::Completed,
+    ExecutionStatus::Failed,
+    ExecutionStatus::Cancelled,
+];
+
+/// One entry of `GET /v0/approvals`.
+#[derive(Serialize)]
+pub struct ApprovalBody {
+    pub execution_id: String,
+    pub agent_id: String,
+    pub step_id: String,
+    pub tool_id: String,
+    pub arguments: Value,
+    pub remote: bool,
+    pub reason: String,
+    pub requested_at: String,
+}
+
+impl From<PendingApproval> for ApprovalBody {
+    fn from(approval: PendingApproval) -> Self {
+        let field = |name: &str| approval.request.get(name).cloned().unwrap_or(Value::Null);
+        let text = |name: &str| field(name).as_str().unwrap_or_default().to_owned();
+        Self {
+            tool_id: text("tool_id"),
+            reason: text("reason"),
+            arguments: field("arguments"),
+            remote: field("remote").as_bool().unwrap_or(false),
+            execution_id: approval.execution_id.into_string(),
+            agent_id: approval.agent_id.into_string(),
+            step_id: approval.step_id.into_string(),
+            requested_at: time::format(&approval.requested_at),
+        }
+    }
+}
+
+/// Reads up to `limit` pending approvals (the default when absent or 0, at most 1000).
+pub async fn pending(state: &AppState, query: &QueryParams) -> Result<Vec<ApprovalBody>, ApiError> {
+    let limit = match query.non_negative("limit", DEFAULT_APPROVALS) {
+        0 => DEFAULT_APPROVALS,
+        limit => limit.min(MAX_APPROVALS),
+    };
+    let approvals = state.kernel.pending_approvals(limit).await?;
+    Ok(approvals.into_iter().map(ApprovalBody::from).collect())
+}
+
+/// `GET /v0/approvals?limit=`: approvals nobody answered yet, oldest first.
+pub async fn approvals(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let query = QueryParams::parse(raw.as_deref(), &[])?;
+    let approvals = pending(&state, &query).await?;
+    Ok(Json(json!({ "approvals": approvals })))
+}
+
+/// Counts by status for the query's `agent_id` and `label` filters (every status present).
+pub async fn count(
+    state: &AppState,
+    query: &QueryParams,
+) -> Result<BTreeMap<&'static str, u64>, ApiError> {
+    let filter = list_filter(query)?;
+    let found = state.kernel.count_executions(&filter).await?;
+    let mut counts: BTreeMap<&'static str, u64> =
+        STATUSES.iter().map(|status| (status.as_str(), 0)).collect();
+    for (status, count) in found {
+        counts.insert(status.as_str(), count);
+    }
+    Ok(counts)
+}
+
+/// `GET /v0/executions/counts?agent_id=&label=`: executions by status.
+pub async fn counts(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let query = QueryParams::parse(raw.as_deref(), &["label"])?;
+    let counts = count(&state, &query).await?;
+    let total: u64 = counts.values().sum();
+    Ok(Json(json!({ "counts": counts, "total": total })))
+}
+
+/// One agent of `GET /v0/agents`.
+#[derive(Serialize)]
+pub struct AgentBody {
+    pub agent_id: String,
+    pub consumers: Vec<Connection>,
+    pub pending: u64,
+}
+
+/// The connected agents with their pending backlog.
+pub async fn agent_list(state: &AppState) -> Result<Vec<AgentBody>, ApiError> {
+    let mut agents = Vec::new();
+    for (agent_id, consumers) in state.presence.list(StreamRole::Agent) {
+        let pending = state.kernel.pending_count(Some(&agent_id)).await?;
+        agents.push(AgentBody {
+            agent_id,
+            consumers,
+            pending,
+        });
+    }
+    Ok(agents)
+}
+
+/// `GET /v0/agents`: agents with an open stream, their consumers and pending executions.
+pub async fn agents(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "agents": agent_list(&state).await? })))
+}
+
+/// One runner of `GET /v0/runners`.
+#[derive(Serialize)]
+pub struct RunnerBody {
+    pub runner_id: String,
+    pub consumers: Vec<Connection>,
+    pub tools: Vec<String>,
+}
+
+/// The connected runners with the tools they published.
+pub fn runner_list(state: &AppState) -> Vec<RunnerBody> {
+    let tools = state.kernel.tools("");
+    state
+        .presence
+        .list(StreamRole::Runner)
+        .into_iter()
+        .map(|(runner_id, consumers)| RunnerBody {
+            tools: tools
+                .iter()
+                .filter(|tool| tool.runner_id == runner_id)
+                .map(|tool| tool.id.clone())
+                .collect(),
+            runner_id,
+            consumers,
+        })
+        .collect()
+}
+
+/// `GET /v0/runners`: runners with an open stream, their consumers and published tools.
+pub async fn runners(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({ "runners": runner_list(&state) }))
+}
+
+/// `GET /v0/policy`: source, digest and rule ids of the policy in force, last reload outcome.
+pub async fn policy(State(state): State<AppState>) -> Json<PolicySnapshot> {
+    Json(state.policy.snapshot())
+}
+

@@ -1,0 +1,345 @@
+//! The views of the list pages: executions, approvals inbox, directory and health. Each is
+//! server-rendered from the kernel's reads; regions marked `data-live` are refreshed in place
+//! by the script while the page is open.
+
+use axum::extract::{RawQuery, State};
+use axum::response::Response;
+use keel_actors::time;
+use maud::{Markup, html};
+
+use super::StreamRole;
+use super::api::{self, STATUSES};
+use super::render::{badge, json_block, json_preview, view, when};
+use crate::http::executions::list_page;
+use crate::http::query::QueryParams;
+use crate::http::{ApiError, AppState};
+
+/// Query keys of the executions page carried from one page to the next.
+const LIST_KEYS: [&str; 6] = [
+    "status",
+    "agent_id",
+    "label",
+    "created_after",
+    "created_before",
+    "limit",
+];
+
+/// Builds `/` with `pairs` as its query.
+fn list_link<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut serializer = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in pairs {
+        serializer.append_pair(key, value);
+    }
+    let query = serializer.finish();
+    if query.is_empty() { "/".to_owned() } else { format!("/?{query}") }
+}
+
+/// Accepts the `datetime-local` form (`2026-05-21T14:20[:38]`, read as UTC) besides RFC 3339.
+fn normalize_time(text: &str) -> String {
+    if chrono::DateTime::parse_from_rfc3339(text).is_ok() {
+        return text.to_owned();
+    }
+    for format in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"] {
+        if let Ok(naive) = chrono::NaiveDateTime::parse_from_str(text, format) {
+            return time::format(&naive.and_utc());
+        }
+    }
+    text.to_owned()
+}
+
+/// The page's filters, times normalised, as `(key, value)` pairs (cursor excluded).
+fn filters(query: &QueryParams) -> Vec<(&'static str, String)> {
+    let mut pairs = Vec::new();
+    for key in LIST_KEYS {
+        for value in query.all(key).into_iter().filter(|value| !value.is_empty()) {
+            let value = if key.starts_with("created_") {
+                normalize_time(value)
+            } else {
+                value.to_owned()
+            };
+            pairs.push((key, value));
+        }
+    }
+    pairs
+}
+
+/// `GET /console/view/executions`: counts, filters and one page of executions.
+pub async fn executions(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let query = QueryParams::parse(raw.as_deref(), &["label"])?;
+    let filters = filters(&query);
+    let cursor = query.get("cursor");
+    let mut pairs: Vec<(&str, &str)> = filters.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    pairs.extend(cursor.map(|cursor| ("cursor", cursor)));
+    let raw = list_link(pairs);
+    let normalized = QueryParams::parse(raw.strip_prefix("/?"), &["label"])?;
+    let (rows, next_cursor) = list_page(&state, &normalized).await?;
+    let counts = api::count(&state, &normalized).await?;
+    let total: u64 = counts.values().sum();
+    let without = |skip: &str| {
+        filters
+            .iter()
+            .filter(|(key, _)| *key != skip)
+            .map(|(key, value)| (*key, value.as_str()))
+            .collect::<Vec<_>>()
+    };
+    let status = query.get("status").unwrap_or_default();
+    let label = query.all("label").first().copied().unwrap_or_default();
+    let markup = html! {
+        div data-page="executions" data-live-interval="2000" {
+            h1 { "Executions" }
+            div id="executions-live" data-live {
+                nav aria-label="Counts by status" class="counts" {
+                    ul {
+                        li { a href=(list_link(without("status"))) aria-current=[status.is_empty().then_some("true")] {
+                            "all " span class="count" { (total) }
+                        } }
+                        @for state_ in STATUSES {
+                            @let mut pairs = without("status");
+                            @let name = state_.as_str();
+                            li { a href=(list_link({ pairs.push(("status", name)); pairs })) aria-current=[(status == name).then_some("true")] {
+                                (badge(state_)) " " span class="count" data-count=(name) { (counts.get(name).copied().unwrap_or(0)) }
+                            } }
+                        }
+                    }
+                }
+                (execution_table(&rows))
+                nav aria-label="Pages" class="pager" {
+                    @if cursor.is_some() {
+                        a href=(list_link(without(""))) { "← First page" }
+                    }
+                    @if !next_cursor.is_empty() {
+                        @let mut pairs = without("");
+                        a href=(list_link({ pairs.push(("cursor", next_cursor.as_str())); pairs })) rel="next" { "Next page →" }
+                    }
+                }
+            }
+            form class="filters" method="get" action="/" aria-label="Filter executions" {
+                label { "Status " select name="status" {
+                    option value="" selected[status.is_empty()] { "any" }
+                    @for state_ in STATUSES {
+                        option value=(state_.as_str()) selected[status == state_.as_str()] { (state_.as_str()) }
+                    }
+                } }
+                label { "Agent " input type="text" name="agent_id" value=(query.get("agent_id").unwrap_or_default()) placeholder="agent id"; }
+                label { "Label " input type="text" name="label" value=(label) placeholder="key:value"; }
+                label { "Created after (UTC) " input type="datetime-local" step="1" name="created_after" value=(query.get("created_after").unwrap_or_default()); }
+                label { "Created before (UTC) " input type="datetime-local" step="1" name="created_before" value=(query.get("created_before").unwrap_or_default()); }
+                button type="submit" { "Apply filters" }
+                a href="/" { "Reset" }
+            }
+        }
+    };
+    Ok(view(markup))
+}
+
+fn execution_table(rows: &[keel_actors::store::ExecutionRow]) -> Markup {
+    html! {
+        table class="executions" {
+            caption { "Newest first; " (rows.len()) " on this page" }
+            thead { tr {
+                th scope="col" { "Status" } th scope="col" { "Execution" } th scope="col" { "Agent" }
+                th scope="col" { "Labels" } th scope="col" { "Created" } th scope="col" { "Updated" }
+            } }
+            tbody {
+                @if rows.is_empty() {
+                    tr { td colspan="6" class="muted" { "No executions match." } }
+                }
+                @for row in rows {
+                    tr data-execution-id=(row.id.as_str()) data-status=(row.status.as_str()) {
+                        td { (badge(row.status)) }
+                        td { a class="mono" href={ "/executions/" (row.id.as_str()) } { (row.id.as_str()) } }
+                        td { (row.agent_id.as_str()) }
+                        td { @for (key, value) in row.labels.iter().flatten() { span class="label" { (key) ":" (value) } " " } }
+                        td { (when(&row.created_at)) }
+                        td { (when(&row.updated_at)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /console/view/approvals`: the inbox across executions, oldest first.
+pub async fn approvals(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let query = QueryParams::parse(raw.as_deref(), &[])?;
+    let approvals = api::pending(&state, &query).await?;
+    let markup = html! {
+        div data-page="approvals" data-live-interval="2000" {
+            h1 { "Approvals" }
+            p class="muted" { "Tool calls waiting for a human decision, oldest first. Approving runs the tool; denying fails the step with your reason." }
+            div id="approvals-live" data-live {
+                table class="approvals" {
+                    caption { (approvals.len()) " waiting" }
+                    thead { tr {
+                        th scope="col" { "Requested" } th scope="col" { "Execution" } th scope="col" { "Agent" }
+                        th scope="col" { "Tool" } th scope="col" { "Arguments" } th scope="col" { "Policy reason" } th scope="col" { "Decision" }
+                    } }
+                    tbody {
+                        @if approvals.is_empty() {
+                            tr { td colspan="7" class="muted" { "Nothing is waiting for approval." } }
+                        }
+                        @for approval in &approvals {
+                            tr data-step-id=(approval.step_id) {
+                                td { time datetime=(approval.requested_at) { (approval.requested_at) } }
+                                td { a class="mono" href={ "/executions/" (approval.execution_id) } { (approval.execution_id) } }
+                                td { (approval.agent_id) }
+                                td { span class="mono" { (approval.tool_id) } @if approval.remote { " (remote)" } }
+                                td { details { summary { (json_preview(&approval.arguments, 60)) } (json_block(&approval.arguments)) } }
+                                td { (approval.reason) }
+                                td { (decision(&approval.execution_id, &approval.step_id)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(view(markup))
+}
+
+/// The approve/deny controls of one pending approval (the script sends `step.approve`).
+pub fn decision(execution_id: &str, step_id: &str) -> Markup {
+    let reason_id = format!("reason-{step_id}");
+    html! {
+        form class="decision" data-decision data-execution-id=(execution_id) data-step-id=(step_id) {
+            label for=(reason_id) { "Reason (optional)" }
+            input id=(reason_id) type="text" name="reason";
+            button type="submit" name="approved" value="true" class="approve" { "✔ Approve" }
+            button type="submit" name="approved" value="false" class="deny" { "✖ Deny" }
+        }
+    }
+}
+
+/// `GET /console/view/directory`: connected agents, runners and the tool directory.
+pub async fn directory(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let agents = api::agent_list(&state).await?;
+    let runners = api::runner_list(&state);
+    let tools = state.kernel.tools("");
+    let markup = html! {
+        div data-page="directory" data-live-interval="3000" {
+            h1 { "Agents, runners and tools" }
+            div id="directory-live" data-live {
+                h2 id="agents-title" { "Agents (" (agents.len()) " connected)" }
+                table aria-labelledby="agents-title" {
+                    thead { tr { th scope="col" { "Agent" } th scope="col" { "Consumers" } th scope="col" { "Connected since" } th scope="col" { "Pending executions" } } }
+                    tbody {
+                        @if agents.is_empty() { tr { td colspan="4" class="muted" { "No agent is connected." } } }
+                        @for agent in &agents {
+                            tr data-agent-id=(agent.agent_id) {
+                                td class="mono" { (agent.agent_id) }
+                                td { @for consumer in &agent.consumers { span class="mono" { (consumer.consumer_id) } " " } }
+                                td { @if let Some(first) = agent.consumers.iter().map(|c| c.connected_at).min() { (when(&first)) } }
+                                td { a href={ "/?status=pending&agent_id=" (agent.agent_id) } { (agent.pending) } }
+                            }
+                        }
+                    }
+                }
+                h2 id="runners-title" { "Runners (" (runners.len()) " connected)" }
+                table aria-labelledby="runners-title" {
+                    thead { tr { th scope="col" { "Runner" } th scope="col" { "Consumers" } th scope="col" { "Capabilities" } th scope="col" { "Tools" } } }
+                    tbody {
+                        @if runners.is_empty() { tr { td colspan="4" class="muted" { "No runner is connected." } } }
+                        @for runner in &runners {
+                            tr data-runner-id=(runner.runner_id) {
+                                td class="mono" { (runner.runner_id) }
+                                td { @for consumer in &runner.consumers { span class="mono" { (consumer.consumer_id) } " " } }
+                                td { @for consumer in &runner.consumers { @for capability in &consumer.capabilities { span class="label" { (capability) } " " } } }
+                                td { (runner.tools.join(", ")) }
+                            }
+                        }
+                    }
+                }
+                h2 id="tools-title" { "Tool directory (" (tools.len()) ")" }
+                table aria-labelledby="tools-title" {
+                    thead { tr { th scope="col" { "Tool" } th scope="col" { "Runner" } th scope="col" { "Description" } th scope="col" { "Input schema" } th scope="col" { "Published" } } }
+                    tbody {
+                        @if tools.is_empty() { tr { td colspan="5" class="muted" { "No runner published a tool." } } }
+                        @for tool in &tools {
+                            tr data-tool-id=(tool.id) {
+                                td class="mono" { (tool.id) }
+                                td class="mono" { (tool.runner_id) }
+                                td { (tool.description.as_str().map(str::to_owned).unwrap_or_else(|| json_preview(&tool.description, 80))) }
+                                td { details { summary { "schema" } (json_block(&tool.input_schema)) } }
+                                td { (when(&tool.registered_at)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(view(markup))
+}
+
+/// `GET /console/view/status`: health numbers and the policy in force.
+pub async fn status(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let ready = state.kernel.ready().await;
+    let counts = api::count(&state, &QueryParams::default()).await?;
+    let agents = state.presence.list(StreamRole::Agent);
+    let runners = state.presence.list(StreamRole::Runner);
+    let consumers = |list: &[(String, Vec<super::Connection>)]| list.iter().map(|(_, c)| c.len()).sum::<usize>();
+    let approvals = state.kernel.pending_approvals(1000).await?.len();
+    let policy = state.policy.snapshot();
+    let markup = html! {
+        div data-page="status" data-live-interval="3000" {
+            h1 { "Health" }
+            div id="status-live" data-live {
+                dl class="facts" {
+                    dt { "Kernel" } dd { "keel " (env!("CARGO_PKG_VERSION")) }
+                    dt { "Serving" } dd { span class="badge s-completed" { span aria-hidden="true" { "✔" } " ok" } }
+                    dt { "Store" } dd {
+                        @match &ready {
+                            Ok(()) => span class="badge s-completed" data-ready="ready" { span aria-hidden="true" { "✔" } " ready" },
+                            Err(error) => span class="badge s-failed" data-ready="unavailable" { span aria-hidden="true" { "✖" } " unavailable: " (error.to_string()) },
+                        }
+                    }
+                    dt { "Agents connected" } dd { (agents.len()) " agents, " (consumers(&agents)) " consumers" }
+                    dt { "Runners connected" } dd { (runners.len()) " runners, " (consumers(&runners)) " consumers" }
+                    dt { "Approvals waiting" } dd { a href="/approvals" { (if approvals >= 1000 { "1000+".to_owned() } else { approvals.to_string() }) } }
+                }
+                h2 id="counts-title" { "Executions by status" }
+                table aria-labelledby="counts-title" class="narrow" {
+                    thead { tr { th scope="col" { "Status" } th scope="col" { "Executions" } } }
+                    tbody {
+                        @for state_ in STATUSES {
+                            tr { td { (badge(state_)) } td class="num" data-count=(state_.as_str()) { a href={ "/?status=" (state_.as_str()) } { (counts.get(state_.as_str()).copied().unwrap_or(0)) } } }
+                        }
+                    }
+                }
+                h2 { "Policy" }
+                dl class="facts" {
+                    dt { "Source" } dd { (policy.source.clone().unwrap_or_else(|| "built-in default (no --policy)".to_owned())) }
+                    dt { "Digest" } dd class="mono" data-digest=(policy.digest) { (policy.digest) }
+                    dt { "Loaded" } dd { (when(&policy.loaded_at)) }
+                    dt { "Rules" } dd {
+                        @if policy.rules.is_empty() { span class="muted" { "none" } }
+                        @else { (policy.rules.len()) ": " @for rule in &policy.rules { span class="label mono" { (rule) } " " } }
+                    }
+                    dt { "Last reload" } dd {
+                        @match &policy.last_reload {
+                            None => span class="muted" { "no reload since start" },
+                            Some(outcome) => {
+                                @if outcome.result == "error" {
+                                    span class="badge s-failed" { span aria-hidden="true" { "✖" } " error" }
+                                } @else {
+                                    span class="badge s-completed" { span aria-hidden="true" { "✔" } " " (outcome.result) }
+                                }
+                                " at " (when(&outcome.at))
+                                @if !outcome.problems.is_empty() {
+                                    ul class="problems" { @for problem in &outcome.problems { li { (problem) } } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(view(markup))
+}

@@ -1,0 +1,81 @@
+//! The view of one execution: header, input and output, the actions (cancel, signal,
+//! approve/deny) and the timeline container. The script fills the timeline from the events
+//! snapshot and the live stream (grouped by step, collapsed, paged) and refreshes the header
+//! region when new events arrive.
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use keel_actors::ids::ExecutionId;
+use maud::html;
+
+use super::render::{badge, json_block, view, when};
+use crate::http::executions::path_id;
+use crate::http::{ApiError, AppState};
+
+/// `GET /console/view/executions/{id}`.
+pub async fn execution(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = ExecutionId::new(path_id(path)?);
+    let row = state.kernel.execution(&id).await?;
+    let terminal = row.status.is_terminal();
+    let markup = html! {
+        div data-page="execution" data-execution-id=(row.id.as_str()) data-last-sequence=(row.last_sequence) {
+            p { a href="/" { "← All executions" } }
+            h1 { "Execution " span class="mono" { (row.id.as_str()) } }
+            div id="execution-live" data-live {
+                dl class="facts" {
+                    dt { "Status" } dd id="execution-status" data-status=(row.status.as_str()) { (badge(row.status)) }
+                    dt { "Agent" } dd { a href={ "/?agent_id=" (row.agent_id.as_str()) } { (row.agent_id.as_str()) } }
+                    dt { "Created" } dd { (when(&row.created_at)) }
+                    dt { "Updated" } dd { (when(&row.updated_at)) }
+                    dt { "Labels" } dd {
+                        @if row.labels.as_ref().is_none_or(|labels| labels.is_empty()) { span class="muted" { "none" } }
+                        @for (key, value) in row.labels.iter().flatten() { span class="label" { (key) ":" (value) } " " }
+                    }
+                    dt { "Consumer" } dd class="mono" { (row.consumer_id.clone().unwrap_or_else(|| "–".to_owned())) }
+                    dt { "Events" } dd { (row.last_sequence) }
+                }
+                details { summary { "Input" } (json_block(&row.input)) }
+                @if let Some(output) = row.output.as_ref().filter(|_| row.status == keel_actors::status::ExecutionStatus::Completed) {
+                    details open { summary { "Output" } (json_block(output)) }
+                }
+                @if !terminal {
+                    section class="actions" aria-labelledby="actions-title" {
+                        h2 id="actions-title" { "Actions" }
+                        form data-cancel data-execution-id=(row.id.as_str()) {
+                            button type="submit" class="deny" { "⊘ Cancel execution" }
+                        }
+                        form data-signal data-execution-id=(row.id.as_str()) {
+                            label for="signal-type" { "Signal type" }
+                            input id="signal-type" name="signal_type" type="text" required placeholder="e.g. approve";
+                            label for="signal-payload" { "Payload (JSON, optional)" }
+                            textarea id="signal-payload" name="payload" rows="2" placeholder="{\"ok\": true}" {}
+                            button type="submit" { "Send signal" }
+                        }
+                    }
+                }
+            }
+            section id="approval" class="approval" hidden aria-labelledby="approval-title" {
+                h2 id="approval-title" { "⏸ Waiting for approval" }
+                p id="approval-what" {}
+                form class="decision" data-decision data-execution-id=(row.id.as_str()) data-step-id="" {
+                    label for="approval-reason" { "Reason (optional)" }
+                    input id="approval-reason" type="text" name="reason";
+                    button type="submit" name="approved" value="true" class="approve" { "✔ Approve" }
+                    button type="submit" name="approved" value="false" class="deny" { "✖ Deny" }
+                }
+            }
+            section class="timeline" aria-labelledby="timeline-title" {
+                h2 id="timeline-title" { "Timeline" }
+                p id="timeline-summary" class="muted" aria-live="polite" { "Loading events…" }
+                p { button type="button" id="timeline-earlier" hidden { "Show earlier entries" } }
+                ol id="timeline" {}
+                p id="timeline-live" class="muted" {}
+            }
+        }
+    };
+    Ok(view(markup))
+}

@@ -1,0 +1,148 @@
+//! The operator read endpoints the web console uses (src/console/api.rs; docs/console.md),
+//! documented like every other route: paths and their schemas.
+
+#![allow(dead_code)] // The functions and types only carry the attributes.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::schemas::Error;
+
+/// One tool call waiting for a human decision.
+#[derive(ToSchema)]
+pub struct Approval {
+    execution_id: String,
+    agent_id: String,
+    /// The `step_id` a `step.approve` signal names.
+    step_id: String,
+    tool_id: String,
+    arguments: Value,
+    remote: bool,
+    /// Reason given by the policy rule.
+    reason: String,
+    /// Time of the `step.approval_required` event.
+    requested_at: String,
+}
+
+/// Answer of `GET /v0/approvals`.
+#[derive(ToSchema)]
+pub struct ApprovalList {
+    /// Oldest request first.
+    approvals: Vec<Approval>,
+}
+
+/// Answer of `GET /v0/executions/counts`.
+#[derive(ToSchema)]
+pub struct ExecutionCounts {
+    /// Every status, with 0 for those without executions.
+    counts: BTreeMap<String, u64>,
+    total: u64,
+}
+
+/// One connected consumer of an agent or a runner.
+#[derive(ToSchema)]
+pub struct Connection {
+    consumer_id: String,
+    /// When its oldest open stream was opened.
+    connected_at: String,
+    /// Announced by runners; empty for agents.
+    capabilities: Vec<String>,
+    /// Open streams (more than one only while a reconnect replaces one).
+    streams: u32,
+}
+
+/// A connected agent.
+#[derive(ToSchema)]
+pub struct Agent {
+    agent_id: String,
+    consumers: Vec<Connection>,
+    /// Its executions waiting for a consumer.
+    pending: u64,
+}
+
+/// Answer of `GET /v0/agents`.
+#[derive(ToSchema)]
+pub struct AgentList {
+    agents: Vec<Agent>,
+}
+
+/// A connected runner.
+#[derive(ToSchema)]
+pub struct Runner {
+    runner_id: String,
+    consumers: Vec<Connection>,
+    /// Ids of the tools it published.
+    tools: Vec<String>,
+}
+
+/// Answer of `GET /v0/runners`.
+#[derive(ToSchema)]
+pub struct RunnerList {
+    runners: Vec<Runner>,
+}
+
+/// Outcome of a policy reload attempt.
+#[derive(ToSchema)]
+pub struct ReloadOutcome {
+    at: String,
+    /// `ok`, `unchanged` or `error` (the previous policy stays in force).
+    result: String,
+    /// Problems of a failed reload, `FILE:LINE: message`.
+    problems: Vec<String>,
+}
+
+/// Answer of `GET /v0/policy`.
+#[derive(ToSchema)]
+pub struct Policy {
+    /// `--policy` as given; null for the built-in default.
+    source: Option<String>,
+    digest: String,
+    /// Ids of the rules in force.
+    rules: Vec<String>,
+    loaded_at: String,
+    last_reload: Option<ReloadOutcome>,
+}
+
+#[utoipa::path(get, path = "/v0/approvals", tag = "operators",
+    params(("limit" = Option<i64>, Query, description = "At most this many, 1-1000 (default 100)")),
+    responses(
+        (status = 200, description = "Approvals nobody answered yet, oldest first", body = ApprovalList),
+        (status = 400, description = "Invalid query", body = Error),
+        (status = 401, description = "Missing or wrong bearer token", body = Error),
+    ))]
+fn approvals() {}
+
+#[utoipa::path(get, path = "/v0/executions/counts", tag = "operators",
+    params(
+        ("agent_id" = Option<String>, Query, description = "Only this agent's executions"),
+        ("label" = Option<Vec<String>>, Query, description = "`key:value`, repeatable, all must match"),
+    ),
+    responses(
+        (status = 200, description = "Executions by status", body = ExecutionCounts),
+        (status = 400, description = "Invalid label filter", body = Error),
+        (status = 401, description = "Missing or wrong bearer token", body = Error),
+    ))]
+fn execution_counts() {}
+
+#[utoipa::path(get, path = "/v0/agents", tag = "operators",
+    responses(
+        (status = 200, description = "Agents with an open stream", body = AgentList),
+        (status = 401, description = "Missing or wrong bearer token", body = Error),
+    ))]
+fn agents() {}
+
+#[utoipa::path(get, path = "/v0/runners", tag = "operators",
+    responses(
+        (status = 200, description = "Runners with an open stream", body = RunnerList),
+        (status = 401, description = "Missing or wrong bearer token", body = Error),
+    ))]
+fn runners() {}
+
+#[utoipa::path(get, path = "/v0/policy", tag = "operators",
+    responses(
+        (status = 200, description = "The policy in force and the last reload attempt", body = Policy),
+        (status = 401, description = "Missing or wrong bearer token", body = Error),
+    ))]
+fn policy() {}
