@@ -13,6 +13,8 @@
 #   KEEL_BIN                kernel binary for the SDK tests (default: the one just built)
 #   KEEL_TEST_POSTGRES_URL  enables the PostgreSQL tests (postgres://user@host:port/db, an
 #                           admin database: each test creates and drops its own database)
+#   KEEL_TEST_CHROMEDRIVER  chromedriver for the web console's browser tests (default:
+#                           /usr/bin/chromedriver when it exists; without one they are SKIPPED)
 #   PYTEST_ARGS             extra arguments for pytest (e.g. "-k signal -x")
 set -euo pipefail
 
@@ -118,6 +120,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want_hash" ]; then
     echo "$want_hash" >"$stamp"
 fi
 
+if [ -z "${KEEL_TEST_CHROMEDRIVER:-}" ] && [ -x /usr/bin/chromedriver ]; then
+    export KEEL_TEST_CHROMEDRIVER=/usr/bin/chromedriver
+fi
+if [ -n "${KEEL_TEST_CHROMEDRIVER:-}" ]; then
+    export KEEL_TEST_SCREENSHOTS=${KEEL_TEST_SCREENSHOTS:-$target_dir/console-screenshots}
+    echo "console: browser tests use $KEEL_TEST_CHROMEDRIVER (screenshots in $KEEL_TEST_SCREENSHOTS)"
+else
+    echo "console: no chromedriver (KEEL_TEST_CHROMEDRIVER unset); the browser tests are SKIPPED"
+fi
 export KEEL_BIN=${KEEL_BIN:-$target_dir/debug/keel}
 echo "kernel: $KEEL_BIN"
 report=$target_dir/sdk-junit.xml

@@ -42,6 +42,8 @@ pub async fn execution(
                 @if let Some(output) = row.output.as_ref().filter(|_| row.status == keel_actors::status::ExecutionStatus::Completed) {
                     details open { summary { "Output" } (json_block(output)) }
                 }
+            }
+            div id="execution-actions" data-live {
                 @if !terminal {
                     section class="actions" aria-labelledby="actions-title" {
                         h2 id="actions-title" { "Actions" }

@@ -4,6 +4,7 @@
 
 mod agents;
 mod approvals;
+mod console;
 mod backend;
 mod credentials;
 mod errors;

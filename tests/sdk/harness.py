@@ -308,13 +308,19 @@ class Sandbox:
         return AgentProc(proc, consumer_id, markers)
 
     def runner(
-        self, kernel: Kernel, runner_id: str, consumer_id: str, *, hang: bool = False
+        self,
+        kernel: Kernel,
+        runner_id: str,
+        consumer_id: str,
+        *,
+        hang: bool = False,
+        api_key: str = "",
     ) -> AgentProc:
         markers = self.workdir / f"{consumer_id}.markers"
         args = ["--runner-id", runner_id, "--consumer-id", consumer_id, "--markers", str(markers)]
         if hang:
             args.append("--hang")
-        proc = self.spawn(kernel, consumer_id, AGENTS / "runner.py", args)
+        proc = self.spawn(kernel, consumer_id, AGENTS / "runner.py", args, api_key)
         return AgentProc(proc, consumer_id, markers)
 
     def logs(self) -> list[tuple[str, Path]]:

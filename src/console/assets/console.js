@@ -133,8 +133,11 @@
       for (const region of fresh.querySelectorAll('[data-live][id]')) {
         const old = document.getElementById(region.id);
         if (!old || old.innerHTML === region.innerHTML) continue;
-        // Never pull the rug from under the keyboard: keep a region the user is in.
-        if (old.contains(document.activeElement)) continue;
+        // Never pull the rug from under the keyboard: keep a region the user types in, and
+        // give the focus back to the same control (or the page) when one is replaced.
+        const active = document.activeElement;
+        const focused = active && active !== document.body && old.contains(active);
+        if (focused && typing(active)) continue;
         const opened = [...old.querySelectorAll('details')].map((details) => details.open);
         const adopted = document.adoptNode(region);
         const fresher = [...adopted.querySelectorAll('details')];
@@ -142,12 +145,22 @@
           fresher.forEach((details, index) => { details.open = opened[index]; });
         }
         old.replaceWith(adopted);
+        if (focused) {
+          const again = active.id ? document.getElementById(active.id) : null;
+          (again || app).focus();
+        }
       }
     } catch (error) {
       if (error instanceof Unauthorized) showLogin('The kernel refused this token.');
     } finally {
       refreshing = false;
     }
+  }
+
+  function typing(element) {
+    const tag = element.tagName;
+    if (tag === 'TEXTAREA' || tag === 'SELECT') return true;
+    return tag === 'INPUT' && !['submit', 'button', 'checkbox', 'radio', 'reset'].includes(element.type);
   }
 
   function startLive(root) {
