@@ -53,7 +53,10 @@ pub async fn run(
     let policy = load_policy(&settings).await?;
     let policy_digest = policy.digest();
     let policy_status = Arc::new(PolicyStatus::new(
-        settings.policy.as_ref().map(|path| path.display().to_string()),
+        settings
+            .policy
+            .as_ref()
+            .map(|path| path.display().to_string()),
         policy.as_ref(),
     ));
     let store = open_store(&settings).await?;

@@ -171,4 +171,3 @@ pub async fn runners(State(state): State<AppState>) -> Json<Value> {
 pub async fn policy(State(state): State<AppState>) -> Json<PolicySnapshot> {
     Json(state.policy.snapshot())
 }
-

@@ -52,7 +52,10 @@ pub fn pages() -> Router<AppState> {
         .route("/executions/{id}", get(shell::page))
         .route("/console/assets/{file}", get(assets::serve))
         .route("/console/view/executions", get(pages::executions))
-        .route("/console/view/executions/{id}", get(timeline_page::execution))
+        .route(
+            "/console/view/executions/{id}",
+            get(timeline_page::execution),
+        )
         .route("/console/view/approvals", get(pages::approvals))
         .route("/console/view/directory", get(pages::directory))
         .route("/console/view/status", get(pages::status))

@@ -31,7 +31,11 @@ fn list_link<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String 
         serializer.append_pair(key, value);
     }
     let query = serializer.finish();
-    if query.is_empty() { "/".to_owned() } else { format!("/?{query}") }
+    if query.is_empty() {
+        "/".to_owned()
+    } else {
+        format!("/?{query}")
+    }
 }
 
 /// Accepts the `datetime-local` form (`2026-05-21T14:20[:38]`, read as UTC) besides RFC 3339.
@@ -71,7 +75,10 @@ pub async fn executions(
     let query = QueryParams::parse(raw.as_deref(), &["label"])?;
     let filters = filters(&query);
     let cursor = query.get("cursor");
-    let mut pairs: Vec<(&str, &str)> = filters.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    let mut pairs: Vec<(&str, &str)> = filters
+        .iter()
+        .map(|(key, value)| (*key, value.as_str()))
+        .collect();
     pairs.extend(cursor.map(|cursor| ("cursor", cursor)));
     let raw = list_link(pairs);
     let normalized = QueryParams::parse(raw.strip_prefix("/?"), &["label"])?;
@@ -283,7 +290,9 @@ pub async fn status(State(state): State<AppState>) -> Result<Response, ApiError>
     let counts = api::count(&state, &QueryParams::default()).await?;
     let agents = state.presence.list(StreamRole::Agent);
     let runners = state.presence.list(StreamRole::Runner);
-    let consumers = |list: &[(String, Vec<super::Connection>)]| list.iter().map(|(_, c)| c.len()).sum::<usize>();
+    let consumers = |list: &[(String, Vec<super::Connection>)]| {
+        list.iter().map(|(_, c)| c.len()).sum::<usize>()
+    };
     let approvals = state.kernel.pending_approvals(1000).await?.len();
     let policy = state.policy.snapshot();
     let markup = html! {

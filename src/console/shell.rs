@@ -1,10 +1,12 @@
 //! The shell document every console page answers: navigation, an empty main region and the
 //! sign-in form, no data. The script fills the main region from the page's view.
 
-use axum::http::HeaderValue;
-use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS};
-use axum::response::{Html, IntoResponse, Response};
 use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
+};
+use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, html};
 
 use crate::http::AppState;
@@ -27,7 +29,11 @@ pub fn harden(mut response: Response) -> Response {
 /// `data-auth="token"` tells the script to ask for the token before its first request (no
 /// request is sent only to be refused); it reveals no more than any refused request would.
 pub async fn page(State(state): State<AppState>) -> Response {
-    let auth = if state.settings.bearer_token.is_some() { "token" } else { "none" };
+    let auth = if state.settings.bearer_token.is_some() {
+        "token"
+    } else {
+        "none"
+    };
     let markup = html! {
         (DOCTYPE)
         html lang="en" {

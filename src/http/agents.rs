@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AppState;
-use crate::console::StreamRole;
 use super::body::read_json;
 use super::error::ApiError;
 use super::executions::check_length;
 use super::query::QueryParams;
 use super::sse;
+use crate::console::StreamRole;
 
 #[derive(Deserialize)]
 struct IntentRequest {

@@ -238,7 +238,10 @@ pub(crate) async fn list_page(
 }
 
 /// Parses an optional RFC 3339 time parameter.
-pub(crate) fn time_param(query: &QueryParams, key: &str) -> Result<Option<time::Timestamp>, ApiError> {
+pub(crate) fn time_param(
+    query: &QueryParams,
+    key: &str,
+) -> Result<Option<time::Timestamp>, ApiError> {
     let Some(text) = query.get(key) else {
         return Ok(None);
     };

@@ -15,12 +15,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
-use crate::console::StreamRole;
 use super::body::read_json;
 use super::error::ApiError;
 use super::executions::{check_length, check_required_id, path_id};
 use super::query::QueryParams;
 use super::sse;
+use crate::console::StreamRole;
 
 #[derive(Deserialize)]
 struct ResultRequest {
@@ -83,10 +83,12 @@ pub async fn stream(
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default();
-    let presence =
-        state
-            .presence
-            .connected(StreamRole::Runner, runner_id, consumer_id, capabilities.clone());
+    let presence = state.presence.connected(
+        StreamRole::Runner,
+        runner_id,
+        consumer_id,
+        capabilities.clone(),
+    );
     let pushes = state
         .kernel
         .connect_runner(

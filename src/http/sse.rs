@@ -29,10 +29,10 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
-use crate::console::PresenceGuard;
 use super::error::ApiError;
 use super::executions::path_id;
 use super::query::QueryParams;
+use crate::console::PresenceGuard;
 
 /// First bytes of every stream.
 pub(super) const PREAMBLE: &[u8] = b"retry: 5000\n\n";

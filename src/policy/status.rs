@@ -118,7 +118,10 @@ mod tests {
         assert_eq!(outcome.result, "error");
         assert_eq!(outcome.problems, vec!["p.yaml:3: unknown key".to_owned()]);
         status.unchanged();
-        assert_eq!(status.snapshot().last_reload.map(|o| o.result), Some("unchanged"));
+        assert_eq!(
+            status.snapshot().last_reload.map(|o| o.result),
+            Some("unchanged")
+        );
         status.installed(&PermissiveEngine);
         let installed = status.snapshot();
         assert_eq!(installed.last_reload.map(|o| o.result), Some("ok"));

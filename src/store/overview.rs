@@ -39,9 +39,12 @@ pub(super) async fn sqlite_counts(
     readers: &SqlitePool,
     filter: &ListFilter,
 ) -> Result<Vec<(ExecutionStatus, u64)>, StoreError> {
-    let mut query = QueryBuilder::<Sqlite>::new("SELECT e.status, COUNT(*) FROM executions AS e WHERE 1 = 1");
+    let mut query =
+        QueryBuilder::<Sqlite>::new("SELECT e.status, COUNT(*) FROM executions AS e WHERE 1 = 1");
     if let Some(agent_id) = &filter.agent_id {
-        query.push(" AND e.agent_id = ").push_bind(agent_id.as_str());
+        query
+            .push(" AND e.agent_id = ")
+            .push_bind(agent_id.as_str());
     }
     for (key, value) in &filter.labels {
         query
@@ -77,7 +80,9 @@ pub(super) async fn postgres_counts(
     let mut query =
         QueryBuilder::<Postgres>::new("SELECT e.status, COUNT(*) FROM executions AS e WHERE TRUE");
     if let Some(agent_id) = &filter.agent_id {
-        query.push(" AND e.agent_id = ").push_bind(agent_id.as_str());
+        query
+            .push(" AND e.agent_id = ")
+            .push_bind(agent_id.as_str());
     }
     for (key, value) in &filter.labels {
         query

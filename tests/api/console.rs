@@ -35,9 +35,7 @@ fn gated_policy(config: &mut KernelConfig) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("policy.yaml");
     std::fs::write(&path, POLICY).expect("policy written");
-    config.policy = keel::policy::load_path(&path)
-        .expect("policy loads")
-        .engine;
+    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
 }
 
 /// `GET path` without any token: status, content type and body text.
@@ -84,15 +82,24 @@ async fn only_the_shell_and_its_assets_are_served_without_the_token() {
     for page in ["/", "/approvals", "/directory", "/status", "/login"] {
         let (status, content_type, body) = anonymous(&kernel, page).await;
         assert_eq!(status, StatusCode::OK, "{page}");
-        assert!(content_type.starts_with("text/html"), "{page}: {content_type}");
+        assert!(
+            content_type.starts_with("text/html"),
+            "{page}: {content_type}"
+        );
         assert!(body.contains(r#"data-auth="token""#), "{page}");
     }
     let (status, _, shell) = anonymous(&kernel, &format!("/executions/{id}")).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(!shell.contains(id) && !shell.contains("s3"), "the shell carries no data");
+    assert!(
+        !shell.contains(id) && !shell.contains("s3"),
+        "the shell carries no data"
+    );
     let (status, content_type, script) = anonymous(&kernel, "/console/assets/console.js").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(content_type.starts_with("text/javascript"), "{content_type}");
+    assert!(
+        content_type.starts_with("text/javascript"),
+        "{content_type}"
+    );
     assert!(script.contains("sessionStorage"));
     let (status, _, body) = anonymous(&kernel, "/console/assets/nothing.js").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -134,8 +141,14 @@ async fn only_the_shell_and_its_assets_are_served_without_the_token() {
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default()
         .to_owned();
-    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
-    assert!(response.headers().get("set-cookie").is_none(), "no cookie, ever");
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(
+        response.headers().get("set-cookie").is_none(),
+        "no cookie, ever"
+    );
 
     let (status, view) = text(&kernel, &format!("/console/view/executions/{id}")).await;
     assert_eq!(status, StatusCode::OK);
@@ -156,7 +169,8 @@ async fn approvals_are_listed_oldest_first_until_answered() {
     })
     .await;
     let (_first_agent, first) = running_execution(&kernel, "gatekeeper").await;
-    let body = json!({"type": "invoke_tool", "tool_id": "gated.deploy", "arguments": {"env": "prod"}});
+    let body =
+        json!({"type": "invoke_tool", "tool_id": "gated.deploy", "arguments": {"env": "prod"}});
     let (_, answer) = first.intent(&kernel, body.clone()).await;
     let first_step = answer["step_id"].as_str().expect("step").to_owned();
     let (_second_agent, second) = running_execution(&kernel, "gatekeeper-2").await;
@@ -186,7 +200,10 @@ async fn approvals_are_listed_oldest_first_until_answered() {
     // Granted: gone from the list. Cancelled: gone too.
     let signal = json!({"signal_type": "step.approve", "payload": {"step_id": first_step, "approved": true}});
     let (status, _) = kernel
-        .post(&format!("/v0/executions/{}/signal", first.execution_id), &signal)
+        .post(
+            &format!("/v0/executions/{}/signal", first.execution_id),
+            &signal,
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
     let (_, listed) = kernel.get("/v0/approvals").await;
@@ -198,7 +215,10 @@ async fn approvals_are_listed_oldest_first_until_answered() {
         .collect();
     assert_eq!(steps, vec![second_step.as_str()]);
     let (status, _) = kernel
-        .post(&format!("/v0/executions/{}/cancel", second.execution_id), &json!({}))
+        .post(
+            &format!("/v0/executions/{}/cancel", second.execution_id),
+            &json!({}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
     let (_, listed) = kernel.get("/v0/approvals").await;
@@ -209,9 +229,7 @@ async fn approvals_are_listed_oldest_first_until_answered() {
 #[tokio::test]
 async fn counts_and_the_creation_time_window() {
     let kernel = TestKernel::start().await;
-    let labelled = |agent: &str, team: &str| {
-        json!({"agent_id": agent, "labels": {"team": team}})
-    };
+    let labelled = |agent: &str, team: &str| json!({"agent_id": agent, "labels": {"team": team}});
     let mut ids = Vec::new();
     for (agent, team) in [("count-a", "ops"), ("count-a", "dev"), ("count-b", "ops")] {
         let (status, body) = kernel.post("/v0/executions", &labelled(agent, team)).await;
@@ -256,14 +274,20 @@ async fn counts_and_the_creation_time_window() {
     let cursor = newer["next_cursor"].as_str().expect("cursor").to_owned();
     assert!(!cursor.is_empty());
     let (_, rest) = kernel
-        .get(&format!("/v0/executions?created_after={since}&limit=1&cursor={cursor}"))
+        .get(&format!(
+            "/v0/executions?created_after={since}&limit=1&cursor={cursor}"
+        ))
         .await;
     assert_eq!(rest["executions"][0]["id"], ids[1]["id"]);
     assert_eq!(rest["next_cursor"], "", "the window ends the paging");
     let (_, older) = kernel
         .get(&format!("/v0/executions?created_before={since}"))
         .await;
-    let older: Vec<&Value> = older["executions"].as_array().expect("array").iter().collect();
+    let older: Vec<&Value> = older["executions"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .collect();
     assert_eq!(older.len(), 1);
     assert_eq!(older[0]["id"], ids[0]["id"]);
     let bad = kernel.get("/v0/executions?created_after=yesterday").await;
@@ -274,7 +298,11 @@ async fn counts_and_the_creation_time_window() {
         Some(r#"validation error: invalid created_after "yesterday", expected an RFC 3339 time"#),
     );
     // The console's view takes the browser's datetime-local form as UTC.
-    let (status, view) = text(&kernel, "/console/view/executions?created_after=2000-01-01T00:00").await;
+    let (status, view) = text(
+        &kernel,
+        "/console/view/executions?created_after=2000-01-01T00:00",
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert!(view.contains(ids[2]["id"].as_str().expect("id")));
     kernel.shutdown().await;
@@ -300,7 +328,10 @@ async fn agents_and_runners_are_listed_while_connected() {
     let listed = agents["agents"].as_array().expect("array");
     assert_eq!(listed.len(), 1, "{agents}");
     assert_eq!(listed[0]["agent_id"], "listed-agent");
-    assert_eq!(listed[0]["consumers"][0]["consumer_id"], agent.consumer_id.as_str());
+    assert_eq!(
+        listed[0]["consumers"][0]["consumer_id"],
+        agent.consumer_id.as_str()
+    );
     assert_eq!(listed[0]["consumers"][0]["streams"], 1);
     let (status, runners) = kernel.get("/v0/runners").await;
     assert_eq!(status, StatusCode::OK);
@@ -333,10 +364,18 @@ async fn an_execution_view_shows_its_state_and_offers_actions_until_it_ends() {
     let (_, running) = text(&kernel, &path).await;
     assert!(running.contains(r#"data-status="running""#), "{running}");
     assert!(running.contains("data-cancel") && running.contains("data-signal"));
-    assignment.complete(&kernel, json!({"answer": "<b>42</b>"})).await;
+    assignment
+        .complete(&kernel, json!({"answer": "<b>42</b>"}))
+        .await;
     let (_, done) = text(&kernel, &path).await;
     assert!(done.contains(r#"data-status="completed""#));
-    assert!(!done.contains("data-cancel"), "no actions on a finished execution");
-    assert!(done.contains("&lt;b&gt;42&lt;/b&gt;"), "output is escaped: {done}");
+    assert!(
+        !done.contains("data-cancel"),
+        "no actions on a finished execution"
+    );
+    assert!(
+        done.contains("&lt;b&gt;42&lt;/b&gt;"),
+        "output is escaped: {done}"
+    );
     kernel.shutdown().await;
 }

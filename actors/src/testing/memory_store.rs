@@ -324,7 +324,9 @@ impl Store for MemoryStore {
         filter: &ListFilter,
     ) -> Result<Vec<(crate::status::ExecutionStatus, u64)>, StoreError> {
         let tables = self.lock();
-        let mut counts = std::collections::BTreeMap::<&'static str, (crate::status::ExecutionStatus, u64)>::new();
+        let mut counts =
+            std::collections::BTreeMap::<&'static str, (crate::status::ExecutionStatus, u64)>::new(
+            );
         for row in tables.executions.values() {
             let agent_matches = filter
                 .agent_id
@@ -337,7 +339,10 @@ impl Store for MemoryStore {
                     .is_some_and(|found| found == value)
             });
             if agent_matches && labels_match {
-                counts.entry(row.status.as_str()).or_insert((row.status, 0)).1 += 1;
+                counts
+                    .entry(row.status.as_str())
+                    .or_insert((row.status, 0))
+                    .1 += 1;
             }
         }
         Ok(counts.into_values().collect())
@@ -353,7 +358,11 @@ impl Store for MemoryStore {
             if row.status != crate::status::ExecutionStatus::Blocked {
                 continue;
             }
-            let events = tables.events.get(&row.id).map(Vec::as_slice).unwrap_or_default();
+            let events = tables
+                .events
+                .get(&row.id)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             for (index, event) in events.iter().enumerate() {
                 let Some(step_id) = &event.step_id else {
                     continue;
