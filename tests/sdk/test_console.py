@@ -261,6 +261,13 @@ def test_approvals_inbox_directory_and_health(sandbox: Sandbox) -> None:
         text = b.find_element(By.ID, "app").text
         assert "approve-guarded" in text and "ready" in text
         shot(b, "health")
+        # A broken policy file: the reload fails, the health page says so, the policy stays.
+        policy.write_text(POLICY + "bogus_key: 1\n")
+        wait(b, "the failed reload on the health page",
+             lambda d: "bogus_key" in d.find_element(By.ID, "status-live").text)
+        assert api(kernel, "/v0/policy")["digest"] == digest
+        assert api(kernel, "/v0/policy")["last_reload"]["result"] == "error"
+        shot(b, "health-reload-error")
 
         # The execution page shows the denied step as failed, in words and not only colour.
         b.get(kernel.url + "/executions/" + eid)
