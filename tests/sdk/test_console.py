@@ -79,14 +79,14 @@ def browser() -> Iterator[WebDriver]:
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(15)
+    driver.set_page_load_timeout(30)
     try:
         yield driver
     finally:
         driver.quit()
 
 
-def wait(driver: WebDriver, what: str, condition, timeout: float = 15.0) -> Any:
+def wait(driver: WebDriver, what: str, condition, timeout: float = 30.0) -> Any:
     """Waits until `condition(driver)` is truthy (retrying across live re-renders)."""
 
     def probe(d: WebDriver) -> Any:
@@ -236,7 +236,7 @@ def test_approvals_inbox_directory_and_health(sandbox: Sandbox) -> None:
             rows = [r for r in css(d, "tr[data-step-id]") if r.get_attribute("data-step-id") != first_step]
             return rows[0] if rows else None
 
-        row = wait(b, "the second approval", second, timeout=20)
+        row = wait(b, "the second approval", second, timeout=30)
         row.find_element(By.CSS_SELECTOR, "input[name=reason]").send_keys("not today")
         row.find_element(By.CSS_SELECTOR, "button.deny").click()
         final = kernel_status(kernel, eid, "completed", "failed")
@@ -279,5 +279,5 @@ def test_approvals_inbox_directory_and_health(sandbox: Sandbox) -> None:
 
 
 def kernel_status(kernel: Kernel, eid: str, *statuses: str) -> dict:
-    return kernel.wait_status(eid, *statuses, timeout=20)
+    return kernel.wait_status(eid, *statuses, timeout=30)
 
