@@ -61,9 +61,15 @@ pub async fn run(
     ));
     let store = open_store(&settings).await?;
     let phase = Instant::now();
-    let kernel = kernel::start(kernel_config(&settings, store, policy))
+    let hook_caller = Arc::new(
+        crate::hook_caller::HttpHookCaller::new().map_err(|error| anyhow!("{error}"))?,
+    );
+    let mut config = kernel_config(&settings, store, policy);
+    config.hook_caller = Some(hook_caller.clone());
+    let kernel = kernel::start(config)
         .await
         .map_err(|error| anyhow!("cannot start the actor tree: {error}"))?;
+    hook_caller.register(&kernel);
     info!(elapsed_ms = millis(phase.elapsed()), "actor tree started");
     let reloader = match settings.policy.clone() {
         Some(path) => PolicyReloader::start_with_status(

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod feed;
+pub mod hook_caller;
 pub mod http;
 pub mod policy;
 pub mod shutdown;

@@ -250,6 +250,28 @@ pub enum EventBody {
         #[serde(with = "time::serde_micros")]
         since: Timestamp,
     },
+    /// A hook of the hook chain decided (docs/hooks.md). Keel addition.
+    #[serde(rename = "hook.decided")]
+    HookDecided {
+        /// Hook id from the policy.
+        hook_id: String,
+        /// `pre_tool` or `post_tool`.
+        point: String,
+        /// `pass`, `modify`, `abort`, or `error` (the call failed; `failure_mode` says what
+        /// followed).
+        decision: String,
+        /// Time the call took, in milliseconds.
+        latency_ms: u64,
+        /// Tool of the call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_id: Option<String>,
+        /// Reason given by the hook (abort), or why the call failed (error).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// `fail_closed` or `fail_open`, for an `error`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_mode: Option<String>,
+    },
 }
 
 impl EventBody {
@@ -278,6 +300,7 @@ impl EventBody {
             Self::SignalReceived { .. } => "signal.received",
             Self::AgentTimeout { .. } => "agent.timeout",
             Self::ExecutionStalled { .. } => "execution.stalled",
+            Self::HookDecided { .. } => "hook.decided",
         }
     }
 

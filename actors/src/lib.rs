@@ -9,6 +9,7 @@ pub mod events;
 pub mod execution;
 pub mod feed;
 pub mod guardrails;
+pub mod hooks;
 pub mod ids;
 pub mod kernel;
 pub mod metrics;

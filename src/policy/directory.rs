@@ -41,6 +41,7 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
     }
     let mut warnings = Vec::new();
     let mut files: BTreeMap<String, PolicyFile> = BTreeMap::new();
+    let mut hooks = Vec::new();
     for (stem, path) in candidates {
         let source = match read_source(&path) {
             Ok(source) => source,
@@ -56,6 +57,10 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
         } = load_file(&path, &source);
         problems.extend(file_problems);
         warnings.extend(file_warnings);
+        let agent = (stem != GLOBAL_STEM).then_some(stem.as_str());
+        let (file_hooks, hook_problems) = super::hooks::parse_hooks(&path, &source, agent);
+        problems.extend(hook_problems);
+        hooks.extend(file_hooks);
         if let Some(rules) = compiled {
             files.insert(
                 stem,
@@ -106,11 +111,14 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
     let global_rules = global.map(|global| RuleSet::single(&global.rules));
     let paths = files.values().map(|file| file.path.clone()).collect();
     Ok(LoadedPolicy {
-        engine: Arc::new(CompiledPolicy::per_agent(
-            agents,
-            global_rules,
-            digest.clone(),
-        )),
+        engine: super::load::with_hooks(
+            Arc::new(CompiledPolicy::per_agent(
+                agents,
+                global_rules,
+                digest.clone(),
+            )),
+            hooks,
+        ),
         warnings,
         digest,
         files: paths,

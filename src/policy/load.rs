@@ -71,18 +71,43 @@ pub fn load_path(path: &Path) -> Result<LoadedPolicy, PolicyLoadErrors> {
             warnings: file.warnings,
         });
     };
+    let (hooks, problems) = super::hooks::parse_hooks(path, &source, None);
+    if !problems.is_empty() {
+        return Err(PolicyLoadErrors {
+            problems,
+            warnings: file.warnings,
+        });
+    }
     let mut digest = Fnv64::new();
     digest.write(source.as_bytes());
     let digest = digest.hex();
     Ok(LoadedPolicy {
-        engine: Arc::new(CompiledPolicy::single(
-            RuleSet::single(&rules),
-            digest.clone(),
-        )),
+        engine: with_hooks(
+            Arc::new(CompiledPolicy::single(
+                RuleSet::single(&rules),
+                digest.clone(),
+            )),
+            hooks,
+        ),
         warnings: file.warnings,
         digest,
         files: vec![path.to_path_buf()],
     })
+}
+
+/// Returns `engine` carrying `hooks` (unchanged without hooks).
+pub(super) fn with_hooks(
+    engine: Arc<dyn PolicyEngine>,
+    hooks: Vec<keel_actors::hooks::HookSpec>,
+) -> Arc<dyn PolicyEngine> {
+    if hooks.is_empty() {
+        engine
+    } else {
+        Arc::new(keel_actors::hooks::HookedEngine {
+            inner: engine,
+            hooks,
+        })
+    }
 }
 
 /// Reads a policy file as UTF-8 text, refusing huge files.

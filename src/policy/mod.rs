@@ -7,6 +7,7 @@
 mod cli;
 mod directory;
 mod errors;
+mod hooks;
 mod load;
 mod locate;
 mod reload;

@@ -29,6 +29,10 @@ pub struct FileShellSpec {
     /// What applies when no rule matches.
     #[serde(default)]
     pub default: Option<DefaultSpec>,
+    /// The hook chain (Keel addition, parsed by `hooks.rs`).
+    #[allow(dead_code, reason = "parsed on its own by hooks.rs")]
+    #[serde(default)]
+    pub hooks: Option<IgnoredAny>,
 }
 
 /// `default:` — the decision when no rule matches.

@@ -44,6 +44,9 @@ impl PolicyEngine for TestPolicy {
     }
 }
 
+/// A change to the kernel configuration that captures values.
+pub type Configure = Arc<dyn Fn(&mut KernelConfig) + Send + Sync>;
+
 /// Knobs of one test kernel.
 pub struct Options {
     /// HTTP settings (token, limits, heartbeat).
@@ -52,6 +55,9 @@ pub struct Options {
     pub kernel: fn(&mut KernelConfig),
     /// Read deadlines of the server's connections.
     pub timeouts: ConnectionTimeouts,
+    /// Changes the kernel configuration after `kernel`, with captured values (a policy with
+    /// hooks on a test's ports).
+    pub configure: Option<Configure>,
 }
 
 impl Default for Options {
@@ -63,6 +69,7 @@ impl Default for Options {
             },
             kernel: |_| {},
             timeouts: ConnectionTimeouts::default(),
+            configure: None,
         }
     }
 }
@@ -113,6 +120,9 @@ impl TestKernel {
         let mut config = KernelConfig::new(store, Arc::new(TestPolicy));
         config.agent_grace = Duration::from_millis(500);
         (options.kernel)(&mut config);
+        if let Some(configure) = &options.configure {
+            configure(&mut config);
+        }
         let kernel = keel_actors::kernel::start(config)
             .await
             .expect("kernel starts");

@@ -14,6 +14,7 @@ mod feed;
 mod webhooks;
 mod guardrails;
 mod harness;
+mod hooks;
 mod hostile;
 mod metrics;
 mod openapi;

@@ -14,8 +14,8 @@ use super::state::ExecutionState;
 use super::watchdog;
 use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
-use crate::kernel::context::{Ctx, call, write};
-use crate::policy::{PolicyDecision, PolicyInput, PolicyMsg};
+use crate::kernel::context::{Ctx, write};
+use crate::policy::{PolicyDecision, PolicyMsg};
 use crate::push::Push;
 
 /// How an execution actor comes to life.
@@ -193,26 +193,40 @@ async fn handle_message(
         ExecutionMsg::ReportStepResult {
             session_id,
             session_owner,
-            outcome,
+            mut outcome,
             reply,
         } => {
             let result =
                 match machine::check_session(&state.exec, &session_id, session_owner.as_ref()) {
                     Ok(()) => {
-                        decide_and_apply(state, |exec| machine::agent_step_result(exec, &outcome))
-                            .await
+                        match super::hooks::post_tool(state, &mut outcome).await {
+                            Ok(hook_events) => {
+                                decide_and_apply(state, |exec| {
+                                    machine::agent_step_result(exec, &outcome)
+                                        .map(|transition| with_first(transition, hook_events))
+                                })
+                                .await
+                            }
+                            Err(error) => Err(error),
+                        }
                     }
                     Err(rejection) => Err(rejection.into()),
                 };
             count_step(state, &outcome, &result);
             let _ = reply.send(result);
         }
-        ExecutionMsg::ReportRunnerResult { outcome, reply } => {
-            let (now, jitter) = (state.ctx.now(), jitter(&settings));
-            let result = decide_and_apply(state, |exec| {
-                machine::runner_result(exec, &outcome, now, &settings, jitter)
-            })
-            .await;
+        ExecutionMsg::ReportRunnerResult { mut outcome, reply } => {
+            let result = match super::hooks::post_tool(state, &mut outcome).await {
+                Ok(hook_events) => {
+                    let (now, jitter) = (state.ctx.now(), jitter(&settings));
+                    decide_and_apply(state, |exec| {
+                        machine::runner_result(exec, &outcome, now, &settings, jitter)
+                            .map(|transition| with_first(transition, hook_events))
+                    })
+                    .await
+                }
+                Err(error) => Err(error),
+            };
             count_step(state, &outcome, &result);
             let _ = reply.send(result);
         }
@@ -352,20 +366,26 @@ async fn submit_intent(
     if let Some(reply) = machine::precheck_intent(&state.exec, &intent)? {
         return Ok(reply);
     }
-    let verdict = match &intent {
+    let mut intent = intent;
+    let mut verdict = match &intent {
         super::commands::Intent::InvokeTool {
             tool_id, arguments, ..
         } => Some(check_policy(state, tool_id, arguments).await?),
         _ => None,
     };
+    let hook_events = match verdict.as_mut() {
+        Some(verdict) => super::hooks::pre_tool(state, &mut intent, verdict).await?,
+        None => Vec::new(),
+    };
     let settings = state.ctx.config.execution.clone();
-    let (transition, reply) = machine::intent(
+    let (mut transition, reply) = machine::intent(
         &state.exec,
         &intent,
         verdict.as_ref(),
         state.ctx.now(),
         &settings,
     )?;
+    transition.events.splice(0..0, hook_events);
     apply(state, transition).await?;
     let decision = match (&reply, &verdict) {
         (reply, _) if reply.pending_approval => "pending_approval",
@@ -386,34 +406,22 @@ async fn submit_intent(
     Ok(reply)
 }
 
+/// Puts `events` (the hooks' decisions) before the transition's own events.
+fn with_first(
+    mut transition: machine::Transition,
+    events: Vec<crate::events::NewEvent>,
+) -> machine::Transition {
+    transition.events.splice(0..0, events);
+    transition
+}
+
 async fn check_policy(
     state: &ExecutionActorState,
     tool_id: &str,
     arguments: &Value,
 ) -> Result<PolicyDecision, KernelError> {
-    let policy = state
-        .ctx
-        .policy()
-        .ok_or_else(|| KernelError::Unavailable("policy actor is not running".into()))?;
-    let now = state.ctx.now();
-    let input = PolicyInput {
-        action: "tool.invoke".to_owned(),
-        agent_id: state.exec.agent_id.to_string(),
-        tool_id: tool_id.to_owned(),
-        execution_id: state.exec.id.to_string(),
-        labels: state.exec.labels.clone().unwrap_or_default(),
-        arguments: arguments.clone(),
-        step_count: state.exec.step_count,
-        duration_ms: u64::try_from((now - state.exec.created_at).num_milliseconds()).unwrap_or(0),
-        now,
-    };
-    call(
-        &policy,
-        |reply| PolicyMsg::CheckIntent(input, reply),
-        state.ctx.config.call_timeout,
-        "policy actor",
-    )
-    .await
+    let input = super::hooks::policy_input(state, tool_id, arguments);
+    super::hooks::ask_policy(state, |reply| PolicyMsg::CheckIntent(input, reply)).await
 }
 
 use super::effects::{

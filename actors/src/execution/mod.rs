@@ -6,6 +6,7 @@ pub mod actor;
 pub mod commands;
 mod dormant;
 mod effects;
+mod hooks;
 pub mod machine;
 pub mod messages;
 mod passivation;

@@ -358,6 +358,8 @@ impl ExecutionState {
                 since,
                 ..
             } => self.stall_reported_since = Some(*since),
+            // Informational: the hook's effect is in the events that follow it.
+            EventBody::HookDecided { .. } => {}
             EventBody::SignalReceived {
                 signal_type,
                 payload,

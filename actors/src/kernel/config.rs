@@ -44,6 +44,8 @@ pub struct KernelConfig {
     /// with no tool step in flight) keeps its actor before it is passivated: stopped, and
     /// rebuilt from the store by the next message that concerns it. `None` keeps them resident.
     pub passivate_after: Option<Duration>,
+    /// Calls the policy's hooks (docs/hooks.md); `None` runs no hook.
+    pub hook_caller: Option<Arc<dyn crate::hooks::HookCaller>>,
 }
 
 impl KernelConfig {
@@ -65,6 +67,7 @@ impl KernelConfig {
             cleanup_interval: Duration::from_secs(3600),
             clock: Clock::System,
             passivate_after: Some(Duration::from_secs(1)),
+            hook_caller: None,
         }
     }
 }

@@ -23,6 +23,21 @@ pub enum PolicyMsg {
     CheckIntent(PolicyInput, RpcReplyPort<PolicyDecision>),
     /// Replaces the engine (hot reload); rate-limit windows are kept.
     ReplaceEngine(Arc<dyn PolicyEngine>),
+    /// Decides about one tool call without counting it toward rate limits (a re-check of
+    /// arguments a hook modified).
+    Evaluate(PolicyInput, RpcReplyPort<PolicyDecision>),
+    /// Returns the hooks that apply at `point` to a call decided by `rule_id` (found by
+    /// evaluating `input` when `None`), in order.
+    Hooks {
+        /// Hook point.
+        point: crate::hooks::HookPoint,
+        /// The call.
+        input: PolicyInput,
+        /// Rule that decided it, when known.
+        rule_id: Option<String>,
+        /// Where the hooks go.
+        reply: RpcReplyPort<Vec<crate::hooks::HookSpec>>,
+    },
 }
 
 /// Dependencies of the policy actor.
@@ -90,6 +105,29 @@ impl Actor for PolicyActor {
                     .metrics
                     .policy_decision(decision.decision.as_str(), &decision.rule_id);
                 let _ = reply.send(decision);
+            }
+            PolicyMsg::Evaluate(input, reply) => {
+                let _ = reply.send(state.engine.evaluate(&input));
+            }
+            PolicyMsg::Hooks {
+                point,
+                input,
+                rule_id,
+                reply,
+            } => {
+                let hooks = state.engine.hooks();
+                let applicable = if hooks.iter().any(|hook| hook.point == point) {
+                    let rule_id =
+                        rule_id.unwrap_or_else(|| state.engine.evaluate(&input).rule_id);
+                    hooks
+                        .iter()
+                        .filter(|hook| hook.applies(point, &input.agent_id, &rule_id))
+                        .cloned()
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let _ = reply.send(applicable);
             }
             PolicyMsg::ReplaceEngine(engine) => {
                 tracing::debug!(policy.digest = %engine.digest(), "policy engine replaced");

@@ -127,6 +127,11 @@ pub trait PolicyEngine: Send + Sync + 'static {
     fn rule_ids(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Returns the hooks of the policy (docs/hooks.md), in order; none by default.
+    fn hooks(&self) -> &[crate::hooks::HookSpec] {
+        &[]
+    }
 }
 
 /// Allows every tool call (`keel dev` without `--policy`).

@@ -1,0 +1,199 @@
+//! The hook chain inside the execution actor (docs/hooks.md): `pre_tool` after the policy
+//! allowed an `invoke_tool`, `post_tool` when a successful step result arrives. The actor waits
+//! for the hooks (each bounded by its timeout) while it holds the execution, so the hooks'
+//! `hook.decided` events land in the same commit as what they decided, in order.
+
+use serde_json::{Value, json};
+
+use super::actor::ExecutionActorState;
+use super::commands::{Intent, StepOutcome};
+use crate::events::NewEvent;
+use crate::hooks::{ChainOutcome, HookPoint, HookSpec, run_chain};
+use crate::kernel::KernelError;
+use crate::kernel::context::call;
+use crate::policy::{Decision, PolicyDecision, PolicyInput, PolicyMsg};
+
+/// Builds the policy input of a tool call of this execution.
+pub(super) fn policy_input(
+    state: &ExecutionActorState,
+    tool_id: &str,
+    arguments: &Value,
+) -> PolicyInput {
+    let now = state.ctx.now();
+    PolicyInput {
+        action: "tool.invoke".to_owned(),
+        agent_id: state.exec.agent_id.to_string(),
+        tool_id: tool_id.to_owned(),
+        execution_id: state.exec.id.to_string(),
+        labels: state.exec.labels.clone().unwrap_or_default(),
+        arguments: arguments.clone(),
+        step_count: state.exec.step_count,
+        duration_ms: u64::try_from((now - state.exec.created_at).num_milliseconds()).unwrap_or(0),
+        now,
+    }
+}
+
+pub(super) async fn ask_policy<T: Send + 'static>(
+    state: &ExecutionActorState,
+    message: impl FnOnce(ractor::RpcReplyPort<T>) -> PolicyMsg,
+) -> Result<T, KernelError> {
+    let policy = state
+        .ctx
+        .policy()
+        .ok_or_else(|| KernelError::Unavailable("policy actor is not running".into()))?;
+    call(&policy, message, state.ctx.config.call_timeout, "policy actor").await
+}
+
+async fn hooks_for(
+    state: &ExecutionActorState,
+    point: HookPoint,
+    input: PolicyInput,
+    rule_id: Option<String>,
+) -> Result<Vec<HookSpec>, KernelError> {
+    if state.ctx.config.hook_caller.is_none() {
+        return Ok(Vec::new());
+    }
+    ask_policy(state, |reply| PolicyMsg::Hooks {
+        point,
+        input,
+        rule_id,
+        reply,
+    })
+    .await
+}
+
+/// The JSON every hook call starts from.
+fn request(state: &ExecutionActorState, point: HookPoint, tool_id: &str) -> Value {
+    json!({
+        "point": point.as_str(),
+        "execution_id": state.exec.id.as_str(),
+        "agent_id": state.exec.agent_id.as_str(),
+        "labels": state.exec.labels.clone().unwrap_or_default(),
+        "tool_id": tool_id,
+    })
+}
+
+/// Runs the `pre_tool` chain of an allowed `invoke_tool`: modified arguments replace the
+/// intent's (and are checked by the policy again: the new verdict replaces `verdict`); an
+/// abort turns `verdict` into a deny that names the hook. Returns the `hook.decided` events.
+pub(super) async fn pre_tool(
+    state: &ExecutionActorState,
+    intent: &mut Intent,
+    verdict: &mut PolicyDecision,
+) -> Result<Vec<NewEvent>, KernelError> {
+    let Some(caller) = state.ctx.config.hook_caller.clone() else {
+        return Ok(Vec::new());
+    };
+    let Intent::InvokeTool {
+        tool_id, arguments, ..
+    } = intent
+    else {
+        return Ok(Vec::new());
+    };
+    if verdict.decision != Decision::Allow {
+        return Ok(Vec::new());
+    }
+    let input = policy_input(state, tool_id, arguments);
+    let hooks = hooks_for(state, HookPoint::PreTool, input, Some(verdict.rule_id.clone())).await?;
+    if hooks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut request = request(state, HookPoint::PreTool, tool_id);
+    if let Some(key) = intent_key(intent) {
+        request["idempotency_key"] = json!(key);
+    }
+    let Intent::InvokeTool {
+        tool_id, arguments, ..
+    } = intent
+    else {
+        return Ok(Vec::new());
+    };
+    let run = run_chain(
+        caller.as_ref(),
+        &hooks,
+        HookPoint::PreTool,
+        tool_id,
+        request,
+        "arguments",
+        arguments.clone(),
+    )
+    .await;
+    match run.outcome {
+        ChainOutcome::Abort { hook_id, reason } => {
+            *verdict = PolicyDecision::plain(Decision::Deny, &format!("hook:{hook_id}"), &reason);
+        }
+        ChainOutcome::Continue(new_arguments) if run.modified => {
+            *arguments = new_arguments;
+            let input = policy_input(state, tool_id, arguments);
+            let recheck = ask_policy(state, |reply| PolicyMsg::Evaluate(input, reply)).await?;
+            state
+                .ctx
+                .metrics
+                .policy_decision(recheck.decision.as_str(), &recheck.rule_id);
+            *verdict = recheck;
+        }
+        ChainOutcome::Continue(_) => {}
+    }
+    Ok(run.events)
+}
+
+fn intent_key(intent: &Intent) -> Option<String> {
+    match intent {
+        Intent::InvokeTool {
+            idempotency_key, ..
+        } => idempotency_key.clone(),
+        _ => None,
+    }
+}
+
+/// Runs the `post_tool` chain of a successful result of an active step: a modified result
+/// replaces the outcome's data; an abort fails the step with the hook's reason. Returns the
+/// `hook.decided` events.
+pub(super) async fn post_tool(
+    state: &ExecutionActorState,
+    outcome: &mut StepOutcome,
+) -> Result<Vec<NewEvent>, KernelError> {
+    let Some(caller) = state.ctx.config.hook_caller.clone() else {
+        return Ok(Vec::new());
+    };
+    if !outcome.success {
+        return Ok(Vec::new());
+    }
+    let Some(step) = state
+        .exec
+        .step(&outcome.step_id)
+        .filter(|step| !step.status.is_terminal())
+    else {
+        return Ok(Vec::new());
+    };
+    let (tool_id, arguments) = (step.tool_id.clone(), step.arguments.clone());
+    let input = policy_input(state, &tool_id, &arguments);
+    let hooks = hooks_for(state, HookPoint::PostTool, input, None).await?;
+    if hooks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut request = request(state, HookPoint::PostTool, &tool_id);
+    request["step_id"] = json!(outcome.step_id.as_str());
+    request["arguments"] = arguments;
+    let run = run_chain(
+        caller.as_ref(),
+        &hooks,
+        HookPoint::PostTool,
+        &tool_id,
+        request,
+        "result",
+        outcome.data.clone().unwrap_or(Value::Null),
+    )
+    .await;
+    match run.outcome {
+        ChainOutcome::Abort { reason, .. } => {
+            outcome.success = false;
+            outcome.data = None;
+            outcome.error = Some(reason);
+            outcome.retryable = false;
+        }
+        ChainOutcome::Continue(result) if run.modified => outcome.data = Some(result),
+        ChainOutcome::Continue(_) => {}
+    }
+    Ok(run.events)
+}

@@ -1,0 +1,145 @@
+//! The HTTP side of the hook chain (docs/hooks.md): POSTs a hook's request JSON to its URL,
+//! bounded by its timeout, and reads the verdict: `{"decision": "pass"}`,
+//! `{"decision": "modify", "arguments": ...}` (pre_tool) or `{"decision": "modify", "result":
+//! ...}` (post_tool), `{"decision": "abort", "reason": "..."}`. Anything else (a connection
+//! error, the timeout, a non-2xx status, a body that is not such a verdict) is a failed call,
+//! which the hook's failure mode turns into an abort or a pass. Calls are counted in
+//! `keel_hook_calls_total{hook,decision}`.
+
+use async_trait::async_trait;
+use keel_actors::hooks::{HookCaller, HookPoint, HookSpec, HookVerdict};
+use keel_actors::kernel::Kernel;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use serde_json::Value;
+
+/// Labels of hook calls.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    hook: String,
+    decision: String,
+}
+
+/// Calls hooks over HTTP.
+pub struct HttpHookCaller {
+    client: reqwest::Client,
+    calls: Family<CallLabels, Counter>,
+}
+
+impl HttpHookCaller {
+    /// Returns a caller (its metrics are registered by [`HttpHookCaller::register`]).
+    pub fn new() -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .build()
+            .map_err(|error| format!("cannot build the hook http client: {error}"))?;
+        Ok(Self {
+            client,
+            calls: Family::default(),
+        })
+    }
+
+    /// Registers the call counter with `kernel`'s metrics.
+    pub fn register(&self, kernel: &Kernel) {
+        kernel.metrics().register(
+            "hook_calls",
+            "Hook calls, by hook and decision (pass, modify, abort, error)",
+            self.calls.clone(),
+        );
+    }
+
+    fn count(&self, hook: &str, decision: &str) {
+        self.calls
+            .get_or_create(&CallLabels {
+                hook: hook.to_owned(),
+                decision: decision.to_owned(),
+            })
+            .inc();
+    }
+
+    async fn post(&self, hook: &HookSpec, request: &Value) -> Result<HookVerdict, String> {
+        let response = self
+            .client
+            .post(&hook.url)
+            .timeout(hook.timeout)
+            .json(request)
+            .send()
+            .await
+            .map_err(|error| {
+                if error.is_timeout() {
+                    format!("no answer within {} ms", hook.timeout.as_millis())
+                } else {
+                    format!("request failed: {error}")
+                }
+            })?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("answered {}", status.as_u16()));
+        }
+        let body: Value = response
+            .json()
+            .await
+            .map_err(|error| format!("answer is not JSON: {error}"))?;
+        parse_verdict(hook.point, &body)
+    }
+}
+
+/// Reads a verdict body.
+fn parse_verdict(point: HookPoint, body: &Value) -> Result<HookVerdict, String> {
+    let field = match point {
+        HookPoint::PreTool => "arguments",
+        HookPoint::PostTool => "result",
+    };
+    match body.get("decision").and_then(Value::as_str) {
+        Some("pass") => Ok(HookVerdict::Pass),
+        Some("modify") => body
+            .get(field)
+            .cloned()
+            .map(HookVerdict::Modify)
+            .ok_or_else(|| format!("a modify answer needs `{field}`")),
+        Some("abort") => Ok(HookVerdict::Abort(
+            body.get("reason")
+                .and_then(Value::as_str)
+                .filter(|reason| !reason.is_empty())
+                .unwrap_or("aborted by hook")
+                .to_owned(),
+        )),
+        _ => Err("answer has no decision pass, modify or abort".to_owned()),
+    }
+}
+
+#[async_trait]
+impl HookCaller for HttpHookCaller {
+    async fn call(&self, hook: &HookSpec, request: &Value) -> Result<HookVerdict, String> {
+        let verdict = self.post(hook, request).await;
+        let decision = match &verdict {
+            Ok(HookVerdict::Pass) => "pass",
+            Ok(HookVerdict::Modify(_)) => "modify",
+            Ok(HookVerdict::Abort(_)) => "abort",
+            Err(_) => "error",
+        };
+        self.count(&hook.id, decision);
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn verdicts_are_read_per_point() {
+        let pass = parse_verdict(HookPoint::PreTool, &json!({"decision": "pass"}));
+        assert_eq!(pass, Ok(HookVerdict::Pass));
+        let modify = parse_verdict(HookPoint::PreTool, &json!({"decision": "modify", "arguments": {"a": 1}}));
+        assert_eq!(modify, Ok(HookVerdict::Modify(json!({"a": 1}))));
+        let result = parse_verdict(HookPoint::PostTool, &json!({"decision": "modify", "result": 2}));
+        assert_eq!(result, Ok(HookVerdict::Modify(json!(2))));
+        assert!(parse_verdict(HookPoint::PostTool, &json!({"decision": "modify", "arguments": 2})).is_err());
+        let abort = parse_verdict(HookPoint::PreTool, &json!({"decision": "abort", "reason": "no"}));
+        assert_eq!(abort, Ok(HookVerdict::Abort("no".to_owned())));
+        assert!(parse_verdict(HookPoint::PreTool, &json!({"decision": "maybe"})).is_err());
+        assert!(parse_verdict(HookPoint::PreTool, &json!([])).is_err());
+    }
+}

@@ -1,0 +1,163 @@
+//! The `hooks:` section of a policy file (docs/hooks.md): the hook chain's endpoints, each with
+//! its point, timeout, failure mode and scope (every call, some agents, some rules). Rebuno
+//! policy files have no such key and load unchanged.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use keel_actors::hooks::{FailureMode, HookPoint, HookSpec};
+use keel_actors::policy::rules::parse_duration;
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+
+use super::errors::PolicyProblem;
+use super::locate::strip_positions;
+
+/// Default bound of one hook call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest timeout a hook may have: the agent waits for its intent's answer meanwhile.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HookEntry {
+    id: String,
+    point: String,
+    url: String,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    failure: Option<String>,
+    #[serde(default)]
+    agent_ids: Vec<String>,
+    #[serde(default)]
+    rule_ids: Vec<String>,
+}
+
+/// Reads the `hooks:` list of one file's source (none when the key is absent). `agent` scopes
+/// every hook of the file to one agent (a per-agent file of a policy directory).
+pub fn parse_hooks(
+    path: &Path,
+    source: &str,
+    agent: Option<&str>,
+) -> (Vec<HookSpec>, Vec<PolicyProblem>) {
+    let mut problems = Vec::new();
+    let document: Value = match serde_yaml_ng::from_str(source) {
+        Ok(document) => document,
+        // The rules' parser reports a document that does not parse.
+        Err(_) => return (Vec::new(), problems),
+    };
+    let Some(list) = document.get("hooks") else {
+        return (Vec::new(), problems);
+    };
+    let entries: Vec<HookEntry> = match serde_yaml_ng::from_value(list.clone()) {
+        Ok(entries) => entries,
+        Err(error) => {
+            let message = format!("hooks: {}", strip_positions(&error.to_string()));
+            problems.push(PolicyProblem::new(path, None, message));
+            return (Vec::new(), problems);
+        }
+    };
+    let mut hooks = Vec::new();
+    let mut seen = HashSet::new();
+    for entry in entries {
+        let mut problem = |message: String| {
+            problems.push(PolicyProblem::new(path, None, format!("hook {:?}: {message}", entry.id)));
+        };
+        if entry.id.is_empty() || !seen.insert(entry.id.clone()) {
+            problem("hook ids must be non-empty and unique".to_owned());
+            continue;
+        }
+        let point = match entry.point.as_str() {
+            "pre_tool" => HookPoint::PreTool,
+            "post_tool" => HookPoint::PostTool,
+            other => {
+                problem(format!("point {other:?} must be pre_tool or post_tool"));
+                continue;
+            }
+        };
+        match url::Url::parse(&entry.url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
+            _ => {
+                problem(format!("url {:?} must be an http:// or https:// URL", entry.url));
+                continue;
+            }
+        }
+        let timeout = match entry.timeout.as_deref().map(|text| parse_duration(text.trim())) {
+            None => DEFAULT_TIMEOUT,
+            Some(Ok(timeout)) if timeout <= MAX_TIMEOUT => timeout,
+            Some(Ok(_)) => {
+                problem(format!("timeout must be at most {}s", MAX_TIMEOUT.as_secs()));
+                continue;
+            }
+            Some(Err(error)) => {
+                problem(format!("timeout: {error}"));
+                continue;
+            }
+        };
+        let failure = match entry.failure.as_deref() {
+            None | Some("fail_closed") => FailureMode::FailClosed,
+            Some("fail_open") => FailureMode::FailOpen,
+            Some(other) => {
+                problem(format!("failure {other:?} must be fail_closed or fail_open"));
+                continue;
+            }
+        };
+        let agent_ids = match agent {
+            Some(agent) => vec![agent.to_owned()],
+            None => entry.agent_ids,
+        };
+        hooks.push(HookSpec {
+            id: entry.id,
+            point,
+            url: entry.url,
+            timeout,
+            failure,
+            agent_ids,
+            rule_ids: entry.rule_ids,
+        });
+    }
+    (hooks, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_parse_with_defaults_and_scopes() {
+        let source = "rules: []\nhooks:\n  - id: a\n    point: pre_tool\n    url: http://127.0.0.1:1/a\n  \
+                      - id: b\n    point: post_tool\n    url: https://h/b\n    timeout: 250ms\n    \
+                      failure: fail_open\n    agent_ids: [x]\n    rule_ids: [r]\n";
+        let (hooks, problems) = parse_hooks(Path::new("p.yaml"), source, None);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(hooks.len(), 2);
+        assert_eq!(hooks[0].timeout, DEFAULT_TIMEOUT);
+        assert_eq!(hooks[0].failure, FailureMode::FailClosed);
+        assert!(hooks[0].applies(HookPoint::PreTool, "anyone", "any-rule"));
+        assert!(!hooks[0].applies(HookPoint::PostTool, "anyone", "any-rule"));
+        assert_eq!(hooks[1].timeout, Duration::from_millis(250));
+        assert_eq!(hooks[1].failure, FailureMode::FailOpen);
+        assert!(hooks[1].applies(HookPoint::PostTool, "x", "r"));
+        assert!(!hooks[1].applies(HookPoint::PostTool, "y", "r"));
+        assert!(!hooks[1].applies(HookPoint::PostTool, "x", "s"));
+        let (scoped, _) = parse_hooks(Path::new("agent.yaml"), source, Some("agent"));
+        assert_eq!(scoped[0].agent_ids, vec!["agent".to_owned()]);
+    }
+
+    #[test]
+    fn bad_hooks_are_reported() {
+        let source = "rules: []\nhooks:\n  - id: a\n    point: sometime\n    url: http://h\n  \
+                      - id: b\n    point: pre_tool\n    url: ftp://h\n  \
+                      - id: c\n    point: pre_tool\n    url: http://h\n    timeout: 1h\n  \
+                      - id: c\n    point: pre_tool\n    url: http://h\n  \
+                      - id: d\n    point: pre_tool\n    url: http://h\n    failure: maybe\n";
+        let (hooks, problems) = parse_hooks(Path::new("p.yaml"), source, None);
+        assert!(hooks.is_empty());
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 5, "{text:?}");
+        let (_, problems) = parse_hooks(Path::new("p.yaml"), "rules: []\nhooks:\n  - id: a\n    typo: 1\n", None);
+        assert_eq!(problems.len(), 1);
+    }
+}

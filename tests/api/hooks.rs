@@ -1,0 +1,292 @@
+//! The hook chain (docs/hooks.md): `pre_tool` and `post_tool` hooks from a policy file, called
+//! over HTTP on a loopback server: pass, modify and abort at each point, modified arguments
+//! checked by the argument predicates again, timeouts in both failure modes, and every call
+//! recorded as `hook.decided` before what it decided.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use keel::hook_caller::HttpHookCaller;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::{Options, TestKernel, TestRunner, running_execution};
+
+/// What the hook server answers on one route.
+#[derive(Clone, Debug)]
+enum Behaviour {
+    Answer(Value),
+    Sleep(Duration),
+}
+
+#[derive(Clone, Default)]
+struct HookServer {
+    behaviour: Arc<Mutex<std::collections::HashMap<String, Behaviour>>>,
+    requests: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl HookServer {
+    async fn start() -> (Self, String) {
+        let server = Self::default();
+        let app = axum::Router::new()
+            .route("/{name}", axum::routing::post(answer))
+            .with_state(server.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (server, format!("http://{address}"))
+    }
+
+    fn set(&self, name: &str, behaviour: Behaviour) {
+        self.behaviour.lock().expect("lock").insert(name.to_owned(), behaviour);
+    }
+
+    fn requests(&self, name: &str) -> Vec<Value> {
+        self.requests
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(route, _)| route == name)
+            .map(|(_, body)| body.clone())
+            .collect()
+    }
+}
+
+async fn answer(
+    State(server): State<HookServer>,
+    Path(name): Path<String>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    server.requests.lock().expect("lock").push((name.clone(), body));
+    let behaviour = server
+        .behaviour
+        .lock()
+        .expect("lock")
+        .get(&name)
+        .cloned()
+        .unwrap_or(Behaviour::Answer(json!({"decision": "pass"})));
+    match behaviour {
+        Behaviour::Answer(value) => Json(value),
+        Behaviour::Sleep(delay) => {
+            tokio::time::sleep(delay).await;
+            Json(json!({"decision": "pass"}))
+        }
+    }
+}
+
+/// A policy with an argument predicate and one hook at each point.
+fn policy(base: &str, failure: &str) -> String {
+    format!(
+        r#"
+rules:
+  - id: no-etc
+    priority: 1
+    when:
+      tool_id: "fs.*"
+      arguments:
+        - field: path
+          pattern: '^/etc'
+    then: {{decision: deny, reason: "nothing under /etc"}}
+  - id: allow-rest
+    priority: 100
+    when: {{}}
+    then: {{decision: allow}}
+hooks:
+  - id: guard
+    point: pre_tool
+    url: {base}/pre
+    timeout: 300ms
+    failure: {failure}
+  - id: scrub
+    point: post_tool
+    url: {base}/post
+    timeout: 300ms
+"#
+    )
+}
+
+async fn kernel_with_hooks(base: &str, failure: &str) -> TestKernel {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, policy(base, failure)).expect("write policy");
+    let engine = keel::policy::load_path(&path).expect("policy loads").engine;
+    let caller = Arc::new(HttpHookCaller::new().expect("caller"));
+    let configured = caller.clone();
+    let kernel = TestKernel::start_with(Options {
+        configure: Some(Arc::new(move |config| {
+            config.policy = engine.clone();
+            config.hook_caller = Some(configured.clone());
+        })),
+        ..Options::default()
+    })
+    .await;
+    caller.register(&kernel.kernel);
+    kernel
+}
+
+/// The events of `execution` from the first `hook.decided` on, as `(type, payload)`.
+async fn from_first_hook(kernel: &TestKernel, execution: &str) -> Vec<(String, Value)> {
+    let events = kernel.events(execution).await;
+    let start = events
+        .iter()
+        .rposition(|event| event["type"] == "hook.decided")
+        .map(|last| {
+            events[..=last]
+                .iter()
+                .rposition(|event| event["type"] != "hook.decided")
+                .map_or(0, |index| index + 1)
+        })
+        .unwrap_or(events.len());
+    events[start..]
+        .iter()
+        .map(|event| (event["type"].as_str().unwrap_or("").to_owned(), event["payload"].clone()))
+        .collect()
+}
+
+fn invoke(tool: &str, arguments: Value) -> Value {
+    json!({"type": "invoke_tool", "tool_id": tool, "arguments": arguments})
+}
+
+#[tokio::test]
+async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked_again() {
+    let (hooks, base) = HookServer::start().await;
+    let kernel = kernel_with_hooks(&base, "fail_closed").await;
+    let (_agent, run) = running_execution(&kernel, "writer").await;
+
+    // Pass: the call goes on unchanged; the hook saw the call.
+    let (status, body) = run.intent(&kernel, invoke("fs.read", json!({"path": "/tmp/a"}))).await;
+    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(true)), "{body}");
+    let step = body["step_id"].as_str().expect("step").to_owned();
+    let seen = hooks.requests("pre");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["point"], "pre_tool");
+    assert_eq!(seen[0]["hook_id"], "guard");
+    assert_eq!(seen[0]["tool_id"], "fs.read");
+    assert_eq!(seen[0]["agent_id"], "writer");
+    assert_eq!(seen[0]["execution_id"], json!(run.execution_id));
+    assert_eq!(seen[0]["arguments"], json!({"path": "/tmp/a"}));
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    assert_eq!(events[0].0, "hook.decided");
+    assert_eq!(events[0].1["decision"], "pass");
+    assert_eq!(events[0].1["point"], "pre_tool");
+    assert_eq!(events[0].1["hook_id"], "guard");
+    assert!(events[0].1["latency_ms"].is_u64());
+    assert_eq!(events[1].0, "intent.accepted");
+    let (status, _) = run.step_result(&kernel, &step, true, json!("ok")).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Modify: the modified arguments are recorded and become the step's.
+    hooks.set("pre", Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/tmp/safe"}})));
+    let (status, body) = run.intent(&kernel, invoke("fs.read", json!({"path": "/tmp/b"}))).await;
+    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(true)), "{body}");
+    let step = body["step_id"].as_str().expect("step").to_owned();
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    assert_eq!(events[0].1["decision"], "modify");
+    let created = events.iter().find(|(kind, _)| kind == "step.created").expect("step.created");
+    assert_eq!(created.1["arguments"], json!({"path": "/tmp/safe"}));
+    let (status, _) = run.step_result(&kernel, &step, true, json!("ok")).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Modify into arguments the predicates refuse: denied by the rule, with those arguments.
+    hooks.set("pre", Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/etc/shadow"}})));
+    let (status, body) = run.intent(&kernel, invoke("fs.read", json!({"path": "/tmp/c"}))).await;
+    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(false)), "{body}");
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    assert_eq!(events[0].1["decision"], "modify");
+    assert_eq!(events[1].0, "intent.denied");
+    assert_eq!(events[1].1["rule_id"], "no-etc");
+    assert_eq!(events[1].1["arguments"], json!({"path": "/etc/shadow"}));
+
+    // Abort: denied, and the denial names the hook.
+    hooks.set("pre", Behaviour::Answer(json!({"decision": "abort", "reason": "not today"})));
+    let (status, body) = run.intent(&kernel, invoke("web.fetch", json!({"url": "x"}))).await;
+    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(false)), "{body}");
+    assert!(body["error"].as_str().unwrap_or("").contains("not today"), "{body}");
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    assert_eq!(events[0].1["decision"], "abort");
+    assert_eq!(events[0].1["reason"], "not today");
+    assert_eq!(events[1].0, "intent.denied");
+    assert_eq!(events[1].1["rule_id"], "hook:guard");
+    assert_eq!(events[1].1["reason"], "not today");
+    assert_eq!(events.len(), 2, "nothing else was recorded: {events:?}");
+    let metrics = kernel.kernel.encode_metrics();
+    assert!(metrics.contains("keel_hook_calls_total{hook=\"guard\",decision=\"abort\"} 1"), "{metrics}");
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_pre_tool_hook_denies_when_fail_closed_and_passes_when_fail_open() {
+    let (hooks, base) = HookServer::start().await;
+    hooks.set("pre", Behaviour::Sleep(Duration::from_secs(2)));
+    for (failure, accepted) in [("fail_closed", false), ("fail_open", true)] {
+        let kernel = kernel_with_hooks(&base, failure).await;
+        let (_agent, run) = running_execution(&kernel, "writer").await;
+        let started = std::time::Instant::now();
+        let (status, body) = run.intent(&kernel, invoke("web.fetch", json!({"url": "x"}))).await;
+        assert!(started.elapsed() < Duration::from_millis(1800), "bounded by the hook's timeout");
+        assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(accepted)), "{failure}: {body}");
+        let events = from_first_hook(&kernel, &run.execution_id).await;
+        assert_eq!(events[0].1["decision"], "error", "{events:?}");
+        assert_eq!(events[0].1["failure_mode"], failure);
+        assert!(events[0].1["reason"].as_str().unwrap_or("").contains("300 ms"), "{events:?}");
+        let next = if accepted { "intent.accepted" } else { "intent.denied" };
+        assert_eq!(events[1].0, next);
+        kernel.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn post_tool_hooks_modify_the_result_the_agent_sees_or_fail_the_step() {
+    let (hooks, base) = HookServer::start().await;
+    let kernel = kernel_with_hooks(&base, "fail_closed").await;
+    let mut runner = TestRunner::connect(&kernel, "r1", &["search"]).await;
+    let (mut agent, run) = running_execution(&kernel, "writer").await;
+    let remote = |query: &str| json!({"type": "invoke_tool", "tool_id": "search", "arguments": {"q": query}, "remote": true});
+
+    // Modify: the agent gets the hook's result, and the log records it after the decision.
+    hooks.set("post", Behaviour::Answer(json!({"decision": "modify", "result": {"hits": ["[redacted]"]}})));
+    let (status, body) = run.intent(&kernel, remote("a")).await;
+    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(true)), "{body}");
+    let job = runner.job().await;
+    let (status, _) = runner.result(&kernel, &job, true, json!({"hits": ["secret"]})).await;
+    assert_eq!(status, StatusCode::OK);
+    let pushed = agent.stream.next_of("tool.result").await.data;
+    assert_eq!(pushed["status"], "succeeded");
+    assert_eq!(pushed["result"], json!({"hits": ["[redacted]"]}));
+    let seen = hooks.requests("post");
+    assert_eq!(seen[0]["point"], "post_tool");
+    assert_eq!(seen[0]["result"], json!({"hits": ["secret"]}));
+    assert_eq!(seen[0]["arguments"], json!({"q": "a"}));
+    assert_eq!(seen[0]["step_id"], job["step_id"]);
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    assert_eq!(events[0].1["decision"], "modify");
+    assert_eq!(events[0].1["point"], "post_tool");
+    let completed = events.iter().find(|(kind, _)| kind == "step.completed").expect("completed");
+    assert_eq!(completed.1["result"], json!({"hits": ["[redacted]"]}));
+
+    // Abort: the step fails with the hook's reason.
+    hooks.set("post", Behaviour::Answer(json!({"decision": "abort", "reason": "leaks a secret"})));
+    let (status, body) = run.intent(&kernel, remote("b")).await;
+    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(true)), "{body}");
+    let job = runner.job().await;
+    let (status, _) = runner.result(&kernel, &job, true, json!({"hits": ["secret"]})).await;
+    assert_eq!(status, StatusCode::OK);
+    let pushed = agent.stream.next_of("tool.result").await.data;
+    assert_eq!(pushed["status"], "failed");
+    assert_eq!(pushed["error"], "leaks a secret");
+    assert!(pushed.get("result").is_none(), "{pushed}");
+
+    // Pass: unchanged.
+    hooks.set("post", Behaviour::Answer(json!({"decision": "pass"})));
+    let (status, _) = run.intent(&kernel, remote("c")).await;
+    assert_eq!(status, StatusCode::OK);
+    let job = runner.job().await;
+    runner.result(&kernel, &job, true, json!({"hits": []})).await;
+    let pushed = agent.stream.next_of("tool.result").await.data;
+    assert_eq!(pushed["result"], json!({"hits": []}));
+    kernel.shutdown().await;
+}
