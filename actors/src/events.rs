@@ -153,6 +153,10 @@ pub enum EventBody {
         /// Cap of the retry delays set by the matching policy rule, in ms (Keel addition).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_max_delay_ms: Option<u64>,
+        /// Retries the execution may have in total, from the budget in force when the step
+        /// was created (Keel addition, docs/guardrails.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_retries: Option<u64>,
     },
     /// A step was handed out (to a runner, or to the agent after approval).
     #[serde(rename = "step.dispatched")]
@@ -176,6 +180,9 @@ pub enum EventBody {
     StepCompleted {
         /// Tool result (any JSON).
         result: Value,
+        /// What the call cost, per unit, as the result reported it (Keel addition).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<crate::guardrails::budget::Cost>,
     },
     /// The step failed.
     #[serde(rename = "step.failed")]
@@ -184,6 +191,9 @@ pub enum EventBody {
         error: String,
         /// Whether another attempt follows.
         retryable: bool,
+        /// What the failed attempt cost, per unit, as the result reported it (Keel addition).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<crate::guardrails::budget::Cost>,
     },
     /// The step passed its deadline.
     #[serde(rename = "step.timed_out")]
@@ -272,6 +282,28 @@ pub enum EventBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure_mode: Option<String>,
     },
+    /// A result of this execution opened the circuit breaker of a tool: intents for it are
+    /// denied until `until` (informational; Keel addition, docs/guardrails.md).
+    #[serde(rename = "tool.circuit_opened")]
+    ToolCircuitOpened {
+        /// Tool id of the breaker.
+        tool_id: String,
+        /// Failures within the window that opened it (1 for a failed probe).
+        failures: u32,
+        /// Whether a failed probe opened it again.
+        #[serde(default)]
+        probe: bool,
+        /// When the next probe may pass.
+        #[serde(with = "time::serde_micros")]
+        until: Timestamp,
+    },
+    /// A probe of this execution succeeded: the tool's circuit breaker closed (informational;
+    /// Keel addition).
+    #[serde(rename = "tool.circuit_closed")]
+    ToolCircuitClosed {
+        /// Tool id of the breaker.
+        tool_id: String,
+    },
 }
 
 impl EventBody {
@@ -301,6 +333,8 @@ impl EventBody {
             Self::AgentTimeout { .. } => "agent.timeout",
             Self::ExecutionStalled { .. } => "execution.stalled",
             Self::HookDecided { .. } => "hook.decided",
+            Self::ToolCircuitOpened { .. } => "tool.circuit_opened",
+            Self::ToolCircuitClosed { .. } => "tool.circuit_closed",
         }
     }
 
@@ -450,6 +484,7 @@ mod tests {
                 &StepId::new("s1"),
                 EventBody::StepCompleted {
                     result: serde_json::json!({"x": 1}),
+                    cost: None,
                 },
             )],
         );

@@ -104,6 +104,8 @@ pub struct Metrics {
     pub executions_dormant: Gauge,
     /// Step durations, policy latency, HTTP durations and queue depths.
     pub operator: OperatorMetrics,
+    /// Budgets and circuit breakers.
+    pub guardrails: crate::guardrails::metrics::GuardrailMetrics,
 }
 
 impl Default for Metrics {
@@ -209,8 +211,10 @@ impl Metrics {
             slow_consumers.clone(),
         );
         let operator = OperatorMetrics::register(&mut registry);
+        let guardrails = crate::guardrails::metrics::GuardrailMetrics::register(&mut registry);
         Self {
             operator,
+            guardrails,
             registry: Mutex::new(registry),
             supervision_log: crate::supervision::SupervisionLog::default(),
             executions,

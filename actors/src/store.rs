@@ -108,6 +108,17 @@ pub struct AllowedToolCall {
     pub at: Timestamp,
 }
 
+/// One step result, as the circuit breakers count it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolResult {
+    /// Tool of the step.
+    pub tool_id: String,
+    /// Whether it succeeded (`step.completed`).
+    pub success: bool,
+    /// Time of the result event.
+    pub at: Timestamp,
+}
+
 /// One non-terminal execution as startup recovery sees it: enough to decide whether it needs
 /// its actor now or can stay in the store until something concerns it.
 #[derive(Clone, Debug, PartialEq)]
@@ -208,6 +219,11 @@ pub trait Store: Send + Sync + 'static {
     /// Returns every tool call allowed at or after `since` (steps created without an approval
     /// gate, whatever became of them later), oldest first.
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError>;
+
+    /// Returns every step result recorded at or after `since` (`step.completed` is a success,
+    /// `step.failed` and `step.timed_out` are failures), oldest first: the circuit breakers are
+    /// rebuilt from these at startup.
+    async fn tool_results_since(&self, since: Timestamp) -> Result<Vec<ToolResult>, StoreError>;
 
     /// Returns the execution whose `execution.created` event carries idempotency key `key`
     /// (a creation's `Idempotency-Key`; unique among those events), if it is still stored.

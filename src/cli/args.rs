@@ -54,6 +54,8 @@ pub enum Command {
     Signal(SignalArgs),
     /// Checks that a kernel is up and its database reachable.
     Health(HealthArgs),
+    /// Lists the circuit breakers that are open, half-open or counting failures.
+    Breakers(HealthArgs),
     /// Serves tools from the command line: runs each job in a fresh worker process
     /// (`keel runner --exec --runner-id R --tool T -- PROGRAM ARGS…`; docs/guardrails.md).
     Runner(crate::cli::runner::RunnerArgs),

@@ -4,6 +4,7 @@
 //! [`Cli`] and calls [`execute`] for everything but `dev`, `serve` and `bench`.
 
 pub mod args;
+mod breakers;
 pub mod client;
 mod events;
 mod feed;
@@ -132,6 +133,7 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Health(args) => health(&args.client).await,
+        Command::Breakers(args) => breakers::run(&args.client).await,
         Command::Runner(args) => runner::run(args).await,
         Command::Client(args) => jsonl::run(args).await,
         Command::RunnerShim(args) => runner::shim::exec(args),
@@ -151,6 +153,7 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         Command::Cancel(args) => Some(&args.client),
         Command::Signal(args) => Some(&args.client),
         Command::Health(args) => Some(&args.client),
+        Command::Breakers(args) => Some(&args.client),
         Command::Runner(args) => Some(&args.client),
         Command::Client(args) => Some(&args.client),
         Command::Dev(_)

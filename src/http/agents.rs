@@ -71,6 +71,8 @@ struct StepResultRequest {
     success: Option<bool>,
     data: Option<Value>,
     error: Option<String>,
+    /// What the call cost (Keel addition): an object of numbers per unit.
+    cost: Option<Value>,
 }
 
 /// `GET /v0/agents/stream?agent_id=&consumer_id=`: the agent's push stream.
@@ -207,12 +209,15 @@ pub async fn step_result(
             "execution_id, session_id, and step_id are required",
         ));
     }
+    let cost = keel_actors::guardrails::budget::parse_cost(body.cost.as_ref().unwrap_or(&Value::Null))
+        .map_err(ApiError::validation)?;
     let outcome = StepOutcome {
         step_id: StepId::new(step_id),
         success: body.success.unwrap_or(false),
         data: body.data,
         error: body.error,
         retryable: false,
+        cost,
     };
     state
         .kernel

@@ -39,6 +39,9 @@ pub struct ExecutionBody {
     output: Option<Value>,
     created_at: String,
     updated_at: String,
+    /// Budget limits, usage and what remains (Keel addition; only with a budget in force).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<Value>,
 }
 
 impl From<ExecutionRow> for ExecutionBody {
@@ -56,6 +59,7 @@ impl From<ExecutionRow> for ExecutionBody {
             output,
             created_at: time::format(&row.created_at),
             updated_at: time::format(&row.updated_at),
+            budget: None,
         }
     }
 }
@@ -302,7 +306,10 @@ pub async fn get(
 ) -> Result<Json<ExecutionBody>, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
     let row = state.kernel.execution(&id).await?;
-    Ok(Json(row.into()))
+    let budget = state.kernel.execution_budget(&row).await?;
+    let mut body = ExecutionBody::from(row);
+    body.budget = budget;
+    Ok(Json(body))
 }
 
 /// `POST /v0/executions/{id}/cancel`; never reads the body.

@@ -12,6 +12,7 @@ pub(crate) mod cursor;
 mod error;
 pub(crate) mod executions;
 pub mod feed;
+mod guardrails;
 mod health;
 pub mod openapi;
 pub(crate) mod query;
@@ -205,6 +206,8 @@ pub fn routes() -> Routes {
         .route("/v0/agents", get(crate::console::api::agents))
         .route("/v0/runners", get(crate::console::api::runners))
         .route("/v0/policy", get(crate::console::api::policy))
+        .route("/v0/breakers", get(guardrails::breakers))
+        .route("/v0/breakers/", get(guardrails::breakers))
 }
 
 /// Builds the router of [`routes`] and the web console's pages with authentication, CORS and

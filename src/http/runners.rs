@@ -8,6 +8,7 @@ use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use keel_actors::execution::StepOutcome;
+use keel_actors::guardrails::budget::parse_cost;
 use keel_actors::ids::{ConsumerId, ExecutionId, RunnerId, StepId};
 use keel_actors::kernel::{ToolEntry, ToolSchema};
 use keel_actors::runner::JobReport;
@@ -31,6 +32,8 @@ struct ResultRequest {
     data: Option<Value>,
     error: Option<String>,
     retryable: Option<bool>,
+    /// What the call cost (Keel addition): an object of numbers per unit.
+    cost: Option<Value>,
     started_at: Option<String>,
     completed_at: Option<String>,
     consumer_id: Option<String>,
@@ -183,12 +186,15 @@ fn validate_result(body: &ResultRequest) -> Result<StepOutcome, ApiError> {
             "job_id, execution_id, and step_id are required",
         ));
     }
+    let cost = parse_cost(body.cost.as_ref().unwrap_or(&Value::Null))
+        .map_err(ApiError::validation)?;
     Ok(StepOutcome {
         step_id: StepId::new(body.step_id.clone().unwrap_or_default()),
         success: body.success.unwrap_or(false),
         data: body.data.clone(),
         error: body.error.clone(),
         retryable: body.retryable.unwrap_or(false),
+        cost,
     })
 }
 

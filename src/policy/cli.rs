@@ -77,6 +77,7 @@ pub fn eval_command(
         arguments,
         step_count: 0,
         duration_ms: 0,
+        usage: Default::default(),
         now: time::now(),
     };
     let decision = loaded.engine.evaluate(&input);

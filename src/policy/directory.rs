@@ -76,6 +76,19 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
         return Err(PolicyLoadErrors { problems, warnings });
     }
     let global = files.get(GLOBAL_STEM);
+    // Breakers count results per tool id across every agent: they are kernel-wide.
+    for (stem, file) in &files {
+        if stem != GLOBAL_STEM && !file.rules.breakers().0.is_empty() {
+            let line = line_of(&file.source, &FieldPath::default().keys(&["circuit_breakers"]));
+            problems.push(PolicyProblem::new(
+                &file.path,
+                line,
+                format!(
+                    "circuit_breakers are kernel-wide: put them in {GLOBAL_STEM}.yaml, not in an agent file"
+                ),
+            ));
+        }
+    }
     let mut agents = HashMap::new();
     for (stem, file) in files
         .iter()
@@ -112,11 +125,13 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
     let paths = files.values().map(|file| file.path.clone()).collect();
     Ok(LoadedPolicy {
         engine: super::load::with_hooks(
-            Arc::new(CompiledPolicy::per_agent(
-                agents,
-                global_rules,
-                digest.clone(),
-            )),
+            Arc::new(
+                CompiledPolicy::per_agent(agents, global_rules, digest.clone()).with_breakers(
+                    global
+                        .map(|global| global.rules.breakers().clone())
+                        .unwrap_or_default(),
+                ),
+            ),
             hooks,
         ),
         warnings,

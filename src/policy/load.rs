@@ -83,10 +83,10 @@ pub fn load_path(path: &Path) -> Result<LoadedPolicy, PolicyLoadErrors> {
     let digest = digest.hex();
     Ok(LoadedPolicy {
         engine: with_hooks(
-            Arc::new(CompiledPolicy::single(
-                RuleSet::single(&rules),
-                digest.clone(),
-            )),
+            Arc::new(
+                CompiledPolicy::single(RuleSet::single(&rules), digest.clone())
+                    .with_breakers(rules.breakers().clone()),
+            ),
             hooks,
         ),
         warnings: file.warnings,
@@ -234,13 +234,20 @@ fn parse(
         return (None, vec![PolicyProblem::new(path, Some(1), message)]);
     }
     let mut problems = Vec::new();
-    let default = match serde_yaml_ng::from_str::<FileShellSpec>(source) {
-        Ok(shell) => shell.default.map(Into::into),
-        Err(error) => {
-            problems.push(from_yaml(error));
-            None
-        }
-    };
+    let (default, budget, circuit_breakers) =
+        match serde_yaml_ng::from_str::<FileShellSpec>(source) {
+            Ok(shell) => (
+                shell.default.map(Into::into),
+                shell.budget.map(Into::into),
+                shell
+                    .circuit_breakers
+                    .map(|breakers| breakers.into_iter().map(Into::into).collect()),
+            ),
+            Err(error) => {
+                problems.push(from_yaml(error));
+                (None, None, None)
+            }
+        };
     let mut rules = Vec::new();
     let mut rule_indices = Vec::new();
     let items = match document.get("rules") {
@@ -266,7 +273,15 @@ fn parse(
         }
     }
     (
-        Some((PolicyDefinition { rules, default }, rule_indices)),
+        Some((
+            PolicyDefinition {
+                rules,
+                default,
+                budget,
+                circuit_breakers,
+            },
+            rule_indices,
+        )),
         problems,
     )
 }

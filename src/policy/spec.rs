@@ -9,7 +9,7 @@ use serde::de::IgnoredAny;
 
 use keel_actors::policy::Decision;
 use keel_actors::policy::rules::{
-    ConditionDefinition, DefaultDefinition, OutcomeDefinition, RateLimitDefinition,
+    BreakerDefinition, BudgetDefinition, ConditionDefinition, DefaultDefinition, OutcomeDefinition, RateLimitDefinition,
     RetryDefinition, RuleDefinition,
 };
 
@@ -33,6 +33,84 @@ pub struct FileShellSpec {
     #[allow(dead_code, reason = "parsed on its own by hooks.rs")]
     #[serde(default)]
     pub hooks: Option<IgnoredAny>,
+    /// Budget of every execution the file applies to (Keel addition).
+    #[serde(default)]
+    pub budget: Option<BudgetSpec>,
+    /// Circuit breakers per tool id (Keel addition).
+    #[serde(default)]
+    pub circuit_breakers: Option<Vec<BreakerSpec>>,
+}
+
+/// One entry of `circuit_breakers:`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a circuit breaker mapping with `tool_id` or `tool_ids`, `failures`, `cool_down` \
+                 and an optional `window`"
+)]
+pub struct BreakerSpec {
+    /// Tool-id glob.
+    #[serde(default)]
+    pub tool_id: Option<String>,
+    /// Tool-id globs.
+    #[serde(default)]
+    pub tool_ids: Option<Vec<String>>,
+    /// Failures within the window that open it.
+    pub failures: i64,
+    /// Window of the failures (default `1m`).
+    #[serde(default)]
+    pub window: Option<String>,
+    /// How long it stays open before a probe.
+    pub cool_down: String,
+}
+
+impl From<BreakerSpec> for BreakerDefinition {
+    fn from(spec: BreakerSpec) -> Self {
+        Self {
+            tool_id: spec.tool_id,
+            tool_ids: spec.tool_ids,
+            failures: spec.failures,
+            window: spec.window,
+            cool_down: spec.cool_down,
+        }
+    }
+}
+
+/// `budget:` — limits on one execution (top level of a file, or in a rule).
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a `budget` mapping with any of `max_steps`, `max_calls_per_tool`, \
+                 `max_wall_time`, `max_retries`, `max_cost`"
+)]
+pub struct BudgetSpec {
+    /// Tool steps per execution.
+    #[serde(default)]
+    pub max_steps: Option<i64>,
+    /// Steps per tool id per execution.
+    #[serde(default)]
+    pub max_calls_per_tool: Option<i64>,
+    /// Wall time, a Go duration (`10m`).
+    #[serde(default)]
+    pub max_wall_time: Option<String>,
+    /// Retries per execution.
+    #[serde(default)]
+    pub max_retries: Option<i64>,
+    /// Cost limit per unit (`usd: 0.50`).
+    #[serde(default)]
+    pub max_cost: Option<BTreeMap<String, f64>>,
+}
+
+impl From<BudgetSpec> for BudgetDefinition {
+    fn from(spec: BudgetSpec) -> Self {
+        Self {
+            max_steps: spec.max_steps,
+            max_calls_per_tool: spec.max_calls_per_tool,
+            max_wall_time: spec.max_wall_time,
+            max_retries: spec.max_retries,
+            max_cost: spec.max_cost,
+        }
+    }
 }
 
 /// `default:` — the decision when no rule matches.
@@ -85,6 +163,9 @@ pub struct RuleSpec {
     /// Retry settings.
     #[serde(default)]
     pub retry: Option<RetrySpec>,
+    /// Budget limits for the calls this rule allows (Keel addition).
+    #[serde(default)]
+    pub budget: Option<BudgetSpec>,
 }
 
 /// `when:` of a rule.
@@ -217,6 +298,7 @@ impl From<RuleSpec> for RuleDefinition {
                 base_delay: retry.base_delay,
                 max_delay: retry.max_delay,
             }),
+            budget: spec.budget.map(Into::into),
         }
     }
 }

@@ -48,6 +48,7 @@ pub(super) fn call(agent: &str, tool: &str, arguments: Value) -> PolicyInput {
         arguments,
         step_count: 0,
         duration_ms: 0,
+        usage: Default::default(),
         now: chrono::DateTime::parse_from_rfc3339("2025-03-12T12:00:00Z")
             .unwrap()
             .with_timezone(&chrono::Utc),

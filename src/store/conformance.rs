@@ -29,7 +29,10 @@ pub use creation::{
     pending_queue_lists_an_agents_pending_executions_with_priorities,
 };
 pub use feed::{the_feed_reads_every_execution_in_position_order, webhook_positions_round_trip};
-pub use tool_calls::tool_calls_since_lists_allowed_calls_oldest_first;
+pub use tool_calls::{
+    tool_calls_since_lists_allowed_calls_oldest_first,
+    tool_results_since_lists_step_results_oldest_first,
+};
 
 /// Returns a fixed time `micros` microseconds after 2026-01-01T00:00:00Z.
 pub fn at(micros: i64) -> Timestamp {
@@ -204,6 +207,7 @@ pub async fn commit_round_trips_every_event_field(store: Arc<dyn Store>) {
                 timeout_ms: None,
                 retry_base_delay_ms: None,
                 retry_max_delay_ms: None,
+                max_retries: None,
             },
         )
         .with_key(Some("intent-key-1".into())),

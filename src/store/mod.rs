@@ -20,6 +20,7 @@ mod recovery;
 mod rows;
 pub mod sqlite;
 mod tool_calls;
+mod tool_results;
 
 #[cfg(test)]
 pub(crate) mod conformance;

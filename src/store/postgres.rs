@@ -455,6 +455,16 @@ impl Store for PostgresStore {
         super::overview::into_approvals(rows)
     }
 
+    async fn tool_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<keel_actors::store::ToolResult>, StoreError> {
+        let rows = self
+            .bounded(super::tool_results::postgres(&self.readers, since))
+            .await?;
+        super::tool_results::rows(rows)
+    }
+
     async fn execution_by_creation_key(
         &self,
         key: &str,

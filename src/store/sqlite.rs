@@ -296,6 +296,13 @@ impl Store for SqliteStore {
         super::tool_calls::sqlite(&self.readers, since).await
     }
 
+    async fn tool_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<keel_actors::store::ToolResult>, StoreError> {
+        super::tool_results::sqlite(&self.readers, since).await
+    }
+
     async fn execution_by_creation_key(
         &self,
         key: &str,

@@ -6,6 +6,8 @@ mod agents;
 mod approvals;
 mod console;
 mod backend;
+mod breakers;
+mod budgets;
 mod credentials;
 mod errors;
 mod executions;

@@ -27,6 +27,7 @@ async fn results_written_to_a_replaced_connection_are_sent_again_on_the_new_one(
         data: Some(json!("found")),
         error: None,
         retryable: false,
+        cost: None,
     };
     let (runner_id, consumer) = (RunnerId::new("r1"), ConsumerId::new("r1-a"));
     t.kernel

@@ -392,6 +392,12 @@ async fn submit_intent(
         (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("rate limit") => {
             "rate_limited"
         }
+        (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("budget") => {
+            "budget_exceeded"
+        }
+        (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("circuit") => {
+            "circuit_open"
+        }
         (reply, _) if !reply.accepted => "denied",
         _ => "accepted",
     };

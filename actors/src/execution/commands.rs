@@ -139,6 +139,8 @@ pub struct StepOutcome {
     pub error: Option<String>,
     /// Whether the failure may be retried (runners only).
     pub retryable: bool,
+    /// What the call cost, per unit (Keel addition; counted against cost budgets).
+    pub cost: Option<crate::guardrails::budget::Cost>,
 }
 
 /// A remote job to be delivered to a capable runner.

@@ -64,6 +64,7 @@ pub(super) async fn apply(
         .session
         .as_ref()
         .map(|session| session.id.clone());
+    let mut results = Vec::new();
     if !transition.events.is_empty() {
         let events = seal(
             &state.exec.id,
@@ -75,6 +76,7 @@ pub(super) async fn apply(
         // Applied in place: a failed commit marks the state stale, and it is reloaded from the
         // store before the next message (the store may hold the commit even then).
         let (before, before_sequence) = (state.exec.status, state.exec.last_sequence);
+        results = super::breakers::tool_results(&state.exec, &events);
         let mut touched: Vec<StepId> = Vec::new();
         for event in &events {
             state.exec.apply(event);
@@ -120,6 +122,12 @@ pub(super) async fn apply(
         }
     }
     run_effects(state, consumer, transition.effects);
+    if !results.is_empty()
+        && let Some(transition) = super::breakers::report(state, results).await
+    {
+        // Circuit events carry no step result: this does not come back here.
+        Box::pin(apply(state, transition)).await?;
+    }
     Ok(())
 }
 

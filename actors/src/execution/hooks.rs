@@ -29,6 +29,7 @@ pub(super) fn policy_input(
         arguments: arguments.clone(),
         step_count: state.exec.step_count,
         duration_ms: u64::try_from((now - state.exec.created_at).num_milliseconds()).unwrap_or(0),
+        usage: state.exec.usage.clone(),
         now,
     }
 }

@@ -3,6 +3,7 @@
 //! restarts them.
 
 pub mod actor;
+mod breakers;
 pub mod commands;
 mod dormant;
 mod effects;

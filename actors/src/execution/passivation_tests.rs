@@ -353,6 +353,7 @@ async fn finished_executions_leave_no_timer_behind() {
                 data: Some(json!(1)),
                 error: None,
                 retryable: false,
+                cost: None,
             };
             t.kernel
                 .agent_step_result(&row.id, &session, outcome)

@@ -48,6 +48,8 @@ pub struct StepState {
     pub retry_base_delay: Option<Duration>,
     /// Retry delay cap from the policy rule (else the kernel default).
     pub retry_max_delay: Option<Duration>,
+    /// Retries the execution may have in total (its budget when the step was created).
+    pub max_retries: Option<u64>,
     /// When the current job was last dispatched (queued or handed to a runner), remote only.
     pub dispatched_at: Option<Timestamp>,
     /// Whether the watchdog already reported this dispatch as not started.

@@ -123,6 +123,7 @@ async fn a_rule_retry_timer_armed_before_a_restart_fires_on_time_with_the_rule_d
         data: None,
         error: Some("flaky".into()),
         retryable: true,
+        cost: None,
     };
     let (runner_id, consumer) = (RunnerId::new("r1"), ConsumerId::new("r1-a"));
     t.kernel
@@ -278,6 +279,7 @@ async fn jobs_in_runners_hands_at_a_restart_wait_the_runner_grace_before_going_e
         data: Some(json!("done")),
         error: None,
         retryable: false,
+        cost: None,
     };
     t.kernel
         .runner_result(

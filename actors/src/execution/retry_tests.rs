@@ -39,6 +39,7 @@ async fn fail(t: &TestKernel, id: &ExecutionId, step: &StepId) {
         data: None,
         error: Some("tool broke".into()),
         retryable: true,
+        cost: None,
     };
     let runner = (RunnerId::new("r1"), ConsumerId::new("r1-a"));
     t.kernel

@@ -79,6 +79,7 @@ async fn a_running_execution_without_intents_is_reported_once_per_occurrence() {
         data: Some(json!(1)),
         error: None,
         retryable: false,
+        cost: None,
     };
     t.kernel
         .agent_step_result(&run.id, &run.session, outcome)

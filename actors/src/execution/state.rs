@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::events::{Event, EventBody};
+use crate::guardrails::budget::BudgetUsage;
 use crate::ids::{AgentId, ExecutionId, StepId};
 use crate::status::{ExecutionStatus, StepStatus};
 use crate::time::Timestamp;
@@ -61,6 +62,8 @@ pub struct ExecutionState {
     pub idle_since: Timestamp,
     /// `since` of the last `no_intent` stall recorded, so each occurrence is recorded once.
     pub stall_reported_since: Option<Timestamp>,
+    /// What the execution used of its budget (steps, calls per tool, retries, cost).
+    pub usage: BudgetUsage,
 }
 
 impl ExecutionState {
@@ -100,6 +103,7 @@ impl ExecutionState {
             session_lost: false,
             idle_since: first.timestamp,
             stall_reported_since: None,
+            usage: BudgetUsage::default(),
         };
         for event in &events[1..] {
             state.apply(event);
@@ -151,6 +155,7 @@ impl ExecutionState {
         self.updated_at = event.timestamp;
         let at = event.timestamp;
         let before = self.status;
+        self.usage.apply(&event.body);
         match &event.body {
             EventBody::ExecutionCreated { .. } => {}
             EventBody::ExecutionStarted {
@@ -184,7 +189,9 @@ impl ExecutionState {
                 self.session = None;
                 self.clear_blockers();
             }
-            EventBody::IntentAccepted { .. } => {}
+            EventBody::IntentAccepted { .. }
+            | EventBody::ToolCircuitOpened { .. }
+            | EventBody::ToolCircuitClosed { .. } => {}
             EventBody::AgentTimeout { .. } => self.session_lost = true,
             EventBody::IntentDenied {
                 tool_id,
@@ -210,6 +217,7 @@ impl ExecutionState {
                 timeout_ms,
                 retry_base_delay_ms,
                 retry_max_delay_ms,
+                max_retries,
                 ..
             } => {
                 let step_id = event.step_id.clone().unwrap_or_else(|| StepId::new(""));
@@ -244,6 +252,7 @@ impl ExecutionState {
                     timeout: timeout_ms.map(Duration::from_millis),
                     retry_base_delay: retry_base_delay_ms.map(Duration::from_millis),
                     retry_max_delay: retry_max_delay_ms.map(Duration::from_millis),
+                    max_retries: *max_retries,
                     dispatched_at: None,
                     stall_reported: false,
                 });
@@ -291,7 +300,7 @@ impl ExecutionState {
                     step.updated_at = at;
                 }
             }
-            EventBody::StepCompleted { result } => {
+            EventBody::StepCompleted { result, .. } => {
                 self.end_step(
                     event.step_id.as_ref(),
                     StepStatus::Succeeded,
@@ -443,7 +452,11 @@ impl ExecutionState {
 
 /// Returns the text of a policy denial as the agent receives it.
 pub fn denial_text(reason: &str, rule_id: &str) -> String {
-    if reason.starts_with("rate limit exceeded") {
+    // Guardrail denials name themselves; only rule decisions read "policy denied".
+    if ["rate limit exceeded", "budget exceeded", "circuit open", "circuit half-open"]
+        .iter()
+        .any(|prefix| reason.starts_with(prefix))
+    {
         format!("{reason} (rule: {rule_id})")
     } else {
         format!("policy denied: {reason} (rule: {rule_id})")

@@ -90,6 +90,7 @@ fn outcome(step: &StepId, success: bool, retryable: bool) -> StepOutcome {
         data: Some(json!(42)),
         error: Some("boom".into()),
         retryable,
+        cost: None,
     }
 }
 

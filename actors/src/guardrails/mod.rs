@@ -5,6 +5,9 @@
 //! - [`queue::PendingQueue`]: an agent group's pending executions, highest priority first and
 //!   in arrival order within a priority.
 
+pub mod breaker;
+pub mod budget;
+pub mod metrics;
 pub mod queue;
 
 /// What a creation may carry besides agent, input and labels. The default is what a client

@@ -132,4 +132,12 @@ impl crate::policy::PolicyEngine for HookedEngine {
     fn hooks(&self) -> &[HookSpec] {
         &self.hooks
     }
+
+    fn agent_budget(&self, agent_id: &str) -> Option<std::sync::Arc<crate::guardrails::budget::Budget>> {
+        self.inner.agent_budget(agent_id)
+    }
+
+    fn breakers(&self) -> &crate::guardrails::breaker::BreakerSet {
+        self.inner.breakers()
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod context;
+mod guardrails;
 mod handle;
 mod inner;
 mod recovery;

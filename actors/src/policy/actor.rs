@@ -13,6 +13,9 @@ use tokio::time::Instant;
 
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 use super::windows::RateWindows;
+use crate::guardrails::breaker::{BreakerChange, Breakers};
+use crate::guardrails::budget::Budget;
+use crate::store::ToolResult;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::time::{self, Clock};
@@ -38,6 +41,12 @@ pub enum PolicyMsg {
         /// Where the hooks go.
         reply: RpcReplyPort<Vec<crate::hooks::HookSpec>>,
     },
+    /// Returns the budget of an agent's executions in the engine in force.
+    AgentBudget(String, RpcReplyPort<Option<Arc<Budget>>>),
+    /// Step results, for the circuit breakers; answers the breaker changes they caused.
+    ToolResults(Vec<ToolResult>, RpcReplyPort<Vec<BreakerChange>>),
+    /// Returns the circuit breakers that are open, half-open or counting failures.
+    Breakers(RpcReplyPort<Vec<serde_json::Value>>),
 }
 
 /// Dependencies of the policy actor.
@@ -59,6 +68,7 @@ pub struct PolicyState {
     store: Arc<dyn Store>,
     clock: Clock,
     windows: RateWindows,
+    breakers: Breakers,
 }
 
 /// The policy actor.
@@ -80,9 +90,11 @@ impl Actor for PolicyActor {
             metrics: args.metrics,
             store: args.store,
             clock: args.clock,
+            breakers: Breakers::default(),
         };
         let horizon = state.engine.longest_rate_window();
         load_history(&mut state, horizon).await;
+        super::breakers::rebuild(&mut state.breakers, &*state.engine, &*state.store, &state.clock, &state.metrics).await;
         Ok(state)
     }
 
@@ -129,12 +141,37 @@ impl Actor for PolicyActor {
                 };
                 let _ = reply.send(applicable);
             }
+            PolicyMsg::AgentBudget(agent_id, reply) => {
+                let _ = reply.send(state.engine.agent_budget(&agent_id));
+            }
+            PolicyMsg::ToolResults(results, reply) => {
+                let changes = super::breakers::record(
+                    &mut state.breakers,
+                    &*state.engine,
+                    &results,
+                    &state.metrics,
+                );
+                let _ = reply.send(changes);
+            }
+            PolicyMsg::Breakers(reply) => {
+                let view = state
+                    .breakers
+                    .view(state.clock.now(), state.engine.breakers());
+                let _ = reply.send(view);
+            }
             PolicyMsg::ReplaceEngine(engine) => {
                 tracing::debug!(policy.digest = %engine.digest(), "policy engine replaced");
                 let horizon = engine.longest_rate_window();
+                let breakers_changed = engine.breakers().horizon() != state.engine.breakers().horizon()
+                    || engine.breakers().0.len() != state.engine.breakers().0.len();
                 state.engine = engine;
                 if horizon != state.windows.horizon() {
                     load_history(state, horizon).await;
+                }
+                if breakers_changed {
+                    // Rebuilt from the log: results are stored before they are reported.
+                    state.breakers = Breakers::default();
+                    super::breakers::rebuild(&mut state.breakers, &*state.engine, &*state.store, &state.clock, &state.metrics).await;
                 }
             }
         }
@@ -166,6 +203,28 @@ async fn load_history(state: &mut PolicyState, horizon: Option<std::time::Durati
 
 fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDecision {
     let mut decision = state.engine.evaluate(input);
+    if decision.decision == Decision::Deny {
+        return decision;
+    }
+    // Budgets, then breakers, then the rate limit: a refused call takes no rate-limit slot.
+    if let Some(budget) = &decision.budget {
+        let elapsed = std::time::Duration::from_millis(input.duration_ms);
+        if let Some(reason) = budget.check(&input.usage, &input.tool_id, elapsed) {
+            state.metrics.guardrails.budget_denied(&reason);
+            decision.decision = Decision::Deny;
+            decision.reason = reason;
+            return decision;
+        }
+    }
+    if let Some(config) = state.engine.breakers().config(&input.tool_id)
+        && let Some(reason) = state
+            .breakers
+            .admit(&input.tool_id, config, state.clock.now())
+    {
+        decision.decision = Decision::Deny;
+        decision.reason = reason;
+        return decision;
+    }
     if decision.decision != Decision::Allow {
         return decision;
     }

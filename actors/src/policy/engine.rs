@@ -2,10 +2,16 @@
 //! (`keel dev` without `--policy`) and secure default (`keel serve` without `--policy`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::guardrails::breaker::BreakerSet;
+use crate::guardrails::budget::{Budget, BudgetUsage};
+
+/// The breakers of an engine without any.
+static NO_BREAKERS: BreakerSet = BreakerSet(Vec::new());
 use crate::time::Timestamp;
 
 /// What a policy decides about one tool call.
@@ -71,6 +77,8 @@ pub struct PolicyInput {
     pub step_count: u64,
     /// Milliseconds since the execution was created.
     pub duration_ms: u64,
+    /// What the execution used of its budget so far (checked against the decision's budget).
+    pub usage: BudgetUsage,
     /// Evaluation time (schedules are checked against it).
     pub now: Timestamp,
 }
@@ -90,6 +98,9 @@ pub struct PolicyDecision {
     pub rate_limit: Option<RateLimit>,
     /// Retry settings of the matching rule.
     pub retry: Option<RetrySettings>,
+    /// Execution budget in force for this call (the file's, tightened by the rule's), checked
+    /// by the policy actor after an allow or a require_approval.
+    pub budget: Option<Arc<Budget>>,
 }
 
 impl PolicyDecision {
@@ -102,6 +113,7 @@ impl PolicyDecision {
             timeout_ms: None,
             rate_limit: None,
             retry: None,
+            budget: None,
         }
     }
 }
@@ -131,6 +143,17 @@ pub trait PolicyEngine: Send + Sync + 'static {
     /// Returns the hooks of the policy (docs/hooks.md), in order; none by default.
     fn hooks(&self) -> &[crate::hooks::HookSpec] {
         &[]
+    }
+
+    /// Returns the budget every execution of `agent_id` has (its policy file's, or the global
+    /// one), shown on `GET /v0/executions/{id}`; rules may tighten it for the calls they match.
+    fn agent_budget(&self, _agent_id: &str) -> Option<Arc<Budget>> {
+        None
+    }
+
+    /// Returns the kernel-wide circuit breakers per tool id.
+    fn breakers(&self) -> &BreakerSet {
+        &NO_BREAKERS
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod actor;
 pub mod engine;
 pub mod rules;
+mod breakers;
 mod windows;
 #[cfg(test)]
 mod windows_tests;

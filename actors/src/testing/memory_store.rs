@@ -291,6 +291,38 @@ impl Store for MemoryStore {
         Ok(doomed.len() as u64)
     }
 
+    async fn tool_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<crate::store::ToolResult>, StoreError> {
+        let tables = self.lock();
+        let mut results = Vec::new();
+        for events in tables.events.values() {
+            for event in events.iter().filter(|event| event.timestamp >= since) {
+                let success = match &event.body {
+                    EventBody::StepCompleted { .. } => true,
+                    EventBody::StepFailed { .. } | EventBody::StepTimedOut {} => false,
+                    _ => continue,
+                };
+                let tool = events.iter().find_map(|other| match &other.body {
+                    EventBody::StepCreated { tool_id, .. } if other.step_id == event.step_id => {
+                        Some(tool_id.clone())
+                    }
+                    _ => None,
+                });
+                if let Some(tool_id) = tool {
+                    results.push(crate::store::ToolResult {
+                        tool_id,
+                        success,
+                        at: event.timestamp,
+                    });
+                }
+            }
+        }
+        results.sort_by_key(|result| result.at);
+        Ok(results)
+    }
+
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {
         let tables = self.lock();
         let mut calls = Vec::new();

@@ -112,7 +112,14 @@ pub fn parse_result(stdout: &[u8]) -> Result<ResultLine, String> {
     if !value.is_object() {
         return Err("the result line is not a JSON object".to_owned());
     }
-    serde_json::from_value(value).map_err(|error| format!("invalid result line: {error}"))
+    let line: ResultLine =
+        serde_json::from_value(value).map_err(|error| format!("invalid result line: {error}"))?;
+    // The kernel refuses a result whose cost it cannot count; a bad cost fails the attempt here.
+    if let Some(cost) = &line.cost {
+        keel_actors::guardrails::budget::parse_cost(cost)
+            .map_err(|problem| format!("invalid result line: {problem}"))?;
+    }
+    Ok(line)
 }
 
 /// How a worker ended, as far as the result is concerned.

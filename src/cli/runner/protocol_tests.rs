@@ -163,3 +163,16 @@ fn result_body_has_the_ids_and_only_the_fields_set() {
                "success": false, "error": "no", "retryable": true})
     );
 }
+
+#[test]
+fn a_result_line_with_a_cost_the_kernel_cannot_count_is_unusable() {
+    for line in [
+        &br#"{"success":true,"cost":{"usd":-1}}"#[..],
+        br#"{"success":true,"cost":"cheap"}"#,
+        br#"{"success":false,"error":"x","cost":{"usd":"0.1"}}"#,
+    ] {
+        let problem = parse_result(line).expect_err("refused");
+        assert!(problem.contains("cost"), "{problem}");
+    }
+    assert!(parse_result(br#"{"success":true,"cost":{"usd":0.1,"tokens":12}}"#).is_ok());
+}

@@ -4,6 +4,7 @@
 
 mod console;
 mod feed;
+mod guardrails;
 mod paths;
 mod schemas;
 
@@ -36,6 +37,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         paths::runner_result, paths::runner_capabilities, paths::publish_tools, paths::tools,
         console::approvals, console::execution_counts, console::agents, console::runners,
         console::policy,
+        guardrails::breakers,
     ),
     components(schemas(
         schemas::Error, schemas::ErrorCode, schemas::Status, schemas::ExecutionStatus,
@@ -49,6 +51,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         console::Approval, console::ApprovalList, console::ExecutionCounts, console::Connection,
         console::Agent, console::AgentList, console::Runner, console::RunnerList,
         console::ReloadOutcome, console::Policy,
+        guardrails::BreakerList, guardrails::Breaker, guardrails::BudgetView,
+        guardrails::BudgetUsed,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

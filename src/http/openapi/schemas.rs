@@ -86,6 +86,10 @@ pub struct Execution {
     /// RFC 3339 with microseconds, UTC.
     #[schema(format = DateTime)]
     updated_at: String,
+    /// Budget limits, usage and what remains (Keel addition, `GET` only, present when the
+    /// policy gives the agent a budget).
+    #[schema(required = false)]
+    budget: Option<super::guardrails::BudgetView>,
 }
 
 /// One entry of the execution list: labels are always an object.
@@ -248,6 +252,9 @@ pub struct AgentStepResult {
     data: Option<Value>,
     #[schema(required = false)]
     error: Option<String>,
+    /// What the call cost, numbers >= 0 per unit (Keel addition, e.g. `{"usd": 0.01}`).
+    #[schema(required = false)]
+    cost: Option<BTreeMap<String, f64>>,
 }
 
 /// Body of `POST /v0/runners/{id}/results` (a remote step's outcome).
@@ -272,6 +279,9 @@ pub struct RunnerResult {
     /// The runner connection, marked idle again.
     #[schema(required = false)]
     consumer_id: Option<String>,
+    /// What the call cost, numbers >= 0 per unit (Keel addition, e.g. `{"usd": 0.01}`).
+    #[schema(required = false)]
+    cost: Option<BTreeMap<String, f64>>,
 }
 
 /// Body of `POST /v0/runners/steps/{step_id}/started`.

@@ -129,3 +129,88 @@ pub async fn tool_calls_since_lists_allowed_calls_oldest_first(store: Arc<dyn St
             .is_some()
     );
 }
+
+/// Step results at or after the time are listed oldest first with their tool: completed ones
+/// as successes, failed and timed-out ones as failures; other step events are not results.
+pub async fn tool_results_since_lists_step_results_oldest_first(store: Arc<dyn Store>) {
+    use keel_actors::store::ToolResult;
+    assert!(store.tool_results_since(at(0)).await.expect("read").is_empty());
+    let a = create(&store, "exec-a", "agent-a", &[], at(1)).await;
+    let a = call(&store, &a, "step-a1", "pay.charge", at(2), false).await;
+    let a = call(&store, &a, "step-a2", "pay.refund", at(3), false).await;
+    let a = call(&store, &a, "step-a3", "pay.charge", at(4), false).await;
+    let result = |step: &str, body: EventBody| NewEvent::step(&StepId::new(step), body);
+    let a = commit_each(
+        &store,
+        &[advance(
+            &a,
+            at(10),
+            ExecutionStatus::Running,
+            vec![result(
+                "step-a1",
+                EventBody::StepFailed {
+                    error: "boom".into(),
+                    retryable: true,
+                    cost: None,
+                },
+            )],
+        )],
+    )
+    .await;
+    let a = commit_each(
+        &store,
+        &[advance(
+            &a,
+            at(20),
+            ExecutionStatus::Running,
+            vec![
+                result(
+                    "step-a2",
+                    EventBody::StepCompleted {
+                        result: json!({"ok": true}),
+                        cost: None,
+                    },
+                ),
+                result(
+                    "step-a1",
+                    EventBody::StepRetried {
+                        next_attempt: 2,
+                        not_before: None,
+                    },
+                ),
+            ],
+        )],
+    )
+    .await;
+    commit_each(
+        &store,
+        &[advance(
+            &a,
+            at(30),
+            ExecutionStatus::Running,
+            vec![result("step-a3", EventBody::StepTimedOut {})],
+        )],
+    )
+    .await;
+    let expected = |tool: &str, success: bool, when: i64| ToolResult {
+        tool_id: tool.to_owned(),
+        success,
+        at: at(when),
+    };
+    assert_eq!(
+        store.tool_results_since(at(10)).await.expect("read"),
+        vec![
+            expected("pay.charge", false, 10),
+            expected("pay.refund", true, 20),
+            expected("pay.charge", false, 30),
+        ],
+        "the bound is inclusive; step.created and step.retried are not results"
+    );
+    assert_eq!(
+        store.tool_results_since(at(11)).await.expect("read"),
+        vec![
+            expected("pay.refund", true, 20),
+            expected("pay.charge", false, 30),
+        ]
+    );
+}

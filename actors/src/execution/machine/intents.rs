@@ -293,6 +293,7 @@ fn invoke_tool(
         let rule = RuleSettings {
             timeout_ms: verdict.timeout_ms,
             retry: None,
+            max_retries: max_retries(verdict),
         };
         transition
             .event(step_created(&step_id, call, 1, step_deadline, rule).with_key(key.clone()));
@@ -342,6 +343,7 @@ fn invoke_tool(
     let rule = RuleSettings {
         timeout_ms: verdict.timeout_ms,
         retry: verdict.retry.filter(|_| call.remote),
+        max_retries: max_retries(verdict),
     };
     transition.event(step_created(&step_id, call, max_attempts, deadline, rule).with_key(key));
     if call.remote {
@@ -390,6 +392,12 @@ fn invoke_tool(
 struct RuleSettings {
     timeout_ms: Option<u64>,
     retry: Option<crate::policy::RetrySettings>,
+    /// The retry budget in force (`budget.max_retries`).
+    max_retries: Option<u64>,
+}
+
+fn max_retries(verdict: &PolicyDecision) -> Option<u64> {
+    verdict.budget.as_ref().and_then(|budget| budget.max_retries)
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -416,6 +424,7 @@ fn step_created(
             timeout_ms: rule.timeout_ms,
             retry_base_delay_ms: rule.retry.map(|retry| millis(retry.base_delay)),
             retry_max_delay_ms: rule.retry.map(|retry| millis(retry.max_delay)),
+            max_retries: rule.max_retries,
         },
     )
 }

@@ -156,6 +156,7 @@ fn resolve_approval(
             EventBody::StepFailed {
                 error,
                 retryable: false,
+                cost: None,
             },
         ));
         transition.event(NewEvent::execution(EventBody::ExecutionResumed {

@@ -53,6 +53,17 @@ pub fn runner_result(
         return Err(Rejection::AwaitingApproval(step.id.to_string()));
     }
     if !outcome.success && outcome.retryable && step.attempt < step.max_attempts {
+        if let Some(max) = step.max_retries
+            && state.usage.retries >= max
+        {
+            // The retry budget is spent: the failure is final, and says why it was not retried.
+            let mut outcome = outcome.clone();
+            outcome.error = Some(format!(
+                "{} (not retried: budget max_retries {max} reached)",
+                tool_error_text(outcome.error.as_deref())
+            ));
+            return Ok(final_result(state, step, &outcome));
+        }
         return Ok(retry(state, step, outcome, now, settings, jitter));
     }
     Ok(final_result(state, step, outcome))
@@ -68,10 +79,12 @@ fn final_result(state: &ExecutionState, step: &StepState, outcome: &StepOutcome)
     let body = match &error {
         None => EventBody::StepCompleted {
             result: outcome.data.clone().unwrap_or(Value::Null),
+            cost: outcome.cost.clone(),
         },
         Some(error) => EventBody::StepFailed {
             error: error.clone(),
             retryable: false,
+            cost: outcome.cost.clone(),
         },
     };
     transition.event(NewEvent::step(&step.id, body));
@@ -148,6 +161,7 @@ fn retry(
         EventBody::StepFailed {
             error: tool_error_text(outcome.error.as_deref()),
             retryable: true,
+            cost: outcome.cost.clone(),
         },
     ));
     transition.event(NewEvent::step(
@@ -194,6 +208,7 @@ pub fn runner_lost(
         data: None,
         error: Some("runner disconnected".to_owned()),
         retryable: true,
+        cost: None,
     };
     runner_result(state, &outcome, now, settings, jitter).ok()
 }

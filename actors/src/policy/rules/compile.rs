@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::breakers::compile_breakers;
+use super::budget::compile_budget;
 use super::compiled::{CompiledRule, CompiledRules};
 use super::conditions::Conditions;
 use super::definition::{CompileIssue, FieldPath, PolicyDefinition, RuleDefinition};
@@ -58,8 +60,17 @@ pub fn compile(definition: &PolicyDefinition) -> Compilation {
             .unwrap_or_else(|| default_reason(default.decision.as_str()));
         PolicyDecision::plain(default.decision, "default", &reason)
     });
+    let budget = definition.budget.as_ref().and_then(|budget| {
+        let path = FieldPath(vec![super::definition::PathSegment::Key("budget".to_owned())]);
+        compile_budget(budget, &path, "the file's budget", &mut errors)
+    });
+    let breakers = definition
+        .circuit_breakers
+        .as_ref()
+        .and_then(|breakers| compile_breakers(breakers, &mut errors))
+        .unwrap_or_default();
     let result = if errors.is_empty() {
-        Ok(CompiledRules::new(rules, default))
+        Ok(CompiledRules::new(rules, default, budget, breakers))
     } else {
         Err(errors)
     };
@@ -171,6 +182,14 @@ fn compile_rule(
             max_delay,
         })
     });
+    let budget = rule.budget.as_ref().and_then(|budget| {
+        compile_budget(
+            budget,
+            &path.keys(&["budget"]),
+            &format!("rule `{name}`"),
+            errors,
+        )
+    });
     if errors.len() > error_count {
         return None;
     }
@@ -187,6 +206,7 @@ fn compile_rule(
         timeout_ms,
         rate_limit,
         retry,
+        budget: budget.map(Arc::new),
     };
     Some(CompiledRule {
         index,

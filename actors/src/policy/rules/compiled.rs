@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use super::compile::default_reason;
 use super::conditions::Conditions;
+use crate::guardrails::breaker::BreakerSet;
+use crate::guardrails::budget::Budget;
 use crate::policy::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 
 /// One compiled rule.
@@ -30,12 +32,29 @@ pub struct CompiledRule {
 pub struct CompiledRules {
     rules: Vec<Arc<CompiledRule>>,
     default: Option<PolicyDecision>,
+    budget: Option<Budget>,
+    breakers: BreakerSet,
 }
 
 impl CompiledRules {
-    /// Bundles compiled rules with the file's default.
-    pub(super) fn new(rules: Vec<Arc<CompiledRule>>, default: Option<PolicyDecision>) -> Self {
-        Self { rules, default }
+    /// Bundles compiled rules with the file's default, budget and circuit breakers.
+    pub(super) fn new(
+        rules: Vec<Arc<CompiledRule>>,
+        default: Option<PolicyDecision>,
+        budget: Option<Budget>,
+        breakers: BreakerSet,
+    ) -> Self {
+        Self {
+            rules,
+            default,
+            budget,
+            breakers,
+        }
+    }
+
+    /// Returns the file's circuit breakers.
+    pub fn breakers(&self) -> &BreakerSet {
+        &self.breakers
     }
 
     /// Returns the number of rules.
@@ -77,12 +96,14 @@ impl fmt::Display for MergeConflict {
 pub struct RuleSet {
     rules: Vec<Arc<CompiledRule>>,
     default: PolicyDecision,
+    /// Budget of every execution these rules apply to.
+    budget: Option<Arc<Budget>>,
 }
 
 impl RuleSet {
     /// Returns the rule set of a single file (file default, else deny `default`).
     pub fn single(file: &CompiledRules) -> Self {
-        Self::build(file.rules.clone(), file.default.clone())
+        Self::build(file.rules.clone(), file.default.clone(), file.budget.clone())
     }
 
     /// Returns an agent file's rules merged with the global file's: ids and priorities must be
@@ -116,13 +137,23 @@ impl RuleSet {
             return Err(conflicts);
         }
         let rules = agent.rules.iter().chain(&global.rules).cloned().collect();
+        // The agent file's budget keys win; the keys it does not set come from the global file.
+        let budget = match (&agent.budget, &global.budget) {
+            (Some(agent), Some(global)) => Some(agent.or(global)),
+            (agent, global) => agent.clone().or_else(|| global.clone()),
+        };
         Ok(Self::build(
             rules,
             agent.default.clone().or_else(|| global.default.clone()),
+            budget,
         ))
     }
 
-    fn build(mut rules: Vec<Arc<CompiledRule>>, default: Option<PolicyDecision>) -> Self {
+    fn build(
+        mut rules: Vec<Arc<CompiledRule>>,
+        default: Option<PolicyDecision>,
+        budget: Option<Budget>,
+    ) -> Self {
         rules.sort_by_key(|rule| rule.priority);
         debug_assert!(
             rules
@@ -136,15 +167,32 @@ impl RuleSet {
         let default = default.unwrap_or_else(|| {
             PolicyDecision::plain(Decision::Deny, "default", &default_reason("deny"))
         });
-        Self { rules, default }
+        Self {
+            rules,
+            default,
+            budget: budget.filter(|budget| !budget.is_empty()).map(Arc::new),
+        }
     }
 
-    /// Returns the verdict of the first matching rule, else the default.
+    /// Returns the verdict of the first matching rule, else the default, with the budget in
+    /// force: the rule's limits within the file's.
     pub fn evaluate(&self, input: &PolicyInput) -> PolicyDecision {
-        self.rules
+        let mut decision = self
+            .rules
             .iter()
             .find(|rule| rule.conditions.hold(input))
-            .map_or_else(|| self.default.clone(), |rule| rule.outcome.clone())
+            .map_or_else(|| self.default.clone(), |rule| rule.outcome.clone());
+        decision.budget = match (decision.budget.take(), &self.budget) {
+            (Some(rule), Some(file)) => Some(Arc::new(file.tighter(&rule))),
+            (Some(rule), None) => Some(rule),
+            (None, file) => file.clone(),
+        };
+        decision
+    }
+
+    /// Returns the budget of every execution these rules apply to.
+    pub fn budget(&self) -> Option<Arc<Budget>> {
+        self.budget.clone()
     }
 
     /// Returns the number of rules.
@@ -185,6 +233,7 @@ enum Routing {
 pub struct CompiledPolicy {
     routing: Routing,
     digest: String,
+    breakers: BreakerSet,
 }
 
 /// Rule id reported when a directory has neither a file for the agent nor a global file.
@@ -196,7 +245,15 @@ impl CompiledPolicy {
         Self {
             routing: Routing::Single(rules),
             digest,
+            breakers: BreakerSet::default(),
         }
+    }
+
+    /// Returns this policy with kernel-wide circuit breakers (a single file's, or `_global`'s).
+    #[must_use]
+    pub fn with_breakers(mut self, breakers: BreakerSet) -> Self {
+        self.breakers = breakers;
+        self
     }
 
     /// Returns the engine of a policy directory: `agents` maps agent ids to their merged rule
@@ -209,6 +266,7 @@ impl CompiledPolicy {
         Self {
             routing: Routing::PerAgent { agents, global },
             digest,
+            breakers: BreakerSet::default(),
         }
     }
 }
@@ -257,6 +315,19 @@ impl PolicyEngine for CompiledPolicy {
             }
         }
         ids
+    }
+
+    fn breakers(&self) -> &BreakerSet {
+        &self.breakers
+    }
+
+    fn agent_budget(&self, agent_id: &str) -> Option<Arc<Budget>> {
+        match &self.routing {
+            Routing::Single(rules) => rules.budget(),
+            Routing::PerAgent { agents, global } => {
+                agents.get(agent_id).or(global.as_ref())?.budget()
+            }
+        }
     }
 
     fn longest_rate_window(&self) -> Option<Duration> {

@@ -17,6 +17,40 @@ pub struct PolicyDefinition {
     pub rules: Vec<RuleDefinition>,
     /// What applies when no rule matches; absent means deny.
     pub default: Option<DefaultDefinition>,
+    /// Budget of every execution this file applies to (Keel addition).
+    pub budget: Option<BudgetDefinition>,
+    /// Circuit breakers per tool id (Keel addition; a single file or `_global` only).
+    pub circuit_breakers: Option<Vec<BreakerDefinition>>,
+}
+
+/// One entry of `circuit_breakers:`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BreakerDefinition {
+    /// Glob of the tool ids it applies to.
+    pub tool_id: Option<String>,
+    /// Globs of the tool ids it applies to.
+    pub tool_ids: Option<Vec<String>>,
+    /// Failures within the window that open the breaker.
+    pub failures: i64,
+    /// Window the failures are counted in, as written (default `1m`).
+    pub window: Option<String>,
+    /// How long the breaker stays open before a probe, as written.
+    pub cool_down: String,
+}
+
+/// A `budget:` section (top level of a file, or in a rule); every field is optional.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BudgetDefinition {
+    /// Tool steps per execution.
+    pub max_steps: Option<i64>,
+    /// Steps per tool id per execution.
+    pub max_calls_per_tool: Option<i64>,
+    /// Wall time after which no tool step is created, as written (`10m`).
+    pub max_wall_time: Option<String>,
+    /// Retries per execution.
+    pub max_retries: Option<i64>,
+    /// Cost limits per unit.
+    pub max_cost: Option<BTreeMap<String, f64>>,
 }
 
 /// The `default:` section of a file.
@@ -45,6 +79,8 @@ pub struct RuleDefinition {
     pub rate_limit: Option<RateLimitDefinition>,
     /// Retry settings for the tools this rule matches.
     pub retry: Option<RetryDefinition>,
+    /// Budget limits for the calls this rule allows, on top of the file's (Keel addition).
+    pub budget: Option<BudgetDefinition>,
 }
 
 /// The `when:` section of a rule; every present field must hold.

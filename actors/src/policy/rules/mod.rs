@@ -3,6 +3,8 @@
 //! (first matching rule by ascending priority wins). No YAML and no I/O here: the `keel` crate
 //! parses files into [`PolicyDefinition`]s and maps [`CompileIssue`] paths to file lines.
 
+mod breakers;
+mod budget;
 mod compile;
 mod compiled;
 mod conditions;
@@ -19,7 +21,7 @@ pub use compile::{Compilation, compile};
 pub use compiled::{AGENT_DEFAULT_RULE_ID, CompiledPolicy, CompiledRules, MergeConflict, RuleSet};
 pub use conditions::KNOWN_ACTIONS;
 pub use definition::{
-    ArgumentsDefinition, ArgumentsForm, CompileIssue, ConditionDefinition, DefaultDefinition,
+    ArgumentsDefinition, ArgumentsForm, BreakerDefinition, BudgetDefinition, CompileIssue, ConditionDefinition, DefaultDefinition,
     FieldPath, OutcomeDefinition, PathSegment, PolicyDefinition, PredicateDefinition,
     RateLimitDefinition, RetryDefinition, RuleDefinition,
 };

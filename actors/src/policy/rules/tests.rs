@@ -45,6 +45,7 @@ pub(super) fn rule(
         },
         rate_limit: None,
         retry: None,
+        budget: None,
     }
 }
 
@@ -59,6 +60,8 @@ pub(super) fn compiled(definition: &PolicyDefinition) -> CompiledRules {
 /// Returns the engine of one file made of these rules.
 pub(super) fn engine(rules: Vec<RuleDefinition>) -> CompiledPolicy {
     let definition = PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules,
         default: None,
     };
@@ -84,6 +87,7 @@ pub(super) fn input(tool: &str) -> PolicyInput {
         arguments: json!({}),
         step_count: 0,
         duration_ms: 0,
+        usage: Default::default(),
         now: utc("2025-03-12T12:00:00Z"),
     }
 }
@@ -370,6 +374,8 @@ fn no_match_falls_back_to_the_file_default_or_deny() {
         PolicyDecision::plain(Decision::Deny, "default", "No explicit allow rule matched")
     );
     let definition = PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules: vec![],
         default: Some(DefaultDefinition {
             decision: Decision::RequireApproval,
@@ -493,6 +499,8 @@ fn compile_reports_every_problem_with_its_path() {
     let second = rule("dup", 1, ConditionDefinition::default(), Decision::Deny);
     let third = rule(" ", 2, ConditionDefinition::default(), Decision::Deny);
     let issues = problems(&PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules: vec![first, second, third],
         default: None,
     });
@@ -610,6 +618,8 @@ fn an_unanchored_pattern_compiles_with_a_warning_naming_rule_and_field() {
         ),
     ];
     let compilation = compile(&PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules,
         default: None,
     });
@@ -629,6 +639,8 @@ fn an_unanchored_pattern_compiles_with_a_warning_naming_rule_and_field() {
 #[test]
 fn merging_concatenates_rules_and_prefers_the_agent_default() {
     let agent = compiled(&PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules: vec![rule(
             "agent-shell",
             20,
@@ -641,6 +653,8 @@ fn merging_concatenates_rules_and_prefers_the_agent_default() {
         default: None,
     });
     let global = compiled(&PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules: vec![rule(
             "global-deny-rm",
             10,
@@ -681,6 +695,8 @@ fn merging_concatenates_rules_and_prefers_the_agent_default() {
     );
 
     let strict_agent = compiled(&PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules: vec![],
         default: Some(DefaultDefinition {
             decision: Decision::Deny,
@@ -694,6 +710,8 @@ fn merging_concatenates_rules_and_prefers_the_agent_default() {
 #[test]
 fn merging_rejects_ids_and_priorities_shared_with_the_global_file() {
     let agent = compiled(&PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules: vec![
             rule("fine", 1, ConditionDefinition::default(), Decision::Allow),
             rule("same", 2, ConditionDefinition::default(), Decision::Allow),
@@ -702,6 +720,8 @@ fn merging_rejects_ids_and_priorities_shared_with_the_global_file() {
         default: None,
     });
     let global = compiled(&PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules: vec![
             rule("same", 10, ConditionDefinition::default(), Decision::Deny),
             rule(

@@ -133,6 +133,8 @@ fn predicates_the_reference_refuses_are_refused_with_their_path() {
             ..Default::default()
         };
         let issues = problems(&PolicyDefinition {
+            budget: None,
+            circuit_breakers: None,
             rules: vec![rule("r", 1, when, Decision::Allow)],
             default: None,
         });
@@ -152,6 +154,8 @@ fn glob_oddities_load_with_a_warning() {
         ..Default::default()
     };
     let compilation = compile(&PolicyDefinition {
+        budget: None,
+        circuit_breakers: None,
         rules: vec![rule("odd", 1, when, Decision::Deny)],
         default: None,
     });

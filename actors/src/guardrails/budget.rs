@@ -1,0 +1,305 @@
+//! Execution budgets (docs/guardrails.md, "Budgets per execution"): limits a policy puts on
+//! one execution — tool steps, calls per tool id, wall time, retries in total and cost — and
+//! the usage they are checked against.
+//!
+//! Usage is folded from the execution's events only ([`BudgetUsage::apply`]), so an execution
+//! rebuilt after passivation or a restart counts exactly what its log says. A budget is checked
+//! when an `invoke_tool` intent would create a step ([`Budget::check`]); retries are checked when
+//! a retryable failure would be retried (the step carries the retry budget in force when it was
+//! created, `step.created.max_retries`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::events::{Event, EventBody};
+
+/// Largest number of cost units a result may carry.
+pub const MAX_COST_UNITS: usize = 32;
+/// Longest cost unit name, in bytes.
+pub const MAX_COST_UNIT_BYTES: usize = 64;
+
+/// A wall-time limit and the text the policy file gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WallTime {
+    /// The limit.
+    pub limit: Duration,
+    /// As written (`10m`), for messages.
+    pub text: String,
+}
+
+/// Limits on one execution; every absent limit is unlimited.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Budget {
+    /// Tool steps the execution may create in total.
+    pub max_steps: Option<u64>,
+    /// Steps the execution may create for any one tool id.
+    pub max_calls_per_tool: Option<u64>,
+    /// No tool step is created once this long has passed since the execution was created.
+    pub max_wall_time: Option<WallTime>,
+    /// Retries (`step.retried`) the execution may have in total.
+    pub max_retries: Option<u64>,
+    /// Cost per unit (`usd`, `tokens`, ...): no tool step is created once a unit's spend has
+    /// reached its limit.
+    pub max_cost: BTreeMap<String, f64>,
+}
+
+impl Budget {
+    /// Returns whether no limit is set.
+    pub fn is_empty(&self) -> bool {
+        self.max_steps.is_none()
+            && self.max_calls_per_tool.is_none()
+            && self.max_wall_time.is_none()
+            && self.max_retries.is_none()
+            && self.max_cost.is_empty()
+    }
+
+    /// Returns `self` with every key `other` sets and `self` does not (an agent file's budget
+    /// over the global file's).
+    pub fn or(&self, other: &Self) -> Self {
+        let mut max_cost = other.max_cost.clone();
+        max_cost.extend(self.max_cost.clone());
+        Self {
+            max_steps: self.max_steps.or(other.max_steps),
+            max_calls_per_tool: self.max_calls_per_tool.or(other.max_calls_per_tool),
+            max_wall_time: self
+                .max_wall_time
+                .clone()
+                .or_else(|| other.max_wall_time.clone()),
+            max_retries: self.max_retries.or(other.max_retries),
+            max_cost,
+        }
+    }
+
+    /// Returns the tighter of both budgets, key by key (a rule's budget within its file's).
+    pub fn tighter(&self, other: &Self) -> Self {
+        fn min<T: Ord + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        let max_wall_time = match (&self.max_wall_time, &other.max_wall_time) {
+            (Some(a), Some(b)) if b.limit < a.limit => Some(b.clone()),
+            (Some(a), _) => Some(a.clone()),
+            (None, b) => b.clone(),
+        };
+        let mut max_cost = self.max_cost.clone();
+        for (unit, limit) in &other.max_cost {
+            let entry = max_cost.entry(unit.clone()).or_insert(*limit);
+            *entry = entry.min(*limit);
+        }
+        Self {
+            max_steps: min(self.max_steps, other.max_steps),
+            max_calls_per_tool: min(self.max_calls_per_tool, other.max_calls_per_tool),
+            max_wall_time,
+            max_retries: min(self.max_retries, other.max_retries),
+            max_cost,
+        }
+    }
+
+    /// Checks whether one more step of `tool_id` fits, `elapsed` after creation. Returns the
+    /// denial reason (naming the budget) when it does not.
+    pub fn check(&self, usage: &BudgetUsage, tool_id: &str, elapsed: Duration) -> Option<String> {
+        if let Some(max) = self.max_steps
+            && usage.steps >= max
+        {
+            return Some(format!(
+                "budget exceeded: max_steps {max} reached ({} tool steps so far)",
+                usage.steps
+            ));
+        }
+        if let Some(max) = self.max_calls_per_tool {
+            let calls = usage.calls(tool_id);
+            if calls >= max {
+                return Some(format!(
+                    "budget exceeded: max_calls_per_tool {max} reached for tool {tool_id} \
+                     ({calls} calls so far)"
+                ));
+            }
+        }
+        if let Some(wall) = &self.max_wall_time
+            && elapsed >= wall.limit
+        {
+            return Some(format!(
+                "budget exceeded: max_wall_time {} passed ({} ms since creation)",
+                wall.text,
+                elapsed.as_millis()
+            ));
+        }
+        for (unit, max) in &self.max_cost {
+            let spent = usage.cost.get(unit).copied().unwrap_or(0.0);
+            if spent >= *max {
+                return Some(format!(
+                    "budget exceeded: max_cost.{unit} {max} reached ({spent} spent)"
+                ));
+            }
+        }
+        None
+    }
+
+    /// Returns the budget as JSON (`max_wall_time` as written, cost per unit).
+    pub fn limits_json(&self) -> Value {
+        let mut limits = Map::new();
+        if let Some(max) = self.max_steps {
+            limits.insert("max_steps".into(), json!(max));
+        }
+        if let Some(max) = self.max_calls_per_tool {
+            limits.insert("max_calls_per_tool".into(), json!(max));
+        }
+        if let Some(wall) = &self.max_wall_time {
+            limits.insert("max_wall_time".into(), json!(wall.text));
+        }
+        if let Some(max) = self.max_retries {
+            limits.insert("max_retries".into(), json!(max));
+        }
+        if !self.max_cost.is_empty() {
+            limits.insert("max_cost".into(), json!(self.max_cost));
+        }
+        Value::Object(limits)
+    }
+
+    /// Returns what is left of the budget after `usage`, `elapsed` after creation (never
+    /// negative; only the limits that are set).
+    pub fn remaining_json(&self, usage: &BudgetUsage, elapsed: Duration) -> Value {
+        let mut left = Map::new();
+        if let Some(max) = self.max_steps {
+            left.insert("steps".into(), json!(max.saturating_sub(usage.steps)));
+        }
+        if let Some(max) = self.max_calls_per_tool {
+            let per_tool: BTreeMap<&str, u64> = usage
+                .calls
+                .iter()
+                .map(|(tool, calls)| (tool.as_str(), max.saturating_sub(*calls)))
+                .collect();
+            left.insert("calls_per_tool".into(), json!(per_tool));
+        }
+        if let Some(wall) = &self.max_wall_time {
+            let ms = wall.limit.saturating_sub(elapsed).as_millis();
+            left.insert("wall_time_ms".into(), json!(u64::try_from(ms).unwrap_or(u64::MAX)));
+        }
+        if let Some(max) = self.max_retries {
+            left.insert("retries".into(), json!(max.saturating_sub(usage.retries)));
+        }
+        if !self.max_cost.is_empty() {
+            let cost: BTreeMap<&str, f64> = self
+                .max_cost
+                .iter()
+                .map(|(unit, max)| {
+                    let spent = usage.cost.get(unit).copied().unwrap_or(0.0);
+                    (unit.as_str(), (max - spent).max(0.0))
+                })
+                .collect();
+            left.insert("cost".into(), json!(cost));
+        }
+        Value::Object(left)
+    }
+}
+
+/// What an execution has used, folded from its events.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BudgetUsage {
+    /// Tool steps created (`step.created`).
+    pub steps: u64,
+    /// Steps created per tool id.
+    pub calls: HashMap<String, u64>,
+    /// Retries (`step.retried`).
+    pub retries: u64,
+    /// Cost reported with step results, summed per unit.
+    pub cost: BTreeMap<String, f64>,
+}
+
+impl BudgetUsage {
+    /// Returns the usage recorded by a complete event log.
+    pub fn from_events(events: &[Event]) -> Self {
+        let mut usage = Self::default();
+        for event in events {
+            usage.apply(&event.body);
+        }
+        usage
+    }
+
+    /// Counts one event.
+    pub fn apply(&mut self, body: &EventBody) {
+        match body {
+            EventBody::StepCreated { tool_id, .. } => {
+                self.steps += 1;
+                *self.calls.entry(tool_id.clone()).or_default() += 1;
+            }
+            EventBody::StepRetried { .. } => self.retries += 1,
+            EventBody::StepCompleted {
+                cost: Some(cost), ..
+            }
+            | EventBody::StepFailed {
+                cost: Some(cost), ..
+            } => {
+                for (unit, amount) in cost {
+                    *self.cost.entry(unit.clone()).or_default() += amount;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Returns the steps created for `tool_id`.
+    pub fn calls(&self, tool_id: &str) -> u64 {
+        self.calls.get(tool_id).copied().unwrap_or(0)
+    }
+
+    /// Returns the usage as JSON.
+    pub fn json(&self, elapsed: Duration) -> Value {
+        let calls: BTreeMap<&str, u64> = self
+            .calls
+            .iter()
+            .map(|(tool, calls)| (tool.as_str(), *calls))
+            .collect();
+        json!({
+            "steps": self.steps,
+            "calls_per_tool": calls,
+            "retries": self.retries,
+            "wall_time_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            "cost": self.cost,
+        })
+    }
+}
+
+/// The cost a step result reported: amounts per unit.
+pub type Cost = BTreeMap<String, f64>;
+
+/// Reads the `cost` of a step result: an object of at most [`MAX_COST_UNITS`] units, each a
+/// non-empty name of at most [`MAX_COST_UNIT_BYTES`] bytes with a finite number `>= 0`.
+/// `null` means no cost. Returns the message of a validation error otherwise.
+pub fn parse_cost(value: &Value) -> Result<Option<Cost>, String> {
+    let object = match value {
+        Value::Null => return Ok(None),
+        Value::Object(object) => object,
+        _ => return Err("cost must be an object of numbers, e.g. {\"usd\": 0.01}".to_owned()),
+    };
+    if object.len() > MAX_COST_UNITS {
+        return Err(format!("cost has more than {MAX_COST_UNITS} units"));
+    }
+    let mut cost = Cost::new();
+    for (unit, amount) in object {
+        if unit.is_empty() || unit.len() > MAX_COST_UNIT_BYTES {
+            return Err(format!(
+                "cost unit names must be 1 to {MAX_COST_UNIT_BYTES} bytes"
+            ));
+        }
+        match amount.as_f64() {
+            Some(amount) if amount.is_finite() && amount >= 0.0 => {
+                cost.insert(unit.clone(), amount);
+            }
+            _ => {
+                return Err(format!(
+                    "cost.{unit} must be a number of at least 0, got {amount}"
+                ));
+            }
+        }
+    }
+    Ok(Some(cost))
+}
+
+#[cfg(test)]
+#[path = "budget_tests.rs"]
+mod tests;

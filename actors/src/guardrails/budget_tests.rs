@@ -1,0 +1,254 @@
+//! Pure tests of budgets: each limit's check, combining budgets, usage folded from events and
+//! cost validation.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::events::EventBody;
+
+fn created(tool: &str) -> EventBody {
+    EventBody::StepCreated {
+        tool_id: tool.to_owned(),
+        tool_version: 0,
+        arguments: json!({}),
+        max_attempts: 1,
+        attempt: 1,
+        deadline: crate::time::now(),
+        remote: false,
+        timeout_ms: None,
+        retry_base_delay_ms: None,
+        retry_max_delay_ms: None,
+        max_retries: None,
+    }
+}
+
+fn cost(pairs: &[(&str, f64)]) -> Option<Cost> {
+    Some(pairs.iter().map(|(unit, amount)| ((*unit).to_owned(), *amount)).collect())
+}
+
+fn usage(events: &[EventBody]) -> BudgetUsage {
+    let mut usage = BudgetUsage::default();
+    for event in events {
+        usage.apply(event);
+    }
+    usage
+}
+
+fn wall(seconds: u64) -> Option<WallTime> {
+    Some(WallTime {
+        limit: Duration::from_secs(seconds),
+        text: format!("{seconds}s"),
+    })
+}
+
+#[test]
+fn usage_counts_steps_calls_retries_and_cost_from_events() {
+    let used = usage(&[
+        created("search"),
+        created("search"),
+        created("fetch"),
+        EventBody::StepRetried {
+            next_attempt: 2,
+            not_before: None,
+        },
+        EventBody::StepCompleted {
+            result: json!(1),
+            cost: cost(&[("usd", 0.25), ("tokens", 100.0)]),
+        },
+        EventBody::StepFailed {
+            error: "x".into(),
+            retryable: true,
+            cost: cost(&[("usd", 0.5)]),
+        },
+        EventBody::StepCompleted {
+            result: json!(2),
+            cost: None,
+        },
+        EventBody::StepTimedOut {},
+    ]);
+    assert_eq!(used.steps, 3);
+    assert_eq!(used.calls("search"), 2);
+    assert_eq!(used.calls("fetch"), 1);
+    assert_eq!(used.calls("other"), 0);
+    assert_eq!(used.retries, 1);
+    assert_eq!(used.cost, cost(&[("usd", 0.75), ("tokens", 100.0)]).unwrap());
+}
+
+#[test]
+fn each_limit_denies_at_its_bound_and_names_itself() {
+    let used = usage(&[
+        created("search"),
+        created("search"),
+        EventBody::StepCompleted {
+            result: json!(null),
+            cost: cost(&[("usd", 1.0)]),
+        },
+    ]);
+    let within = Duration::from_secs(5);
+    let cases: Vec<(Budget, Option<&str>)> = vec![
+        (Budget::default(), None),
+        (
+            Budget {
+                max_steps: Some(3),
+                ..Budget::default()
+            },
+            None,
+        ),
+        (
+            Budget {
+                max_steps: Some(2),
+                ..Budget::default()
+            },
+            Some("budget exceeded: max_steps 2 reached (2 tool steps so far)"),
+        ),
+        (
+            Budget {
+                max_calls_per_tool: Some(2),
+                ..Budget::default()
+            },
+            Some(
+                "budget exceeded: max_calls_per_tool 2 reached for tool search (2 calls so far)",
+            ),
+        ),
+        (
+            Budget {
+                max_wall_time: wall(5),
+                ..Budget::default()
+            },
+            Some("budget exceeded: max_wall_time 5s passed (5000 ms since creation)"),
+        ),
+        (
+            Budget {
+                max_wall_time: wall(6),
+                ..Budget::default()
+            },
+            None,
+        ),
+        (
+            Budget {
+                max_cost: BTreeMap::from([("usd".to_owned(), 1.0)]),
+                ..Budget::default()
+            },
+            Some("budget exceeded: max_cost.usd 1 reached (1 spent)"),
+        ),
+        (
+            Budget {
+                max_cost: BTreeMap::from([("usd".to_owned(), 1.5), ("tokens".to_owned(), 0.0)]),
+                ..Budget::default()
+            },
+            Some("budget exceeded: max_cost.tokens 0 reached (0 spent)"),
+        ),
+        (
+            // Retries are not checked when a step is asked for (only when one would be retried).
+            Budget {
+                max_retries: Some(0),
+                ..Budget::default()
+            },
+            None,
+        ),
+    ];
+    for (budget, expected) in cases {
+        assert_eq!(
+            budget.check(&used, "search", within).as_deref(),
+            expected,
+            "{budget:?}"
+        );
+    }
+    let per_tool = Budget {
+        max_calls_per_tool: Some(2),
+        ..Budget::default()
+    };
+    assert_eq!(per_tool.check(&used, "fetch", within), None, "per tool id");
+}
+
+#[test]
+fn tighter_takes_the_smaller_limit_of_each_key_and_or_fills_missing_keys() {
+    let file = Budget {
+        max_steps: Some(10),
+        max_wall_time: wall(60),
+        max_cost: BTreeMap::from([("usd".to_owned(), 2.0)]),
+        ..Budget::default()
+    };
+    let rule = Budget {
+        max_steps: Some(20),
+        max_calls_per_tool: Some(3),
+        max_wall_time: wall(30),
+        max_cost: BTreeMap::from([("usd".to_owned(), 1.0), ("tokens".to_owned(), 50.0)]),
+        ..Budget::default()
+    };
+    let both = file.tighter(&rule);
+    assert_eq!(both.max_steps, Some(10));
+    assert_eq!(both.max_calls_per_tool, Some(3));
+    assert_eq!(both.max_wall_time, wall(30));
+    assert_eq!(
+        both.max_cost,
+        BTreeMap::from([("usd".to_owned(), 1.0), ("tokens".to_owned(), 50.0)])
+    );
+    let agent = Budget {
+        max_steps: Some(50),
+        ..Budget::default()
+    };
+    let merged = agent.or(&file);
+    assert_eq!(merged.max_steps, Some(50), "the agent file's key wins");
+    assert_eq!(merged.max_wall_time, wall(60), "missing keys come from global");
+    assert!(Budget::default().is_empty() && !merged.is_empty());
+}
+
+#[test]
+fn remaining_never_goes_below_zero() {
+    let budget = Budget {
+        max_steps: Some(1),
+        max_calls_per_tool: Some(1),
+        max_wall_time: wall(1),
+        max_retries: Some(0),
+        max_cost: BTreeMap::from([("usd".to_owned(), 0.5)]),
+    };
+    let used = usage(&[
+        created("a"),
+        created("a"),
+        EventBody::StepRetried {
+            next_attempt: 2,
+            not_before: None,
+        },
+        EventBody::StepCompleted {
+            result: json!(null),
+            cost: cost(&[("usd", 2.0)]),
+        },
+    ]);
+    assert_eq!(
+        budget.remaining_json(&used, Duration::from_secs(9)),
+        json!({"steps": 0, "calls_per_tool": {"a": 0}, "wall_time_ms": 0, "retries": 0,
+               "cost": {"usd": 0.0}})
+    );
+    assert_eq!(
+        budget.limits_json(),
+        json!({"max_steps": 1, "max_calls_per_tool": 1, "max_wall_time": "1s",
+               "max_retries": 0, "max_cost": {"usd": 0.5}})
+    );
+}
+
+#[test]
+fn cost_must_be_an_object_of_non_negative_numbers() {
+    assert_eq!(parse_cost(&json!(null)), Ok(None));
+    assert_eq!(
+        parse_cost(&json!({"usd": 0.012, "tokens": 5400})),
+        Ok(cost(&[("usd", 0.012), ("tokens", 5400.0)]))
+    );
+    for bad in [
+        json!(3),
+        json!("0.1"),
+        json!([1]),
+        json!({"usd": -1}),
+        json!({"usd": "1"}),
+        json!({"": 1}),
+        json!({"usd": null}),
+    ] {
+        assert!(parse_cost(&bad).is_err(), "{bad}");
+    }
+    let many: serde_json::Map<String, serde_json::Value> =
+        (0..=MAX_COST_UNITS).map(|i| (format!("u{i}"), json!(1))).collect();
+    assert!(parse_cost(&serde_json::Value::Object(many)).is_err());
+}

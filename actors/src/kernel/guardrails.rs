@@ -1,0 +1,76 @@
+//! Kernel handle methods of the guardrails (docs/guardrails.md): the budget view of an
+//! execution.
+
+use serde_json::{Value, json};
+
+use super::context::call;
+use super::handle::Kernel;
+use super::types::KernelError;
+use crate::guardrails::budget::BudgetUsage;
+use crate::policy::PolicyMsg;
+use crate::store::ExecutionRow;
+
+/// Events read per page when an execution's usage is folded.
+const USAGE_PAGE: i64 = 1000;
+
+impl Kernel {
+    /// Returns the circuit breakers that are open, half-open or counting recent failures.
+    pub async fn breakers(&self) -> Result<Vec<Value>, KernelError> {
+        let policy = self
+            .inner
+            .ctx
+            .policy()
+            .ok_or_else(|| KernelError::Unavailable("policy actor is not running".into()))?;
+        call(
+            &policy,
+            PolicyMsg::Breakers,
+            self.inner.ctx.config.call_timeout,
+            "policy actor",
+        )
+        .await
+    }
+
+    /// Returns the budget view of an execution (`{"limits", "used", "remaining"}`) when the
+    /// policy in force gives its agent a budget, else `None`. Usage is folded from the
+    /// execution's events, the same way the execution counts it.
+    pub async fn execution_budget(&self, row: &ExecutionRow) -> Result<Option<Value>, KernelError> {
+        let inner = &self.inner;
+        let Some(policy) = inner.ctx.policy() else {
+            return Ok(None);
+        };
+        let agent_id = row.agent_id.to_string();
+        let budget = call(
+            &policy,
+            |reply| PolicyMsg::AgentBudget(agent_id.clone(), reply),
+            inner.ctx.config.call_timeout,
+            "policy actor",
+        )
+        .await?;
+        let Some(budget) = budget else {
+            return Ok(None);
+        };
+        let mut usage = BudgetUsage::default();
+        let mut after = 0;
+        loop {
+            let events = inner.store.events(&row.id, after, USAGE_PAGE).await?;
+            for event in &events {
+                usage.apply(&event.body);
+            }
+            match events.last() {
+                Some(last) if events.len() as i64 == USAGE_PAGE => after = last.sequence,
+                _ => break,
+            }
+        }
+        let end = if row.status.is_terminal() {
+            row.updated_at
+        } else {
+            inner.ctx.now()
+        };
+        let elapsed = (end - row.created_at).to_std().unwrap_or_default();
+        Ok(Some(json!({
+            "limits": budget.limits_json(),
+            "used": usage.json(elapsed),
+            "remaining": budget.remaining_json(&usage, elapsed),
+        })))
+    }
+}

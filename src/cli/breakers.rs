@@ -1,0 +1,115 @@
+//! `keel breakers`: the circuit breakers of a running kernel (`GET /v0/breakers`).
+
+use serde_json::Value;
+
+use super::CliError;
+use super::client::Client;
+use super::output;
+use crate::config::{ClientConfig, OutputFormat};
+
+/// Prints the breakers that are open, half-open or counting recent failures.
+pub async fn run(config: &ClientConfig) -> Result<(), CliError> {
+    let client = Client::new(config)?;
+    let answer = client.get("/v0/breakers", &[]).await?;
+    match config.output {
+        OutputFormat::Json => output::emit(&output::pretty(&answer)),
+        OutputFormat::Text => {
+            let breakers = answer
+                .get("breakers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            output::emit(&table(&breakers));
+        }
+    }
+    Ok(())
+}
+
+/// Renders breakers as a table: tool, state, until (open) or recent failures (closed).
+pub fn table(breakers: &[Value]) -> String {
+    if breakers.is_empty() {
+        return "no circuit breaker is open or counting failures".to_owned();
+    }
+    let text = |entry: &Value, key: &str| match entry.get(key) {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    };
+    let rows: Vec<[String; 4]> = breakers
+        .iter()
+        .map(|entry| {
+            let detail = match entry.get("state").and_then(Value::as_str) {
+                Some("closed") => format!(
+                    "{} of {} failures within {}",
+                    text(entry, "recent_failures"),
+                    text(entry, "failures"),
+                    text(entry, "window")
+                ),
+                Some("half_open") if entry.get("probe_since").is_some() => {
+                    format!("probe since {}", text(entry, "probe_since"))
+                }
+                _ => format!("until {}", text(entry, "until")),
+            };
+            [
+                text(entry, "tool_id"),
+                text(entry, "state"),
+                detail,
+                text(entry, "cool_down"),
+            ]
+        })
+        .collect();
+    let header = ["TOOL", "STATE", "DETAIL", "COOL-DOWN"];
+    let width = |column: usize| {
+        rows.iter()
+            .map(|row| row[column].chars().count())
+            .chain(std::iter::once(header[column].len()))
+            .max()
+            .unwrap_or(0)
+    };
+    let widths = [width(0), width(1), width(2)];
+    let line = |cells: [&str; 4]| {
+        format!(
+            "{:w0$}  {:w1$}  {:w2$}  {}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        )
+        .trim_end()
+        .to_owned()
+    };
+    let mut lines = vec![line(header)];
+    lines.extend(
+        rows.iter()
+            .map(|row| line([&row[0], &row[1], &row[2], &row[3]])),
+    );
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn the_table_shows_each_state_with_its_detail() {
+        let text = super::table(&[
+            json!({"tool_id": "pay.charge", "state": "open", "until": "2026-01-01T00:00:30.000000Z",
+                   "failures": 5, "window": "1m", "cool_down": "30s"}),
+            json!({"tool_id": "pay.refund", "state": "closed", "recent_failures": 2,
+                   "failures": 5, "window": "1m", "cool_down": "30s"}),
+        ]);
+        assert_eq!(
+            text,
+            "TOOL        STATE   DETAIL                             COOL-DOWN\n\
+             pay.charge  open    until 2026-01-01T00:00:30.000000Z  30s\n\
+             pay.refund  closed  2 of 5 failures within 1m          30s"
+        );
+        assert_eq!(
+            super::table(&[]),
+            "no circuit breaker is open or counting failures"
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! OpenAPI paths and schemas of the guardrail additions (docs/guardrails.md): the circuit
+//! breaker list and the budget view of an execution.
+
+#![allow(dead_code)] // The items only carry the attributes.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::schemas::Error;
+
+#[utoipa::path(get, path = "/v0/breakers", tag = "guardrails",
+    responses(
+        (status = 200, description = "Circuit breakers that are open, half-open or counting \
+            recent failures, by tool id", body = BreakerList),
+        (status = 401, description = "Missing or wrong bearer token", body = Error),
+    ))]
+pub(super) fn breakers() {}
+
+/// Body of `GET /v0/breakers`.
+#[derive(ToSchema)]
+pub struct BreakerList {
+    breakers: Vec<Breaker>,
+}
+
+/// One tool id's circuit breaker.
+#[derive(ToSchema)]
+pub struct Breaker {
+    tool_id: String,
+    /// `open`, `half_open` or `closed` (closed ones are listed while they have recent failures).
+    state: String,
+    /// Failures within `window` that open it (from the policy).
+    failures: u32,
+    /// Window of the failures, as the policy wrote it.
+    window: String,
+    /// How long it stays open, as the policy wrote it.
+    cool_down: String,
+    /// Failures within the window (closed only).
+    #[schema(required = false)]
+    recent_failures: Option<u32>,
+    /// When it opened.
+    #[schema(format = DateTime, required = false)]
+    opened_at: Option<String>,
+    /// When the next probe may pass (open).
+    #[schema(format = DateTime, required = false)]
+    until: Option<String>,
+    /// Since when the probe runs (half-open).
+    #[schema(format = DateTime, required = false)]
+    probe_since: Option<String>,
+}
+
+/// An execution's budget: present on `GET /v0/executions/{id}` when the policy gives its agent
+/// one. `limits` are the policy's keys (`max_steps`, `max_calls_per_tool`, `max_wall_time`,
+/// `max_retries`, `max_cost`); `remaining` has an entry per limit that is set.
+#[derive(ToSchema)]
+pub struct BudgetView {
+    limits: BTreeMap<String, Value>,
+    used: BudgetUsed,
+    remaining: BTreeMap<String, Value>,
+}
+
+/// What an execution used, folded from its events.
+#[derive(ToSchema)]
+pub struct BudgetUsed {
+    steps: u64,
+    calls_per_tool: BTreeMap<String, u64>,
+    retries: u64,
+    wall_time_ms: u64,
+    cost: BTreeMap<String, f64>,
+}
