@@ -145,6 +145,18 @@ async def op_policy(inp: dict[str, Any]) -> dict[str, Any]:
     return {"echo": echoed, "denied": None}
 
 
+async def op_budget(inp: dict[str, Any]) -> dict[str, Any]:
+    """Calls an allowed tool until a budget denies the call (PolicyError)."""
+    calls = 0
+    for _ in range(int(inp.get("max", 10))):
+        try:
+            await echo(value=calls)
+        except PolicyError as e:
+            return {"calls": calls, "denied": str(e), "error_type": type(e).__name__}
+        calls += 1
+    return {"calls": calls, "denied": None}
+
+
 async def op_tool_error(inp: dict[str, Any]) -> dict[str, Any]:
     try:
         await broken(reason=inp.get("reason", "boom"))
@@ -212,6 +224,7 @@ OPS = {
     "hold": op_hold,
     "work": op_work,
     "policy": op_policy,
+    "budget": op_budget,
     "tool_error": op_tool_error,
     "parallel": op_parallel,
     "idle": op_idle,
