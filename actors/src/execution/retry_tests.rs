@@ -227,3 +227,49 @@ async fn a_runner_that_does_not_return_within_its_grace_loses_the_job_to_another
     assert!((0..=ON_TIME_MS).contains(&millis_after(dispatched.timestamp, not_before(&retried))));
     t.shutdown().await;
 }
+
+/// A budget of one retry per execution: the first retryable failure of a step is retried, the
+/// second is final and says why; the step recorded the budget (so a restart keeps it).
+#[tokio::test(start_paused = true)]
+async fn a_retry_budget_makes_the_failure_past_it_final() {
+    use super::test_support::FixedPolicy;
+    use crate::guardrails::budget::Budget;
+    use crate::policy::{Decision, PolicyDecision};
+    let decision = PolicyDecision {
+        budget: Some(std::sync::Arc::new(Budget {
+            max_retries: Some(1),
+            ..Budget::default()
+        })),
+        ..PolicyDecision::plain(Decision::Allow, "r", "ok")
+    };
+    let t = start(std::sync::Arc::new(FixedPolicy(decision)), |config| {
+        config.execution.retry_base_delay = Duration::from_secs(1);
+        config.execution.retry_jitter = false;
+        config.execution.remote_max_attempts = 5;
+    })
+    .await;
+    let mut run = running(&t, "c1").await;
+    let mut runner = t
+        .kernel
+        .connect_runner("r1".into(), ConsumerId::new("r1-a"), vec!["t".into()])
+        .await
+        .expect("runner");
+    let step = invoke(&t, &run, call("t", true)).await;
+    let created = events_of(&t, &run.id, "step.created").remove(0);
+    assert_eq!(payload(&created)["max_retries"], 1);
+    job(&mut runner, &step, 1).await;
+    fail(&t, &run.id, &step).await;
+    wait_for(&t, &run.id, "step.retried", 1).await;
+    job(&mut runner, &step, 2).await;
+    fail(&t, &run.id, &step).await;
+    let result = next_of(&mut run.agent, "tool.result").await;
+    assert_eq!(
+        result.data["error"],
+        "tool broke (not retried: budget max_retries 1 reached)"
+    );
+    let failures = events_of(&t, &run.id, "step.failed");
+    assert_eq!(failures.len(), 2);
+    assert_eq!(payload(&failures[1])["retryable"], false);
+    assert_eq!(events_of(&t, &run.id, "step.retried").len(), 1);
+    t.shutdown().await;
+}

@@ -18,7 +18,7 @@ pub struct CircuitLabels {
 /// Label set with the budget that denied an intent.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BudgetLabel {
-    /// `max_steps`, `max_calls_per_tool`, `max_wall_time`, `max_cost`, `max_retries`.
+    /// `max_steps`, `max_calls_per_tool`, `max_wall_time`, `max_cost`.
     pub budget: String,
 }
 
@@ -29,7 +29,7 @@ pub struct GuardrailMetrics {
     pub circuit_transitions: Family<CircuitLabels, Counter>,
     /// Tool ids whose breaker is open or half-open.
     pub circuits_open: Gauge,
-    /// Intents denied and retries refused by a budget, by budget.
+    /// Intents denied by a budget, by budget.
     pub budget_denials: Family<BudgetLabel, Counter>,
 }
 
@@ -49,7 +49,7 @@ impl GuardrailMetrics {
         );
         registry.register(
             "budget_denials",
-            "Intents denied and retries refused because an execution budget was spent, by budget",
+            "Intents denied because an execution budget was spent, by budget",
             metrics.budget_denials.clone(),
         );
         metrics
