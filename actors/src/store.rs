@@ -188,6 +188,15 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
+    /// Whether the store itself folds concurrent [`Store::commit_group`] calls into shared
+    /// transactions (SQLite's writer thread folds every group waiting for it into its next
+    /// one). Callers then hand each commit over as it comes, without batching of their own and
+    /// without the `StoreWriter` actor's round trip; the next transaction starts the moment one
+    /// ends. The default, `false`, leaves the batching to the `StoreWriter`.
+    fn folds_groups(&self) -> bool {
+        false
+    }
+
     /// Returns up to `limit` events of an execution with `sequence > after_sequence`, oldest first.
     async fn events(
         &self,

@@ -39,6 +39,7 @@ use writer::{WriterOptions, WriterThread};
 
 #[cfg(test)]
 mod batch_tests;
+mod checkpoint;
 mod probe;
 mod write;
 mod writer;
@@ -158,6 +159,19 @@ impl SqliteStore {
         self.writer.pragma(name).await
     }
 
+    /// Keeps the writer thread busy until the returned sender is used or dropped, for tests that
+    /// queue groups behind it.
+    #[cfg(test)]
+    pub(crate) fn hold_writer(&self) -> Result<std::sync::mpsc::Sender<()>, StoreError> {
+        self.writer.hold()
+    }
+
+    /// Returns how many background checkpoints copied the whole WAL, for tests.
+    #[cfg(test)]
+    pub(crate) async fn checkpoints(&self) -> Result<u64, StoreError> {
+        self.writer.checkpoints().await
+    }
+
     /// Returns how many transactions the writer has committed, for tests that count them.
     #[cfg(test)]
     pub(crate) fn transactions(&self) -> u64 {
@@ -181,6 +195,12 @@ impl Store for SqliteStore {
             return Vec::new();
         }
         self.writer.commit(group, false).await
+    }
+
+    /// Groups wait in the writer thread's channel and the ones waiting are folded into its
+    /// next transaction.
+    fn folds_groups(&self) -> bool {
+        true
     }
 
     async fn events(

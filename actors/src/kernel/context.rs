@@ -209,8 +209,12 @@ impl Ctx {
         }
     }
 
-    /// Commits through the store writer and waits for durability.
+    /// Commits through the store writer and waits for durability. A store that folds
+    /// concurrent groups itself ([`Store::folds_groups`]) gets the commit directly.
     pub async fn commit(&self, commit: Commit) -> Result<(), KernelError> {
+        if self.store.folds_groups() {
+            return self.commit_direct(commit).await;
+        }
         let writer = self
             .writer()
             .ok_or_else(|| KernelError::Unavailable("store writer is not running".into()))?;
@@ -231,6 +235,36 @@ impl Ctx {
                 "store writer is not running".into(),
             )),
         }
+    }
+}
+
+impl Ctx {
+    /// Hands one commit to a store that batches by itself, as the `StoreWriter` would: bounded
+    /// by the call timeout, counted in the commit metrics, and announced to live streams once
+    /// durable.
+    async fn commit_direct(&self, commit: Commit) -> Result<(), KernelError> {
+        let notice = CommitNotice {
+            execution_id: commit.execution.id.clone(),
+            last_sequence: commit.execution.last_sequence,
+        };
+        let started = std::time::Instant::now();
+        let committed =
+            tokio::time::timeout(self.config.call_timeout, self.store.commit_group(vec![commit]))
+                .await;
+        let result = match committed {
+            Ok(results) => results.into_iter().next().unwrap_or_else(|| {
+                Err(StoreError::Internal(
+                    "the store returned no result for this commit".into(),
+                ))
+            }),
+            Err(_) => Err(StoreError::Unavailable("commit timed out".into())),
+        };
+        self.metrics.commit(started.elapsed(), 1);
+        if result.is_ok() {
+            // No receiver is fine: nobody is streaming right now.
+            let _ = self.commits.send(notice);
+        }
+        result.map_err(KernelError::Store)
     }
 }
 

@@ -1,4 +1,5 @@
-//! The SQLite writer thread commits a whole group in one transaction, counted by the thread.
+//! The SQLite writer thread commits a whole group in one transaction, counted by the thread,
+//! folds the groups waiting for it into one, and checkpoints the WAL beside it.
 
 use std::sync::Arc;
 
@@ -54,4 +55,82 @@ async fn a_failing_commit_is_left_out_and_the_rest_commit_in_one_transaction() {
         1,
         "the rest in one transaction"
     );
+}
+
+#[tokio::test]
+async fn groups_waiting_for_the_writer_are_folded_into_one_transaction_and_answered_apart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    assert!(shared.folds_groups(), "commits are handed over without the StoreWriter");
+    let created = creations("fold", 3);
+    let first = created[0].execution.clone();
+
+    // Three groups queue behind a busy writer: a new creation, a creation of an execution that
+    // another group of the same fold creates too (its sequence 1 is taken: it fails alone),
+    // and two creations.
+    let release = store.hold_writer().expect("hold");
+    let before = store.transactions();
+    let mut waiting = Vec::new();
+    for group in [
+        vec![created[0].clone()],
+        vec![created[0].clone()],
+        vec![created[1].clone(), created[2].clone()],
+    ] {
+        let mut answer = shared.commit_group(group);
+        // The first poll hands the group to the writer's channel, where it waits.
+        assert!(futures::poll!(answer.as_mut()).is_pending());
+        waiting.push(answer);
+    }
+    release.send(()).expect("release");
+    let mut answers = Vec::new();
+    for answer in waiting {
+        answers.push(
+            tokio::time::timeout(std::time::Duration::from_secs(10), answer)
+                .await
+                .expect("answered in time"),
+        );
+    }
+    assert_eq!(answers[0].len(), 1);
+    assert!(answers[0][0].is_ok(), "{:?}", answers[0]);
+    assert_eq!(answers[1].len(), 1);
+    assert!(answers[1][0].is_err(), "the repeated creation fails alone: {:?}", answers[1]);
+    assert_eq!(answers[2].len(), 2);
+    assert!(answers[2].iter().all(Result::is_ok), "{:?}", answers[2]);
+    assert_eq!(store.transactions() - before, 1, "one transaction for the three groups");
+    let stored = shared.execution(&first.id).await.expect("read").expect("row");
+    assert_eq!(stored.last_sequence, first.last_sequence);
+    let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
+        .fetch_one(store.readers())
+        .await
+        .expect("count");
+    assert_eq!(events, 3, "one execution.created per execution");
+}
+
+#[tokio::test]
+async fn the_wal_is_checkpointed_in_the_background_and_the_writer_only_falls_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    assert_eq!(
+        store.writer_pragma("wal_autocheckpoint").await.expect("pragma"),
+        super::checkpoint::WRITER_AUTOCHECKPOINT
+    );
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let results = shared.commit_group(creations("wal", MANY)).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.checkpoints().await.expect("count") == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no background checkpoint copied the WAL within 10 s"
+        );
+        tokio::time::sleep(super::checkpoint::INTERVAL / 2).await;
+    }
+    // Closing still removes the WAL: the checkpointer's connection is gone before the writer's.
+    store.close().await;
+    assert!(!dir.path().join("keel.db-wal").exists(), "WAL removed at close");
 }

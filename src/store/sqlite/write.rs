@@ -1,16 +1,21 @@
-//! The SQL of SQLite writes, run on the writer thread's rusqlite connection (`writer.rs`)
-//! inside its transaction: one execution's commit, and retention. Statements are prepared once
+//! The SQL of SQLite writes, run on the writer thread's rusqlite connection (`writer.rs`):
+//! a group of commits in one transaction, one execution's commit, and retention. Statements are prepared once
 //! per connection (`prepare_cached`) and bind the commit's own fields where they are text
 //! already, so a row costs a reset, its binds and a step, with no round trip to another thread.
 
-use rusqlite::{Connection, ErrorCode, params};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 
 use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 use keel_actors::time;
 
 use super::super::rows::{encode_json, encode_payload};
-use super::super::{TERMINAL_STATUSES_SQL, sequence_conflict, sqlite_code_is_unavailable};
+use super::super::{
+    TERMINAL_STATUSES_SQL, expected_previous_sequence, sequence_conflict,
+    sqlite_code_is_unavailable,
+};
 
 const INSERT_EXECUTION: &str = "INSERT INTO executions (id, agent_id, status, labels, input, \
      output, created_at, updated_at, session_id, consumer_id, last_sequence) \
@@ -231,4 +236,76 @@ pub(super) fn set_webhook_position(
         })
         .map_err(map_rusqlite_error)?;
     Ok(())
+}
+
+/// Commits a group: checks every commit, then writes the ones that pass in one transaction.
+/// When a commit fails while being written, the transaction is rolled back and, unless the
+/// group is all or nothing, that commit fails alone and the others are written again in a new
+/// transaction (as if it had been submitted alone, after the ones before it). `Unavailable`
+/// fails every commit that is not already failed.
+pub(super) fn commit_group(
+    connection: &mut Connection,
+    group: &[Commit],
+    all_or_nothing: bool,
+    transactions: &AtomicU64,
+) -> Vec<Result<(), StoreError>> {
+    let mut results: Vec<Result<(), StoreError>> = Vec::with_capacity(group.len());
+    let mut pending: Vec<(usize, i64)> = Vec::with_capacity(group.len());
+    for (index, commit) in group.iter().enumerate() {
+        match expected_previous_sequence(commit) {
+            Ok(previous) => {
+                pending.push((index, previous));
+                results.push(Ok(()));
+            }
+            Err(error) if all_or_nothing => return vec![Err(error); group.len()],
+            Err(error) => results.push(Err(error)),
+        }
+    }
+    while !pending.is_empty() {
+        let mut failed_at = None;
+        let outcome = in_transaction(connection, transactions, |connection| {
+            for (position, &(index, previous)) in pending.iter().enumerate() {
+                if let Err(error) = write_commit(connection, &group[index], previous) {
+                    failed_at = Some(position);
+                    return Err(error);
+                }
+            }
+            Ok(())
+        });
+        match (outcome, failed_at) {
+            (Ok(()), _) => break,
+            (Err(error), Some(position))
+                if !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>
+            {
+                let (index, _) = pending.remove(position);
+                results[index] = Err(error);
+            }
+            (Err(error), _) => {
+                for (index, _) in pending {
+                    results[index] = Err(error.clone());
+                }
+                if all_or_nothing {
+                    return vec![Err(error); group.len()];
+                }
+                break;
+            }
+        }
+    }
+    results
+}
+
+/// Runs `work` in a `BEGIN IMMEDIATE` transaction and commits it; rolls back on failure.
+pub(super) fn in_transaction<T>(
+    connection: &mut Connection,
+    transactions: &AtomicU64,
+    work: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(map_rusqlite_error)?;
+    // Dropping the transaction on failure rolls it back.
+    let value = work(&transaction)?;
+    transaction.commit().map_err(map_rusqlite_error)?;
+    transactions.fetch_add(1, Ordering::Relaxed);
+    Ok(value)
 }

@@ -5,25 +5,29 @@
 //! has returned (with `synchronous=FULL`, once the WAL is on disk). A group costs one thread
 //! hop there and one back, however many rows it writes.
 //!
-//! Retention deletes run here too, since only this connection writes.
+//! Retention deletes run here too, since only this connection writes. WAL checkpoints run
+//! beside it, on the checkpoint thread (`checkpoint.rs`), which this thread starts and stops.
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 
-use super::super::expected_previous_sequence;
-use super::write::{self, map_rusqlite_error};
+use super::checkpoint::{Checkpointer, WRITER_AUTOCHECKPOINT};
+use super::write::{self, commit_group, in_transaction, map_rusqlite_error};
 
 /// Prepared statements kept per connection: the commit's five and retention's five.
 const STATEMENT_CACHE: usize = 32;
+
+/// Most commits one transaction takes from groups waiting in the channel (see `fold_and_commit`).
+const MAX_FOLDED: usize = 512;
 
 /// Work for the writer thread.
 enum Request {
@@ -52,6 +56,12 @@ enum Request {
         name: &'static str,
         reply: oneshot::Sender<Result<i64, StoreError>>,
     },
+    /// Counts the background checkpoints that copied the whole WAL (tests).
+    #[cfg(test)]
+    Checkpoints { reply: oneshot::Sender<u64> },
+    /// Keeps the thread busy until `release` is signalled or dropped (tests queue work behind it).
+    #[cfg(test)]
+    Hold { release: mpsc::Receiver<()> },
     /// Stop: close the connection, then answer.
     Close { reply: oneshot::Sender<()> },
 }
@@ -82,13 +92,19 @@ impl WriterThread {
         let counter = transactions.clone();
         std::thread::Builder::new()
             .name("keel-sqlite-writer".to_owned())
-            .spawn(move || match open(&path, &options) {
-                Ok(connection) => {
-                    let _ = opened.send(Ok(()));
-                    serve(connection, &receiver, &counter);
-                }
-                Err(error) => {
-                    let _ = opened.send(Err(error));
+            .spawn(move || {
+                let started = open(&path, &options).and_then(|connection| {
+                    let checkpointer = Checkpointer::start(&path, counter.clone())?;
+                    Ok((connection, checkpointer))
+                });
+                match started {
+                    Ok((connection, checkpointer)) => {
+                        let _ = opened.send(Ok(()));
+                        serve(connection, checkpointer, &receiver, &counter);
+                    }
+                    Err(error) => {
+                        let _ = opened.send(Err(error));
+                    }
                 }
             })
             .map_err(|error| {
@@ -159,10 +175,27 @@ impl WriterThread {
         self.ask(Request::Pragma { name, reply }, answer).await?
     }
 
+    /// Keeps the thread busy until the returned sender is used or dropped (at most 10 s).
+    #[cfg(test)]
+    pub fn hold(&self) -> Result<mpsc::Sender<()>, StoreError> {
+        let (release, held) = mpsc::channel();
+        self.requests
+            .send(Request::Hold { release: held })
+            .map_err(|_| stopped())?;
+        Ok(release)
+    }
+
+    /// Returns how many background checkpoints copied the whole WAL.
+    #[cfg(test)]
+    pub async fn checkpoints(&self) -> Result<u64, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(Request::Checkpoints { reply }, answer).await
+    }
+
     /// Returns how many transactions the thread has committed.
     #[cfg(test)]
     pub fn transactions(&self) -> u64 {
-        self.transactions.load(Ordering::Relaxed)
+        self.transactions.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Closes the connection and waits until it is closed. Later requests fail with
@@ -189,7 +222,8 @@ fn stopped() -> StoreError {
 }
 
 /// Opens the writer connection with the store's settings: WAL (already set on the file by the
-/// migrating connection), `synchronous=FULL`, foreign keys, `busy_timeout`.
+/// migrating connection), `synchronous=FULL`, foreign keys, `busy_timeout`, and its own
+/// automatic checkpoint only as a fallback for the checkpoint thread.
 fn open(path: &Path, options: &WriterOptions) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let connection = Connection::open_with_flags(path, flags).map_err(|error| {
@@ -203,18 +237,38 @@ fn open(path: &Path, options: &WriterOptions) -> Result<Connection, StoreError> 
         .busy_timeout(options.busy_timeout)
         .map_err(map_rusqlite_error)?;
     connection
-        .execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
-        )
+        .execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
+             PRAGMA wal_autocheckpoint = {WRITER_AUTOCHECKPOINT};"
+        ))
         .map_err(map_rusqlite_error)?;
     connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(connection)
 }
 
-/// Serves requests until `Close` or until every handle is dropped.
-fn serve(mut connection: Connection, requests: &mpsc::Receiver<Request>, transactions: &AtomicU64) {
-    while let Ok(request) = requests.recv() {
+/// Serves requests until `Close` or until every handle is dropped. The checkpointer is stopped
+/// before the connection is closed either way, so the writer's is the file's last connection.
+fn serve(
+    mut connection: Connection,
+    checkpointer: Checkpointer,
+    requests: &mpsc::Receiver<Request>,
+    transactions: &AtomicU64,
+) {
+    let mut next: Option<Request> = None;
+    loop {
+        let request = match next.take() {
+            Some(request) => request,
+            None => match requests.recv() {
+                Ok(request) => request,
+                Err(_) => break,
+            },
+        };
         match request {
+            Request::Commit {
+                group,
+                all_or_nothing: false,
+                reply,
+            } => next = fold_and_commit(&mut connection, requests, group, reply, transactions),
             Request::Commit {
                 group,
                 all_or_nothing,
@@ -250,85 +304,65 @@ fn serve(mut connection: Connection, requests: &mpsc::Receiver<Request>, transac
                     .map_err(map_rusqlite_error);
                 let _ = reply.send(result);
             }
+            #[cfg(test)]
+            Request::Hold { release } => {
+                let _ = release.recv_timeout(std::time::Duration::from_secs(10));
+            }
+            #[cfg(test)]
+            Request::Checkpoints { reply } => {
+                let _ = reply.send(checkpointer.complete());
+            }
             Request::Close { reply } => {
                 // Closing the last connection checkpoints the WAL; it must finish before the
                 // caller releases the kernel lock.
+                drop(checkpointer);
                 drop(connection);
                 let _ = reply.send(());
                 return;
             }
         }
     }
+    drop(checkpointer);
+    drop(connection);
 }
 
-/// Commits a group: checks every commit, then writes the ones that pass in one transaction.
-/// When a commit fails while being written, the transaction is rolled back and, unless the
-/// group is all or nothing, that commit fails alone and the others are written again in a new
-/// transaction (as if it had been submitted alone, after the ones before it). `Unavailable`
-/// fails every commit that is not already failed.
-fn commit_group(
+/// Commits `group` and the independent groups already waiting behind it in the channel (up to
+/// `MAX_FOLDED` commits) in one transaction, and answers each group its own results: a commit
+/// that fails still fails alone, so folding changes nothing but the number of transactions.
+/// Returns the request that stopped the folding (not a group, or an all-or-nothing one), to be
+/// served next.
+fn fold_and_commit(
     connection: &mut Connection,
-    group: &[Commit],
-    all_or_nothing: bool,
+    requests: &mpsc::Receiver<Request>,
+    group: Vec<Commit>,
+    reply: oneshot::Sender<Vec<Result<(), StoreError>>>,
     transactions: &AtomicU64,
-) -> Vec<Result<(), StoreError>> {
-    let mut results: Vec<Result<(), StoreError>> = Vec::with_capacity(group.len());
-    let mut pending: Vec<(usize, i64)> = Vec::with_capacity(group.len());
-    for (index, commit) in group.iter().enumerate() {
-        match expected_previous_sequence(commit) {
-            Ok(previous) => {
-                pending.push((index, previous));
-                results.push(Ok(()));
+) -> Option<Request> {
+    let mut sizes = vec![group.len()];
+    let mut replies = vec![reply];
+    let mut folded = group;
+    let mut stopped = None;
+    while folded.len() < MAX_FOLDED {
+        match requests.try_recv() {
+            Ok(Request::Commit {
+                group,
+                all_or_nothing: false,
+                reply,
+            }) => {
+                sizes.push(group.len());
+                replies.push(reply);
+                folded.extend(group);
             }
-            Err(error) if all_or_nothing => return vec![Err(error); group.len()],
-            Err(error) => results.push(Err(error)),
-        }
-    }
-    while !pending.is_empty() {
-        let mut failed_at = None;
-        let outcome = in_transaction(connection, transactions, |connection| {
-            for (position, &(index, previous)) in pending.iter().enumerate() {
-                if let Err(error) = write::write_commit(connection, &group[index], previous) {
-                    failed_at = Some(position);
-                    return Err(error);
-                }
-            }
-            Ok(())
-        });
-        match (outcome, failed_at) {
-            (Ok(()), _) => break,
-            (Err(error), Some(position))
-                if !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>
-            {
-                let (index, _) = pending.remove(position);
-                results[index] = Err(error);
-            }
-            (Err(error), _) => {
-                for (index, _) in pending {
-                    results[index] = Err(error.clone());
-                }
-                if all_or_nothing {
-                    return vec![Err(error); group.len()];
-                }
+            Ok(other) => {
+                stopped = Some(other);
                 break;
             }
+            Err(_) => break,
         }
     }
-    results
-}
-
-/// Runs `work` in a `BEGIN IMMEDIATE` transaction and commits it; rolls back on failure.
-fn in_transaction<T>(
-    connection: &mut Connection,
-    transactions: &AtomicU64,
-    work: impl FnOnce(&Connection) -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
-    let transaction = connection
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(map_rusqlite_error)?;
-    // Dropping the transaction on failure rolls it back.
-    let value = work(&transaction)?;
-    transaction.commit().map_err(map_rusqlite_error)?;
-    transactions.fetch_add(1, Ordering::Relaxed);
-    Ok(value)
+    let mut results = commit_group(connection, &folded, false, transactions).into_iter();
+    for (size, reply) in sizes.into_iter().zip(replies) {
+        let _ = reply.send(results.by_ref().take(size).collect());
+    }
+    stopped
 }
