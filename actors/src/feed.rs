@@ -3,8 +3,9 @@
 //! is inserted); the feed reads the log in position order, across executions.
 //!
 //! Positions become visible in order because the kernel has one writer with one transaction in
-//! flight (`StoreWriter`), and both adapters write through one connection: a reader that has
-//! seen position `P` never later sees a newly committed event below `P`. Positions may have gaps
+//! flight (the `StoreWriter` on PostgreSQL; on SQLite the writer thread, which runs its
+//! transactions one after another), and both adapters write through one connection: a reader
+//! that has seen position `P` never later sees a newly committed event below `P`. Positions may have gaps
 //! (a rolled-back PostgreSQL transaction, retention deleting old executions); a reader skips
 //! them.
 

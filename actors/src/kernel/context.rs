@@ -248,9 +248,11 @@ impl Ctx {
             last_sequence: commit.execution.last_sequence,
         };
         let started = std::time::Instant::now();
-        let committed =
-            tokio::time::timeout(self.config.call_timeout, self.store.commit_group(vec![commit]))
-                .await;
+        let committed = tokio::time::timeout(
+            self.config.call_timeout,
+            self.store.commit_group(vec![commit]),
+        )
+        .await;
         let result = match committed {
             Ok(results) => results.into_iter().next().unwrap_or_else(|| {
                 Err(StoreError::Internal(

@@ -64,7 +64,10 @@ async fn groups_waiting_for_the_writer_are_folded_into_one_transaction_and_answe
         .await
         .expect("open");
     let shared: Arc<dyn Store> = Arc::new(store.clone());
-    assert!(shared.folds_groups(), "commits are handed over without the StoreWriter");
+    assert!(
+        shared.folds_groups(),
+        "commits are handed over without the StoreWriter"
+    );
     let created = creations("fold", 3);
     let first = created[0].execution.clone();
 
@@ -96,11 +99,23 @@ async fn groups_waiting_for_the_writer_are_folded_into_one_transaction_and_answe
     assert_eq!(answers[0].len(), 1);
     assert!(answers[0][0].is_ok(), "{:?}", answers[0]);
     assert_eq!(answers[1].len(), 1);
-    assert!(answers[1][0].is_err(), "the repeated creation fails alone: {:?}", answers[1]);
+    assert!(
+        answers[1][0].is_err(),
+        "the repeated creation fails alone: {:?}",
+        answers[1]
+    );
     assert_eq!(answers[2].len(), 2);
     assert!(answers[2].iter().all(Result::is_ok), "{:?}", answers[2]);
-    assert_eq!(store.transactions() - before, 1, "one transaction for the three groups");
-    let stored = shared.execution(&first.id).await.expect("read").expect("row");
+    assert_eq!(
+        store.transactions() - before,
+        1,
+        "one transaction for the three groups"
+    );
+    let stored = shared
+        .execution(&first.id)
+        .await
+        .expect("read")
+        .expect("row");
     assert_eq!(stored.last_sequence, first.last_sequence);
     let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
         .fetch_one(store.readers())
@@ -116,7 +131,10 @@ async fn the_wal_is_checkpointed_in_the_background_and_the_writer_only_falls_bac
         .await
         .expect("open");
     assert_eq!(
-        store.writer_pragma("wal_autocheckpoint").await.expect("pragma"),
+        store
+            .writer_pragma("wal_autocheckpoint")
+            .await
+            .expect("pragma"),
         super::checkpoint::WRITER_AUTOCHECKPOINT
     );
     let shared: Arc<dyn Store> = Arc::new(store.clone());
@@ -132,5 +150,8 @@ async fn the_wal_is_checkpointed_in_the_background_and_the_writer_only_falls_bac
     }
     // Closing still removes the WAL: the checkpointer's connection is gone before the writer's.
     store.close().await;
-    assert!(!dir.path().join("keel.db-wal").exists(), "WAL removed at close");
+    assert!(
+        !dir.path().join("keel.db-wal").exists(),
+        "WAL removed at close"
+    );
 }
