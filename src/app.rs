@@ -61,9 +61,8 @@ pub async fn run(
     ));
     let store = open_store(&settings).await?;
     let phase = Instant::now();
-    let hook_caller = Arc::new(
-        crate::hook_caller::HttpHookCaller::new().map_err(|error| anyhow!("{error}"))?,
-    );
+    let hook_caller =
+        Arc::new(crate::hook_caller::HttpHookCaller::new().map_err(|error| anyhow!("{error}"))?);
     let mut config = kernel_config(&settings, store, policy);
     config.hook_caller = Some(hook_caller.clone());
     let kernel = kernel::start(config)

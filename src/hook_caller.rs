@@ -132,12 +132,27 @@ mod tests {
     fn verdicts_are_read_per_point() {
         let pass = parse_verdict(HookPoint::PreTool, &json!({"decision": "pass"}));
         assert_eq!(pass, Ok(HookVerdict::Pass));
-        let modify = parse_verdict(HookPoint::PreTool, &json!({"decision": "modify", "arguments": {"a": 1}}));
+        let modify = parse_verdict(
+            HookPoint::PreTool,
+            &json!({"decision": "modify", "arguments": {"a": 1}}),
+        );
         assert_eq!(modify, Ok(HookVerdict::Modify(json!({"a": 1}))));
-        let result = parse_verdict(HookPoint::PostTool, &json!({"decision": "modify", "result": 2}));
+        let result = parse_verdict(
+            HookPoint::PostTool,
+            &json!({"decision": "modify", "result": 2}),
+        );
         assert_eq!(result, Ok(HookVerdict::Modify(json!(2))));
-        assert!(parse_verdict(HookPoint::PostTool, &json!({"decision": "modify", "arguments": 2})).is_err());
-        let abort = parse_verdict(HookPoint::PreTool, &json!({"decision": "abort", "reason": "no"}));
+        assert!(
+            parse_verdict(
+                HookPoint::PostTool,
+                &json!({"decision": "modify", "arguments": 2})
+            )
+            .is_err()
+        );
+        let abort = parse_verdict(
+            HookPoint::PreTool,
+            &json!({"decision": "abort", "reason": "no"}),
+        );
         assert_eq!(abort, Ok(HookVerdict::Abort("no".to_owned())));
         assert!(parse_verdict(HookPoint::PreTool, &json!({"decision": "maybe"})).is_err());
         assert!(parse_verdict(HookPoint::PreTool, &json!([])).is_err());

@@ -24,7 +24,6 @@ mod create;
 mod embedded;
 mod fanout;
 mod http;
-mod wire;
 mod kernel_process;
 mod latency;
 mod local;
@@ -36,6 +35,7 @@ mod report;
 mod restart;
 mod resume;
 mod runner;
+mod wire;
 
 use crate::cli::CliError;
 use crate::config::{ClientConfig, OutputFormat};

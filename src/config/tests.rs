@@ -494,10 +494,18 @@ fn otel_endpoints_must_be_plain_http_base_urls() {
     let settings = parse(&["dev", "--otel-endpoint", "http://collector:4318/"])
         .validate()
         .unwrap();
-    assert_eq!(settings.otel_endpoint.as_deref(), Some("http://collector:4318"));
+    assert_eq!(
+        settings.otel_endpoint.as_deref(),
+        Some("http://collector:4318")
+    );
     assert_eq!(settings.dump()["otel-endpoint"], "http://collector:4318");
     for bad in ["https://collector:4318", "collector:4318", "http://"] {
-        let error = parse(&["dev", "--otel-endpoint", bad]).validate().unwrap_err();
-        assert!(error.to_string().contains("--otel-endpoint"), "{bad}: {error}");
+        let error = parse(&["dev", "--otel-endpoint", bad])
+            .validate()
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("--otel-endpoint"),
+            "{bad}: {error}"
+        );
     }
 }

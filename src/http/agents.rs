@@ -209,8 +209,9 @@ pub async fn step_result(
             "execution_id, session_id, and step_id are required",
         ));
     }
-    let cost = keel_actors::guardrails::budget::parse_cost(body.cost.as_ref().unwrap_or(&Value::Null))
-        .map_err(ApiError::validation)?;
+    let cost =
+        keel_actors::guardrails::budget::parse_cost(body.cost.as_ref().unwrap_or(&Value::Null))
+            .map_err(ApiError::validation)?;
     let outcome = StepOutcome {
         step_id: StepId::new(step_id),
         success: body.success.unwrap_or(false),

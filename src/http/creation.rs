@@ -56,7 +56,9 @@ impl Backlog {
             if pending >= limit {
                 kernel.backlog_refused("agent");
                 return Err(ApiError::RateLimited(
-                    format!("backlog full: agent {agent_id} has {pending} pending executions (limit {limit})"),
+                    format!(
+                        "backlog full: agent {agent_id} has {pending} pending executions (limit {limit})"
+                    ),
                     self.retry_after_secs,
                 ));
             }

@@ -186,8 +186,8 @@ fn validate_result(body: &ResultRequest) -> Result<StepOutcome, ApiError> {
             "job_id, execution_id, and step_id are required",
         ));
     }
-    let cost = parse_cost(body.cost.as_ref().unwrap_or(&Value::Null))
-        .map_err(ApiError::validation)?;
+    let cost =
+        parse_cost(body.cost.as_ref().unwrap_or(&Value::Null)).map_err(ApiError::validation)?;
     Ok(StepOutcome {
         step_id: StepId::new(body.step_id.clone().unwrap_or_default()),
         success: body.success.unwrap_or(false),

@@ -79,7 +79,10 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
     // Breakers count results per tool id across every agent: they are kernel-wide.
     for (stem, file) in &files {
         if stem != GLOBAL_STEM && !file.rules.breakers().0.is_empty() {
-            let line = line_of(&file.source, &FieldPath::default().keys(&["circuit_breakers"]));
+            let line = line_of(
+                &file.source,
+                &FieldPath::default().keys(&["circuit_breakers"]),
+            );
             problems.push(PolicyProblem::new(
                 &file.path,
                 line,

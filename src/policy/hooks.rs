@@ -63,7 +63,11 @@ pub fn parse_hooks(
     let mut seen = HashSet::new();
     for entry in entries {
         let mut problem = |message: String| {
-            problems.push(PolicyProblem::new(path, None, format!("hook {:?}: {message}", entry.id)));
+            problems.push(PolicyProblem::new(
+                path,
+                None,
+                format!("hook {:?}: {message}", entry.id),
+            ));
         };
         if entry.id.is_empty() || !seen.insert(entry.id.clone()) {
             problem("hook ids must be non-empty and unique".to_owned());
@@ -80,15 +84,25 @@ pub fn parse_hooks(
         match url::Url::parse(&entry.url) {
             Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
             _ => {
-                problem(format!("url {:?} must be an http:// or https:// URL", entry.url));
+                problem(format!(
+                    "url {:?} must be an http:// or https:// URL",
+                    entry.url
+                ));
                 continue;
             }
         }
-        let timeout = match entry.timeout.as_deref().map(|text| parse_duration(text.trim())) {
+        let timeout = match entry
+            .timeout
+            .as_deref()
+            .map(|text| parse_duration(text.trim()))
+        {
             None => DEFAULT_TIMEOUT,
             Some(Ok(timeout)) if timeout <= MAX_TIMEOUT => timeout,
             Some(Ok(_)) => {
-                problem(format!("timeout must be at most {}s", MAX_TIMEOUT.as_secs()));
+                problem(format!(
+                    "timeout must be at most {}s",
+                    MAX_TIMEOUT.as_secs()
+                ));
                 continue;
             }
             Some(Err(error)) => {
@@ -100,7 +114,9 @@ pub fn parse_hooks(
             None | Some("fail_closed") => FailureMode::FailClosed,
             Some("fail_open") => FailureMode::FailOpen,
             Some(other) => {
-                problem(format!("failure {other:?} must be fail_closed or fail_open"));
+                problem(format!(
+                    "failure {other:?} must be fail_closed or fail_open"
+                ));
                 continue;
             }
         };
@@ -157,7 +173,11 @@ mod tests {
         assert!(hooks.is_empty());
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(text.len(), 5, "{text:?}");
-        let (_, problems) = parse_hooks(Path::new("p.yaml"), "rules: []\nhooks:\n  - id: a\n    typo: 1\n", None);
+        let (_, problems) = parse_hooks(
+            Path::new("p.yaml"),
+            "rules: []\nhooks:\n  - id: a\n    typo: 1\n",
+            None,
+        );
         assert_eq!(problems.len(), 1);
     }
 }

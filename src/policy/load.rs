@@ -234,20 +234,20 @@ fn parse(
         return (None, vec![PolicyProblem::new(path, Some(1), message)]);
     }
     let mut problems = Vec::new();
-    let (default, budget, circuit_breakers) =
-        match serde_yaml_ng::from_str::<FileShellSpec>(source) {
-            Ok(shell) => (
-                shell.default.map(Into::into),
-                shell.budget.map(Into::into),
-                shell
-                    .circuit_breakers
-                    .map(|breakers| breakers.into_iter().map(Into::into).collect()),
-            ),
-            Err(error) => {
-                problems.push(from_yaml(error));
-                (None, None, None)
-            }
-        };
+    let (default, budget, circuit_breakers) = match serde_yaml_ng::from_str::<FileShellSpec>(source)
+    {
+        Ok(shell) => (
+            shell.default.map(Into::into),
+            shell.budget.map(Into::into),
+            shell
+                .circuit_breakers
+                .map(|breakers| breakers.into_iter().map(Into::into).collect()),
+        ),
+        Err(error) => {
+            problems.push(from_yaml(error));
+            (None, None, None)
+        }
+    };
     let mut rules = Vec::new();
     let mut rule_indices = Vec::new();
     let items = match document.get("rules") {

@@ -16,9 +16,9 @@ mod reload_tests;
 mod spec;
 mod spec_arguments;
 mod status;
-mod watch;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 pub use cli::{check_command, eval_command};
 pub use directory::GLOBAL_STEM;

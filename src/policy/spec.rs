@@ -9,8 +9,8 @@ use serde::de::IgnoredAny;
 
 use keel_actors::policy::Decision;
 use keel_actors::policy::rules::{
-    BreakerDefinition, BudgetDefinition, ConditionDefinition, DefaultDefinition, OutcomeDefinition, RateLimitDefinition,
-    RetryDefinition, RuleDefinition,
+    BreakerDefinition, BudgetDefinition, ConditionDefinition, DefaultDefinition, OutcomeDefinition,
+    RateLimitDefinition, RetryDefinition, RuleDefinition,
 };
 
 use super::spec_arguments::ArgumentsSpec;

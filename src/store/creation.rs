@@ -83,7 +83,8 @@ pub(super) async fn postgres_pending(
 
 /// Pending executions, of one agent when `{agent}` is bound (the `executions_pending_agent`
 /// index of migration 0003), else kernel-wide (`executions_status_list`).
-const COUNT_AGENT: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending' AND agent_id = {agent}";
+const COUNT_AGENT: &str =
+    "SELECT COUNT(*) FROM executions WHERE status = 'pending' AND agent_id = {agent}";
 const COUNT_ALL: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending'";
 
 /// SQLite: the number of pending executions.
@@ -98,7 +99,11 @@ pub(super) async fn sqlite_count(
                 .fetch_one(readers)
                 .await
         }
-        None => sqlx::query_scalar::<_, i64>(COUNT_ALL).fetch_one(readers).await,
+        None => {
+            sqlx::query_scalar::<_, i64>(COUNT_ALL)
+                .fetch_one(readers)
+                .await
+        }
     }
     .map_err(map_sqlx_error)?;
     Ok(u64::try_from(count).unwrap_or(0))
@@ -116,7 +121,11 @@ pub(super) async fn postgres_count(
                 .fetch_one(readers)
                 .await
         }
-        None => sqlx::query_scalar::<_, i64>(COUNT_ALL).fetch_one(readers).await,
+        None => {
+            sqlx::query_scalar::<_, i64>(COUNT_ALL)
+                .fetch_one(readers)
+                .await
+        }
     }
 }
 

@@ -105,7 +105,11 @@ async fn failures_open_the_breaker_a_probe_after_the_cool_down_closes_it() {
     assert_eq!(open[0]["state"], "open");
     assert_eq!(open[0]["until"], opened["payload"]["until"]);
     assert_eq!(
-        metric(&kernel, "keel_circuit_transitions_total{tool_id=\"flaky.charge\",state=\"open\"}").await,
+        metric(
+            &kernel,
+            "keel_circuit_transitions_total{tool_id=\"flaky.charge\",state=\"open\"}"
+        )
+        .await,
         1
     );
     assert_eq!(metric(&kernel, "keel_circuits_open").await, 1);
@@ -115,7 +119,9 @@ async fn failures_open_the_breaker_a_probe_after_the_cool_down_closes_it() {
     assert_eq!(denied["accepted"], false);
     let error = denied["error"].as_str().expect("error");
     assert!(
-        error.starts_with("circuit open for tool flaky.charge: 2 failures within 1m; next probe after "),
+        error.starts_with(
+            "circuit open for tool flaky.charge: 2 failures within 1m; next probe after "
+        ),
         "{error}"
     );
     let events = kernel.events(&assignment.execution_id).await;

@@ -7,9 +7,7 @@ use keel_actors::kernel::KernelConfig;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{
-    Assignment, Options, TestAgent, TestKernel, assert_error, running_execution,
-};
+use crate::harness::{Assignment, Options, TestAgent, TestKernel, assert_error, running_execution};
 
 /// A file budget (4 steps, 1 usd) and a rule that allows `search` at most twice per execution.
 const POLICY: &str = r#"
@@ -80,7 +78,10 @@ async fn a_call_over_a_rule_budget_is_denied_naming_it_and_records_only_the_deni
     let kernel = TestKernel::start_with(options()).await;
     let (_agent, assignment) = running_execution(&kernel, "researcher").await;
     for _ in 0..2 {
-        assert_eq!(invoke(&kernel, &assignment, "search").await["accepted"], true);
+        assert_eq!(
+            invoke(&kernel, &assignment, "search").await["accepted"],
+            true
+        );
     }
     let before = kernel.events(&assignment.execution_id).await.len();
     let denied = invoke(&kernel, &assignment, "search").await;
@@ -100,11 +101,20 @@ async fn a_call_over_a_rule_budget_is_denied_naming_it_and_records_only_the_deni
     );
     assert_eq!(last["payload"]["rule_id"], "search-twice");
     // Other tools still fit the file budget (4 steps).
-    assert_eq!(invoke(&kernel, &assignment, "fetch").await["accepted"], true);
+    assert_eq!(
+        invoke(&kernel, &assignment, "fetch").await["accepted"],
+        true
+    );
     let view = budget_view(&kernel, &assignment.execution_id).await;
-    assert_eq!(view["limits"], json!({"max_steps": 4, "max_cost": {"usd": 1.0}}));
+    assert_eq!(
+        view["limits"],
+        json!({"max_steps": 4, "max_cost": {"usd": 1.0}})
+    );
     assert_eq!(view["used"]["steps"], 3);
-    assert_eq!(view["used"]["calls_per_tool"], json!({"search": 2, "fetch": 1}));
+    assert_eq!(
+        view["used"]["calls_per_tool"],
+        json!({"search": 2, "fetch": 1})
+    );
     assert_eq!(view["remaining"]["steps"], 1);
     assert_eq!(view["remaining"]["cost"], json!({"usd": 1.0}));
     kernel.shutdown().await;
@@ -126,14 +136,23 @@ async fn reported_cost_spends_the_cost_budget_and_a_bad_cost_is_400() {
         );
     }
     assert_eq!(kernel.events(&assignment.execution_id).await, before);
-    let (status, _) = result_with_cost(&kernel, &assignment, &step, json!({"usd": 0.5, "tokens": 900})).await;
+    let (status, _) = result_with_cost(
+        &kernel,
+        &assignment,
+        &step,
+        json!({"usd": 0.5, "tokens": 900}),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let completed = kernel.events(&assignment.execution_id).await;
     let completed = completed
         .iter()
         .find(|event| event["type"] == "step.completed")
         .expect("step.completed");
-    assert_eq!(completed["payload"]["cost"], json!({"usd": 0.5, "tokens": 900.0}));
+    assert_eq!(
+        completed["payload"]["cost"],
+        json!({"usd": 0.5, "tokens": 900.0})
+    );
     let step = invoke(&kernel, &assignment, "llm").await["step_id"].clone();
     let (status, _) = result_with_cost(&kernel, &assignment, &step, json!({"usd": 0.75})).await;
     assert_eq!(status, StatusCode::OK);

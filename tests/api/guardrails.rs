@@ -229,7 +229,12 @@ async fn a_full_agent_backlog_answers_429_with_retry_after_and_creates_nothing()
     agent.assignment().await;
     let (status, _) = create_keyed(&kernel, "later", &json!({"agent_id": "busy"})).await;
     assert_eq!(status, StatusCode::CREATED);
-    let metrics = kernel.client.get(kernel.url("/metrics")).send().await.expect("metrics");
+    let metrics = kernel
+        .client
+        .get(kernel.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics");
     let text = metrics.text().await.expect("text");
     assert!(
         text.contains("keel_backlog_refused_total{kind=\"agent\"} 2"),

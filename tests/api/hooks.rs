@@ -33,7 +33,9 @@ impl HookServer {
         let app = axum::Router::new()
             .route("/{name}", axum::routing::post(answer))
             .with_state(server.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let address = listener.local_addr().expect("address");
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -42,7 +44,10 @@ impl HookServer {
     }
 
     fn set(&self, name: &str, behaviour: Behaviour) {
-        self.behaviour.lock().expect("lock").insert(name.to_owned(), behaviour);
+        self.behaviour
+            .lock()
+            .expect("lock")
+            .insert(name.to_owned(), behaviour);
     }
 
     fn requests(&self, name: &str) -> Vec<Value> {
@@ -61,7 +66,11 @@ async fn answer(
     Path(name): Path<String>,
     Json(body): Json<Value>,
 ) -> Json<Value> {
-    server.requests.lock().expect("lock").push((name.clone(), body));
+    server
+        .requests
+        .lock()
+        .expect("lock")
+        .push((name.clone(), body));
     let behaviour = server
         .behaviour
         .lock()
@@ -143,7 +152,12 @@ async fn from_first_hook(kernel: &TestKernel, execution: &str) -> Vec<(String, V
         .unwrap_or(events.len());
     events[start..]
         .iter()
-        .map(|event| (event["type"].as_str().unwrap_or("").to_owned(), event["payload"].clone()))
+        .map(|event| {
+            (
+                event["type"].as_str().unwrap_or("").to_owned(),
+                event["payload"].clone(),
+            )
+        })
         .collect()
 }
 
@@ -158,8 +172,14 @@ async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked
     let (_agent, run) = running_execution(&kernel, "writer").await;
 
     // Pass: the call goes on unchanged; the hook saw the call.
-    let (status, body) = run.intent(&kernel, invoke("fs.read", json!({"path": "/tmp/a"}))).await;
-    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(true)), "{body}");
+    let (status, body) = run
+        .intent(&kernel, invoke("fs.read", json!({"path": "/tmp/a"})))
+        .await;
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
     let step = body["step_id"].as_str().expect("step").to_owned();
     let seen = hooks.requests("pre");
     assert_eq!(seen.len(), 1);
@@ -180,21 +200,42 @@ async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked
     assert_eq!(status, StatusCode::OK);
 
     // Modify: the modified arguments are recorded and become the step's.
-    hooks.set("pre", Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/tmp/safe"}})));
-    let (status, body) = run.intent(&kernel, invoke("fs.read", json!({"path": "/tmp/b"}))).await;
-    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(true)), "{body}");
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/tmp/safe"}})),
+    );
+    let (status, body) = run
+        .intent(&kernel, invoke("fs.read", json!({"path": "/tmp/b"})))
+        .await;
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
     let step = body["step_id"].as_str().expect("step").to_owned();
     let events = from_first_hook(&kernel, &run.execution_id).await;
     assert_eq!(events[0].1["decision"], "modify");
-    let created = events.iter().find(|(kind, _)| kind == "step.created").expect("step.created");
+    let created = events
+        .iter()
+        .find(|(kind, _)| kind == "step.created")
+        .expect("step.created");
     assert_eq!(created.1["arguments"], json!({"path": "/tmp/safe"}));
     let (status, _) = run.step_result(&kernel, &step, true, json!("ok")).await;
     assert_eq!(status, StatusCode::OK);
 
     // Modify into arguments the predicates refuse: denied by the rule, with those arguments.
-    hooks.set("pre", Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/etc/shadow"}})));
-    let (status, body) = run.intent(&kernel, invoke("fs.read", json!({"path": "/tmp/c"}))).await;
-    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(false)), "{body}");
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/etc/shadow"}})),
+    );
+    let (status, body) = run
+        .intent(&kernel, invoke("fs.read", json!({"path": "/tmp/c"})))
+        .await;
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(false)),
+        "{body}"
+    );
     let events = from_first_hook(&kernel, &run.execution_id).await;
     assert_eq!(events[0].1["decision"], "modify");
     assert_eq!(events[1].0, "intent.denied");
@@ -202,10 +243,22 @@ async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked
     assert_eq!(events[1].1["arguments"], json!({"path": "/etc/shadow"}));
 
     // Abort: denied, and the denial names the hook.
-    hooks.set("pre", Behaviour::Answer(json!({"decision": "abort", "reason": "not today"})));
-    let (status, body) = run.intent(&kernel, invoke("web.fetch", json!({"url": "x"}))).await;
-    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(false)), "{body}");
-    assert!(body["error"].as_str().unwrap_or("").contains("not today"), "{body}");
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "abort", "reason": "not today"})),
+    );
+    let (status, body) = run
+        .intent(&kernel, invoke("web.fetch", json!({"url": "x"})))
+        .await;
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(false)),
+        "{body}"
+    );
+    assert!(
+        body["error"].as_str().unwrap_or("").contains("not today"),
+        "{body}"
+    );
     let events = from_first_hook(&kernel, &run.execution_id).await;
     assert_eq!(events[0].1["decision"], "abort");
     assert_eq!(events[0].1["reason"], "not today");
@@ -214,7 +267,10 @@ async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked
     assert_eq!(events[1].1["reason"], "not today");
     assert_eq!(events.len(), 2, "nothing else was recorded: {events:?}");
     let metrics = kernel.kernel.encode_metrics();
-    assert!(metrics.contains("keel_hook_calls_total{hook=\"guard\",decision=\"abort\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("keel_hook_calls_total{hook=\"guard\",decision=\"abort\"} 1"),
+        "{metrics}"
+    );
     kernel.shutdown().await;
 }
 
@@ -226,14 +282,33 @@ async fn a_slow_pre_tool_hook_denies_when_fail_closed_and_passes_when_fail_open(
         let kernel = kernel_with_hooks(&base, failure).await;
         let (_agent, run) = running_execution(&kernel, "writer").await;
         let started = std::time::Instant::now();
-        let (status, body) = run.intent(&kernel, invoke("web.fetch", json!({"url": "x"}))).await;
-        assert!(started.elapsed() < Duration::from_millis(1800), "bounded by the hook's timeout");
-        assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(accepted)), "{failure}: {body}");
+        let (status, body) = run
+            .intent(&kernel, invoke("web.fetch", json!({"url": "x"})))
+            .await;
+        assert!(
+            started.elapsed() < Duration::from_millis(1800),
+            "bounded by the hook's timeout"
+        );
+        assert_eq!(
+            (status, &body["accepted"]),
+            (StatusCode::OK, &json!(accepted)),
+            "{failure}: {body}"
+        );
         let events = from_first_hook(&kernel, &run.execution_id).await;
         assert_eq!(events[0].1["decision"], "error", "{events:?}");
         assert_eq!(events[0].1["failure_mode"], failure);
-        assert!(events[0].1["reason"].as_str().unwrap_or("").contains("300 ms"), "{events:?}");
-        let next = if accepted { "intent.accepted" } else { "intent.denied" };
+        assert!(
+            events[0].1["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("300 ms"),
+            "{events:?}"
+        );
+        let next = if accepted {
+            "intent.accepted"
+        } else {
+            "intent.denied"
+        };
         assert_eq!(events[1].0, next);
         kernel.shutdown().await;
     }
@@ -248,11 +323,20 @@ async fn post_tool_hooks_modify_the_result_the_agent_sees_or_fail_the_step() {
     let remote = |query: &str| json!({"type": "invoke_tool", "tool_id": "search", "arguments": {"q": query}, "remote": true});
 
     // Modify: the agent gets the hook's result, and the log records it after the decision.
-    hooks.set("post", Behaviour::Answer(json!({"decision": "modify", "result": {"hits": ["[redacted]"]}})));
+    hooks.set(
+        "post",
+        Behaviour::Answer(json!({"decision": "modify", "result": {"hits": ["[redacted]"]}})),
+    );
     let (status, body) = run.intent(&kernel, remote("a")).await;
-    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(true)), "{body}");
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
     let job = runner.job().await;
-    let (status, _) = runner.result(&kernel, &job, true, json!({"hits": ["secret"]})).await;
+    let (status, _) = runner
+        .result(&kernel, &job, true, json!({"hits": ["secret"]}))
+        .await;
     assert_eq!(status, StatusCode::OK);
     let pushed = agent.stream.next_of("tool.result").await.data;
     assert_eq!(pushed["status"], "succeeded");
@@ -265,15 +349,27 @@ async fn post_tool_hooks_modify_the_result_the_agent_sees_or_fail_the_step() {
     let events = from_first_hook(&kernel, &run.execution_id).await;
     assert_eq!(events[0].1["decision"], "modify");
     assert_eq!(events[0].1["point"], "post_tool");
-    let completed = events.iter().find(|(kind, _)| kind == "step.completed").expect("completed");
+    let completed = events
+        .iter()
+        .find(|(kind, _)| kind == "step.completed")
+        .expect("completed");
     assert_eq!(completed.1["result"], json!({"hits": ["[redacted]"]}));
 
     // Abort: the step fails with the hook's reason.
-    hooks.set("post", Behaviour::Answer(json!({"decision": "abort", "reason": "leaks a secret"})));
+    hooks.set(
+        "post",
+        Behaviour::Answer(json!({"decision": "abort", "reason": "leaks a secret"})),
+    );
     let (status, body) = run.intent(&kernel, remote("b")).await;
-    assert_eq!((status, &body["accepted"]), (StatusCode::OK, &json!(true)), "{body}");
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
     let job = runner.job().await;
-    let (status, _) = runner.result(&kernel, &job, true, json!({"hits": ["secret"]})).await;
+    let (status, _) = runner
+        .result(&kernel, &job, true, json!({"hits": ["secret"]}))
+        .await;
     assert_eq!(status, StatusCode::OK);
     let pushed = agent.stream.next_of("tool.result").await.data;
     assert_eq!(pushed["status"], "failed");
@@ -285,7 +381,9 @@ async fn post_tool_hooks_modify_the_result_the_agent_sees_or_fail_the_step() {
     let (status, _) = run.intent(&kernel, remote("c")).await;
     assert_eq!(status, StatusCode::OK);
     let job = runner.job().await;
-    runner.result(&kernel, &job, true, json!({"hits": []})).await;
+    runner
+        .result(&kernel, &job, true, json!({"hits": []}))
+        .await;
     let pushed = agent.stream.next_of("tool.result").await.data;
     assert_eq!(pushed["result"], json!({"hits": []}));
     kernel.shutdown().await;

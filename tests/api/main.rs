@@ -4,16 +4,15 @@
 
 mod agents;
 mod approvals;
-mod console;
 mod backend;
 mod breakers;
 mod budgets;
+mod console;
 mod credentials;
 mod errors;
 mod executions;
 mod failures;
 mod feed;
-mod webhooks;
 mod guardrails;
 mod harness;
 mod hooks;
@@ -26,3 +25,4 @@ mod runners;
 mod slow_clients;
 mod sse;
 mod tls;
+mod webhooks;

@@ -42,7 +42,9 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/hook", axum::routing::post(receive))
             .with_state(receiver.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let address = listener.local_addr().expect("address");
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -127,9 +129,15 @@ async fn deliveries_are_signed_ordered_and_retried_until_acknowledged() {
         .await
         .expect("webhooks load");
     for n in 0..4 {
-        let id = kernel.create("agent", json!({ "n": n })).await["id"].as_str().expect("id").to_owned();
+        let id = kernel.create("agent", json!({ "n": n })).await["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
         let (status, _) = kernel
-            .post(&format!("/v0/executions/{id}/signal"), &json!({"signal_type": "go"}))
+            .post(
+                &format!("/v0/executions/{id}/signal"),
+                &json!({"signal_type": "go"}),
+            )
             .await;
         assert_eq!(status, reqwest::StatusCode::OK);
     }
@@ -142,29 +150,54 @@ async fn deliveries_are_signed_ordered_and_retried_until_acknowledged() {
     let requests = receiver.requests.lock().expect("lock").clone();
     // The first event was refused three times and retried; nothing overtook it.
     assert_eq!(requests.len(), expected.len() + 3);
-    assert!(requests[..4].iter().all(|request| position(&request.body) == expected[0]));
+    assert!(
+        requests[..4]
+            .iter()
+            .all(|request| position(&request.body) == expected[0])
+    );
     for request in &requests {
         let header = |name: &str| {
-            request.headers.get(name).and_then(|value| value.to_str().ok()).unwrap_or_default().to_owned()
+            request
+                .headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
         };
         let timestamp: i64 = header("keel-timestamp").parse().expect("timestamp");
         assert!((chrono::Utc::now().timestamp() - timestamp).abs() < 60);
-        assert!(sign::verify(SECRET.as_bytes(), timestamp, &request.body, &header("keel-signature")));
-        assert!(!sign::verify(b"wrong", timestamp, &request.body, &header("keel-signature")));
+        assert!(sign::verify(
+            SECRET.as_bytes(),
+            timestamp,
+            &request.body,
+            &header("keel-signature")
+        ));
+        assert!(!sign::verify(
+            b"wrong",
+            timestamp,
+            &request.body,
+            &header("keel-signature")
+        ));
         assert_eq!(header("keel-webhook-id"), "chat");
         assert_eq!(header("content-type"), "application/json");
         let event: Value = serde_json::from_slice(&request.body).expect("json");
         assert_eq!(header("keel-event-id"), event["id"].as_str().expect("id"));
         assert_eq!(header("keel-event-position"), event["position"].to_string());
         let kind = event["type"].as_str().expect("type");
-        assert!(kind == "execution.created" || kind == "signal.received", "{kind}");
+        assert!(
+            kind == "execution.created" || kind == "signal.received",
+            "{kind}"
+        );
     }
     let metrics = kernel.kernel.encode_metrics();
     assert!(
-        metrics.contains("keel_webhook_deliveries_total{subscription=\"chat\",result=\"failed\"} 3"),
+        metrics
+            .contains("keel_webhook_deliveries_total{subscription=\"chat\",result=\"failed\"} 3"),
         "{metrics}"
     );
-    assert!(metrics.contains("keel_webhook_deliveries_total{subscription=\"chat\",result=\"ok\"} 8"));
+    assert!(
+        metrics.contains("keel_webhook_deliveries_total{subscription=\"chat\",result=\"ok\"} 8")
+    );
     service.stop().await;
     // The acknowledged position is stored: everything up to the last delivery.
     let stored = kernel.kernel.webhook_positions().await.expect("positions");
@@ -224,7 +257,10 @@ async fn a_dead_endpoint_holds_one_page_and_nothing_is_lost_or_repeated_across_a
         .find_map(|line| line.strip_prefix("keel_webhook_buffered_events{subscription=\"ops\"} "))
         .and_then(|value| value.parse().ok())
         .expect("buffered gauge");
-    assert!(buffered <= 500, "a dead endpoint holds at most one page ({buffered})");
+    assert!(
+        buffered <= 500,
+        "a dead endpoint holds at most one page ({buffered})"
+    );
     assert!(metrics.contains("keel_webhook_lag_seconds{subscription=\"ops\"}"));
     // The kernel is not slowed by it: a new creation answers at once.
     tokio::time::timeout(Duration::from_secs(2), kernel.create("bulk", json!("late")))
@@ -244,10 +280,15 @@ async fn a_dead_endpoint_holds_one_page_and_nothing_is_lost_or_repeated_across_a
         let mut after = 0;
         loop {
             let (_, body) = kernel
-                .get(&format!("/v0/events?types=execution.created&limit=1000&after_position={after}"))
+                .get(&format!(
+                    "/v0/events?types=execution.created&limit=1000&after_position={after}"
+                ))
                 .await;
             let page = body["events"].as_array().expect("events").clone();
-            all.extend(page.iter().map(|event| event["position"].as_i64().expect("position")));
+            all.extend(
+                page.iter()
+                    .map(|event| event["position"].as_i64().expect("position")),
+            );
             after = body["next_after_position"].as_i64().expect("next");
             if body["has_more"] != json!(true) {
                 break all;

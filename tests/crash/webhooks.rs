@@ -34,7 +34,9 @@ async fn receive(State(receiver): State<Receiver>, body: Bytes) -> StatusCode {
 
 async fn created_positions(http: &reqwest::Client, url: &str) -> Vec<i64> {
     let body: Value = http
-        .get(format!("{url}/v0/events?types=execution.created&limit=1000"))
+        .get(format!(
+            "{url}/v0/events?types=execution.created&limit=1000"
+        ))
         .send()
         .await
         .expect("feed")
@@ -77,7 +79,9 @@ async fn webhook_deliveries_survive_kill_9_with_the_receiver_down() {
     let app = axum::Router::new()
         .route("/hook", axum::routing::post(receive))
         .with_state(receiver.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let hook = format!("http://{}/hook", listener.local_addr().expect("address"));
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;

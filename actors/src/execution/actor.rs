@@ -198,18 +198,16 @@ async fn handle_message(
         } => {
             let result =
                 match machine::check_session(&state.exec, &session_id, session_owner.as_ref()) {
-                    Ok(()) => {
-                        match super::hooks::post_tool(state, &mut outcome).await {
-                            Ok(hook_events) => {
-                                decide_and_apply(state, |exec| {
-                                    machine::agent_step_result(exec, &outcome)
-                                        .map(|transition| with_first(transition, hook_events))
-                                })
-                                .await
-                            }
-                            Err(error) => Err(error),
+                    Ok(()) => match super::hooks::post_tool(state, &mut outcome).await {
+                        Ok(hook_events) => {
+                            decide_and_apply(state, |exec| {
+                                machine::agent_step_result(exec, &outcome)
+                                    .map(|transition| with_first(transition, hook_events))
+                            })
+                            .await
                         }
-                    }
+                        Err(error) => Err(error),
+                    },
                     Err(rejection) => Err(rejection.into()),
                 };
             count_step(state, &outcome, &result);

@@ -42,7 +42,13 @@ pub(super) async fn ask_policy<T: Send + 'static>(
         .ctx
         .policy()
         .ok_or_else(|| KernelError::Unavailable("policy actor is not running".into()))?;
-    call(&policy, message, state.ctx.config.call_timeout, "policy actor").await
+    call(
+        &policy,
+        message,
+        state.ctx.config.call_timeout,
+        "policy actor",
+    )
+    .await
 }
 
 async fn hooks_for(
@@ -95,7 +101,13 @@ pub(super) async fn pre_tool(
         return Ok(Vec::new());
     }
     let input = policy_input(state, tool_id, arguments);
-    let hooks = hooks_for(state, HookPoint::PreTool, input, Some(verdict.rule_id.clone())).await?;
+    let hooks = hooks_for(
+        state,
+        HookPoint::PreTool,
+        input,
+        Some(verdict.rule_id.clone()),
+    )
+    .await?;
     if hooks.is_empty() {
         return Ok(Vec::new());
     }

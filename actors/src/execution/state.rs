@@ -453,9 +453,14 @@ impl ExecutionState {
 /// Returns the text of a policy denial as the agent receives it.
 pub fn denial_text(reason: &str, rule_id: &str) -> String {
     // Guardrail denials name themselves; only rule decisions read "policy denied".
-    if ["rate limit exceeded", "budget exceeded", "circuit open", "circuit half-open"]
-        .iter()
-        .any(|prefix| reason.starts_with(prefix))
+    if [
+        "rate limit exceeded",
+        "budget exceeded",
+        "circuit open",
+        "circuit half-open",
+    ]
+    .iter()
+    .any(|prefix| reason.starts_with(prefix))
     {
         format!("{reason} (rule: {rule_id})")
     } else {

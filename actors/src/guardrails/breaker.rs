@@ -113,7 +113,12 @@ pub struct Breakers {
 impl Breakers {
     /// Decides whether an intent for `tool_id` may pass at `now`; returns the denial reason
     /// when the breaker is open or its probe is running.
-    pub fn admit(&mut self, tool_id: &str, config: &BreakerConfig, now: Timestamp) -> Option<String> {
+    pub fn admit(
+        &mut self,
+        tool_id: &str,
+        config: &BreakerConfig,
+        now: Timestamp,
+    ) -> Option<String> {
         let breaker = self.breakers.get_mut(tool_id)?;
         match breaker.state {
             State::Closed => None,
@@ -156,7 +161,11 @@ impl Breakers {
                     return None;
                 }
                 let oldest = sub(at, config.window);
-                while breaker.failures.front().is_some_and(|first| *first <= oldest) {
+                while breaker
+                    .failures
+                    .front()
+                    .is_some_and(|first| *first <= oldest)
+                {
                     breaker.failures.pop_front();
                 }
                 breaker.failures.push_back(at);
@@ -183,16 +192,17 @@ impl Breakers {
     /// Drops the breakers that are closed with no failure left in their window (after a
     /// reload removed or changed entries, and from time to time).
     pub fn sweep(&mut self, now: Timestamp, config: impl Fn(&str) -> Option<Duration>) {
-        self.breakers.retain(|tool_id, breaker| match config(tool_id) {
-            None => false,
-            Some(window) => {
-                breaker.state != State::Closed
-                    || breaker
-                        .failures
-                        .back()
-                        .is_some_and(|last| *last > sub(now, window))
-            }
-        });
+        self.breakers
+            .retain(|tool_id, breaker| match config(tool_id) {
+                None => false,
+                Some(window) => {
+                    breaker.state != State::Closed
+                        || breaker
+                            .failures
+                            .back()
+                            .is_some_and(|last| *last > sub(now, window))
+                }
+            });
     }
 
     /// Returns the breakers that are not closed, or have failures in their window, as JSON.

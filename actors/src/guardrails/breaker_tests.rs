@@ -50,7 +50,11 @@ fn failures_within_the_window_open_the_breaker_and_successes_do_not_reset_it() {
              2026-01-01T00:00:34.000000Z"
         )
     );
-    assert_eq!(breakers.admit("pay.refund", &config, at(5)), None, "per tool id");
+    assert_eq!(
+        breakers.admit("pay.refund", &config, at(5)),
+        None,
+        "per tool id"
+    );
     assert_eq!(breakers.open_count(), 1);
 }
 
@@ -62,7 +66,11 @@ fn failures_older_than_the_window_do_not_count() {
     breakers.record("pay.charge", &config, false, at(30));
     // The first failure left the window exactly 60 s after it happened.
     assert_eq!(breakers.record("pay.charge", &config, false, at(60)), None);
-    assert!(breakers.record("pay.charge", &config, false, at(61)).is_some());
+    assert!(
+        breakers
+            .record("pay.charge", &config, false, at(61))
+            .is_some()
+    );
 }
 
 #[test]
@@ -72,8 +80,15 @@ fn after_the_cool_down_one_probe_passes_and_its_success_closes_the_breaker() {
     for second in 0..3 {
         breakers.record("pay.charge", &config, false, at(second));
     }
-    assert!(breakers.admit("pay.charge", &config, at(31)).is_some(), "cool-down until 32");
-    assert_eq!(breakers.admit("pay.charge", &config, at(32)), None, "the probe");
+    assert!(
+        breakers.admit("pay.charge", &config, at(31)).is_some(),
+        "cool-down until 32"
+    );
+    assert_eq!(
+        breakers.admit("pay.charge", &config, at(32)),
+        None,
+        "the probe"
+    );
     assert_eq!(
         breakers.admit("pay.charge", &config, at(33)).as_deref(),
         Some("circuit half-open for tool pay.charge: a probe call is running")
@@ -100,7 +115,11 @@ fn a_failed_probe_opens_the_breaker_for_another_cool_down() {
     for second in 0..3 {
         breakers.record("pay.charge", &config, false, at(second));
     }
-    assert_eq!(breakers.record("pay.charge", &config, false, at(10)), None, "ignored while open");
+    assert_eq!(
+        breakers.record("pay.charge", &config, false, at(10)),
+        None,
+        "ignored while open"
+    );
     assert_eq!(breakers.admit("pay.charge", &config, at(40)), None);
     assert_eq!(
         breakers.record("pay.charge", &config, false, at(45)),

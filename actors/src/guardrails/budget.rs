@@ -177,7 +177,10 @@ impl Budget {
         }
         if let Some(wall) = &self.max_wall_time {
             let ms = wall.limit.saturating_sub(elapsed).as_millis();
-            left.insert("wall_time_ms".into(), json!(u64::try_from(ms).unwrap_or(u64::MAX)));
+            left.insert(
+                "wall_time_ms".into(),
+                json!(u64::try_from(ms).unwrap_or(u64::MAX)),
+            );
         }
         if let Some(max) = self.max_retries {
             left.insert("retries".into(), json!(max.saturating_sub(usage.retries)));

@@ -26,7 +26,12 @@ fn created(tool: &str) -> EventBody {
 }
 
 fn cost(pairs: &[(&str, f64)]) -> Option<Cost> {
-    Some(pairs.iter().map(|(unit, amount)| ((*unit).to_owned(), *amount)).collect())
+    Some(
+        pairs
+            .iter()
+            .map(|(unit, amount)| ((*unit).to_owned(), *amount))
+            .collect(),
+    )
 }
 
 fn usage(events: &[EventBody]) -> BudgetUsage {
@@ -74,7 +79,10 @@ fn usage_counts_steps_calls_retries_and_cost_from_events() {
     assert_eq!(used.calls("fetch"), 1);
     assert_eq!(used.calls("other"), 0);
     assert_eq!(used.retries, 1);
-    assert_eq!(used.cost, cost(&[("usd", 0.75), ("tokens", 100.0)]).unwrap());
+    assert_eq!(
+        used.cost,
+        cost(&[("usd", 0.75), ("tokens", 100.0)]).unwrap()
+    );
 }
 
 #[test]
@@ -109,9 +117,7 @@ fn each_limit_denies_at_its_bound_and_names_itself() {
                 max_calls_per_tool: Some(2),
                 ..Budget::default()
             },
-            Some(
-                "budget exceeded: max_calls_per_tool 2 reached for tool search (2 calls so far)",
-            ),
+            Some("budget exceeded: max_calls_per_tool 2 reached for tool search (2 calls so far)"),
         ),
         (
             Budget {
@@ -193,7 +199,11 @@ fn tighter_takes_the_smaller_limit_of_each_key_and_or_fills_missing_keys() {
     };
     let merged = agent.or(&file);
     assert_eq!(merged.max_steps, Some(50), "the agent file's key wins");
-    assert_eq!(merged.max_wall_time, wall(60), "missing keys come from global");
+    assert_eq!(
+        merged.max_wall_time,
+        wall(60),
+        "missing keys come from global"
+    );
     assert!(Budget::default().is_empty() && !merged.is_empty());
 }
 
@@ -248,7 +258,8 @@ fn cost_must_be_an_object_of_non_negative_numbers() {
     ] {
         assert!(parse_cost(&bad).is_err(), "{bad}");
     }
-    let many: serde_json::Map<String, serde_json::Value> =
-        (0..=MAX_COST_UNITS).map(|i| (format!("u{i}"), json!(1))).collect();
+    let many: serde_json::Map<String, serde_json::Value> = (0..=MAX_COST_UNITS)
+        .map(|i| (format!("u{i}"), json!(1)))
+        .collect();
     assert!(parse_cost(&serde_json::Value::Object(many)).is_err());
 }

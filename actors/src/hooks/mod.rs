@@ -133,7 +133,10 @@ impl crate::policy::PolicyEngine for HookedEngine {
         &self.hooks
     }
 
-    fn agent_budget(&self, agent_id: &str) -> Option<std::sync::Arc<crate::guardrails::budget::Budget>> {
+    fn agent_budget(
+        &self,
+        agent_id: &str,
+    ) -> Option<std::sync::Arc<crate::guardrails::budget::Budget>> {
         self.inner.agent_budget(agent_id)
     }
 

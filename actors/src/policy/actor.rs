@@ -15,9 +15,9 @@ use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 use super::windows::RateWindows;
 use crate::guardrails::breaker::{BreakerChange, Breakers};
 use crate::guardrails::budget::Budget;
-use crate::store::ToolResult;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::store::ToolResult;
 use crate::time::{self, Clock};
 
 /// Messages of the policy actor.
@@ -94,7 +94,14 @@ impl Actor for PolicyActor {
         };
         let horizon = state.engine.longest_rate_window();
         load_history(&mut state, horizon).await;
-        super::breakers::rebuild(&mut state.breakers, &*state.engine, &*state.store, &state.clock, &state.metrics).await;
+        super::breakers::rebuild(
+            &mut state.breakers,
+            &*state.engine,
+            &*state.store,
+            &state.clock,
+            &state.metrics,
+        )
+        .await;
         Ok(state)
     }
 
@@ -129,8 +136,7 @@ impl Actor for PolicyActor {
             } => {
                 let hooks = state.engine.hooks();
                 let applicable = if hooks.iter().any(|hook| hook.point == point) {
-                    let rule_id =
-                        rule_id.unwrap_or_else(|| state.engine.evaluate(&input).rule_id);
+                    let rule_id = rule_id.unwrap_or_else(|| state.engine.evaluate(&input).rule_id);
                     hooks
                         .iter()
                         .filter(|hook| hook.applies(point, &input.agent_id, &rule_id))
@@ -162,7 +168,8 @@ impl Actor for PolicyActor {
             PolicyMsg::ReplaceEngine(engine) => {
                 tracing::debug!(policy.digest = %engine.digest(), "policy engine replaced");
                 let horizon = engine.longest_rate_window();
-                let breakers_changed = engine.breakers().horizon() != state.engine.breakers().horizon()
+                let breakers_changed = engine.breakers().horizon()
+                    != state.engine.breakers().horizon()
                     || engine.breakers().0.len() != state.engine.breakers().0.len();
                 state.engine = engine;
                 if horizon != state.windows.horizon() {
@@ -171,7 +178,14 @@ impl Actor for PolicyActor {
                 if breakers_changed {
                     // Rebuilt from the log: results are stored before they are reported.
                     state.breakers = Breakers::default();
-                    super::breakers::rebuild(&mut state.breakers, &*state.engine, &*state.store, &state.clock, &state.metrics).await;
+                    super::breakers::rebuild(
+                        &mut state.breakers,
+                        &*state.engine,
+                        &*state.store,
+                        &state.clock,
+                        &state.metrics,
+                    )
+                    .await;
                 }
             }
         }

@@ -22,8 +22,7 @@ pub(super) fn record(
         let Some(config) = set.config(&result.tool_id) else {
             continue;
         };
-        if let Some(change) = breakers.record(&result.tool_id, config, result.success, result.at)
-        {
+        if let Some(change) = breakers.record(&result.tool_id, config, result.success, result.at) {
             count(metrics, &change);
             log(&change);
             changes.push(change);

@@ -2,9 +2,9 @@
 //! `PolicyActor` that answers every `invoke_tool` intent (decision plus rate limit).
 
 pub mod actor;
+mod breakers;
 pub mod engine;
 pub mod rules;
-mod breakers;
 mod windows;
 #[cfg(test)]
 mod windows_tests;

@@ -134,7 +134,13 @@ pub async fn tool_calls_since_lists_allowed_calls_oldest_first(store: Arc<dyn St
 /// as successes, failed and timed-out ones as failures; other step events are not results.
 pub async fn tool_results_since_lists_step_results_oldest_first(store: Arc<dyn Store>) {
     use keel_actors::store::ToolResult;
-    assert!(store.tool_results_since(at(0)).await.expect("read").is_empty());
+    assert!(
+        store
+            .tool_results_since(at(0))
+            .await
+            .expect("read")
+            .is_empty()
+    );
     let a = create(&store, "exec-a", "agent-a", &[], at(1)).await;
     let a = call(&store, &a, "step-a1", "pay.charge", at(2), false).await;
     let a = call(&store, &a, "step-a2", "pay.refund", at(3), false).await;

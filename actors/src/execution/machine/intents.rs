@@ -397,7 +397,10 @@ struct RuleSettings {
 }
 
 fn max_retries(verdict: &PolicyDecision) -> Option<u64> {
-    verdict.budget.as_ref().and_then(|budget| budget.max_retries)
+    verdict
+        .budget
+        .as_ref()
+        .and_then(|budget| budget.max_retries)
 }
 
 fn millis(duration: Duration) -> u64 {

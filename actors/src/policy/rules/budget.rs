@@ -32,28 +32,30 @@ pub(super) fn compile_budget(
     let max_steps = count(definition.max_steps, "max_steps");
     let max_calls_per_tool = count(definition.max_calls_per_tool, "max_calls_per_tool");
     let max_retries = count(definition.max_retries, "max_retries");
-    let max_wall_time = definition.max_wall_time.as_ref().and_then(|text| {
-        match parse_duration(text) {
-            Ok(limit) if !limit.is_zero() => Some(WallTime {
-                limit,
-                text: text.clone(),
-            }),
-            Ok(_) => {
-                errors.push(CompileIssue::new(
-                    path.keys(&["max_wall_time"]),
-                    format!("{owner}: budget.max_wall_time must be longer than 0"),
-                ));
-                None
-            }
-            Err(message) => {
-                errors.push(CompileIssue::new(
-                    path.keys(&["max_wall_time"]),
-                    format!("{owner}: budget.max_wall_time: {message}"),
-                ));
-                None
-            }
-        }
-    });
+    let max_wall_time =
+        definition
+            .max_wall_time
+            .as_ref()
+            .and_then(|text| match parse_duration(text) {
+                Ok(limit) if !limit.is_zero() => Some(WallTime {
+                    limit,
+                    text: text.clone(),
+                }),
+                Ok(_) => {
+                    errors.push(CompileIssue::new(
+                        path.keys(&["max_wall_time"]),
+                        format!("{owner}: budget.max_wall_time must be longer than 0"),
+                    ));
+                    None
+                }
+                Err(message) => {
+                    errors.push(CompileIssue::new(
+                        path.keys(&["max_wall_time"]),
+                        format!("{owner}: budget.max_wall_time: {message}"),
+                    ));
+                    None
+                }
+            });
     let mut max_cost = BTreeMap::new();
     for (unit, limit) in definition.max_cost.iter().flatten() {
         if unit.is_empty() || unit.len() > MAX_COST_UNIT_BYTES {
@@ -66,7 +68,9 @@ pub(super) fn compile_budget(
         } else if !limit.is_finite() || *limit < 0.0 {
             errors.push(CompileIssue::new(
                 path.keys(&["max_cost", unit]),
-                format!("{owner}: budget.max_cost.{unit} must be a number of at least 0, got {limit}"),
+                format!(
+                    "{owner}: budget.max_cost.{unit} must be a number of at least 0, got {limit}"
+                ),
             ));
         } else {
             max_cost.insert(unit.clone(), *limit);

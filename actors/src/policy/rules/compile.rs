@@ -61,7 +61,9 @@ pub fn compile(definition: &PolicyDefinition) -> Compilation {
         PolicyDecision::plain(default.decision, "default", &reason)
     });
     let budget = definition.budget.as_ref().and_then(|budget| {
-        let path = FieldPath(vec![super::definition::PathSegment::Key("budget".to_owned())]);
+        let path = FieldPath(vec![super::definition::PathSegment::Key(
+            "budget".to_owned(),
+        )]);
         compile_budget(budget, &path, "the file's budget", &mut errors)
     });
     let breakers = definition

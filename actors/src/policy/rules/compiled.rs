@@ -103,7 +103,11 @@ pub struct RuleSet {
 impl RuleSet {
     /// Returns the rule set of a single file (file default, else deny `default`).
     pub fn single(file: &CompiledRules) -> Self {
-        Self::build(file.rules.clone(), file.default.clone(), file.budget.clone())
+        Self::build(
+            file.rules.clone(),
+            file.default.clone(),
+            file.budget.clone(),
+        )
     }
 
     /// Returns an agent file's rules merged with the global file's: ids and priorities must be

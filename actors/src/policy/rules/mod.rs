@@ -21,9 +21,9 @@ pub use compile::{Compilation, compile};
 pub use compiled::{AGENT_DEFAULT_RULE_ID, CompiledPolicy, CompiledRules, MergeConflict, RuleSet};
 pub use conditions::KNOWN_ACTIONS;
 pub use definition::{
-    ArgumentsDefinition, ArgumentsForm, BreakerDefinition, BudgetDefinition, CompileIssue, ConditionDefinition, DefaultDefinition,
-    FieldPath, OutcomeDefinition, PathSegment, PolicyDefinition, PredicateDefinition,
-    RateLimitDefinition, RetryDefinition, RuleDefinition,
+    ArgumentsDefinition, ArgumentsForm, BreakerDefinition, BudgetDefinition, CompileIssue,
+    ConditionDefinition, DefaultDefinition, FieldPath, OutcomeDefinition, PathSegment,
+    PolicyDefinition, PredicateDefinition, RateLimitDefinition, RetryDefinition, RuleDefinition,
 };
 pub use duration::{parse_duration, parse_go_duration, parse_non_negative_duration};
 pub use glob::Glob;
