@@ -1,0 +1,62 @@
+use super::*;
+
+#[test]
+fn labels_must_be_an_object_of_strings() {
+    assert_eq!(parse_labels(None).unwrap(), None);
+    let parsed = parse_labels(Some(json!({"team": "ops"}))).unwrap().unwrap();
+    assert_eq!(parsed.get("team").map(String::as_str), Some("ops"));
+    for bad in [
+        json!({"n": 1}),
+        json!(["a"]),
+        json!("x"),
+        json!({"a": null}),
+    ] {
+        assert!(matches!(
+            parse_labels(Some(bad)),
+            Err(ApiError::BadRequest(_))
+        ));
+    }
+}
+
+#[test]
+fn list_limits_are_defaulted_and_clamped() {
+    let limit = |raw: &str| {
+        list_filter(&QueryParams::parse(Some(raw), &["label"]).unwrap())
+            .unwrap()
+            .limit
+    };
+    assert_eq!(limit(""), 50);
+    assert_eq!(limit("limit=0"), 50);
+    assert_eq!(limit("limit=-1"), 50);
+    assert_eq!(limit("limit=abc"), 50);
+    assert_eq!(limit("limit=7"), 7);
+    assert_eq!(limit("limit=500"), 200);
+}
+
+#[test]
+fn bad_filters_have_the_wire_messages() {
+    let error = |raw: &str| {
+        list_filter(&QueryParams::parse(Some(raw), &["label"]).unwrap())
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        error("status=done"),
+        r#"validation error: invalid status "done""#
+    );
+    assert_eq!(
+        error("label=nocolon"),
+        r#"validation error: invalid label filter "nocolon", expected key:value"#
+    );
+    assert_eq!(
+        error("label=:v"),
+        r#"validation error: invalid label filter ":v", expected key:value"#
+    );
+    assert_eq!(error("cursor=zzz"), "validation error: invalid cursor");
+    let filter = list_filter(
+        &QueryParams::parse(Some("label=a:b:c&status=running&agent_id=x"), &["label"]).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(filter.labels, vec![("a".to_owned(), "b:c".to_owned())]);
+    assert_eq!(filter.status, Some(ExecutionStatus::Running));
+}

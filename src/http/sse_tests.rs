@@ -1,0 +1,66 @@
+use super::*;
+
+#[test]
+fn frames_carry_id_event_and_one_data_line_per_line() {
+    assert_eq!(
+        &frame(Some(3), "step.created", "{\"a\":1}")[..],
+        b"id: 3\nevent: step.created\ndata: {\"a\":1}\n\n"
+    );
+    assert_eq!(
+        &frame(None, "tool.result", "a\nb")[..],
+        b"event: tool.result\ndata: a\ndata: b\n\n"
+    );
+}
+
+/// A log whose terminal commit lands right after the stream's events read, before its
+/// status read: the first read sees nothing, the status is already terminal.
+struct RacingLog {
+    completed: Vec<Event>,
+    status_read: std::sync::atomic::AtomicBool,
+}
+
+impl ExecutionLog for RacingLog {
+    async fn events_after(&self, _: &ExecutionId, after: i64) -> Result<Vec<Event>, KernelError> {
+        let committed = self.status_read.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(if committed {
+            self.completed
+                .iter()
+                .filter(|event| event.sequence > after)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        })
+    }
+
+    async fn has_ended(&self, _: &ExecutionId) -> Result<bool, KernelError> {
+        self.status_read
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(true)
+    }
+}
+
+#[tokio::test]
+async fn a_terminal_event_committed_between_the_two_reads_is_still_sent() {
+    use keel_actors::events::{EventBody, NewEvent, seal};
+    let id = ExecutionId::new("e1");
+    let body = EventBody::ExecutionCompleted {
+        output: serde_json::json!("done"),
+    };
+    let completed = seal(
+        &id,
+        4,
+        keel_actors::time::now(),
+        None,
+        vec![NewEvent::execution(body)],
+    );
+    let log = RacingLog {
+        completed,
+        status_read: Default::default(),
+    };
+    let page = read_after(&log, &id, 4).await.expect("the stream goes on");
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].body.type_name(), "execution.completed");
+    // Once it was sent, the next read ends the stream.
+    assert!(read_after(&log, &id, 5).await.is_none());
+}
