@@ -10,7 +10,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ids::{ExecutionId, StepId};
 use crate::time::{self, Timestamp};
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
@@ -370,153 +369,9 @@ pub fn is_terminal_type(type_name: &str) -> bool {
     )
 }
 
-/// One event as stored in the log and sent on the wire.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    /// UUIDv7 of the event.
-    pub id: String,
-    /// Execution it belongs to.
-    pub execution_id: ExecutionId,
-    /// Step it concerns, if step-scoped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_id: Option<StepId>,
-    /// Type and payload.
-    #[serde(flatten)]
-    pub body: EventBody,
-    /// Payload schema version (always [`SCHEMA_VERSION`]).
-    pub schema_version: i64,
-    /// When it was recorded.
-    #[serde(with = "time::serde_micros")]
-    pub timestamp: Timestamp,
-    /// Event that caused it.
-    pub causation_id: String,
-    /// Shared by all events of one atomic batch.
-    pub correlation_id: String,
-    /// Idempotency key of the intent that produced it, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idempotency_key: Option<String>,
-    /// Position within the execution, from 1, contiguous.
-    pub sequence: i64,
-}
-
-/// An event the state machine wants to append, before it gets its envelope.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NewEvent {
-    /// Step it concerns, if step-scoped.
-    pub step_id: Option<StepId>,
-    /// Type and payload.
-    pub body: EventBody,
-    /// Idempotency key of the intent that produced it.
-    pub idempotency_key: Option<String>,
-}
-
-impl NewEvent {
-    /// Returns an event not tied to a step.
-    pub fn execution(body: EventBody) -> Self {
-        Self {
-            step_id: None,
-            body,
-            idempotency_key: None,
-        }
-    }
-
-    /// Returns an event about one step.
-    pub fn step(step_id: &StepId, body: EventBody) -> Self {
-        Self {
-            step_id: Some(step_id.clone()),
-            body,
-            idempotency_key: None,
-        }
-    }
-
-    /// Returns the same event carrying an idempotency key.
-    pub fn with_key(mut self, key: Option<String>) -> Self {
-        self.idempotency_key = key;
-        self
-    }
-}
-
-/// Wraps new events into envelopes: contiguous sequences after `last_sequence`, one
-/// correlation id for the batch, each event caused by the previous one.
-pub fn seal(
-    execution_id: &ExecutionId,
-    last_sequence: i64,
-    timestamp: Timestamp,
-    causation: Option<&str>,
-    new_events: Vec<NewEvent>,
-) -> Vec<Event> {
-    let mut sealed = Vec::with_capacity(new_events.len());
-    let mut previous: Option<String> = causation.map(str::to_owned);
-    let mut correlation: Option<String> = None;
-    for (index, new_event) in new_events.into_iter().enumerate() {
-        let id = crate::ids::new_uuid_v7();
-        let correlation_id = correlation.get_or_insert_with(|| id.clone()).clone();
-        let causation_id = previous.clone().unwrap_or_else(|| id.clone());
-        previous = Some(id.clone());
-        sealed.push(Event {
-            id,
-            execution_id: execution_id.clone(),
-            step_id: new_event.step_id,
-            body: new_event.body,
-            schema_version: SCHEMA_VERSION,
-            timestamp,
-            causation_id,
-            correlation_id,
-            idempotency_key: new_event.idempotency_key,
-            sequence: last_sequence + 1 + index as i64,
-        });
-    }
-    sealed
-}
+mod envelope;
+pub use envelope::{Event, NewEvent, seal};
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn event_json_has_type_and_payload_side_by_side_and_round_trips() {
-        let events = seal(
-            &ExecutionId::new("e1"),
-            3,
-            crate::time::now(),
-            None,
-            vec![NewEvent::step(
-                &StepId::new("s1"),
-                EventBody::StepCompleted {
-                    result: serde_json::json!({"x": 1}),
-                    cost: None,
-                },
-            )],
-        );
-        let json = serde_json::to_value(&events[0]).expect("serializes");
-        assert_eq!(json["type"], "step.completed");
-        assert_eq!(json["payload"]["result"]["x"], 1);
-        assert_eq!(json["sequence"], 4);
-        assert_eq!(json["step_id"], "s1");
-        assert!(json.get("idempotency_key").is_none());
-        let back: Event = serde_json::from_value(json).expect("deserializes");
-        assert_eq!(back, events[0]);
-    }
-
-    #[test]
-    fn a_batch_shares_one_correlation_and_chains_causation() {
-        let bodies = vec![
-            NewEvent::execution(EventBody::ExecutionResumed { reason: "a".into() }),
-            NewEvent::execution(EventBody::ExecutionResumed { reason: "b".into() }),
-        ];
-        let events = seal(&ExecutionId::new("e"), 0, crate::time::now(), None, bodies);
-        assert_eq!(events[0].causation_id, events[0].id);
-        assert_eq!(events[1].causation_id, events[0].id);
-        assert_eq!(events[0].correlation_id, events[1].correlation_id);
-        assert_eq!((events[0].sequence, events[1].sequence), (1, 2));
-    }
-
-    #[test]
-    fn from_parts_rebuilds_every_body_from_its_payload() {
-        let body = EventBody::StepTimedOut {};
-        assert_eq!(body.payload(), serde_json::json!({}));
-        let back = EventBody::from_parts("step.timed_out", body.payload()).expect("parses");
-        assert_eq!(back, body);
-        assert!(EventBody::from_parts("nope", Value::Null).is_err());
-    }
-}
+#[path = "events_tests.rs"]
+mod tests;
