@@ -1,7 +1,7 @@
 //! The client commands of the `keel` binary against a real `keel dev` (free port, fresh SQLite
 //! directory, empty environment): the SDK's `REBUNO_URL`/`REBUNO_API_KEY` and rebuno's
 //! `REBUNO_BEARER_TOKEN` as aliases, the `k=v` label syntax on `create` and `executions`,
-//! `executions --watch`, and `completions`.
+//! `executions --watch`, `events --tail` and `events --all --tail`, and `completions`.
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
@@ -208,4 +208,68 @@ async fn completions_are_printed_for_bash_zsh_and_fish() {
     }
     let unknown = keel(&["completions", "tcsh"], &[]).await;
     assert_eq!(unknown.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn events_tail_follows_one_execution_to_its_end_and_all_tail_follows_the_feed() {
+    let kernel = Kernel::start(&[]).await;
+    let env = [("KEEL_URL", kernel.url.as_str())];
+    // The feed, followed from the start.
+    let mut feed = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["events", "--all", "--tail", "--output", "json"])
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn keel events --all --tail");
+    let created = keel(&["create", "--agent", "a", "--output", "json"], &env).await;
+    assert!(created.status.success(), "{}", stderr(&created));
+    let id = serde_json::from_str::<Value>(&stdout(&created)).unwrap()["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let cancelled = keel(&["cancel", &id], &env).await;
+    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
+
+    // One execution's stream ends by itself after its terminal event.
+    let tailed = keel(&["events", &id, "--tail", "--output", "json"], &env).await;
+    assert!(tailed.status.success(), "{}", stderr(&tailed));
+    let events: Vec<Value> = stdout(&tailed)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let sequences: Vec<i64> = events
+        .iter()
+        .filter_map(|e| e["sequence"].as_i64())
+        .collect();
+    assert_eq!(sequences, (1..=events.len() as i64).collect::<Vec<_>>());
+    assert_eq!(events.first().unwrap()["type"], "execution.created");
+    assert_eq!(events.last().unwrap()["type"], "execution.cancelled");
+
+    // The feed saw the same events, in position order, and keeps following.
+    let mut lines = BufReader::new(feed.stdout.take().expect("stdout")).lines();
+    let mut seen = Vec::new();
+    while seen.len() < events.len() {
+        let line = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .expect("a feed line in time")
+            .unwrap()
+            .expect("feed still running");
+        let event: Value = serde_json::from_str(&line).unwrap();
+        if event["execution_id"] == id.as_str() {
+            seen.push(event);
+        }
+    }
+    let positions: Vec<i64> = seen.iter().filter_map(|e| e["position"].as_i64()).collect();
+    assert!(
+        positions.windows(2).all(|pair| pair[0] < pair[1]),
+        "{positions:?}"
+    );
+    assert_eq!(seen.last().unwrap()["type"], "execution.cancelled");
+    assert!(
+        feed.try_wait().expect("status").is_none(),
+        "--tail keeps following"
+    );
 }

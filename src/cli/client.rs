@@ -268,3 +268,41 @@ mod tls_tests {
         assert!(error.to_string().contains("http:// or https://"), "{error}");
     }
 }
+
+/// Reads one SSE connection of `path` and hands `each` every event whose `field` (`sequence` on
+/// an execution stream, `position` on the feed) is past `cursor`, moving the cursor on. `each`
+/// answers whether to stop; the result says whether it did (otherwise the connection ended).
+pub async fn read_stream_after(
+    client: &Client,
+    path: &str,
+    query: &[(&str, String)],
+    field: &str,
+    cursor: &mut i64,
+    mut each: impl FnMut(&str, &serde_json::Value) -> bool,
+) -> Result<bool, CliError> {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    let response = client.stream(path, query).await?;
+    let mut events = response.bytes_stream().eventsource();
+    while let Some(message) = events.next().await {
+        let message = message.map_err(|error| CliError::Connect {
+            url: client.base_url().to_owned(),
+            message: error.to_string(),
+        })?;
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(&message.data) else {
+            continue;
+        };
+        let at = event
+            .get(field)
+            .and_then(serde_json::Value::as_i64)
+            .unwrap_or_default();
+        if at <= *cursor {
+            continue;
+        }
+        *cursor = at;
+        if each(&message.event, &event) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

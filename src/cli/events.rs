@@ -4,11 +4,9 @@
 
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use serde_json::Value;
 
-use super::client::{CliError, Client, path_segment};
+use super::client::{CliError, Client, path_segment, read_stream_after};
 use super::output::{event_line, is_terminal_event};
 use crate::config::OutputFormat;
 
@@ -98,32 +96,12 @@ async fn follow(
     cursor: &mut i64,
     output: OutputFormat,
 ) -> Result<bool, CliError> {
-    let response = client
-        .stream(path, &[("after_sequence", cursor.to_string())])
-        .await?;
-    let mut events = response.bytes_stream().eventsource();
-    while let Some(message) = events.next().await {
-        let message = message.map_err(|error| CliError::Connect {
-            url: client.base_url().to_owned(),
-            message: error.to_string(),
-        })?;
-        let Ok(event) = serde_json::from_str::<Value>(&message.data) else {
-            continue;
-        };
-        let sequence = event
-            .get("sequence")
-            .and_then(Value::as_i64)
-            .unwrap_or_default();
-        if sequence <= *cursor {
-            continue;
-        }
-        *cursor = sequence;
-        print_event(&event, output);
-        if is_terminal_event(&message.event) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    let query = [("after_sequence", cursor.to_string())];
+    read_stream_after(client, path, &query, "sequence", cursor, |kind, event| {
+        print_event(event, output);
+        is_terminal_event(kind)
+    })
+    .await
 }
 
 /// Prints one event in the chosen format.

@@ -5,11 +5,9 @@
 
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use serde_json::Value;
 
-use super::client::{CliError, Client};
+use super::client::{CliError, Client, read_stream_after};
 use super::output::event_line;
 use crate::config::OutputFormat;
 
@@ -105,28 +103,19 @@ async fn follow(
     cursor: &mut i64,
     output: OutputFormat,
 ) -> Result<(), CliError> {
-    let response = client
-        .stream("/v0/events/stream", &args.query(*cursor))
-        .await?;
-    let mut events = response.bytes_stream().eventsource();
-    while let Some(message) = events.next().await {
-        let message = message.map_err(|error| CliError::Connect {
-            url: client.base_url().to_owned(),
-            message: error.to_string(),
-        })?;
-        let Ok(event) = serde_json::from_str::<Value>(&message.data) else {
-            continue;
-        };
-        let position = event
-            .get("position")
-            .and_then(Value::as_i64)
-            .unwrap_or_default();
-        if position <= *cursor {
-            continue;
-        }
-        *cursor = position;
-        print_event(&event, output);
-    }
+    let query = args.query(*cursor);
+    read_stream_after(
+        client,
+        "/v0/events/stream",
+        &query,
+        "position",
+        cursor,
+        |_, event| {
+            print_event(event, output);
+            false
+        },
+    )
+    .await?;
     Ok(())
 }
 
