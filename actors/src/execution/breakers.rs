@@ -6,13 +6,23 @@ use super::actor::ExecutionActorState;
 use super::machine::Transition;
 use super::state::ExecutionState;
 use crate::events::{Event, EventBody, NewEvent};
-use crate::guardrails::breaker::BreakerChange;
+use crate::guardrails::breaker::{BreakerChange, BreakerSet};
 use crate::kernel::context::call;
 use crate::policy::PolicyMsg;
 use crate::store::ToolResult;
 
-/// Returns the step results among `events` (already applied to `exec`).
-pub(super) fn tool_results(exec: &ExecutionState, events: &[Event]) -> Vec<ToolResult> {
+/// Returns the step results among `events` (already applied to `exec`) of tools that have a
+/// circuit breaker in the policy in force: only those are reported to the policy actor, so a
+/// policy without breakers costs no round trip per step result. A reload that adds or widens
+/// breakers makes the policy actor rebuild their state from the store, which holds every result.
+pub(super) fn tool_results(
+    exec: &ExecutionState,
+    events: &[Event],
+    breakers: &BreakerSet,
+) -> Vec<ToolResult> {
+    if breakers.0.is_empty() {
+        return Vec::new();
+    }
     events
         .iter()
         .filter_map(|event| {
@@ -22,6 +32,7 @@ pub(super) fn tool_results(exec: &ExecutionState, events: &[Event]) -> Vec<ToolR
                 _ => return None,
             };
             let step = exec.step(event.step_id.as_ref()?)?;
+            breakers.config(&step.tool_id)?;
             Some(ToolResult {
                 tool_id: step.tool_id.clone(),
                 success,

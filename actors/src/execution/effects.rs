@@ -12,7 +12,7 @@ use crate::agent_group::AgentGroupMsg;
 use crate::events::seal;
 use crate::ids::StepId;
 use crate::kernel::KernelError;
-use crate::kernel::context::write;
+use crate::kernel::context::{read, write};
 use crate::runner::DispatcherMsg;
 use crate::status::StepStatus;
 use crate::store::Commit;
@@ -76,7 +76,10 @@ pub(super) async fn apply(
         // Applied in place: a failed commit marks the state stale, and it is reloaded from the
         // store before the next message (the store may hold the commit even then).
         let (before, before_sequence) = (state.exec.status, state.exec.last_sequence);
-        results = super::breakers::tool_results(&state.exec, &events);
+        results = {
+            let engine = read(&state.ctx.policy_engine);
+            super::breakers::tool_results(&state.exec, &events, engine.breakers())
+        };
         let mut touched: Vec<StepId> = Vec::new();
         for event in &events {
             state.exec.apply(event);

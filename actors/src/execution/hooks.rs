@@ -10,7 +10,7 @@ use super::commands::{Intent, StepOutcome};
 use crate::events::NewEvent;
 use crate::hooks::{ChainOutcome, HookPoint, HookSpec, run_chain};
 use crate::kernel::KernelError;
-use crate::kernel::context::call;
+use crate::kernel::context::{call, read};
 use crate::policy::{Decision, PolicyDecision, PolicyInput, PolicyMsg};
 
 /// Builds the policy input of a tool call of this execution.
@@ -49,6 +49,16 @@ pub(super) async fn ask_policy<T: Send + 'static>(
         "policy actor",
     )
     .await
+}
+
+/// Returns whether the policy in force has any hook at `point`: without one, the chain costs
+/// no policy input and no round trip to the policy actor. A reload that adds hooks swaps the
+/// engine read here before the policy actor's, so no call misses a hook it would have seen.
+fn has_hooks(state: &ExecutionActorState, point: HookPoint) -> bool {
+    read(&state.ctx.policy_engine)
+        .hooks()
+        .iter()
+        .any(|hook| hook.point == point)
 }
 
 async fn hooks_for(
@@ -97,7 +107,7 @@ pub(super) async fn pre_tool(
     else {
         return Ok(Vec::new());
     };
-    if verdict.decision != Decision::Allow {
+    if verdict.decision != Decision::Allow || !has_hooks(state, HookPoint::PreTool) {
         return Ok(Vec::new());
     }
     let input = policy_input(state, tool_id, arguments);
@@ -169,7 +179,7 @@ pub(super) async fn post_tool(
     let Some(caller) = state.ctx.config.hook_caller.clone() else {
         return Ok(Vec::new());
     };
-    if !outcome.success {
+    if !outcome.success || !has_hooks(state, HookPoint::PostTool) {
         return Ok(Vec::new());
     }
     let Some(step) = state

@@ -958,3 +958,49 @@ mod actors {
         t.shutdown().await;
     }
 }
+
+/// Only results of tools with a breaker reach the policy actor: a policy without breakers
+/// costs no round trip per step result.
+#[test]
+fn step_results_are_reported_only_for_tools_with_a_breaker() {
+    use crate::guardrails::breaker::{BreakerConfig, BreakerSet};
+    use crate::policy::rules::Glob;
+    use std::time::Duration;
+
+    let state = running();
+    let (state, _, pay) = decide(&state, &invoke("pay.card", false, None), &allow());
+    let (state, _, search) = decide(&state, &invoke("search", false, None), &allow());
+    let pay = pay.step_id.expect("step id");
+    let search = search.step_id.expect("step id");
+    let mut events = Vec::new();
+    let mut state = state;
+    for step in [&pay, &search] {
+        let transition =
+            machine::agent_step_result(&state, &outcome(step, true, false)).expect("recorded");
+        let sealed = seal(
+            &state.id,
+            state.last_sequence,
+            time::now(),
+            None,
+            transition.events,
+        );
+        for event in &sealed {
+            state.apply(event);
+        }
+        events.extend(sealed);
+    }
+    let none = BreakerSet::default();
+    assert!(super::breakers::tool_results(&state, &events, &none).is_empty());
+    let pay_only = BreakerSet(vec![BreakerConfig {
+        tools: vec![Glob::new("pay.*").expect("glob")],
+        failures: 3,
+        window: Duration::from_secs(60),
+        window_text: "1m".into(),
+        cool_down: Duration::from_secs(30),
+        cool_down_text: "30s".into(),
+    }]);
+    let reported = super::breakers::tool_results(&state, &events, &pay_only);
+    assert_eq!(reported.len(), 1);
+    assert_eq!(reported[0].tool_id, "pay.card");
+    assert!(reported[0].success);
+}
