@@ -9,7 +9,7 @@ use std::time::Duration;
 use keel_actors::hooks::{FailureMode, HookPoint, HookSpec};
 use keel_actors::policy::rules::parse_duration;
 use serde::Deserialize;
-use serde_yaml_ng::Value;
+use yaml_serde::Value;
 
 use super::errors::PolicyProblem;
 use super::locate::strip_positions;
@@ -43,7 +43,7 @@ pub fn parse_hooks(
     agent: Option<&str>,
 ) -> (Vec<HookSpec>, Vec<PolicyProblem>) {
     let mut problems = Vec::new();
-    let document: Value = match serde_yaml_ng::from_str(source) {
+    let document: Value = match yaml_serde::from_str(source) {
         Ok(document) => document,
         // The rules' parser reports a document that does not parse.
         Err(_) => return (Vec::new(), problems),
@@ -51,7 +51,7 @@ pub fn parse_hooks(
     let Some(list) = document.get("hooks") else {
         return (Vec::new(), problems);
     };
-    let entries: Vec<HookEntry> = match serde_yaml_ng::from_value(list.clone()) {
+    let entries: Vec<HookEntry> = match yaml_serde::from_value(list.clone()) {
         Ok(entries) => entries,
         Err(error) => {
             let message = format!("hooks: {}", strip_positions(&error.to_string()));

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_yaml_ng::Value;
+use yaml_serde::Value;
 
 use keel_actors::policy::PolicyEngine;
 use keel_actors::policy::rules::{
@@ -214,14 +214,21 @@ fn parse(
     path: &Path,
     source: &str,
 ) -> (Option<(PolicyDefinition, Vec<usize>)>, Vec<PolicyProblem>) {
-    let from_yaml = |error: serde_yaml_ng::Error| {
-        PolicyProblem::new(
-            path,
-            error.location().map(|location| location.line()),
-            strip_positions(&error.to_string()),
-        )
+    let from_yaml = |error: yaml_serde::Error| {
+        let message = strip_positions(&error.to_string());
+        // The parser gives no position for a second document: point at where it starts.
+        let line = error
+            .location()
+            .map(|location| location.line())
+            .or_else(|| {
+                message
+                    .contains("more than one document")
+                    .then(|| second_document_line(source))
+                    .flatten()
+            });
+        PolicyProblem::new(path, line, message)
     };
-    let document: Value = match serde_yaml_ng::from_str(source) {
+    let document: Value = match yaml_serde::from_str(source) {
         Ok(document) => document,
         Err(error) => return (None, vec![from_yaml(error)]),
     };
@@ -234,8 +241,7 @@ fn parse(
         return (None, vec![PolicyProblem::new(path, Some(1), message)]);
     }
     let mut problems = Vec::new();
-    let (default, budget, circuit_breakers) = match serde_yaml_ng::from_str::<FileShellSpec>(source)
-    {
+    let (default, budget, circuit_breakers) = match yaml_serde::from_str::<FileShellSpec>(source) {
         Ok(shell) => (
             shell.default.map(Into::into),
             shell.budget.map(Into::into),
@@ -257,7 +263,7 @@ fn parse(
     for (index, item) in items.iter().enumerate() {
         // Parsing the already-loaded value is cheap; only a rule that fails is parsed again
         // from the text, which gives the exact position (and the text's scalar rules).
-        let parsed = match serde_yaml_ng::from_value::<RuleSpec>(item.clone()) {
+        let parsed = match yaml_serde::from_value::<RuleSpec>(item.clone()) {
             Ok(rule) => Some(rule),
             Err(_) => match deserialize_at::<RuleSpec>(source, &FieldPath::rule(index)) {
                 Ok(rule) => rule,
@@ -284,6 +290,33 @@ fn parse(
         )),
         problems,
     )
+}
+
+/// Returns the line where a YAML stream's second document starts: a `---` marker after the
+/// first document began, or any content or marker after a `...` end marker.
+fn second_document_line(source: &str) -> Option<usize> {
+    let mut begun = false;
+    let mut ended = false;
+    for (index, line) in source.lines().enumerate() {
+        let marker = |text: &str| {
+            line.strip_prefix(text)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
+        };
+        if marker("...") {
+            ended = begun;
+            continue;
+        }
+        let start = marker("---");
+        let trimmed = line.trim_start();
+        let content = !trimmed.is_empty() && !trimmed.starts_with('#') && !line.starts_with('%');
+        if start || content {
+            if ended || (start && begun) {
+                return Some(index + 1);
+            }
+            begun = true;
+        }
+    }
+    None
 }
 
 /// FNV-1a, 64 bits: a stable, dependency-free hash for policy digests (not cryptographic; the

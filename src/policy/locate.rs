@@ -1,4 +1,4 @@
-//! Finds where a field of a policy file is. serde_yaml_ng has no spanned values, but it stamps
+//! Finds where a field of a policy file is. yaml_serde has no spanned values, but it stamps
 //! the position of the node being read onto any error raised while reading it. So to find the
 //! line of `rules[3].when.schedule` we walk the document with a seed that skips everything off
 //! the path and fails on purpose at the target: the error carries the target's line. The same
@@ -27,7 +27,7 @@ pub fn line_of(source: &str, path: &FieldPath) -> Option<usize> {
             path: segments,
             target: PhantomData,
         };
-        if let Err(error) = walk.deserialize(serde_yaml_ng::Deserializer::from_str(source))
+        if let Err(error) = walk.deserialize(yaml_serde::Deserializer::from_str(source))
             && let Some(location) = error.location()
         {
             return Some(location.line());
@@ -42,15 +42,15 @@ pub fn line_of(source: &str, path: &FieldPath) -> Option<usize> {
 pub fn deserialize_at<T: DeserializeOwned>(
     source: &str,
     path: &FieldPath,
-) -> Result<Option<T>, serde_yaml_ng::Error> {
+) -> Result<Option<T>, yaml_serde::Error> {
     At::<T> {
         path: &path.0,
         target: PhantomData,
     }
-    .deserialize(serde_yaml_ng::Deserializer::from_str(source))
+    .deserialize(yaml_serde::Deserializer::from_str(source))
 }
 
-/// Removes the ` at line L column C` parts serde_yaml_ng appends to messages (the report puts
+/// Removes the ` at line L column C` parts yaml_serde appends to messages (the report puts
 /// the line in front instead).
 pub fn strip_positions(message: &str) -> String {
     let mut result = String::with_capacity(message.len());

@@ -6,6 +6,7 @@
 mod corpus;
 mod directory;
 mod docs;
+mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -17,8 +17,13 @@
 //!
 //! The URL must reach a real session (directly, or through a session-mode pooler): a
 //! transaction-mode pooler would break the session lock and prepared statements.
+//!
+//! Files: `schema.rs` (session settings, migrations, the read columns), `reads.rs` (events and
+//! executions), `write.rs` and `columns.rs` (commits), `writer.rs` (the writer connection).
 
 mod columns;
+mod reads;
+mod schema;
 mod write;
 mod writer;
 
@@ -36,9 +41,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{Postgres, QueryBuilder};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
@@ -51,56 +54,14 @@ use keel_actors::store::{
 };
 use keel_actors::time::{self, Timestamp};
 
-use super::rows::{EventRecord, ExecutionRecord};
-use super::{
-    StoreOptions, TERMINAL_STATUSES_SQL, map_sqlx_error, migrate_error, refuse_newer_schema,
-};
+use super::{StoreOptions, TERMINAL_STATUSES_SQL, map_sqlx_error};
+use schema::{EVENT_COLUMNS, migrate, with_session_settings};
+#[cfg(test)]
+use schema::{MIGRATOR, STEP_COLUMNS};
 use writer::Writer;
-
-/// Migrations embedded in the binary, applied at open.
-static MIGRATOR: Migrator = sqlx::migrate!("migrations/postgres");
 
 /// `ping` answers within this bound, so `/v0/ready` reports an outage within 2 s.
 const PING_TIMEOUT: Duration = Duration::from_millis(1500);
-
-/// Renders a `TIMESTAMPTZ` column as the RFC 3339 text `rows.rs` parses (six fractional digits,
-/// `Z`), independent of the session time zone.
-macro_rules! utc_text {
-    ($column:literal) => {
-        concat!(
-            "to_char(",
-            $column,
-            " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-        )
-    };
-}
-
-/// Columns of `events` in the shape `EventRecord` reads.
-const EVENT_COLUMNS: &str = concat!(
-    "id, execution_id, sequence, step_id, type AS event_type, schema_version, ",
-    utc_text!("timestamp"),
-    " AS timestamp, payload::text AS payload, causation_id, correlation_id, idempotency_key"
-);
-
-/// Columns of `executions` in the shape `ExecutionRecord` reads.
-const EXECUTION_COLUMNS: &str = concat!(
-    "id, agent_id, status, labels::text AS labels, input::text AS input, ",
-    "output::text AS output, ",
-    utc_text!("created_at"),
-    " AS created_at, ",
-    utc_text!("updated_at"),
-    " AS updated_at, session_id, consumer_id, last_sequence"
-);
-
-/// Columns of `steps` in the shape `StepRecord` reads.
-#[cfg(test)]
-const STEP_COLUMNS: &str = concat!(
-    "id, execution_id, tool_id, status, attempt, max_attempts, remote, job_id, runner_id, ",
-    utc_text!("deadline"),
-    " AS deadline, ",
-    utc_text!("updated_at"),
-    " AS updated_at"
-);
 
 /// The PostgreSQL store: a dedicated writer connection holding the kernel lock and a
 /// read-only pool.
@@ -169,67 +130,6 @@ impl PostgresStore {
             ))),
         }
     }
-}
-
-/// Adds the settings every session gets: an application name (unless the URL sets one) and the
-/// server-side timeouts, so a statement or an abandoned transaction cannot hold the database.
-fn with_session_settings(base: PgConnectOptions, options: &StoreOptions) -> PgConnectOptions {
-    let named = if base.get_application_name().is_some() {
-        base
-    } else {
-        base.application_name("keel")
-    };
-    let statement_ms = options.statement_timeout.as_millis().max(1).to_string();
-    let idle_ms = (options.statement_timeout * 2)
-        .as_millis()
-        .max(1)
-        .to_string();
-    named.options([
-        ("statement_timeout", statement_ms),
-        ("idle_in_transaction_session_timeout", idle_ms),
-    ])
-}
-
-/// Refuses a schema newer than this binary, then applies the embedded migrations (with no
-/// statement timeout: a migration may rewrite a large table). sqlx serialises concurrent
-/// migrators with an advisory lock of its own.
-async fn migrate(connection: &mut PgConnection) -> Result<(), StoreError> {
-    refuse_newer_schema(applied_schema_version(connection).await?, &MIGRATOR)?;
-    sqlx::query("SET statement_timeout = 0")
-        .execute(&mut *connection)
-        .await
-        .map_err(map_sqlx_error)?;
-    MIGRATOR
-        .run_direct(&mut *connection)
-        .await
-        .map_err(migrate_error)?;
-    sqlx::query("RESET statement_timeout")
-        .execute(&mut *connection)
-        .await
-        .map_err(map_sqlx_error)?;
-    Ok(())
-}
-
-/// Returns the newest migration version applied to the database, if it was ever migrated.
-async fn applied_schema_version(connection: &mut PgConnection) -> Result<Option<i64>, StoreError> {
-    let table =
-        sqlx::query_scalar::<_, Option<String>>("SELECT to_regclass('_sqlx_migrations')::text")
-            .fetch_one(&mut *connection)
-            .await
-            .map_err(map_sqlx_error)?;
-    if table.is_none() {
-        return Ok(None);
-    }
-    sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(version) FROM _sqlx_migrations")
-        .fetch_one(&mut *connection)
-        .await
-        .map_err(map_sqlx_error)
-}
-
-/// Returns whether a filter value can match stored text: PostgreSQL text never holds NUL, and
-/// sending one fails the query instead of matching nothing.
-fn storable(text: &str) -> bool {
-    !text.contains('\0')
 }
 
 #[async_trait]
@@ -304,90 +204,15 @@ impl Store for PostgresStore {
         after_sequence: i64,
         limit: i64,
     ) -> Result<Vec<Event>, StoreError> {
-        if !storable(id.as_str()) {
-            return Ok(Vec::new());
-        }
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events \
-             WHERE execution_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
-        );
-        let records = self
-            .bounded(
-                sqlx::query_as::<_, EventRecord>(&sql)
-                    .bind(id.as_str())
-                    .bind(after_sequence)
-                    .bind(limit.max(0))
-                    .fetch_all(&self.readers),
-            )
-            .await?;
-        records.into_iter().map(EventRecord::into_event).collect()
+        self.read_events(id, after_sequence, limit).await
     }
 
     async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError> {
-        if !storable(id.as_str()) {
-            return Ok(None);
-        }
-        let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = $1");
-        let record = self
-            .bounded(
-                sqlx::query_as::<_, ExecutionRecord>(&sql)
-                    .bind(id.as_str())
-                    .fetch_optional(&self.readers),
-            )
-            .await?;
-        record.map(ExecutionRecord::into_row).transpose()
+        self.read_execution(id).await
     }
 
     async fn list_executions(&self, filter: &ListFilter) -> Result<Vec<ExecutionRow>, StoreError> {
-        let texts = filter
-            .agent_id
-            .iter()
-            .chain(filter.labels.iter().flat_map(|(key, value)| [key, value]))
-            .chain(filter.after.iter().map(|(_, id)| id));
-        if texts.into_iter().any(|text| !storable(text)) {
-            return Ok(Vec::new());
-        }
-        let mut query = QueryBuilder::<Postgres>::new(format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions AS e WHERE TRUE"
-        ));
-        if let Some(status) = filter.status {
-            query.push(" AND e.status = ").push_bind(status.as_str());
-        }
-        if let Some(agent_id) = &filter.agent_id {
-            query
-                .push(" AND e.agent_id = ")
-                .push_bind(agent_id.as_str());
-        }
-        for (key, value) in &filter.labels {
-            query
-                .push(" AND EXISTS (SELECT 1 FROM execution_labels AS l")
-                .push(" WHERE l.execution_id = e.id AND l.key = ")
-                .push_bind(key.as_str())
-                .push(" AND l.value = ")
-                .push_bind(value.as_str())
-                .push(")");
-        }
-        if let Some((created_at, id)) = &filter.after {
-            // Strictly after (created_at, id) in descending order, as a row comparison the
-            // (created_at DESC, id DESC) indexes answer directly.
-            query
-                .push(" AND (e.created_at, e.id) < (")
-                .push_bind(time::format(created_at))
-                .push("::timestamptz, ")
-                .push_bind(id.as_str())
-                .push(")");
-        }
-        query
-            .push(" ORDER BY e.created_at DESC, e.id DESC LIMIT ")
-            .push_bind(filter.limit.max(0));
-        let records = self
-            .bounded(
-                query
-                    .build_query_as::<ExecutionRecord>()
-                    .fetch_all(&self.readers),
-            )
-            .await?;
-        records.into_iter().map(ExecutionRecord::into_row).collect()
+        self.read_list(filter).await
     }
 
     async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError> {
@@ -402,7 +227,7 @@ impl Store for PostgresStore {
     }
 
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
-        let sql = super::recovery::query(utc_text!("e.created_at"));
+        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT);
         let records = self
             .bounded(
                 sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql).fetch_all(&self.readers),

@@ -113,7 +113,7 @@ pub fn parse(
             subscriptions: Vec::new(),
         }
     } else {
-        serde_yaml_ng::from_str(text).map_err(|error| error.to_string())?
+        yaml_serde::from_str(text).map_err(|error| error.to_string())?
     };
     let mut problems = Vec::new();
     let mut seen = HashSet::new();

@@ -45,6 +45,42 @@ pub struct Budget {
     pub max_cost: BTreeMap<String, f64>,
 }
 
+/// The limit of a [`Budget`] that refused a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetLimit {
+    /// `max_steps`.
+    MaxSteps,
+    /// `max_calls_per_tool`.
+    MaxCallsPerTool,
+    /// `max_wall_time`.
+    MaxWallTime,
+    /// `max_cost` (any unit).
+    MaxCost,
+}
+
+impl BudgetLimit {
+    /// The key as a policy file spells it (also the `budget` label of
+    /// `keel_budget_denials_total`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxSteps => "max_steps",
+            Self::MaxCallsPerTool => "max_calls_per_tool",
+            Self::MaxWallTime => "max_wall_time",
+            Self::MaxCost => "max_cost",
+        }
+    }
+}
+
+/// A step a budget refused: the limit, and the denial reason that names it (the text the agent
+/// and `intent.denied` carry).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BudgetExceeded {
+    /// The limit reached.
+    pub limit: BudgetLimit,
+    /// `budget exceeded: <limit> ...`.
+    pub reason: String,
+}
+
 impl Budget {
     /// Returns whether no limit is set.
     pub fn is_empty(&self) -> bool {
@@ -100,40 +136,56 @@ impl Budget {
     }
 
     /// Checks whether one more step of `tool_id` fits, `elapsed` after creation. Returns the
-    /// denial reason (naming the budget) when it does not.
-    pub fn check(&self, usage: &BudgetUsage, tool_id: &str, elapsed: Duration) -> Option<String> {
+    /// limit that refuses it, with the denial reason naming it, when it does not.
+    pub fn check(
+        &self,
+        usage: &BudgetUsage,
+        tool_id: &str,
+        elapsed: Duration,
+    ) -> Option<BudgetExceeded> {
+        let exceeded = |limit, reason| Some(BudgetExceeded { limit, reason });
         if let Some(max) = self.max_steps
             && usage.steps >= max
         {
-            return Some(format!(
-                "budget exceeded: max_steps {max} reached ({} tool steps so far)",
-                usage.steps
-            ));
+            return exceeded(
+                BudgetLimit::MaxSteps,
+                format!(
+                    "budget exceeded: max_steps {max} reached ({} tool steps so far)",
+                    usage.steps
+                ),
+            );
         }
         if let Some(max) = self.max_calls_per_tool {
             let calls = usage.calls(tool_id);
             if calls >= max {
-                return Some(format!(
-                    "budget exceeded: max_calls_per_tool {max} reached for tool {tool_id} \
-                     ({calls} calls so far)"
-                ));
+                return exceeded(
+                    BudgetLimit::MaxCallsPerTool,
+                    format!(
+                        "budget exceeded: max_calls_per_tool {max} reached for tool {tool_id} \
+                         ({calls} calls so far)"
+                    ),
+                );
             }
         }
         if let Some(wall) = &self.max_wall_time
             && elapsed >= wall.limit
         {
-            return Some(format!(
-                "budget exceeded: max_wall_time {} passed ({} ms since creation)",
-                wall.text,
-                elapsed.as_millis()
-            ));
+            return exceeded(
+                BudgetLimit::MaxWallTime,
+                format!(
+                    "budget exceeded: max_wall_time {} passed ({} ms since creation)",
+                    wall.text,
+                    elapsed.as_millis()
+                ),
+            );
         }
         for (unit, max) in &self.max_cost {
             let spent = usage.cost.get(unit).copied().unwrap_or(0.0);
             if spent >= *max {
-                return Some(format!(
-                    "budget exceeded: max_cost.{unit} {max} reached ({spent} spent)"
-                ));
+                return exceeded(
+                    BudgetLimit::MaxCost,
+                    format!("budget exceeded: max_cost.{unit} {max} reached ({spent} spent)"),
+                );
             }
         }
         None

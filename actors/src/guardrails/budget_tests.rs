@@ -96,7 +96,7 @@ fn each_limit_denies_at_its_bound_and_names_itself() {
         },
     ]);
     let within = Duration::from_secs(5);
-    let cases: Vec<(Budget, Option<&str>)> = vec![
+    let cases: Vec<(Budget, Option<(BudgetLimit, &str)>)> = vec![
         (Budget::default(), None),
         (
             Budget {
@@ -110,21 +110,30 @@ fn each_limit_denies_at_its_bound_and_names_itself() {
                 max_steps: Some(2),
                 ..Budget::default()
             },
-            Some("budget exceeded: max_steps 2 reached (2 tool steps so far)"),
+            Some((
+                BudgetLimit::MaxSteps,
+                "budget exceeded: max_steps 2 reached (2 tool steps so far)",
+            )),
         ),
         (
             Budget {
                 max_calls_per_tool: Some(2),
                 ..Budget::default()
             },
-            Some("budget exceeded: max_calls_per_tool 2 reached for tool search (2 calls so far)"),
+            Some((
+                BudgetLimit::MaxCallsPerTool,
+                "budget exceeded: max_calls_per_tool 2 reached for tool search (2 calls so far)",
+            )),
         ),
         (
             Budget {
                 max_wall_time: wall(5),
                 ..Budget::default()
             },
-            Some("budget exceeded: max_wall_time 5s passed (5000 ms since creation)"),
+            Some((
+                BudgetLimit::MaxWallTime,
+                "budget exceeded: max_wall_time 5s passed (5000 ms since creation)",
+            )),
         ),
         (
             Budget {
@@ -138,14 +147,20 @@ fn each_limit_denies_at_its_bound_and_names_itself() {
                 max_cost: BTreeMap::from([("usd".to_owned(), 1.0)]),
                 ..Budget::default()
             },
-            Some("budget exceeded: max_cost.usd 1 reached (1 spent)"),
+            Some((
+                BudgetLimit::MaxCost,
+                "budget exceeded: max_cost.usd 1 reached (1 spent)",
+            )),
         ),
         (
             Budget {
                 max_cost: BTreeMap::from([("usd".to_owned(), 1.5), ("tokens".to_owned(), 0.0)]),
                 ..Budget::default()
             },
-            Some("budget exceeded: max_cost.tokens 0 reached (0 spent)"),
+            Some((
+                BudgetLimit::MaxCost,
+                "budget exceeded: max_cost.tokens 0 reached (0 spent)",
+            )),
         ),
         (
             // Retries are not checked when a step is asked for (only when one would be retried).
@@ -158,8 +173,10 @@ fn each_limit_denies_at_its_bound_and_names_itself() {
     ];
     for (budget, expected) in cases {
         assert_eq!(
-            budget.check(&used, "search", within).as_deref(),
-            expected,
+            budget
+                .check(&used, "search", within)
+                .map(|exceeded| (exceeded.limit, exceeded.reason)),
+            expected.map(|(limit, reason)| (limit, reason.to_owned())),
             "{budget:?}"
         );
     }
@@ -262,4 +279,25 @@ fn cost_must_be_an_object_of_non_negative_numbers() {
         .map(|i| (format!("u{i}"), json!(1)))
         .collect();
     assert!(parse_cost(&serde_json::Value::Object(many)).is_err());
+}
+
+#[test]
+fn a_budget_denial_is_counted_under_the_limit_that_refused() {
+    let mut registry = prometheus_client::registry::Registry::with_prefix("keel");
+    let metrics = super::super::metrics::GuardrailMetrics::register(&mut registry);
+    let used = usage(&[created("search")]);
+    let budget = Budget {
+        max_cost: BTreeMap::from([("usd".to_owned(), 0.0)]),
+        ..Budget::default()
+    };
+    let exceeded = budget
+        .check(&used, "search", Duration::ZERO)
+        .expect("a zero cost budget refuses");
+    metrics.budget_denied(exceeded.limit);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("keel_budget_denials_total{budget=\"max_cost\"} 1"),
+        "{text}"
+    );
 }

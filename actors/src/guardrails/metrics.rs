@@ -55,15 +55,11 @@ impl GuardrailMetrics {
         metrics
     }
 
-    /// Counts one budget denial; `reason` starts with `budget exceeded: <budget> ...`.
-    pub fn budget_denied(&self, reason: &str) {
-        let budget = reason
-            .strip_prefix("budget exceeded: ")
-            .and_then(|rest| rest.split([' ', '.']).next())
-            .unwrap_or("unknown");
+    /// Counts one budget denial by the limit reached.
+    pub fn budget_denied(&self, limit: super::budget::BudgetLimit) {
         self.budget_denials
             .get_or_create(&BudgetLabel {
-                budget: budget.to_owned(),
+                budget: limit.as_str().to_owned(),
             })
             .inc();
     }

@@ -1,5 +1,6 @@
 //! What the `Kernel` handle forwards to: starting the tree, startup recovery, and one method
-//! per kernel operation, each a message to the right actor with a timeout.
+//! per kernel operation, each a message to the right actor with a timeout (the agents' and
+//! runners' side is in `connections.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,23 +8,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ractor::{Actor, ActorRef, RpcReplyPort};
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, oneshot};
 
 use super::config::KernelConfig;
 use super::context::{Ctx, call};
 use super::handle::Kernel;
 use super::root::{KernelSupervisor, RootArgs};
 use super::settle;
-use super::types::{CommitNotice, KernelError, PushStream, ToolSchema};
+use super::types::{CommitNotice, KernelError};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
 use crate::execution::actor::record_creation_with;
 use crate::execution::{
     ExecutionMsg, ExecutionSupervisorMsg, Intent, IntentReply, Rejection, StepOutcome,
 };
 use crate::guardrails::CreateOptions;
-use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
+use crate::ids::{AgentId, ExecutionId, SessionId};
 use crate::metrics::Metrics;
-use crate::runner::{DispatcherMsg, ToolDirectory};
+use crate::runner::ToolDirectory;
 
 use crate::store::{ExecutionRow, Store};
 
@@ -36,7 +37,7 @@ pub struct KernelInner {
     pub(crate) tools: ToolDirectory,
     pub(crate) root: ActorRef<()>,
     pub(super) executions: ActorRef<ExecutionSupervisorMsg>,
-    connections: AtomicU64,
+    pub(super) connections: AtomicU64,
     stopped: AtomicBool,
     janitor: Option<tokio::task::JoinHandle<()>>,
 }
@@ -90,7 +91,7 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
 }
 
 impl KernelInner {
-    fn timeout(&self) -> std::time::Duration {
+    pub(super) fn timeout(&self) -> std::time::Duration {
         self.ctx.config.call_timeout
     }
 
@@ -117,7 +118,7 @@ impl KernelInner {
     }
 
     /// Calls an execution actor, rebuilding it from the store if it is passivated.
-    async fn ask<T: Send + 'static>(
+    pub(super) async fn ask<T: Send + 'static>(
         &self,
         id: &ExecutionId,
         build: impl Fn(RpcReplyPort<Result<T, KernelError>>) -> ExecutionMsg,
@@ -125,7 +126,10 @@ impl KernelInner {
         self.ctx.ask_execution(id, build).await?
     }
 
-    async fn group(&self, agent_id: &AgentId) -> Result<ActorRef<AgentGroupMsg>, KernelError> {
+    pub(super) async fn group(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<ActorRef<AgentGroupMsg>, KernelError> {
         let agents = self
             .ctx
             .agents()
@@ -275,145 +279,11 @@ impl KernelInner {
         .map_err(|error| self.session_error(error, execution_id, session_id))
     }
 
-    pub(crate) async fn runner_result(
-        &self,
-        runner_id: &RunnerId,
-        consumer_id: Option<&ConsumerId>,
-        execution_id: &ExecutionId,
-        outcome: StepOutcome,
-    ) -> Result<(), KernelError> {
-        let step_id = outcome.step_id.clone();
-        let result = self
-            .ask(execution_id, |reply| ExecutionMsg::ReportRunnerResult {
-                outcome: outcome.clone(),
-                reply,
-            })
-            .await
-            .map_err(|error| unknown_step(error, &step_id));
-        if let Some(consumer_id) = consumer_id {
-            self.release_runner(runner_id, consumer_id);
-        }
-        result
-    }
-
     pub(crate) fn replace_policy(&self, engine: Arc<dyn crate::policy::PolicyEngine>) {
         *super::context::write(&self.ctx.policy_engine) = engine.clone();
         if let Some(policy) = self.ctx.policy() {
             let _ = policy.send_message(crate::policy::PolicyMsg::ReplaceEngine(engine));
         }
-    }
-
-    pub(crate) fn release_runner(&self, runner_id: &RunnerId, consumer_id: &ConsumerId) {
-        if runner_id.as_str().is_empty() || consumer_id.as_str().is_empty() {
-            return;
-        }
-        self.ctx.tell_dispatcher(DispatcherMsg::ConnectionFree {
-            runner_id: runner_id.clone(),
-            consumer_id: consumer_id.clone(),
-        });
-    }
-
-    pub(crate) async fn step_started(
-        &self,
-        execution_id: &ExecutionId,
-        step_id: &StepId,
-        runner_id: &RunnerId,
-    ) -> Result<(), KernelError> {
-        self.ask(execution_id, |reply| ExecutionMsg::MarkStepStarted {
-            step_id: step_id.clone(),
-            runner_id: runner_id.to_string(),
-            reply,
-        })
-        .await
-        .map_err(|error| unknown_step(error, step_id))
-    }
-
-    pub(crate) async fn connect_agent(
-        &self,
-        agent_id: AgentId,
-        consumer_id: ConsumerId,
-    ) -> Result<PushStream, KernelError> {
-        let group = self.group(&agent_id).await?;
-        let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
-        let connection = self.connections.fetch_add(1, Ordering::Relaxed);
-        let consumer = consumer_id.to_string();
-        group
-            .send_message(AgentGroupMsg::ConsumerConnected {
-                consumer_id: consumer.clone(),
-                connection,
-                sender,
-            })
-            .map_err(|_| KernelError::Unavailable("agent group is not running".into()))?;
-        let on_close = Box::new(move || {
-            let _ = group.send_message(AgentGroupMsg::ConsumerDisconnected {
-                consumer_id: consumer,
-                connection,
-            });
-        });
-        Ok(PushStream::new(receiver, on_close))
-    }
-
-    pub(crate) async fn connect_runner(
-        &self,
-        runner_id: RunnerId,
-        consumer_id: ConsumerId,
-        capabilities: Vec<String>,
-    ) -> Result<PushStream, KernelError> {
-        let dispatcher = self
-            .ctx
-            .dispatcher()
-            .ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
-        let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
-        let connection = self.connections.fetch_add(1, Ordering::Relaxed);
-        let (runner, consumer) = (runner_id.clone(), consumer_id.clone());
-        dispatcher
-            .send_message(DispatcherMsg::RunnerConnected {
-                runner_id,
-                consumer_id,
-                connection,
-                capabilities,
-                sender,
-            })
-            .map_err(|_| KernelError::Unavailable("dispatcher is not running".into()))?;
-        let on_close = Box::new(move || {
-            let _ = dispatcher.send_message(DispatcherMsg::RunnerDisconnected {
-                runner_id: runner,
-                consumer_id: consumer,
-                connection,
-            });
-        });
-        Ok(PushStream::new(receiver, on_close))
-    }
-
-    pub(crate) async fn publish_tools(
-        &self,
-        runner_id: &RunnerId,
-        tools: Vec<ToolSchema>,
-    ) -> Result<(), KernelError> {
-        let ids: Vec<String> = tools.iter().map(|tool| tool.id.clone()).collect();
-        self.tools.publish(runner_id.as_str(), tools);
-        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
-            runner_id: runner_id.clone(),
-            tools: ids,
-        });
-        Ok(())
-    }
-
-    pub(crate) async fn update_capabilities(
-        &self,
-        runner_id: &RunnerId,
-        tools: Vec<String>,
-    ) -> Result<(), KernelError> {
-        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
-            runner_id: runner_id.clone(),
-            tools,
-        });
-        Ok(())
-    }
-
-    pub(crate) async fn unregister_runner(&self, runner_id: &RunnerId) -> Result<(), KernelError> {
-        self.tools.remove_runner(runner_id.as_str());
-        Ok(())
     }
 
     pub(crate) async fn shutdown(&self) {
@@ -433,14 +303,5 @@ impl KernelInner {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "actor tree stopped"
         );
-    }
-}
-
-fn unknown_step(error: KernelError, step_id: &StepId) -> KernelError {
-    match error {
-        KernelError::Rejected(Rejection::ExecutionNotFound(_)) => {
-            Rejection::StepNotFound(step_id.to_string()).into()
-        }
-        other => other,
     }
 }

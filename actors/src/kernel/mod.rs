@@ -2,6 +2,7 @@
 //! startup recovery pass, and the `Kernel` handle the HTTP layer uses.
 
 pub mod config;
+mod connections;
 pub mod context;
 mod guardrails;
 mod handle;

@@ -223,10 +223,10 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
     // Budgets, then breakers, then the rate limit: a refused call takes no rate-limit slot.
     if let Some(budget) = &decision.budget {
         let elapsed = std::time::Duration::from_millis(input.duration_ms);
-        if let Some(reason) = budget.check(&input.usage, &input.tool_id, elapsed) {
-            state.metrics.guardrails.budget_denied(&reason);
+        if let Some(exceeded) = budget.check(&input.usage, &input.tool_id, elapsed) {
+            state.metrics.guardrails.budget_denied(exceeded.limit);
             decision.decision = Decision::Deny;
-            decision.reason = reason;
+            decision.reason = exceeded.reason;
             return decision;
         }
     }

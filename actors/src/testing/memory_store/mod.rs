@@ -1,6 +1,7 @@
 //! An in-memory [`Store`] with failure injection: commits that fail, commits that land but
 //! report failure (a connection lost during `COMMIT`), reads that fail, and a store that
-//! never answers.
+//! never answers. The scans behind its derived reads (recovery, guardrail windows, counts,
+//! approvals) are in `views.rs`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -9,10 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::events::{Event, EventBody};
+use crate::events::Event;
 use crate::ids::ExecutionId;
 use crate::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, Store};
 use crate::time::Timestamp;
+
+mod views;
 
 #[derive(Default)]
 struct Tables {
@@ -246,28 +249,7 @@ impl Store for MemoryStore {
     }
 
     async fn recovery_index(&self) -> Result<Vec<crate::store::RecoveryEntry>, StoreError> {
-        let tables = self.lock();
-        let mut rows: Vec<&ExecutionRow> = tables
-            .executions
-            .values()
-            .filter(|row| !row.status.is_terminal())
-            .collect();
-        rows.sort_by_key(|row| row.created_at);
-        Ok(rows
-            .into_iter()
-            .map(|row| crate::store::RecoveryEntry {
-                id: row.id.clone(),
-                agent_id: row.agent_id.clone(),
-                status: row.status,
-                created_at: row.created_at,
-                session_id: row.session_id.clone(),
-                consumer_id: row.consumer_id.clone(),
-                live_steps: tables
-                    .steps
-                    .get(&row.id)
-                    .is_some_and(|steps| steps.values().any(|status| !status.is_terminal())),
-            })
-            .collect())
+        Ok(self.lock().recovery_index())
     }
 
     async fn delete_terminal_before(
@@ -295,127 +277,25 @@ impl Store for MemoryStore {
         &self,
         since: Timestamp,
     ) -> Result<Vec<crate::store::ToolResult>, StoreError> {
-        let tables = self.lock();
-        let mut results = Vec::new();
-        for events in tables.events.values() {
-            for event in events.iter().filter(|event| event.timestamp >= since) {
-                let success = match &event.body {
-                    EventBody::StepCompleted { .. } => true,
-                    EventBody::StepFailed { .. } | EventBody::StepTimedOut {} => false,
-                    _ => continue,
-                };
-                let tool = events.iter().find_map(|other| match &other.body {
-                    EventBody::StepCreated { tool_id, .. } if other.step_id == event.step_id => {
-                        Some(tool_id.clone())
-                    }
-                    _ => None,
-                });
-                if let Some(tool_id) = tool {
-                    results.push(crate::store::ToolResult {
-                        tool_id,
-                        success,
-                        at: event.timestamp,
-                    });
-                }
-            }
-        }
-        results.sort_by_key(|result| result.at);
-        Ok(results)
+        Ok(self.lock().tool_results_since(since))
     }
 
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {
-        let tables = self.lock();
-        let mut calls = Vec::new();
-        for (id, events) in &tables.events {
-            let Some(row) = tables.executions.get(id) else {
-                continue;
-            };
-            for event in events.iter().filter(|event| event.timestamp >= since) {
-                let EventBody::StepCreated { tool_id, .. } = &event.body else {
-                    continue;
-                };
-                let gated = events.iter().any(|other| {
-                    other.step_id == event.step_id
-                        && matches!(other.body, EventBody::StepApprovalRequired { .. })
-                });
-                if !gated {
-                    calls.push(AllowedToolCall {
-                        agent_id: row.agent_id.to_string(),
-                        tool_id: tool_id.clone(),
-                        at: event.timestamp,
-                    });
-                }
-            }
-        }
-        calls.sort_by_key(|call| call.at);
-        Ok(calls)
+        Ok(self.lock().tool_calls_since(since))
     }
 
     async fn count_executions(
         &self,
         filter: &ListFilter,
     ) -> Result<Vec<(crate::status::ExecutionStatus, u64)>, StoreError> {
-        let tables = self.lock();
-        let mut counts =
-            std::collections::BTreeMap::<&'static str, (crate::status::ExecutionStatus, u64)>::new(
-            );
-        for row in tables.executions.values() {
-            let agent_matches = filter
-                .agent_id
-                .as_deref()
-                .is_none_or(|agent| row.agent_id.as_str() == agent);
-            let labels_match = filter.labels.iter().all(|(key, value)| {
-                row.labels
-                    .as_ref()
-                    .and_then(|labels| labels.get(key))
-                    .is_some_and(|found| found == value)
-            });
-            if agent_matches && labels_match {
-                counts
-                    .entry(row.status.as_str())
-                    .or_insert((row.status, 0))
-                    .1 += 1;
-            }
-        }
-        Ok(counts.into_values().collect())
+        Ok(self.lock().count_executions(filter))
     }
 
     async fn pending_approvals(
         &self,
         limit: i64,
     ) -> Result<Vec<crate::store::PendingApproval>, StoreError> {
-        let tables = self.lock();
-        let mut found = Vec::new();
-        for row in tables.executions.values() {
-            if row.status != crate::status::ExecutionStatus::Blocked {
-                continue;
-            }
-            let events = tables
-                .events
-                .get(&row.id)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            for (index, event) in events.iter().enumerate() {
-                let Some(step_id) = &event.step_id else {
-                    continue;
-                };
-                let answered = events[index + 1..]
-                    .iter()
-                    .any(|later| later.step_id.as_ref() == Some(step_id));
-                if matches!(event.body, EventBody::StepApprovalRequired { .. }) && !answered {
-                    found.push(crate::store::PendingApproval {
-                        execution_id: row.id.clone(),
-                        agent_id: row.agent_id.clone(),
-                        step_id: step_id.clone(),
-                        request: event.body.payload(),
-                        requested_at: event.timestamp,
-                    });
-                }
-            }
-        }
-        found.sort_by_key(|approval| approval.requested_at);
-        found.truncate(usize::try_from(limit).unwrap_or(0));
-        Ok(found)
+        Ok(self.lock().pending_approvals(limit))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

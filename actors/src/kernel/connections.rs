@@ -1,0 +1,158 @@
+//! The connection side of the kernel handle: agents' and runners' push streams, runners'
+//! tool catalogues, and what runners report back (step started, step result).
+
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+
+use super::inner::KernelInner;
+use super::types::{KernelError, PushStream, ToolSchema};
+use crate::agent_group::AgentGroupMsg;
+use crate::execution::{ExecutionMsg, Rejection, StepOutcome};
+use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, StepId};
+use crate::runner::DispatcherMsg;
+
+impl KernelInner {
+    pub(crate) async fn runner_result(
+        &self,
+        runner_id: &RunnerId,
+        consumer_id: Option<&ConsumerId>,
+        execution_id: &ExecutionId,
+        outcome: StepOutcome,
+    ) -> Result<(), KernelError> {
+        let step_id = outcome.step_id.clone();
+        let result = self
+            .ask(execution_id, |reply| ExecutionMsg::ReportRunnerResult {
+                outcome: outcome.clone(),
+                reply,
+            })
+            .await
+            .map_err(|error| unknown_step(error, &step_id));
+        if let Some(consumer_id) = consumer_id {
+            self.release_runner(runner_id, consumer_id);
+        }
+        result
+    }
+
+    pub(crate) fn release_runner(&self, runner_id: &RunnerId, consumer_id: &ConsumerId) {
+        if runner_id.as_str().is_empty() || consumer_id.as_str().is_empty() {
+            return;
+        }
+        self.ctx.tell_dispatcher(DispatcherMsg::ConnectionFree {
+            runner_id: runner_id.clone(),
+            consumer_id: consumer_id.clone(),
+        });
+    }
+
+    pub(crate) async fn step_started(
+        &self,
+        execution_id: &ExecutionId,
+        step_id: &StepId,
+        runner_id: &RunnerId,
+    ) -> Result<(), KernelError> {
+        self.ask(execution_id, |reply| ExecutionMsg::MarkStepStarted {
+            step_id: step_id.clone(),
+            runner_id: runner_id.to_string(),
+            reply,
+        })
+        .await
+        .map_err(|error| unknown_step(error, step_id))
+    }
+
+    pub(crate) async fn connect_agent(
+        &self,
+        agent_id: AgentId,
+        consumer_id: ConsumerId,
+    ) -> Result<PushStream, KernelError> {
+        let group = self.group(&agent_id).await?;
+        let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
+        let connection = self.connections.fetch_add(1, Ordering::Relaxed);
+        let consumer = consumer_id.to_string();
+        group
+            .send_message(AgentGroupMsg::ConsumerConnected {
+                consumer_id: consumer.clone(),
+                connection,
+                sender,
+            })
+            .map_err(|_| KernelError::Unavailable("agent group is not running".into()))?;
+        let on_close = Box::new(move || {
+            let _ = group.send_message(AgentGroupMsg::ConsumerDisconnected {
+                consumer_id: consumer,
+                connection,
+            });
+        });
+        Ok(PushStream::new(receiver, on_close))
+    }
+
+    pub(crate) async fn connect_runner(
+        &self,
+        runner_id: RunnerId,
+        consumer_id: ConsumerId,
+        capabilities: Vec<String>,
+    ) -> Result<PushStream, KernelError> {
+        let dispatcher = self
+            .ctx
+            .dispatcher()
+            .ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
+        let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
+        let connection = self.connections.fetch_add(1, Ordering::Relaxed);
+        let (runner, consumer) = (runner_id.clone(), consumer_id.clone());
+        dispatcher
+            .send_message(DispatcherMsg::RunnerConnected {
+                runner_id,
+                consumer_id,
+                connection,
+                capabilities,
+                sender,
+            })
+            .map_err(|_| KernelError::Unavailable("dispatcher is not running".into()))?;
+        let on_close = Box::new(move || {
+            let _ = dispatcher.send_message(DispatcherMsg::RunnerDisconnected {
+                runner_id: runner,
+                consumer_id: consumer,
+                connection,
+            });
+        });
+        Ok(PushStream::new(receiver, on_close))
+    }
+
+    pub(crate) async fn publish_tools(
+        &self,
+        runner_id: &RunnerId,
+        tools: Vec<ToolSchema>,
+    ) -> Result<(), KernelError> {
+        let ids: Vec<String> = tools.iter().map(|tool| tool.id.clone()).collect();
+        self.tools.publish(runner_id.as_str(), tools);
+        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
+            runner_id: runner_id.clone(),
+            tools: ids,
+        });
+        Ok(())
+    }
+
+    pub(crate) async fn update_capabilities(
+        &self,
+        runner_id: &RunnerId,
+        tools: Vec<String>,
+    ) -> Result<(), KernelError> {
+        self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
+            runner_id: runner_id.clone(),
+            tools,
+        });
+        Ok(())
+    }
+
+    pub(crate) async fn unregister_runner(&self, runner_id: &RunnerId) -> Result<(), KernelError> {
+        self.tools.remove_runner(runner_id.as_str());
+        Ok(())
+    }
+}
+
+fn unknown_step(error: KernelError, step_id: &StepId) -> KernelError {
+    match error {
+        KernelError::Rejected(Rejection::ExecutionNotFound(_)) => {
+            Rejection::StepNotFound(step_id.to_string()).into()
+        }
+        other => other,
+    }
+}

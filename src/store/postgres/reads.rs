@@ -1,0 +1,124 @@
+//! The adapter's own reads of events and executions (the feature reads, shared in shape with
+//! SQLite, live beside the store module: `feed.rs`, `overview.rs`, ...). Values PostgreSQL text
+//! cannot hold (NUL) match nothing instead of failing the query.
+
+use sqlx::{Postgres, QueryBuilder};
+
+use keel_actors::error::StoreError;
+use keel_actors::events::Event;
+use keel_actors::ids::ExecutionId;
+use keel_actors::store::{ExecutionRow, ListFilter};
+use keel_actors::time;
+
+use super::super::rows::{EventRecord, ExecutionRecord};
+use super::PostgresStore;
+use super::schema::{EVENT_COLUMNS, EXECUTION_COLUMNS};
+
+impl PostgresStore {
+    /// Events of one execution after a sequence, in order (`Store::events`).
+    pub(super) async fn read_events(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, StoreError> {
+        if !storable(id.as_str()) {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
+             WHERE execution_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3"
+        );
+        let records = self
+            .bounded(
+                sqlx::query_as::<_, EventRecord>(&sql)
+                    .bind(id.as_str())
+                    .bind(after_sequence)
+                    .bind(limit.max(0))
+                    .fetch_all(&self.readers),
+            )
+            .await?;
+        records.into_iter().map(EventRecord::into_event).collect()
+    }
+
+    /// One execution's projection row (`Store::execution`).
+    pub(super) async fn read_execution(
+        &self,
+        id: &ExecutionId,
+    ) -> Result<Option<ExecutionRow>, StoreError> {
+        if !storable(id.as_str()) {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = $1");
+        let record = self
+            .bounded(
+                sqlx::query_as::<_, ExecutionRecord>(&sql)
+                    .bind(id.as_str())
+                    .fetch_optional(&self.readers),
+            )
+            .await?;
+        record.map(ExecutionRecord::into_row).transpose()
+    }
+
+    /// A filtered page of executions, newest first (`Store::list_executions`).
+    pub(super) async fn read_list(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<ExecutionRow>, StoreError> {
+        let texts = filter
+            .agent_id
+            .iter()
+            .chain(filter.labels.iter().flat_map(|(key, value)| [key, value]))
+            .chain(filter.after.iter().map(|(_, id)| id));
+        if texts.into_iter().any(|text| !storable(text)) {
+            return Ok(Vec::new());
+        }
+        let mut query = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions AS e WHERE TRUE"
+        ));
+        if let Some(status) = filter.status {
+            query.push(" AND e.status = ").push_bind(status.as_str());
+        }
+        if let Some(agent_id) = &filter.agent_id {
+            query
+                .push(" AND e.agent_id = ")
+                .push_bind(agent_id.as_str());
+        }
+        for (key, value) in &filter.labels {
+            query
+                .push(" AND EXISTS (SELECT 1 FROM execution_labels AS l")
+                .push(" WHERE l.execution_id = e.id AND l.key = ")
+                .push_bind(key.as_str())
+                .push(" AND l.value = ")
+                .push_bind(value.as_str())
+                .push(")");
+        }
+        if let Some((created_at, id)) = &filter.after {
+            // Strictly after (created_at, id) in descending order, as a row comparison the
+            // (created_at DESC, id DESC) indexes answer directly.
+            query
+                .push(" AND (e.created_at, e.id) < (")
+                .push_bind(time::format(created_at))
+                .push("::timestamptz, ")
+                .push_bind(id.as_str())
+                .push(")");
+        }
+        query
+            .push(" ORDER BY e.created_at DESC, e.id DESC LIMIT ")
+            .push_bind(filter.limit.max(0));
+        let records = self
+            .bounded(
+                query
+                    .build_query_as::<ExecutionRecord>()
+                    .fetch_all(&self.readers),
+            )
+            .await?;
+        records.into_iter().map(ExecutionRecord::into_row).collect()
+    }
+}
+
+/// Returns whether a filter value can match stored text: PostgreSQL text never holds NUL, and
+/// sending one fails the query instead of matching nothing.
+pub(super) fn storable(text: &str) -> bool {
+    !text.contains('\0')
+}
