@@ -1,7 +1,6 @@
 //! What the `Kernel` handle forwards to: starting the tree, startup recovery, and one method
 //! per kernel operation, each a message to the right actor with a timeout.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -13,14 +12,11 @@ use super::config::KernelConfig;
 use super::context::{Ctx, call};
 use super::handle::Kernel;
 use super::root::{KernelSupervisor, RootArgs};
-use super::settle;
 use super::types::{CommitNotice, KernelError, PushStream, ToolSchema};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
-use crate::execution::actor::record_creation_with;
 use crate::execution::{
     ExecutionMsg, ExecutionSupervisorMsg, Intent, IntentReply, Rejection, StepOutcome,
 };
-use crate::guardrails::CreateOptions;
 use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
 use crate::metrics::Metrics;
 use crate::runner::{DispatcherMsg, ToolDirectory};
@@ -90,7 +86,7 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
 }
 
 impl KernelInner {
-    fn timeout(&self) -> std::time::Duration {
+    pub(super) fn timeout(&self) -> std::time::Duration {
         self.ctx.config.call_timeout
     }
 
@@ -125,7 +121,10 @@ impl KernelInner {
         self.ctx.ask_execution(id, build).await?
     }
 
-    async fn group(&self, agent_id: &AgentId) -> Result<ActorRef<AgentGroupMsg>, KernelError> {
+    pub(super) async fn group(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<ActorRef<AgentGroupMsg>, KernelError> {
         let agents = self
             .ctx
             .agents()
@@ -134,64 +133,6 @@ impl KernelInner {
         call(&agents, message, self.timeout(), "agent supervisor")
             .await?
             .ok_or_else(|| KernelError::Unavailable("agent group could not start".into()))
-    }
-
-    pub(crate) async fn create_execution(
-        &self,
-        agent_id: AgentId,
-        input: Value,
-        labels: Option<BTreeMap<String, String>>,
-        options: CreateOptions,
-    ) -> Result<ExecutionRow, KernelError> {
-        let id = ExecutionId::generate();
-        let priority = options.priority;
-        let created = match record_creation_with(
-            &self.ctx,
-            &id,
-            agent_id.as_str(),
-            input,
-            labels.as_ref(),
-            options,
-        )
-        .await
-        {
-            Ok(created) => created,
-            Err(error) => {
-                // The commit may have landed anyway: make sure a stored execution reaches its agent.
-                if settle::in_doubt(&error) {
-                    tokio::spawn(settle::settle_creation(
-                        self.store.clone(),
-                        self.executions.clone(),
-                        self.timeout(),
-                        id,
-                    ));
-                }
-                return Err(error);
-            }
-        };
-        let message = |reply| ExecutionSupervisorMsg::Create {
-            state: Box::new(created),
-            reply,
-        };
-        call(
-            &self.executions,
-            message,
-            self.timeout(),
-            "execution supervisor",
-        )
-        .await??;
-        let group = self.group(&agent_id).await?;
-        let pending = |reply| AgentGroupMsg::ExecutionPending {
-            execution_id: id.clone(),
-            priority,
-            reply: Some(reply),
-        };
-        call(&group, pending, self.timeout(), "agent group").await?;
-        // The projection after the first assignment attempt: `running` when a connected
-        // consumer took it at once.
-        self.ctx
-            .ask_execution(&id, |reply| ExecutionMsg::GetExecution { reply })
-            .await
     }
 
     pub(crate) async fn execution(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {

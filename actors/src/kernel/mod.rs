@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod context;
+mod creation;
 mod guardrails;
 mod handle;
 mod inner;
