@@ -122,12 +122,13 @@ async fn kernel_with_hooks(base: &str, failure: &str) -> TestKernel {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("policy.yaml");
     std::fs::write(&path, policy(base, failure)).expect("write policy");
-    let engine = keel::policy::load_path(&path).expect("policy loads").engine;
+    let loaded = keel::policy::load_path(&path).expect("policy loads");
     let caller = Arc::new(HttpHookCaller::new().expect("caller"));
     let configured = caller.clone();
     let kernel = TestKernel::start_with(Options {
         configure: Some(Arc::new(move |config| {
-            config.policy = engine.clone();
+            config.policy = loaded.engine.clone();
+            config.hooks = loaded.hooks.clone();
             config.hook_caller = Some(configured.clone());
         })),
         ..Options::default()
@@ -394,12 +395,13 @@ async fn kernel_with_policy(source: &str, options: Options) -> TestKernel {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("policy.yaml");
     std::fs::write(&path, source).expect("write policy");
-    let engine = keel::policy::load_path(&path).expect("policy loads").engine;
+    let loaded = keel::policy::load_path(&path).expect("policy loads");
     let caller = Arc::new(HttpHookCaller::new().expect("caller"));
     let configured = caller.clone();
     let kernel = TestKernel::start_with(Options {
         configure: Some(Arc::new(move |config| {
-            config.policy = engine.clone();
+            config.policy = loaded.engine.clone();
+            config.hooks = loaded.hooks.clone();
             config.hook_caller = Some(configured.clone());
         })),
         ..options
@@ -615,7 +617,9 @@ async fn pre_create_hooks_apply_to_their_agents_and_are_replaced_with_the_policy
     )
     .expect("write policy");
     let reloaded = keel::policy::load_path(&path).expect("policy loads");
-    kernel.kernel.replace_policy(reloaded.engine);
+    kernel
+        .kernel
+        .replace_policy(reloaded.engine, reloaded.hooks);
     let (status, body) = create_with(&kernel, json!({"agent_id": "writer"})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let response = create_with(&kernel, json!({"agent_id": "reader"})).await;
@@ -692,5 +696,72 @@ async fn an_idempotent_repeat_and_a_full_backlog_call_no_pre_create_hook() {
     let (status, body) = create_with(&kernel, json!({"agent_id": "writer"})).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(hooks.requests("create").len(), 3);
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_call_the_pre_tool_hooks_stop_gives_its_rate_limit_slot_back() {
+    let (hooks, base) = HookServer::start().await;
+    let policy = format!(
+        r#"
+rules:
+  - id: no-etc
+    priority: 1
+    when:
+      tool_id: "fs.*"
+      arguments:
+        - field: path
+          pattern: '^/etc'
+    then: {{decision: deny, reason: "nothing under /etc"}}
+  - id: one-read
+    priority: 10
+    when: {{tool_id: "fs.*"}}
+    then: {{decision: allow}}
+    rate_limit: {{max: 1, window: 1h}}
+hooks:
+  - id: guard
+    point: pre_tool
+    url: {base}/pre
+    timeout: 300ms
+"#
+    );
+    let kernel = kernel_with_policy(&policy, Options::default()).await;
+    let (_agent, run) = running_execution(&kernel, "writer").await;
+    let read = |path: &str| invoke("fs.read", json!({ "path": path }));
+
+    // Aborted by the hook, then refused by the policy after a modification: neither ran.
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "abort", "reason": "not now"})),
+    );
+    let (_, body) = run.intent(&kernel, read("/tmp/a")).await;
+    assert_eq!(body["accepted"], json!(false), "{body}");
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/etc/passwd"}})),
+    );
+    let (_, body) = run.intent(&kernel, read("/tmp/b")).await;
+    assert_eq!(body["accepted"], json!(false), "{body}");
+    assert!(
+        body["error"].as_str().unwrap_or("").contains("/etc"),
+        "{body}"
+    );
+
+    // So the one call of the hour is still free, and the limit holds after it.
+    hooks.set("pre", Behaviour::Answer(json!({"decision": "pass"})));
+    let (_, body) = run.intent(&kernel, read("/tmp/c")).await;
+    assert_eq!(body["accepted"], json!(true), "{body}");
+    let step = body["step_id"].as_str().expect("step").to_owned();
+    let (status, _) = run.step_result(&kernel, &step, true, json!("ok")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, body) = run.intent(&kernel, read("/tmp/d")).await;
+    assert_eq!(body["accepted"], json!(false), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("rate limit exceeded"),
+        "{body}"
+    );
     kernel.shutdown().await;
 }

@@ -9,7 +9,9 @@
 //! `execution.created`.
 //!
 //! This module is the port: the hook definitions, the verdicts, and [`HookCaller`], which
-//! `src/` implements with an HTTP client (each call bounded by the hook's timeout).
+//! `src/` implements with an HTTP client (each call bounded by the hook's timeout). A policy's
+//! hooks travel beside its engine (`KernelConfig::hooks`, `Kernel::replace_policy`), not inside
+//! it, so the engine seen by the policy actor is always the one that was loaded.
 
 mod chain;
 pub mod creation;
@@ -117,46 +119,4 @@ pub enum HookVerdict {
 pub trait HookCaller: Send + Sync + 'static {
     /// POSTs `request` to `hook` and returns its verdict.
     async fn call(&self, hook: &HookSpec, request: &Value) -> Result<HookVerdict, String>;
-}
-
-/// A policy engine with hooks: decides as `inner` does and carries the policy's hooks, so
-/// they are replaced with the policy on reload.
-pub struct HookedEngine {
-    /// The engine that decides.
-    pub inner: std::sync::Arc<dyn crate::policy::PolicyEngine>,
-    /// The hooks, in order.
-    pub hooks: Vec<HookSpec>,
-}
-
-impl crate::policy::PolicyEngine for HookedEngine {
-    fn evaluate(&self, input: &crate::policy::PolicyInput) -> crate::policy::PolicyDecision {
-        self.inner.evaluate(input)
-    }
-
-    fn digest(&self) -> String {
-        self.inner.digest()
-    }
-
-    fn longest_rate_window(&self) -> Option<Duration> {
-        self.inner.longest_rate_window()
-    }
-
-    fn rule_ids(&self) -> Vec<String> {
-        self.inner.rule_ids()
-    }
-
-    fn hooks(&self) -> &[HookSpec] {
-        &self.hooks
-    }
-
-    fn agent_budget(
-        &self,
-        agent_id: &str,
-    ) -> Option<std::sync::Arc<crate::guardrails::budget::Budget>> {
-        self.inner.agent_budget(agent_id)
-    }
-
-    fn breakers(&self) -> &crate::guardrails::breaker::BreakerSet {
-        self.inner.breakers()
-    }
 }

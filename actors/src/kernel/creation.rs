@@ -5,7 +5,7 @@
 //! The hooks run here, in the creating request's task, before anything is written: no
 //! execution exists yet, so there is no single writer to hold, and a slow hook delays only its
 //! own request (each call is bounded by the hook's timeout). They are read from the policy in
-//! force (`Ctx::policy_engine`, replaced with the policy on reload) without a round trip to the
+//! force (`Ctx::policy_in_force`, replaced with the policy on reload) without a round trip to the
 //! policy actor, so a creation without hooks costs nothing more than before.
 
 use std::collections::BTreeMap;
@@ -99,8 +99,8 @@ impl KernelInner {
         let Some(caller) = self.ctx.config.hook_caller.clone() else {
             return Ok((labels, Vec::new()));
         };
-        let hooks: Vec<HookSpec> = read(&self.ctx.policy_engine)
-            .hooks()
+        let hooks: Vec<HookSpec> = read(&self.ctx.policy_in_force)
+            .hooks
             .iter()
             .filter(|hook| hook.applies_to_creation(agent_id.as_str()))
             .cloned()

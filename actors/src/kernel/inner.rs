@@ -237,10 +237,18 @@ impl KernelInner {
         result
     }
 
-    pub(crate) fn replace_policy(&self, engine: Arc<dyn crate::policy::PolicyEngine>) {
-        *super::context::write(&self.ctx.policy_engine) = engine.clone();
+    pub(crate) fn replace_policy(
+        &self,
+        engine: Arc<dyn crate::policy::PolicyEngine>,
+        hooks: Vec<crate::hooks::HookSpec>,
+    ) {
+        let in_force = crate::policy::InForce {
+            engine,
+            hooks: hooks.into(),
+        };
+        *super::context::write(&self.ctx.policy_in_force) = in_force.clone();
         if let Some(policy) = self.ctx.policy() {
-            let _ = policy.send_message(crate::policy::PolicyMsg::ReplaceEngine(engine));
+            let _ = policy.send_message(crate::policy::PolicyMsg::ReplacePolicy(in_force));
         }
     }
 
