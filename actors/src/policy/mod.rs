@@ -2,6 +2,8 @@
 //! `PolicyActor` that answers every `invoke_tool` intent (decision plus rate limit).
 
 pub mod actor;
+#[cfg(test)]
+mod actor_tests;
 mod breakers;
 pub mod engine;
 pub mod rules;

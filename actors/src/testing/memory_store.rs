@@ -45,7 +45,8 @@ impl MemoryStore {
         self.losing_answers.store(losing, Ordering::SeqCst);
     }
 
-    /// Makes event reads fail (`true`) as if the database were gone, or succeed again.
+    /// Makes event reads (an execution's events, the allowed tool calls of a period) fail
+    /// (`true`) as if the database were gone, or succeed again.
     pub fn fail_reads(&self, failing: bool) {
         self.failing_reads.store(failing, Ordering::SeqCst);
     }
@@ -324,6 +325,9 @@ impl Store for MemoryStore {
     }
 
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {
+        if self.failing_reads.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("injected read failure".into()));
+        }
         let tables = self.lock();
         let mut calls = Vec::new();
         for (id, events) in &tables.events {
