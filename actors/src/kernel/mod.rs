@@ -13,6 +13,8 @@ mod retention;
 mod retention_tests;
 mod root;
 mod settle;
+#[cfg(test)]
+mod shutdown_tests;
 pub mod types;
 
 pub use config::KernelConfig;
