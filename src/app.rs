@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 use keel_actors::execution::ExecutionSettings;
+use keel_actors::hooks::HookSpec;
 use keel_actors::kernel::{self, KernelConfig};
 use keel_actors::policy::{PermissiveEngine, PolicyEngine, SecureDefaultEngine};
 use keel_actors::store::Store;
@@ -50,7 +51,7 @@ pub async fn run(
     );
 
     // The policy first: it is cheap, and a typo in it should not wait for a database.
-    let policy = load_policy(&settings).await?;
+    let (policy, hooks) = load_policy(&settings).await?;
     let policy_digest = policy.digest();
     let policy_status = Arc::new(PolicyStatus::new(
         settings
@@ -65,6 +66,7 @@ pub async fn run(
         Arc::new(crate::hook_caller::HttpHookCaller::new().map_err(|error| anyhow!("{error}"))?);
     let mut config = kernel_config(&settings, store, policy);
     config.hook_caller = Some(hook_caller.clone());
+    config.hooks = hooks;
     let kernel = kernel::start(config)
         .await
         .map_err(|error| anyhow!("cannot start the actor tree: {error}"))?;
@@ -203,11 +205,13 @@ async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     Ok(store)
 }
 
-/// Loads `--policy`, or picks the mode's built-in engine when none is given. A policy with
-/// problems stops startup with every problem listed.
-async fn load_policy(settings: &Settings) -> anyhow::Result<Arc<dyn PolicyEngine>> {
+/// Loads `--policy` (its engine and hooks), or picks the mode's built-in engine when none is
+/// given. A policy with problems stops startup with every problem listed.
+async fn load_policy(
+    settings: &Settings,
+) -> anyhow::Result<(Arc<dyn PolicyEngine>, Vec<HookSpec>)> {
     let Some(path) = settings.policy.clone() else {
-        return Ok(match settings.mode {
+        let engine: Arc<dyn PolicyEngine> = match settings.mode {
             Mode::Dev => {
                 info!("no --policy given: every tool call is allowed (keel dev)");
                 Arc::new(PermissiveEngine)
@@ -218,7 +222,8 @@ async fn load_policy(settings: &Settings) -> anyhow::Result<Arc<dyn PolicyEngine
                 );
                 Arc::new(SecureDefaultEngine)
             }
-        });
+        };
+        return Ok((engine, Vec::new()));
     };
     let phase = Instant::now();
     let shown = path.display().to_string();
@@ -237,7 +242,7 @@ async fn load_policy(settings: &Settings) -> anyhow::Result<Arc<dyn PolicyEngine
                 elapsed_ms = millis(phase.elapsed()),
                 "policy loaded"
             );
-            Ok(policy.engine)
+            Ok((policy.engine, policy.hooks))
         }
         Err(errors) => Err(anyhow!(
             "policy {shown} is invalid ({} problem(s)); refusing to start:\n{errors}",

@@ -1,12 +1,14 @@
 //! The HTTP side of the hook chain (docs/hooks.md): POSTs a hook's request JSON to its URL,
 //! bounded by its timeout, and reads the verdict: `{"decision": "pass"}`,
-//! `{"decision": "modify", "arguments": ...}` (pre_tool) or `{"decision": "modify", "result":
-//! ...}` (post_tool), `{"decision": "abort", "reason": "..."}`. Anything else (a connection
+//! `{"decision": "modify", "arguments": ...}` (pre_tool), `{"decision": "modify", "result":
+//! ...}` (post_tool) or `{"decision": "modify", "labels": {...}}` (pre_create),
+//! `{"decision": "abort", "reason": "..."}`. Anything else (a connection
 //! error, the timeout, a non-2xx status, a body that is not such a verdict) is a failed call,
 //! which the hook's failure mode turns into an abort or a pass. Calls are counted in
 //! `keel_hook_calls_total{hook,decision}`.
 
 use async_trait::async_trait;
+use keel_actors::hooks::creation::{Labels, labels_to_add};
 use keel_actors::hooks::{HookCaller, HookPoint, HookSpec, HookVerdict};
 use keel_actors::kernel::Kernel;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -80,23 +82,36 @@ impl HttpHookCaller {
             .json()
             .await
             .map_err(|error| format!("answer is not JSON: {error}"))?;
-        parse_verdict(hook.point, &body)
+        parse_verdict(hook.point, &body, request)
     }
 }
 
-/// Reads a verdict body.
-fn parse_verdict(point: HookPoint, body: &Value) -> Result<HookVerdict, String> {
+/// Reads a verdict body. A `pre_create` modify is checked against the labels the hook was
+/// sent (an object of string values, none already set to another value) and carries only the
+/// labels it adds.
+fn parse_verdict(point: HookPoint, body: &Value, request: &Value) -> Result<HookVerdict, String> {
     let field = match point {
         HookPoint::PreTool => "arguments",
         HookPoint::PostTool => "result",
+        HookPoint::PreCreate => "labels",
     };
     match body.get("decision").and_then(Value::as_str) {
         Some("pass") => Ok(HookVerdict::Pass),
-        Some("modify") => body
-            .get(field)
-            .cloned()
-            .map(HookVerdict::Modify)
-            .ok_or_else(|| format!("a modify answer needs `{field}`")),
+        Some("modify") => {
+            let value = body
+                .get(field)
+                .cloned()
+                .ok_or_else(|| format!("a modify answer needs `{field}`"))?;
+            if point != HookPoint::PreCreate {
+                return Ok(HookVerdict::Modify(value));
+            }
+            let current: Labels = request
+                .get("labels")
+                .and_then(|labels| serde_json::from_value(labels.clone()).ok())
+                .unwrap_or_default();
+            let added = labels_to_add(&current, &value)?;
+            Ok(HookVerdict::Modify(serde_json::json!(added)))
+        }
         Some("abort") => Ok(HookVerdict::Abort(
             body.get("reason")
                 .and_then(Value::as_str)
@@ -130,31 +145,53 @@ mod tests {
 
     #[test]
     fn verdicts_are_read_per_point() {
-        let pass = parse_verdict(HookPoint::PreTool, &json!({"decision": "pass"}));
-        assert_eq!(pass, Ok(HookVerdict::Pass));
-        let modify = parse_verdict(
+        let none = json!({});
+        let read = |point, body: Value| parse_verdict(point, &body, &none);
+        assert_eq!(
+            read(HookPoint::PreTool, json!({"decision": "pass"})),
+            Ok(HookVerdict::Pass)
+        );
+        let modify = read(
             HookPoint::PreTool,
-            &json!({"decision": "modify", "arguments": {"a": 1}}),
+            json!({"decision": "modify", "arguments": {"a": 1}}),
         );
         assert_eq!(modify, Ok(HookVerdict::Modify(json!({"a": 1}))));
-        let result = parse_verdict(
+        let result = read(
             HookPoint::PostTool,
-            &json!({"decision": "modify", "result": 2}),
+            json!({"decision": "modify", "result": 2}),
         );
         assert_eq!(result, Ok(HookVerdict::Modify(json!(2))));
         assert!(
-            parse_verdict(
+            read(
                 HookPoint::PostTool,
-                &json!({"decision": "modify", "arguments": 2})
+                json!({"decision": "modify", "arguments": 2})
             )
             .is_err()
         );
-        let abort = parse_verdict(
+        let abort = read(
             HookPoint::PreTool,
-            &json!({"decision": "abort", "reason": "no"}),
+            json!({"decision": "abort", "reason": "no"}),
         );
         assert_eq!(abort, Ok(HookVerdict::Abort("no".to_owned())));
-        assert!(parse_verdict(HookPoint::PreTool, &json!({"decision": "maybe"})).is_err());
-        assert!(parse_verdict(HookPoint::PreTool, &json!([])).is_err());
+        assert!(read(HookPoint::PreTool, json!({"decision": "maybe"})).is_err());
+        assert!(read(HookPoint::PreTool, json!([])).is_err());
+    }
+
+    #[test]
+    fn pre_create_label_answers_are_checked_against_the_labels_sent() {
+        let request = json!({"point": "pre_create", "labels": {"team": "ops"}});
+        let read = |body: Value| parse_verdict(HookPoint::PreCreate, &body, &request);
+        assert_eq!(
+            read(json!({"decision": "modify", "labels": {"tier": "gold", "team": "ops"}})),
+            Ok(HookVerdict::Modify(json!({"tier": "gold"})))
+        );
+        assert!(read(json!({"decision": "modify", "labels": {"team": "dev"}})).is_err());
+        assert!(read(json!({"decision": "modify", "labels": {"tier": 1}})).is_err());
+        assert!(read(json!({"decision": "modify", "labels": "tier"})).is_err());
+        assert!(read(json!({"decision": "modify", "arguments": {}})).is_err());
+        assert_eq!(
+            read(json!({"decision": "abort", "reason": "quota"})),
+            Ok(HookVerdict::Abort("quota".to_owned()))
+        );
     }
 }

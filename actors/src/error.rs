@@ -8,6 +8,8 @@ pub enum ErrorCode {
     BadRequest,
     /// 401 `UNAUTHORIZED`.
     Unauthorized,
+    /// 403 `FORBIDDEN`.
+    Forbidden,
     /// 404 `NOT_FOUND`.
     NotFound,
     /// 409 `CONFLICT`.

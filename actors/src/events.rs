@@ -264,7 +264,7 @@ pub enum EventBody {
     HookDecided {
         /// Hook id from the policy.
         hook_id: String,
-        /// `pre_tool` or `post_tool`.
+        /// `pre_tool`, `post_tool` or `pre_create`.
         point: String,
         /// `pass`, `modify`, `abort`, or `error` (the call failed; `failure_mode` says what
         /// followed).
@@ -280,6 +280,9 @@ pub enum EventBody {
         /// `fail_closed` or `fail_open`, for an `error`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure_mode: Option<String>,
+        /// Labels a `pre_create` hook added (`modify`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        labels: Option<std::collections::BTreeMap<String, String>>,
     },
     /// A result of this execution opened the circuit breaker of a tool: intents for it are
     /// denied until `until` (informational; Keel addition, docs/guardrails.md).

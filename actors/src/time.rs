@@ -117,3 +117,24 @@ pub fn add(at: Timestamp, duration: std::time::Duration) -> Timestamp {
         .and_then(|delta| at.checked_add_signed(delta))
         .unwrap_or(at)
 }
+
+/// The pending timers (`send_after`, `send_interval` tasks) of an actor, aborted when it stops
+/// so that none outlives it (the leak check counts the runtime's tasks). Finished ones are
+/// dropped as new ones are kept, so the set stays as small as what is pending.
+#[derive(Debug, Default)]
+pub struct PendingTimers(Vec<tokio::task::AbortHandle>);
+
+impl PendingTimers {
+    /// Keeps the timer of `handle`.
+    pub fn keep<T>(&mut self, handle: &tokio::task::JoinHandle<T>) {
+        self.0.retain(|timer| !timer.is_finished());
+        self.0.push(handle.abort_handle());
+    }
+
+    /// Aborts every timer still pending.
+    pub fn abort_all(&mut self) {
+        for timer in self.0.drain(..) {
+            timer.abort();
+        }
+    }
+}

@@ -2,9 +2,11 @@
 //! field and the `Idempotency-Key` header. A key names one execution kernel-wide for as long as
 //! it is stored: the key is written as the idempotency key of its `execution.created` event and
 //! a unique index refuses a second one, so parallel repeats cannot create twice; a repeat finds
-//! the first execution and compares its recorded creation with the new body.
+//! the first execution and compares its recorded creation (less the labels `pre_create` hooks
+//! added) with the new body. A repeat and a creation refused by the backlog call no hook: the
+//! `pre_create` hooks run inside [`Kernel::create_execution_with`], after both checks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::http::HeaderMap;
 use keel_actors::error::StoreError;
@@ -205,29 +207,33 @@ async fn existing(
 }
 
 /// Returns the execution created under the key when its recorded creation matches the
-/// request, 409 when it does not.
+/// request, 409 when it does not. Labels a `pre_create` hook added are not part of what the
+/// client sent: they are taken out of the recorded labels before comparing.
 async fn existing_recorded(
     kernel: &Kernel,
     id: &ExecutionId,
     request: &Recorded,
 ) -> Result<(ExecutionRow, bool), ApiError> {
-    let first = kernel.events(id, 0, 1).await?;
-    let same = match first.first().map(|event| &event.body) {
-        Some(EventBody::ExecutionCreated {
-            agent_id,
-            input,
-            labels,
-            priority,
-        }) => {
-            let stored = Recorded {
-                agent_id: agent_id.clone(),
-                input: input.clone(),
-                labels: labels.clone(),
-                priority: *priority,
-            };
-            stored == *request
+    let same = match recorded_creation(kernel, id).await? {
+        Some((mut stored, added)) => {
+            if added.is_empty() {
+                stored == *request
+            } else {
+                if let Value::Object(labels) = &mut stored.labels {
+                    labels.retain(|key, _| !added.contains(key));
+                }
+                // Hooks added labels, so "no labels" was recorded as an object.
+                let requested = match &request.labels {
+                    Value::Null => serde_json::json!({}),
+                    labels => labels.clone(),
+                };
+                stored.labels == requested
+                    && stored.agent_id == request.agent_id
+                    && stored.input == request.input
+                    && stored.priority == request.priority
+            }
         }
-        _ => false,
+        None => false,
     };
     if !same {
         return Err(ApiError::Conflict(format!(
@@ -235,4 +241,52 @@ async fn existing_recorded(
         )));
     }
     Ok((kernel.execution(id).await?, false))
+}
+
+/// Returns what `execution.created` of `id` recorded, and the keys of the labels its
+/// `pre_create` hooks added (their `hook.decided` events follow it in the same commit).
+async fn recorded_creation(
+    kernel: &Kernel,
+    id: &ExecutionId,
+) -> Result<Option<(Recorded, BTreeSet<String>)>, ApiError> {
+    const PAGE: i64 = 32;
+    let mut page = kernel.events(id, 0, PAGE).await?;
+    let Some(EventBody::ExecutionCreated {
+        agent_id,
+        input,
+        labels,
+        priority,
+    }) = page.first().map(|event| event.body.clone())
+    else {
+        return Ok(None);
+    };
+    let recorded = Recorded {
+        agent_id,
+        input,
+        labels,
+        priority,
+    };
+    let mut added = BTreeSet::new();
+    let mut next = 1;
+    loop {
+        for event in page.iter().skip(next) {
+            match &event.body {
+                EventBody::HookDecided {
+                    point,
+                    labels: Some(labels),
+                    ..
+                } if point == "pre_create" => added.extend(labels.keys().cloned()),
+                EventBody::HookDecided { point, .. } if point == "pre_create" => {}
+                _ => return Ok(Some((recorded, added))),
+            }
+        }
+        let Some(last) = page.last().map(|event| event.sequence) else {
+            return Ok(Some((recorded, added)));
+        };
+        if (page.len() as i64) < PAGE {
+            return Ok(Some((recorded, added)));
+        }
+        page = kernel.events(id, last, PAGE).await?;
+        next = 0;
+    }
 }

@@ -1,5 +1,6 @@
 //! The error envelope of WIRE.md §3: every failed request answers
-//! `{"error": "<message>", "code": "<CODE>"}` with the matching status. Kernel errors are mapped
+//! `{"error": "<message>", "code": "<CODE>"}` with the matching status (a 403 adds the
+//! `rule_id` that refused). Kernel errors are mapped
 //! through their [`ErrorCode`]; 5xx bodies never carry internal details (the cause is logged here,
 //! once, inside the request's span).
 
@@ -19,6 +20,15 @@ pub enum ApiError {
     /// 401 `UNAUTHORIZED`; the message is sent as is.
     #[error("{0}")]
     Unauthorized(String),
+    /// 403 `FORBIDDEN` with the `rule_id` that refused (WIRE.md §3.4: the SDK raises
+    /// `PolicyError(error, rule_id=rule_id)`); the message is sent as is.
+    #[error("{message}")]
+    Forbidden {
+        /// What refused: `hook:<id>` for a `pre_create` hook.
+        rule_id: String,
+        /// Why.
+        message: String,
+    },
     /// 404 `NOT_FOUND`; the message is sent as is.
     #[error("{0}")]
     NotFound(String),
@@ -47,6 +57,7 @@ impl ApiError {
         match self {
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "VALIDATION_ERROR"),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED"),
+            Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "FORBIDDEN"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
             Self::RateLimited(..) => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
@@ -59,9 +70,20 @@ impl ApiError {
 impl From<KernelError> for ApiError {
     fn from(error: KernelError) -> Self {
         let message = error.to_string();
+        if let KernelError::HookRefused { hook_id, .. } = &error {
+            return Self::Forbidden {
+                rule_id: format!("hook:{hook_id}"),
+                message,
+            };
+        }
         match error.code() {
             ErrorCode::BadRequest => Self::BadRequest(message),
             ErrorCode::Unauthorized => Self::Unauthorized(message),
+            // Only a hook refusal is forbidden today (above); keep any other one a 403 too.
+            ErrorCode::Forbidden => Self::Forbidden {
+                rule_id: String::new(),
+                message,
+            },
             ErrorCode::NotFound => Self::NotFound(message),
             ErrorCode::Conflict => Self::Conflict(message),
             ErrorCode::Unavailable | ErrorCode::Timeout => {
@@ -78,6 +100,9 @@ impl From<KernelError> for ApiError {
 struct Envelope<'a> {
     error: &'a str,
     code: &'static str,
+    /// On a 403 only: what refused (Keel sends it for `pre_create` hook refusals).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule_id: Option<&'a str>,
 }
 
 impl IntoResponse for ApiError {
@@ -90,6 +115,7 @@ impl IntoResponse for ApiError {
             }
             Self::BadRequest(message)
             | Self::Unauthorized(message)
+            | Self::Forbidden { message, .. }
             | Self::NotFound(message)
             | Self::Conflict(message)
             | Self::RateLimited(message, _)
@@ -99,11 +125,16 @@ impl IntoResponse for ApiError {
             Self::RateLimited(_, seconds) => Some(seconds.to_string()),
             _ => None,
         };
+        let rule_id = match &self {
+            Self::Forbidden { rule_id, .. } if !rule_id.is_empty() => Some(rule_id.as_str()),
+            _ => None,
+        };
         let mut response = (
             status,
             Json(Envelope {
                 error: message,
                 code,
+                rule_id,
             }),
         )
             .into_response();

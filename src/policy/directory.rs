@@ -127,16 +127,14 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
     let global_rules = global.map(|global| RuleSet::single(&global.rules));
     let paths = files.values().map(|file| file.path.clone()).collect();
     Ok(LoadedPolicy {
-        engine: super::load::with_hooks(
-            Arc::new(
-                CompiledPolicy::per_agent(agents, global_rules, digest.clone()).with_breakers(
-                    global
-                        .map(|global| global.rules.breakers().clone())
-                        .unwrap_or_default(),
-                ),
+        engine: Arc::new(
+            CompiledPolicy::per_agent(agents, global_rules, digest.clone()).with_breakers(
+                global
+                    .map(|global| global.rules.breakers().clone())
+                    .unwrap_or_default(),
             ),
-            hooks,
         ),
+        hooks,
         warnings,
         digest,
         files: paths,

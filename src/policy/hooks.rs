@@ -1,5 +1,6 @@
 //! The `hooks:` section of a policy file (docs/hooks.md): the hook chain's endpoints, each with
-//! its point, timeout, failure mode and scope (every call, some agents, some rules). Rebuno
+//! its point, timeout, failure mode and scope (every call, some agents, some rules; creations
+//! have no rule, so `pre_create` hooks are scoped by agent only). Rebuno
 //! policy files have no such key and load unchanged.
 
 use std::collections::HashSet;
@@ -16,7 +17,8 @@ use super::locate::strip_positions;
 
 /// Default bound of one hook call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest timeout a hook may have: the agent waits for its intent's answer meanwhile.
+/// Longest timeout a hook may have: the agent (or the creating client) waits for its answer
+/// meanwhile.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[derive(Deserialize)]
@@ -76,11 +78,22 @@ pub fn parse_hooks(
         let point = match entry.point.as_str() {
             "pre_tool" => HookPoint::PreTool,
             "post_tool" => HookPoint::PostTool,
+            "pre_create" => HookPoint::PreCreate,
             other => {
-                problem(format!("point {other:?} must be pre_tool or post_tool"));
+                problem(format!(
+                    "point {other:?} must be pre_tool, post_tool or pre_create"
+                ));
                 continue;
             }
         };
+        if point == HookPoint::PreCreate && !entry.rule_ids.is_empty() {
+            problem(
+                "rule_ids do not apply to pre_create hooks (no rule decides a creation); \
+                 scope them with agent_ids"
+                    .to_owned(),
+            );
+            continue;
+        }
         match url::Url::parse(&entry.url) {
             Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
             _ => {
@@ -160,6 +173,59 @@ mod tests {
         assert!(!hooks[1].applies(HookPoint::PostTool, "x", "s"));
         let (scoped, _) = parse_hooks(Path::new("agent.yaml"), source, Some("agent"));
         assert_eq!(scoped[0].agent_ids, vec!["agent".to_owned()]);
+    }
+
+    #[test]
+    fn pre_create_hooks_parse_and_are_scoped_by_agent() {
+        let source = "rules: []\nhooks:\n  - id: admit\n    point: pre_create\n    url: http://h/c\n    \
+                      timeout: 1s\n    failure: fail_open\n    agent_ids: [x]\n";
+        let (hooks, problems) = parse_hooks(Path::new("p.yaml"), source, None);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(hooks[0].point, HookPoint::PreCreate);
+        assert_eq!(hooks[0].failure, FailureMode::FailOpen);
+        assert_eq!(hooks[0].timeout, Duration::from_secs(1));
+        assert!(hooks[0].applies_to_creation("x"));
+        assert!(!hooks[0].applies_to_creation("y"));
+        assert!(!hooks[0].applies(HookPoint::PreTool, "x", "any-rule"));
+        let (scoped, _) = parse_hooks(Path::new("y.yaml"), source, Some("y"));
+        assert!(scoped[0].applies_to_creation("y"));
+        assert!(!scoped[0].applies_to_creation("x"));
+    }
+
+    #[test]
+    fn pre_create_hook_mistakes_are_reported() {
+        let cases = [
+            ("    rule_ids: [r]\n", "rule_ids do not apply to pre_create"),
+            ("    timeout: 21s\n", "timeout must be at most 20s"),
+            ("    timeout: soon\n", "timeout"),
+            (
+                "    failure: fail_later\n",
+                "must be fail_closed or fail_open",
+            ),
+            ("    labels: {a: b}\n", "unknown field"),
+        ];
+        for (extra, expected) in cases {
+            let source = format!(
+                "rules: []\nhooks:\n  - id: admit\n    point: pre_create\n    url: http://h/c\n{extra}"
+            );
+            let (hooks, problems) = parse_hooks(Path::new("p.yaml"), &source, None);
+            assert!(hooks.is_empty(), "{extra}");
+            assert_eq!(problems.len(), 1, "{extra}: {problems:?}");
+            assert!(
+                problems[0].to_string().contains(expected),
+                "{extra}: {}",
+                problems[0]
+            );
+        }
+        let (_, problems) = parse_hooks(
+            Path::new("p.yaml"),
+            "rules: []\nhooks:\n  - id: a\n    point: precreate\n    url: http://h\n",
+            None,
+        );
+        assert!(
+            problems[0].to_string().contains("pre_create"),
+            "{problems:?}"
+        );
     }
 
     #[test]

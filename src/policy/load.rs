@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use yaml_serde::Value;
 
+use keel_actors::hooks::HookSpec;
 use keel_actors::policy::PolicyEngine;
 use keel_actors::policy::rules::{
     CompileIssue, CompiledPolicy, CompiledRules, FieldPath, PathSegment, PolicyDefinition, RuleSet,
@@ -29,6 +30,8 @@ const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 pub struct LoadedPolicy {
     /// The compiled engine.
     pub engine: Arc<dyn PolicyEngine>,
+    /// The `hooks:` of the policy files, in order (docs/hooks.md): installed beside the engine.
+    pub hooks: Vec<HookSpec>,
     /// Things that load but are probably mistakes, formatted `FILE:LINE: warning: ...`.
     pub warnings: Vec<String>,
     /// Short hex digest of the source bytes (FNV-1a 64), also returned by `engine.digest()`.
@@ -82,32 +85,15 @@ pub fn load_path(path: &Path) -> Result<LoadedPolicy, PolicyLoadErrors> {
     digest.write(source.as_bytes());
     let digest = digest.hex();
     Ok(LoadedPolicy {
-        engine: with_hooks(
-            Arc::new(
-                CompiledPolicy::single(RuleSet::single(&rules), digest.clone())
-                    .with_breakers(rules.breakers().clone()),
-            ),
-            hooks,
+        engine: Arc::new(
+            CompiledPolicy::single(RuleSet::single(&rules), digest.clone())
+                .with_breakers(rules.breakers().clone()),
         ),
+        hooks,
         warnings: file.warnings,
         digest,
         files: vec![path.to_path_buf()],
     })
-}
-
-/// Returns `engine` carrying `hooks` (unchanged without hooks).
-pub(super) fn with_hooks(
-    engine: Arc<dyn PolicyEngine>,
-    hooks: Vec<keel_actors::hooks::HookSpec>,
-) -> Arc<dyn PolicyEngine> {
-    if hooks.is_empty() {
-        engine
-    } else {
-        Arc::new(keel_actors::hooks::HookedEngine {
-            inner: engine,
-            hooks,
-        })
-    }
 }
 
 /// Reads a policy file as UTF-8 text, refusing huge files.

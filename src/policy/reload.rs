@@ -236,7 +236,8 @@ impl Reloads {
         for warning in &policy.warnings {
             warn!(policy = %self.shown, warning = %warning, "policy warning");
         }
-        self.kernel.replace_policy(policy.engine.clone());
+        self.kernel
+            .replace_policy(policy.engine.clone(), policy.hooks.clone());
         self.kernel.metrics().policy_reload("ok");
         if let Some(status) = &self.status {
             status.installed(policy.engine.as_ref());

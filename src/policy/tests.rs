@@ -10,6 +10,7 @@ mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -480,4 +481,58 @@ fn the_examples_decide_as_their_comments_say() {
         decide(&deploy, &prod),
         (Decision::RequireApproval, "production-target".into())
     );
+}
+
+#[test]
+fn hooks_load_beside_the_engine_which_keeps_every_part_of_the_policy() {
+    let policy = "\
+budget:
+  max_steps: 20
+circuit_breakers:
+  - tool_id: \"payments.*\"
+    failures: 5
+    cool_down: 30s
+rules:
+  - id: search
+    priority: 10
+    when:
+      tool_id: web.search
+    then:
+      decision: allow
+    rate_limit:
+      max: 3
+      window: 90s
+  - id: rest
+    priority: 100
+    when: {}
+    then: {decision: allow}
+";
+    let hooks = "\
+hooks:
+  - id: admit
+    point: pre_create
+    url: http://127.0.0.1:1/admit
+  - id: guard
+    point: pre_tool
+    url: http://127.0.0.1:1/guard
+    rule_ids: [search]
+";
+    let (_dir, _, plain) = load_text(policy);
+    let (_dir2, _, hooked) = load_text(&format!("{policy}{hooks}"));
+    let (plain, hooked) = (plain.unwrap(), hooked.unwrap());
+    assert!(plain.hooks.is_empty());
+    let ids: Vec<&str> = hooked.hooks.iter().map(|hook| hook.id.as_str()).collect();
+    assert_eq!(ids, ["admit", "guard"]);
+    // The engine of the file with hooks answers every question as the one without them.
+    let (with, without) = (&hooked.engine, &plain.engine);
+    assert_eq!(with.digest(), hooked.digest);
+    assert_eq!(with.rule_ids(), without.rule_ids());
+    assert_eq!(with.longest_rate_window(), without.longest_rate_window());
+    assert_eq!(with.longest_rate_window(), Some(Duration::from_secs(90)));
+    assert_eq!(with.agent_budget("a"), without.agent_budget("a"));
+    assert!(with.agent_budget("a").is_some());
+    assert_eq!(with.breakers().0.len(), 1);
+    assert_eq!(with.breakers().horizon(), without.breakers().horizon());
+    let search = call("a", "web.search", json!({}));
+    assert_eq!(with.evaluate(&search), without.evaluate(&search));
 }

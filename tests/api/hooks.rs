@@ -122,12 +122,13 @@ async fn kernel_with_hooks(base: &str, failure: &str) -> TestKernel {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("policy.yaml");
     std::fs::write(&path, policy(base, failure)).expect("write policy");
-    let engine = keel::policy::load_path(&path).expect("policy loads").engine;
+    let loaded = keel::policy::load_path(&path).expect("policy loads");
     let caller = Arc::new(HttpHookCaller::new().expect("caller"));
     let configured = caller.clone();
     let kernel = TestKernel::start_with(Options {
         configure: Some(Arc::new(move |config| {
-            config.policy = engine.clone();
+            config.policy = loaded.engine.clone();
+            config.hooks = loaded.hooks.clone();
             config.hook_caller = Some(configured.clone());
         })),
         ..Options::default()
@@ -386,5 +387,381 @@ async fn post_tool_hooks_modify_the_result_the_agent_sees_or_fail_the_step() {
         .await;
     let pushed = agent.stream.next_of("tool.result").await.data;
     assert_eq!(pushed["result"], json!({"hits": []}));
+    kernel.shutdown().await;
+}
+
+/// Starts a kernel with the policy `source` (hooks called over HTTP) and `options`.
+async fn kernel_with_policy(source: &str, options: Options) -> TestKernel {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, source).expect("write policy");
+    let loaded = keel::policy::load_path(&path).expect("policy loads");
+    let caller = Arc::new(HttpHookCaller::new().expect("caller"));
+    let configured = caller.clone();
+    let kernel = TestKernel::start_with(Options {
+        configure: Some(Arc::new(move |config| {
+            config.policy = loaded.engine.clone();
+            config.hooks = loaded.hooks.clone();
+            config.hook_caller = Some(configured.clone());
+        })),
+        ..options
+    })
+    .await;
+    caller.register(&kernel.kernel);
+    kernel
+}
+
+/// A policy allowing every tool with one `pre_create` hook.
+fn creation_policy(base: &str, failure: &str, scope: &str) -> String {
+    format!(
+        r#"
+rules:
+  - id: allow-all
+    priority: 1
+    when: {{}}
+    then: {{decision: allow}}
+hooks:
+  - id: admit
+    point: pre_create
+    url: {base}/create
+    timeout: 300ms
+    failure: {failure}
+{scope}"#
+    )
+}
+
+async fn create_with(kernel: &TestKernel, body: Value) -> (StatusCode, Value) {
+    kernel.post("/v0/executions", &body).await
+}
+
+/// The number of executions of `agent_id`.
+async fn count(kernel: &TestKernel, agent_id: &str) -> usize {
+    let (status, body) = kernel
+        .get(&format!("/v0/executions?agent_id={agent_id}&limit=200"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["executions"].as_array().map_or(0, Vec::len)
+}
+
+fn hook_calls(kernel: &TestKernel, hook: &str, decision: &str) -> String {
+    let metrics = kernel.kernel.encode_metrics();
+    let prefix = format!("keel_hook_calls_total{{hook=\"{hook}\",decision=\"{decision}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or("0")
+        .to_owned()
+}
+
+/// Asserts a refused creation: 403 `FORBIDDEN` naming the hook, the reason in the message.
+fn assert_refused(response: &(StatusCode, Value), hook: &str, reason: &str) {
+    let (status, body) = response;
+    assert_eq!(*status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["code"], "FORBIDDEN", "{body}");
+    assert_eq!(body["rule_id"], format!("hook:{hook}"), "{body}");
+    let message = body["error"].as_str().unwrap_or("");
+    assert!(message.contains(reason), "{body}");
+}
+
+#[tokio::test]
+async fn pre_create_hooks_pass_add_labels_or_refuse_the_creation() {
+    let (hooks, base) = HookServer::start().await;
+    let kernel = kernel_with_policy(
+        &creation_policy(&base, "fail_closed", ""),
+        Options::default(),
+    )
+    .await;
+
+    // Pass: created as asked; the hook saw the creation; its decision follows execution.created.
+    let (status, body) = create_with(
+        &kernel,
+        json!({"agent_id": "writer", "input": {"n": 1}, "labels": {"team": "ops"}, "priority": 7}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["labels"], json!({"team": "ops"}));
+    let seen = hooks.requests("create");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["point"], "pre_create");
+    assert_eq!(seen[0]["hook_id"], "admit");
+    assert_eq!(seen[0]["agent_id"], "writer");
+    assert_eq!(seen[0]["input"], json!({"n": 1}));
+    assert_eq!(seen[0]["labels"], json!({"team": "ops"}));
+    assert_eq!(seen[0]["priority"], 7);
+    assert!(
+        seen[0].get("execution_id").is_none(),
+        "no execution exists yet"
+    );
+    let id = body["id"].as_str().expect("id").to_owned();
+    let events = kernel.events(&id).await;
+    assert_eq!(events[0]["type"], "execution.created");
+    assert_eq!(events[0]["sequence"], 1);
+    assert_eq!(events[1]["type"], "hook.decided");
+    assert_eq!(events[1]["payload"]["point"], "pre_create");
+    assert_eq!(events[1]["payload"]["decision"], "pass");
+    assert_eq!(events[1]["payload"]["hook_id"], "admit");
+    assert_eq!(events[0]["correlation_id"], events[1]["correlation_id"]);
+
+    // Add labels: merged with the request's, on GET, in execution.created and in the list filter.
+    hooks.set(
+        "create",
+        Behaviour::Answer(json!({"decision": "modify", "labels": {"tier": "gold"}})),
+    );
+    let (status, body) = create_with(
+        &kernel,
+        json!({"agent_id": "writer", "labels": {"team": "ops"}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let merged = json!({"team": "ops", "tier": "gold"});
+    assert_eq!(body["labels"], merged);
+    let id = body["id"].as_str().expect("id").to_owned();
+    let (_, fetched) = kernel.get(&format!("/v0/executions/{id}")).await;
+    assert_eq!(fetched["labels"], merged);
+    let events = kernel.events(&id).await;
+    assert_eq!(events[0]["payload"]["labels"], merged);
+    assert_eq!(events[1]["payload"]["decision"], "modify");
+    assert_eq!(events[1]["payload"]["labels"], json!({"tier": "gold"}));
+    let (_, listed) = kernel.get("/v0/executions?label=tier:gold").await;
+    assert_eq!(listed["executions"][0]["id"], json!(id));
+    // A creation without labels gets the hook's.
+    let (_, body) = create_with(&kernel, json!({"agent_id": "writer"})).await;
+    assert_eq!(body["labels"], json!({"tier": "gold"}));
+
+    // A label already set to another value is an invalid answer: refused under fail_closed.
+    let before = count(&kernel, "writer").await;
+    hooks.set(
+        "create",
+        Behaviour::Answer(json!({"decision": "modify", "labels": {"team": "dev"}})),
+    );
+    let response = create_with(
+        &kernel,
+        json!({"agent_id": "writer", "labels": {"team": "ops"}}),
+    )
+    .await;
+    assert_refused(&response, "admit", "already set to \"ops\"");
+
+    // Refuse: 403 with the hook's reason, and nothing is created or recorded.
+    hooks.set(
+        "create",
+        Behaviour::Answer(json!({"decision": "abort", "reason": "quota exhausted"})),
+    );
+    let response = create_with(&kernel, json!({"agent_id": "writer"})).await;
+    assert_refused(&response, "admit", "quota exhausted");
+    assert_eq!(count(&kernel, "writer").await, before);
+    assert_eq!(hook_calls(&kernel, "admit", "abort"), "1");
+    assert_eq!(hook_calls(&kernel, "admit", "error"), "1");
+    assert_eq!(hook_calls(&kernel, "admit", "modify"), "2");
+    assert_eq!(hook_calls(&kernel, "admit", "pass"), "1");
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_pre_create_hook_refuses_when_fail_closed_and_creates_when_fail_open() {
+    let (hooks, base) = HookServer::start().await;
+    hooks.set("create", Behaviour::Sleep(Duration::from_secs(2)));
+    for failure in ["fail_closed", "fail_open"] {
+        let kernel =
+            kernel_with_policy(&creation_policy(&base, failure, ""), Options::default()).await;
+        let started = std::time::Instant::now();
+        let response = create_with(&kernel, json!({"agent_id": "writer"})).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(1800),
+            "bounded by the hook's timeout"
+        );
+        if failure == "fail_closed" {
+            assert_refused(
+                &response,
+                "admit",
+                "hook admit failed: no answer within 300 ms",
+            );
+            assert_eq!(count(&kernel, "writer").await, 0);
+        } else {
+            let (status, body) = &response;
+            assert_eq!(*status, StatusCode::CREATED, "{body}");
+            let events = kernel.events(body["id"].as_str().expect("id")).await;
+            assert_eq!(events[1]["payload"]["decision"], "error", "{events:?}");
+            assert_eq!(events[1]["payload"]["failure_mode"], "fail_open");
+        }
+        assert_eq!(hook_calls(&kernel, "admit", "error"), "1", "{failure}");
+        kernel.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn pre_create_hooks_apply_to_their_agents_and_are_replaced_with_the_policy() {
+    let (hooks, base) = HookServer::start().await;
+    hooks.set(
+        "create",
+        Behaviour::Answer(json!({"decision": "abort", "reason": "writers are paused"})),
+    );
+    let kernel = kernel_with_policy(
+        &creation_policy(&base, "fail_closed", "    agent_ids: [writer]\n"),
+        Options::default(),
+    )
+    .await;
+    let response = create_with(&kernel, json!({"agent_id": "writer"})).await;
+    assert_refused(&response, "admit", "writers are paused");
+    let (status, body) = create_with(&kernel, json!({"agent_id": "reader"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(hooks.requests("create").len(), 1, "not called for reader");
+    let events = kernel.events(body["id"].as_str().expect("id")).await;
+    assert!(events.iter().all(|event| event["type"] != "hook.decided"));
+
+    // A reload replaces the hooks: now only readers are refused.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(
+        &path,
+        creation_policy(&base, "fail_closed", "    agent_ids: [reader]\n"),
+    )
+    .expect("write policy");
+    let reloaded = keel::policy::load_path(&path).expect("policy loads");
+    kernel
+        .kernel
+        .replace_policy(reloaded.engine, reloaded.hooks);
+    let (status, body) = create_with(&kernel, json!({"agent_id": "writer"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let response = create_with(&kernel, json!({"agent_id": "reader"})).await;
+    assert_refused(&response, "admit", "writers are paused");
+    assert_eq!(hooks.requests("create").len(), 2);
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idempotent_repeat_and_a_full_backlog_call_no_pre_create_hook() {
+    let (hooks, base) = HookServer::start().await;
+    let mut options = Options::default();
+    options.settings.backlog = keel::http::creation::Backlog {
+        per_agent: Some(2),
+        total: None,
+        retry_after_secs: 1,
+    };
+    let kernel = kernel_with_policy(&creation_policy(&base, "fail_closed", ""), options).await;
+    let keyed = |key: &str, body: &Value| {
+        kernel
+            .client
+            .post(kernel.url("/v0/executions"))
+            .header("Idempotency-Key", key)
+            .json(body)
+    };
+
+    // Refused under a key: nothing is stored, so a retry with the key asks the hook again.
+    hooks.set(
+        "create",
+        Behaviour::Answer(json!({"decision": "abort", "reason": "not yet"})),
+    );
+    let body = json!({"agent_id": "writer", "labels": {"team": "ops"}});
+    let response = kernel.send(keyed("k1", &body)).await;
+    assert_refused(&response, "admit", "not yet");
+    hooks.set(
+        "create",
+        Behaviour::Answer(json!({"decision": "modify", "labels": {"tier": "gold"}})),
+    );
+    let (status, first) = kernel.send(keyed("k1", &body)).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(first["labels"], json!({"team": "ops", "tier": "gold"}));
+    assert_eq!(hooks.requests("create").len(), 2);
+    assert_eq!(hooks.requests("create")[1]["idempotency_key"], "k1");
+
+    // A repeat answers the first execution without calling the hook, although the hook's
+    // labels make the recorded labels differ from the request's.
+    let (status, repeat) = kernel.send(keyed("k1", &body)).await;
+    assert_eq!(status, StatusCode::OK, "{repeat}");
+    assert_eq!(repeat["id"], first["id"]);
+    assert_eq!(hooks.requests("create").len(), 2);
+    // A different request under the key is still a conflict (the hook's label sent by the
+    // client is a different request too).
+    for other in [
+        json!({"agent_id": "writer", "labels": {"team": "dev"}}),
+        json!({"agent_id": "writer", "labels": {"team": "ops", "tier": "gold"}}),
+        json!({"agent_id": "writer"}),
+    ] {
+        let (status, conflict) = kernel.send(keyed("k1", &other)).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{other}: {conflict}");
+    }
+    assert_eq!(hooks.requests("create").len(), 2);
+    // A creation without labels under a key, repeated: the hook's labels alone were recorded.
+    let (status, bare) = kernel
+        .send(keyed("k2", &json!({"agent_id": "writer"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{bare}");
+    let (status, again) = kernel
+        .send(keyed("k2", &json!({"agent_id": "writer"})))
+        .await;
+    assert_eq!((status, &again["id"]), (StatusCode::OK, &bare["id"]));
+    assert_eq!(hooks.requests("create").len(), 3);
+
+    // The backlog (2 pending) is checked before the hooks: a 429 calls none.
+    let (status, body) = create_with(&kernel, json!({"agent_id": "writer"})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(hooks.requests("create").len(), 3);
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_call_the_pre_tool_hooks_stop_gives_its_rate_limit_slot_back() {
+    let (hooks, base) = HookServer::start().await;
+    let policy = format!(
+        r#"
+rules:
+  - id: no-etc
+    priority: 1
+    when:
+      tool_id: "fs.*"
+      arguments:
+        - field: path
+          pattern: '^/etc'
+    then: {{decision: deny, reason: "nothing under /etc"}}
+  - id: one-read
+    priority: 10
+    when: {{tool_id: "fs.*"}}
+    then: {{decision: allow}}
+    rate_limit: {{max: 1, window: 1h}}
+hooks:
+  - id: guard
+    point: pre_tool
+    url: {base}/pre
+    timeout: 300ms
+"#
+    );
+    let kernel = kernel_with_policy(&policy, Options::default()).await;
+    let (_agent, run) = running_execution(&kernel, "writer").await;
+    let read = |path: &str| invoke("fs.read", json!({ "path": path }));
+
+    // Aborted by the hook, then refused by the policy after a modification: neither ran.
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "abort", "reason": "not now"})),
+    );
+    let (_, body) = run.intent(&kernel, read("/tmp/a")).await;
+    assert_eq!(body["accepted"], json!(false), "{body}");
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/etc/passwd"}})),
+    );
+    let (_, body) = run.intent(&kernel, read("/tmp/b")).await;
+    assert_eq!(body["accepted"], json!(false), "{body}");
+    assert!(
+        body["error"].as_str().unwrap_or("").contains("/etc"),
+        "{body}"
+    );
+
+    // So the one call of the hour is still free, and the limit holds after it.
+    hooks.set("pre", Behaviour::Answer(json!({"decision": "pass"})));
+    let (_, body) = run.intent(&kernel, read("/tmp/c")).await;
+    assert_eq!(body["accepted"], json!(true), "{body}");
+    let step = body["step_id"].as_str().expect("step").to_owned();
+    let (status, _) = run.step_result(&kernel, &step, true, json!("ok")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, body) = run.intent(&kernel, read("/tmp/d")).await;
+    assert_eq!(body["accepted"], json!(false), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("rate limit exceeded"),
+        "{body}"
+    );
     kernel.shutdown().await;
 }

@@ -1,5 +1,6 @@
-"""A post_tool hook (docs/hooks.md) rewrites a remote tool's result; the unmodified SDK agent
-receives the rewritten value and the log records the hook's decision before the result."""
+"""Hooks (docs/hooks.md) seen through the unmodified SDK: a post_tool hook rewrites a remote
+tool's result, which the agent receives, and the log records the hook's decision before the
+result; a pre_create hook refuses a Client's create (PolicyError) or adds labels to it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from rebuno import Client
+from rebuno import Client, PolicyError
 from rebuno.types import ExecutionStatus
 
 from harness import Sandbox, run, unique
@@ -78,3 +79,83 @@ def test_a_post_tool_hook_modifies_the_result_the_agent_sees(sandbox: Sandbox) -
     types = [e.type for e in events]
     completed = next(e for e in events if e.type == "step.completed" and e.payload.get("result") == 41)
     assert types.index("hook.decided") < events.index(completed)
+
+
+class _Admit(BaseHTTPRequestHandler):
+    """A pre_create hook: refuses creations whose input asks for it, adds a label otherwise."""
+
+    calls: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Admit.calls.append(call)
+        if (call.get("input") or {}).get("refuse"):
+            answer = {"decision": "abort", "reason": "tenant over quota"}
+        else:
+            answer = {"decision": "modify", "labels": {"tenant": "acme"}}
+        body = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+def test_a_pre_create_hook_refuses_a_client_create_or_adds_labels(sandbox: Sandbox) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Admit)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        policy = sandbox.workdir / "admit-policy.yaml"
+        policy.write_text(
+            "rules: []\n"
+            "default:\n  decision: allow\n"
+            "hooks:\n"
+            f"  - id: admit\n    point: pre_create\n"
+            f"    url: http://127.0.0.1:{server.server_address[1]}/create\n"
+            "    timeout: 2s\n"
+        )
+        kernel = sandbox.kernel("--policy", str(policy))
+        agent_id = unique("admitted")
+        sandbox.agent(kernel, agent_id, unique("admitted-c"))
+
+        async def scenario():
+            async with Client(kernel.url) as client:
+                try:
+                    await client.create(agent_id, input={"op": "labels", "refuse": True})
+                    refused = None
+                except PolicyError as error:
+                    refused = error
+                listed_after_refusal = await client.list(agent_id=agent_id)
+                created = await client.create(
+                    agent_id, input={"op": "labels"}, labels={"team": "ops"}
+                )
+                by_label = await client.list(labels={"tenant": "acme"}, agent_id=agent_id)
+                final = await client.run_until_complete(agent_id, input={"op": "labels"})
+                events = await client.events_snapshot(created.id, limit=1000)
+                return refused, listed_after_refusal, created, by_label, final, events
+
+        refused, listed_after_refusal, created, by_label, final, events = run(
+            scenario(), timeout=20
+        )
+    finally:
+        server.shutdown()
+
+    # The refusal reaches the unmodified Client as PolicyError (a 403) naming the hook.
+    assert isinstance(refused, PolicyError), refused
+    assert "tenant over quota" in str(refused)
+    assert refused.rule_id == "hook:admit"
+    assert refused.status_code == 403
+    assert listed_after_refusal.executions == []
+    # Labels the hook added sit beside the client's, and the list filter finds them.
+    assert created.labels == {"team": "ops", "tenant": "acme"}
+    assert [e.id for e in by_label.executions] == [created.id]
+    assert [e.type for e in events][:2] == ["execution.created", "hook.decided"]
+    assert events[1].payload["labels"] == {"tenant": "acme"}
+    # An SDK agent sees the added label on its execution.
+    assert final.status == ExecutionStatus.COMPLETED, final
+    assert final.output["labels"] == {"tenant": "acme"}
+    assert [call["agent_id"] for call in _Admit.calls] == [agent_id] * 3
+    assert "execution_id" not in _Admit.calls[0]

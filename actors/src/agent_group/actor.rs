@@ -19,6 +19,7 @@ use crate::ids::{AgentId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
 use crate::push::Push;
+use crate::time::PendingTimers;
 
 /// Delay before pending executions are offered again after a failed assignment attempt (for
 /// example a commit refused during a database outage).
@@ -39,6 +40,8 @@ pub struct AgentGroupState {
     core: Group<mpsc::Sender<Push>>,
     /// Creators waiting for the first assignment attempt of their execution.
     waiting: HashMap<ExecutionId, RpcReplyPort<()>>,
+    /// Grace and retry timers, aborted when the group stops.
+    timers: PendingTimers,
 }
 
 /// The actor of one agent id.
@@ -60,7 +63,17 @@ impl Actor for AgentGroupActor {
             agent_id: args.agent_id,
             core,
             waiting: HashMap::new(),
+            timers: PendingTimers::default(),
         })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.timers.abort_all();
+        Ok(())
     }
 
     async fn post_start(
@@ -162,19 +175,20 @@ impl Actor for AgentGroupActor {
     }
 }
 
-fn carry_out(myself: &ActorRef<AgentGroupMsg>, state: &AgentGroupState, effect: GroupEffect) {
+fn carry_out(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, effect: GroupEffect) {
     let lost_key = |consumer_id: &str| (state.agent_id.to_string(), consumer_id.to_owned());
     match effect {
         GroupEffect::ArmGrace {
             consumer_id,
             generation,
         } => {
-            myself.send_after(state.ctx.config.agent_grace, move || {
+            let timer = myself.send_after(state.ctx.config.agent_grace, move || {
                 AgentGroupMsg::GraceExpired {
                     consumer_id,
                     generation,
                 }
             });
+            state.timers.keep(&timer);
         }
         GroupEffect::ConsumerLost(consumer_id) => {
             crate::kernel::context::write(&state.ctx.lost_consumers).insert(lost_key(&consumer_id));
@@ -225,7 +239,8 @@ fn carry_out(myself: &ActorRef<AgentGroupMsg>, state: &AgentGroupState, effect: 
             });
         }
         GroupEffect::ArmRetry => {
-            myself.send_after(ASSIGNMENT_RETRY, || AgentGroupMsg::RetryAssignment);
+            let timer = myself.send_after(ASSIGNMENT_RETRY, || AgentGroupMsg::RetryAssignment);
+            state.timers.keep(&timer);
         }
         GroupEffect::SlowConsumer => {
             let kind = crate::metrics::KindLabel {

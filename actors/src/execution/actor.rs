@@ -434,4 +434,4 @@ use super::effects::{
 };
 use super::passivation;
 use super::rebuild::{load_events, recover, refuse, reload};
-pub use super::rebuild::{record_creation, record_creation_with};
+pub use super::rebuild::{record_creation, record_creation_decided, record_creation_with};

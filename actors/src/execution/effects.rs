@@ -77,8 +77,8 @@ pub(super) async fn apply(
         // store before the next message (the store may hold the commit even then).
         let (before, before_sequence) = (state.exec.status, state.exec.last_sequence);
         results = {
-            let engine = read(&state.ctx.policy_engine);
-            super::breakers::tool_results(&state.exec, &events, engine.breakers())
+            let in_force = read(&state.ctx.policy_in_force);
+            super::breakers::tool_results(&state.exec, &events, in_force.engine.breakers())
         };
         let mut touched: Vec<StepId> = Vec::new();
         for event in &events {

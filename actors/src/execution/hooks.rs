@@ -11,7 +11,7 @@ use crate::events::NewEvent;
 use crate::hooks::{ChainOutcome, HookPoint, HookSpec, run_chain};
 use crate::kernel::KernelError;
 use crate::kernel::context::{call, read};
-use crate::policy::{Decision, PolicyDecision, PolicyInput, PolicyMsg};
+use crate::policy::{Decision, PolicyDecision, PolicyInput, PolicyMsg, RateSlot};
 
 /// Builds the policy input of a tool call of this execution.
 pub(super) fn policy_input(
@@ -55,8 +55,8 @@ pub(super) async fn ask_policy<T: Send + 'static>(
 /// no policy input and no round trip to the policy actor. A reload that adds hooks swaps the
 /// engine read here before the policy actor's, so no call misses a hook it would have seen.
 fn has_hooks(state: &ExecutionActorState, point: HookPoint) -> bool {
-    read(&state.ctx.policy_engine)
-        .hooks()
+    read(&state.ctx.policy_in_force)
+        .hooks
         .iter()
         .any(|hook| hook.point == point)
 }
@@ -141,6 +141,7 @@ pub(super) async fn pre_tool(
         arguments.clone(),
     )
     .await;
+    let slot = verdict.rate_slot.take();
     match run.outcome {
         ChainOutcome::Abort { hook_id, reason } => {
             *verdict = PolicyDecision::plain(Decision::Deny, &format!("hook:{hook_id}"), &reason);
@@ -157,7 +158,20 @@ pub(super) async fn pre_tool(
         }
         ChainOutcome::Continue(_) => {}
     }
+    // Only calls that become running steps count toward a rate limit (as the windows rebuilt
+    // from the store count them): a call the hooks stopped, or whose modified arguments were
+    // denied or sent to approval, gives its slot back.
+    match slot {
+        Some(slot) if verdict.decision != Decision::Allow => release_rate_slot(state, slot),
+        slot => verdict.rate_slot = slot,
+    }
     Ok(run.events)
+}
+
+fn release_rate_slot(state: &ExecutionActorState, slot: RateSlot) {
+    if let Some(policy) = state.ctx.policy() {
+        let _ = policy.send_message(PolicyMsg::ReleaseRateSlot(slot));
+    }
 }
 
 fn intent_key(intent: &Intent) -> Option<String> {

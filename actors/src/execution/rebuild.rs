@@ -8,7 +8,7 @@ use super::messages::ExecutionMsg;
 use super::rejection::Rejection;
 use super::state::ExecutionState;
 use crate::agent_group::AgentGroupMsg;
-use crate::events::{Event, seal};
+use crate::events::{Event, NewEvent, seal};
 use crate::guardrails::CreateOptions;
 use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
@@ -40,6 +40,20 @@ pub async fn record_creation_with(
     labels: Option<&BTreeMap<String, String>>,
     options: CreateOptions,
 ) -> Result<ExecutionState, KernelError> {
+    record_creation_decided(ctx, id, agent_id, input, labels, options, Vec::new()).await
+}
+
+/// [`record_creation_with`] followed, in the same commit, by the `hook.decided` events of the
+/// creation's `pre_create` hooks (`execution.created` stays sequence 1).
+pub async fn record_creation_decided(
+    ctx: &Ctx,
+    id: &ExecutionId,
+    agent_id: &str,
+    input: Value,
+    labels: Option<&BTreeMap<String, String>>,
+    options: CreateOptions,
+    decisions: Vec<NewEvent>,
+) -> Result<ExecutionState, KernelError> {
     let labels_json = labels.map_or(Value::Null, |labels| serde_json::json!(labels));
     let created = machine::create(
         agent_id,
@@ -48,7 +62,10 @@ pub async fn record_creation_with(
         options.priority,
         options.idempotency_key,
     );
-    let events = seal(id, 0, ctx.now(), None, vec![created]);
+    let mut new_events = Vec::with_capacity(1 + decisions.len());
+    new_events.push(created);
+    new_events.extend(decisions);
+    let events = seal(id, 0, ctx.now(), None, new_events);
     let exec = ExecutionState::from_events(&events)
         .ok_or_else(|| KernelError::Unavailable("execution.created did not fold".into()))?;
     ctx.commit(Commit {

@@ -61,6 +61,7 @@ pub async fn run_chain(
                 tool_id: Some(tool_id.to_owned()),
                 reason,
                 failure_mode: failure.map(|mode| mode.as_str().to_owned()),
+                labels: None,
             })
         };
         match answer {

@@ -1,14 +1,20 @@
-//! The hook chain (docs/hooks.md): operator endpoints called at fixed points of a tool call,
-//! configured with the policy. `pre_tool` runs after the policy allowed an `invoke_tool` and
-//! before the step exists (pass, modify the arguments, or abort the intent); `post_tool` runs
-//! when a step's result arrives, before the agent sees it (pass, modify the result, or fail the
-//! step). Hooks run in order inside the execution actor, the execution's single writer, so what
-//! they decide is recorded (`hook.decided`) in the same commit as its effect.
+//! The hook chain (docs/hooks.md): operator endpoints called at fixed points of a tool call
+//! or a creation, configured with the policy. `pre_tool` runs after the policy allowed an
+//! `invoke_tool` and before the step exists (pass, modify the arguments, or abort the intent);
+//! `post_tool` runs when a step's result arrives, before the agent sees it (pass, modify the
+//! result, or fail the step). Both run in order inside the execution actor, the execution's
+//! single writer, so what they decide is recorded (`hook.decided`) in the same commit as its
+//! effect. `pre_create` runs before an execution exists (pass, add labels, or refuse the
+//! creation), in the creating request's task ([`creation`]); its decisions are committed with
+//! `execution.created`.
 //!
 //! This module is the port: the hook definitions, the verdicts, and [`HookCaller`], which
-//! `src/` implements with an HTTP client (each call bounded by the hook's timeout).
+//! `src/` implements with an HTTP client (each call bounded by the hook's timeout). A policy's
+//! hooks travel beside its engine (`KernelConfig::hooks`, `Kernel::replace_policy`), not inside
+//! it, so the engine seen by the policy actor is always the one that was loaded.
 
 mod chain;
+pub mod creation;
 
 use std::time::Duration;
 
@@ -24,6 +30,8 @@ pub enum HookPoint {
     PreTool,
     /// When a step's result arrives, before the agent sees it.
     PostTool,
+    /// Before an execution is created (it may refuse it or add labels).
+    PreCreate,
 }
 
 impl HookPoint {
@@ -32,6 +40,7 @@ impl HookPoint {
         match self {
             Self::PreTool => "pre_tool",
             Self::PostTool => "post_tool",
+            Self::PreCreate => "pre_create",
         }
     }
 }
@@ -71,7 +80,8 @@ pub struct HookSpec {
     pub failure: FailureMode,
     /// Only executions of these agents (empty: every agent).
     pub agent_ids: Vec<String>,
-    /// Only tool calls these policy rules decided (empty: every rule).
+    /// Only tool calls these policy rules decided (empty: every rule; always empty for
+    /// `pre_create`, which no rule decides).
     pub rule_ids: Vec<String>,
 }
 
@@ -82,6 +92,12 @@ impl HookSpec {
             && (self.agent_ids.is_empty() || self.agent_ids.iter().any(|id| id == agent_id))
             && (self.rule_ids.is_empty() || self.rule_ids.iter().any(|id| id == rule_id))
     }
+
+    /// Returns whether the hook is a `pre_create` hook for executions of `agent_id`.
+    pub fn applies_to_creation(&self, agent_id: &str) -> bool {
+        self.point == HookPoint::PreCreate
+            && (self.agent_ids.is_empty() || self.agent_ids.iter().any(|id| id == agent_id))
+    }
 }
 
 /// A hook's answer.
@@ -89,9 +105,11 @@ impl HookSpec {
 pub enum HookVerdict {
     /// Go on unchanged.
     Pass,
-    /// Go on with this value instead (arguments for `pre_tool`, result for `post_tool`).
+    /// Go on with this value instead (arguments for `pre_tool`, result for `post_tool`); for
+    /// `pre_create`, the labels to add (an object of string values, none already set).
     Modify(Value),
-    /// Stop: deny the intent (`pre_tool`) or fail the step (`post_tool`) with this reason.
+    /// Stop: deny the intent (`pre_tool`), fail the step (`post_tool`) or refuse the creation
+    /// (`pre_create`) with this reason.
     Abort(String),
 }
 
@@ -101,46 +119,4 @@ pub enum HookVerdict {
 pub trait HookCaller: Send + Sync + 'static {
     /// POSTs `request` to `hook` and returns its verdict.
     async fn call(&self, hook: &HookSpec, request: &Value) -> Result<HookVerdict, String>;
-}
-
-/// A policy engine with hooks: decides as `inner` does and carries the policy's hooks, so
-/// they are replaced with the policy on reload.
-pub struct HookedEngine {
-    /// The engine that decides.
-    pub inner: std::sync::Arc<dyn crate::policy::PolicyEngine>,
-    /// The hooks, in order.
-    pub hooks: Vec<HookSpec>,
-}
-
-impl crate::policy::PolicyEngine for HookedEngine {
-    fn evaluate(&self, input: &crate::policy::PolicyInput) -> crate::policy::PolicyDecision {
-        self.inner.evaluate(input)
-    }
-
-    fn digest(&self) -> String {
-        self.inner.digest()
-    }
-
-    fn longest_rate_window(&self) -> Option<Duration> {
-        self.inner.longest_rate_window()
-    }
-
-    fn rule_ids(&self) -> Vec<String> {
-        self.inner.rule_ids()
-    }
-
-    fn hooks(&self) -> &[HookSpec] {
-        &self.hooks
-    }
-
-    fn agent_budget(
-        &self,
-        agent_id: &str,
-    ) -> Option<std::sync::Arc<crate::guardrails::budget::Budget>> {
-        self.inner.agent_budget(agent_id)
-    }
-
-    fn breakers(&self) -> &crate::guardrails::breaker::BreakerSet {
-        self.inner.breakers()
-    }
 }

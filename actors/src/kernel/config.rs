@@ -46,6 +46,8 @@ pub struct KernelConfig {
     pub passivate_after: Option<Duration>,
     /// Calls the policy's hooks (docs/hooks.md); `None` runs no hook.
     pub hook_caller: Option<Arc<dyn crate::hooks::HookCaller>>,
+    /// Hooks of the policy in force, in order (replaced with the engine on reload).
+    pub hooks: Vec<crate::hooks::HookSpec>,
 }
 
 impl KernelConfig {
@@ -68,6 +70,7 @@ impl KernelConfig {
             clock: Clock::System,
             passivate_after: Some(Duration::from_secs(1)),
             hook_caller: None,
+            hooks: Vec::new(),
         }
     }
 }

@@ -60,8 +60,9 @@ pub struct Ctx {
     /// `(agent_id, consumer_id)` of consumers whose disconnect grace ran out and that have not
     /// come back (maintained by the agent groups, read by executions).
     pub lost_consumers: RwLock<std::collections::HashSet<(String, String)>>,
-    /// Policy engine in force (the policy actor is restarted with it).
-    pub policy_engine: RwLock<Arc<dyn crate::policy::PolicyEngine>>,
+    /// Policy in force: engine and hooks (the policy actor is restarted with it; creations
+    /// read their `pre_create` hooks here).
+    pub policy_in_force: RwLock<crate::policy::InForce>,
 }
 
 /// Reads a lock, recovering from poisoning (a panicking actor must not wedge the kernel).
@@ -84,7 +85,10 @@ impl Ctx {
         commits: broadcast::Sender<CommitNotice>,
     ) -> Self {
         Self {
-            policy_engine: RwLock::new(config.policy.clone()),
+            policy_in_force: RwLock::new(crate::policy::InForce {
+                engine: config.policy.clone(),
+                hooks: config.hooks.clone().into(),
+            }),
             clock: config.clock.clone(),
             store: config.store.clone(),
             config,

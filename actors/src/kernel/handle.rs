@@ -264,10 +264,15 @@ impl Kernel {
         self.inner.unregister_runner(runner_id).await
     }
 
-    /// Replaces the policy engine (hot reload). Rate-limit windows are kept. A restarted
-    /// policy actor also uses the new engine.
-    pub fn replace_policy(&self, engine: std::sync::Arc<dyn crate::policy::PolicyEngine>) {
-        self.inner.replace_policy(engine);
+    /// Replaces the policy engine and its hooks (hot reload). Rate-limit windows are kept. A
+    /// restarted policy actor also uses the new engine; creations from now on use the new
+    /// `pre_create` hooks.
+    pub fn replace_policy(
+        &self,
+        engine: std::sync::Arc<dyn crate::policy::PolicyEngine>,
+        hooks: Vec<crate::hooks::HookSpec>,
+    ) {
+        self.inner.replace_policy(engine, hooks);
     }
 
     /// Subscribes to commit notices (used by the live execution stream).

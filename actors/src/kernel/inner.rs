@@ -2,7 +2,6 @@
 //! per kernel operation, each a message to the right actor with a timeout (the agents' and
 //! runners' side is in `connections.rs`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -14,14 +13,11 @@ use super::config::KernelConfig;
 use super::context::{Ctx, call};
 use super::handle::Kernel;
 use super::root::{KernelSupervisor, RootArgs};
-use super::settle;
 use super::types::{CommitNotice, KernelError};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
-use crate::execution::actor::record_creation_with;
 use crate::execution::{
     ExecutionMsg, ExecutionSupervisorMsg, Intent, IntentReply, Rejection, StepOutcome,
 };
-use crate::guardrails::CreateOptions;
 use crate::ids::{AgentId, ExecutionId, SessionId};
 use crate::metrics::Metrics;
 use crate::runner::ToolDirectory;
@@ -140,64 +136,6 @@ impl KernelInner {
             .ok_or_else(|| KernelError::Unavailable("agent group could not start".into()))
     }
 
-    pub(crate) async fn create_execution(
-        &self,
-        agent_id: AgentId,
-        input: Value,
-        labels: Option<BTreeMap<String, String>>,
-        options: CreateOptions,
-    ) -> Result<ExecutionRow, KernelError> {
-        let id = ExecutionId::generate();
-        let priority = options.priority;
-        let created = match record_creation_with(
-            &self.ctx,
-            &id,
-            agent_id.as_str(),
-            input,
-            labels.as_ref(),
-            options,
-        )
-        .await
-        {
-            Ok(created) => created,
-            Err(error) => {
-                // The commit may have landed anyway: make sure a stored execution reaches its agent.
-                if settle::in_doubt(&error) {
-                    tokio::spawn(settle::settle_creation(
-                        self.store.clone(),
-                        self.executions.clone(),
-                        self.timeout(),
-                        id,
-                    ));
-                }
-                return Err(error);
-            }
-        };
-        let message = |reply| ExecutionSupervisorMsg::Create {
-            state: Box::new(created),
-            reply,
-        };
-        call(
-            &self.executions,
-            message,
-            self.timeout(),
-            "execution supervisor",
-        )
-        .await??;
-        let group = self.group(&agent_id).await?;
-        let pending = |reply| AgentGroupMsg::ExecutionPending {
-            execution_id: id.clone(),
-            priority,
-            reply: Some(reply),
-        };
-        call(&group, pending, self.timeout(), "agent group").await?;
-        // The projection after the first assignment attempt: `running` when a connected
-        // consumer took it at once.
-        self.ctx
-            .ask_execution(&id, |reply| ExecutionMsg::GetExecution { reply })
-            .await
-    }
-
     pub(crate) async fn execution(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
         self.store
             .execution(id)
@@ -279,10 +217,18 @@ impl KernelInner {
         .map_err(|error| self.session_error(error, execution_id, session_id))
     }
 
-    pub(crate) fn replace_policy(&self, engine: Arc<dyn crate::policy::PolicyEngine>) {
-        *super::context::write(&self.ctx.policy_engine) = engine.clone();
+    pub(crate) fn replace_policy(
+        &self,
+        engine: Arc<dyn crate::policy::PolicyEngine>,
+        hooks: Vec<crate::hooks::HookSpec>,
+    ) {
+        let in_force = crate::policy::InForce {
+            engine,
+            hooks: hooks.into(),
+        };
+        *super::context::write(&self.ctx.policy_in_force) = in_force.clone();
         if let Some(policy) = self.ctx.policy() {
-            let _ = policy.send_message(crate::policy::PolicyMsg::ReplaceEngine(engine));
+            let _ = policy.send_message(crate::policy::PolicyMsg::ReplacePolicy(in_force));
         }
     }
 

@@ -4,6 +4,7 @@
 pub mod config;
 mod connections;
 pub mod context;
+mod creation;
 mod guardrails;
 mod handle;
 mod inner;
@@ -13,6 +14,8 @@ mod retention;
 mod retention_tests;
 mod root;
 mod settle;
+#[cfg(test)]
+mod shutdown_tests;
 pub mod types;
 
 pub use config::KernelConfig;

@@ -141,9 +141,10 @@ async fn spawn_singleton(
             id
         }
         ActorKind::Policy => {
-            let engine = super::context::read(&ctx.policy_engine).clone();
+            let policy = super::context::read(&ctx.policy_in_force).clone();
             let args = PolicyArgs {
-                engine,
+                engine: policy.engine,
+                hooks: policy.hooks,
                 metrics: ctx.metrics.clone(),
                 store: ctx.store.clone(),
                 clock: ctx.config.clock.clone(),

@@ -26,6 +26,14 @@ pub enum KernelError {
     /// An actor is gone or the kernel is shutting down.
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// A `pre_create` hook refused the creation (nothing was recorded).
+    #[error("creation refused by hook {hook_id}: {reason}")]
+    HookRefused {
+        /// Hook that refused.
+        hook_id: String,
+        /// Its reason (or why the call failed, under `fail_closed`).
+        reason: String,
+    },
 }
 
 impl KernelError {
@@ -40,6 +48,7 @@ impl KernelError {
             },
             Self::Timeout(_) => ErrorCode::Timeout,
             Self::Unavailable(_) => ErrorCode::Unavailable,
+            Self::HookRefused { .. } => ErrorCode::Forbidden,
         }
     }
 }

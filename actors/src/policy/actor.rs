@@ -24,8 +24,8 @@ use crate::time::{self, Clock};
 pub enum PolicyMsg {
     /// Decides about one tool call (rate limits included).
     CheckIntent(PolicyInput, RpcReplyPort<PolicyDecision>),
-    /// Replaces the engine (hot reload); rate-limit windows are kept.
-    ReplaceEngine(Arc<dyn PolicyEngine>),
+    /// Replaces the engine and its hooks (hot reload); rate-limit windows are kept.
+    ReplacePolicy(super::InForce),
     /// Decides about one tool call without counting it toward rate limits (a re-check of
     /// arguments a hook modified).
     Evaluate(PolicyInput, RpcReplyPort<PolicyDecision>),
@@ -47,12 +47,17 @@ pub enum PolicyMsg {
     ToolResults(Vec<ToolResult>, RpcReplyPort<Vec<BreakerChange>>),
     /// Returns the circuit breakers that are open, half-open or counting failures.
     Breakers(RpcReplyPort<Vec<serde_json::Value>>),
+    /// Gives back the rate-limit slot of a call that did not go ahead (a `pre_tool` hook
+    /// aborted it, or its modified arguments were refused): only calls that became steps count.
+    ReleaseRateSlot(super::RateSlot),
 }
 
 /// Dependencies of the policy actor.
 pub struct PolicyArgs {
     /// Engine in force.
     pub engine: Arc<dyn PolicyEngine>,
+    /// Hooks of the policy in force, in order.
+    pub hooks: Arc<[crate::hooks::HookSpec]>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Where allowed tool calls are recorded (to rebuild the rate-limit windows).
@@ -64,6 +69,7 @@ pub struct PolicyArgs {
 /// State of the policy actor.
 pub struct PolicyState {
     engine: Arc<dyn PolicyEngine>,
+    hooks: Arc<[crate::hooks::HookSpec]>,
     metrics: Arc<Metrics>,
     store: Arc<dyn Store>,
     clock: Clock,
@@ -87,6 +93,7 @@ impl Actor for PolicyActor {
         let mut state = PolicyState {
             windows: RateWindows::new(Instant::now()),
             engine: args.engine,
+            hooks: args.hooks,
             metrics: args.metrics,
             store: args.store,
             clock: args.clock,
@@ -134,7 +141,7 @@ impl Actor for PolicyActor {
                 rule_id,
                 reply,
             } => {
-                let hooks = state.engine.hooks();
+                let hooks = &state.hooks;
                 let applicable = if hooks.iter().any(|hook| hook.point == point) {
                     let rule_id = rule_id.unwrap_or_else(|| state.engine.evaluate(&input).rule_id);
                     hooks
@@ -165,7 +172,13 @@ impl Actor for PolicyActor {
                     .view(state.clock.now(), state.engine.breakers());
                 let _ = reply.send(view);
             }
-            PolicyMsg::ReplaceEngine(engine) => {
+            PolicyMsg::ReleaseRateSlot(slot) => {
+                state
+                    .windows
+                    .release(&(slot.agent_id, slot.tool_id), slot.at);
+            }
+            PolicyMsg::ReplacePolicy(super::InForce { engine, hooks }) => {
+                state.hooks = hooks;
                 tracing::debug!(policy.digest = %engine.digest(), "policy engine replaced");
                 let horizon = engine.longest_rate_window();
                 let breakers_changed = engine.breakers().horizon()
@@ -245,10 +258,16 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
     let Some(limit) = decision.rate_limit.clone() else {
         return decision;
     };
-    if !state
+    if state
         .windows
         .admit((input.agent_id.clone(), input.tool_id.clone()), &limit, now)
     {
+        decision.rate_slot = Some(super::RateSlot {
+            agent_id: input.agent_id.clone(),
+            tool_id: input.tool_id.clone(),
+            at: now,
+        });
+    } else {
         decision.decision = Decision::Deny;
         decision.reason = format!(
             "rate limit exceeded: max {} per {}",

@@ -101,6 +101,21 @@ pub struct PolicyDecision {
     /// Execution budget in force for this call (the file's, tightened by the rule's), checked
     /// by the policy actor after an allow or a require_approval.
     pub budget: Option<Arc<Budget>>,
+    /// The rate-limit slot the policy actor gave this call (an allow under a rate limit): a
+    /// call that does not go ahead after all (a `pre_tool` hook aborted it, or the policy
+    /// refused its modified arguments) gives it back with `PolicyMsg::ReleaseRateSlot`.
+    pub rate_slot: Option<RateSlot>,
+}
+
+/// One admitted call in the rate-limit windows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateSlot {
+    /// Agent of the call.
+    pub agent_id: String,
+    /// Tool of the call.
+    pub tool_id: String,
+    /// When it was admitted (the windows' clock).
+    pub at: tokio::time::Instant,
 }
 
 impl PolicyDecision {
@@ -114,6 +129,7 @@ impl PolicyDecision {
             rate_limit: None,
             retry: None,
             budget: None,
+            rate_slot: None,
         }
     }
 }
@@ -138,11 +154,6 @@ pub trait PolicyEngine: Send + Sync + 'static {
     /// has one order), for operators (`GET /v0/policy`, the console's health page).
     fn rule_ids(&self) -> Vec<String> {
         Vec::new()
-    }
-
-    /// Returns the hooks of the policy (docs/hooks.md), in order; none by default.
-    fn hooks(&self) -> &[crate::hooks::HookSpec] {
-        &[]
     }
 
     /// Returns the budget every execution of `agent_id` has (its policy file's, or the global

@@ -89,6 +89,18 @@ impl RateWindows {
         true
     }
 
+    /// Forgets the call of `key` admitted at `at` (a call that did not go ahead after all);
+    /// nothing when it is no longer held (swept, or admitted before the actor restarted).
+    pub fn release(&mut self, key: &(String, String), at: Instant) {
+        let tick = self.tick(at);
+        let Some(calls) = self.calls.get_mut(key) else {
+            return;
+        };
+        if let Some(index) = calls.iter().rposition(|admitted| *admitted == tick) {
+            calls.remove(index);
+        }
+    }
+
     /// Sets a new horizon at `now` (wall-clock `wall_now`). Returns the history to load from the
     /// store when the new horizon reaches further back than the windows are complete.
     pub fn set_horizon(

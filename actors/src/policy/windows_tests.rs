@@ -317,16 +317,40 @@ mod kernel {
         assert!(invoke(&t, &id, &session, "limited").await.accepted);
         // ...an hour-long window reads the older one back from the store: three in the hour.
         t.kernel
-            .replace_policy(Arc::new(LimitedEngine { window: 3600 }));
+            .replace_policy(Arc::new(LimitedEngine { window: 3600 }), Vec::new());
         let reply = invoke(&t, &id, &session, "limited").await;
         assert_eq!(
             reply.error.as_deref(),
             Some("rate limit exceeded: max 2 per 3600s (rule: twice-an-hour)")
         );
         // And back to a minute: only the call of the last minute counts.
-        t.kernel.replace_policy(Arc::new(MINUTE));
+        t.kernel.replace_policy(Arc::new(MINUTE), Vec::new());
         assert!(invoke(&t, &id, &session, "limited").await.accepted);
         assert!(!invoke(&t, &id, &session, "limited").await.accepted);
         t.shutdown().await;
     }
+}
+
+#[test]
+fn a_released_call_no_longer_counts() {
+    let start = Instant::now();
+    let mut windows = RateWindows::new(start);
+    let limit = RateLimit {
+        max: 2,
+        window: Duration::from_secs(60),
+        window_text: "1m".to_owned(),
+    };
+    let key = ("a".to_owned(), "t".to_owned());
+    let first = start + Duration::from_secs(1);
+    let second = start + Duration::from_secs(2);
+    assert!(windows.admit(key.clone(), &limit, first));
+    assert!(windows.admit(key.clone(), &limit, second));
+    assert!(!windows.admit(key.clone(), &limit, second));
+    windows.release(&key, first);
+    assert_eq!(windows.held("a", "t"), 1);
+    assert!(windows.admit(key.clone(), &limit, start + Duration::from_secs(3)));
+    // Releasing what is not held changes nothing.
+    windows.release(&key, start + Duration::from_secs(30));
+    windows.release(&("b".to_owned(), "t".to_owned()), first);
+    assert_eq!(windows.held("a", "t"), 2);
 }

@@ -18,12 +18,15 @@ use super::runner_actor::{RunnerActor, RunnerArgs};
 use crate::kernel::context::Ctx;
 use crate::push::Push;
 use crate::supervision::{self, ActorKind, SupervisionEvent};
+use crate::time::PendingTimers;
 
 /// State of the dispatcher: the core and the runner actor of each connection.
 pub struct DispatcherState {
     ctx: Arc<Ctx>,
     pub(super) core: Dispatch,
     runners: BTreeMap<ConnectionKey, ActorRef<RunnerMsg>>,
+    /// The tick, grace and release timers, aborted when the dispatcher stops.
+    timers: PendingTimers,
 }
 
 /// The dispatcher actor.
@@ -39,11 +42,13 @@ impl Actor for Dispatcher {
         myself: ActorRef<Self::Msg>,
         ctx: Arc<Ctx>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
+        let mut timers = PendingTimers::default();
+        timers.keep(&myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick));
         Ok(DispatcherState {
             ctx,
             core: Dispatch::default(),
             runners: BTreeMap::new(),
+            timers,
         })
     }
 
@@ -52,6 +57,7 @@ impl Actor for Dispatcher {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        state.timers.abort_all();
         myself
             .stop_children_and_wait(
                 Some("kernel shutdown".into()),
@@ -210,20 +216,24 @@ fn carry_out(
             }
         }
         DispatchEffect::TickAfter(delay) => {
-            myself.send_after(delay, || DispatcherMsg::Tick);
+            let timer = myself.send_after(delay, || DispatcherMsg::Tick);
+            state.timers.keep(&timer);
         }
         DispatchEffect::ArmRunnerGrace {
             key: (runner_id, consumer_id),
             generation,
         } => {
-            myself.send_after(grace, move || DispatcherMsg::RunnerGraceExpired {
+            let timer = myself.send_after(grace, move || DispatcherMsg::RunnerGraceExpired {
                 runner_id,
                 consumer_id,
                 generation,
             });
+            state.timers.keep(&timer);
         }
         DispatchEffect::ArmRelease { job_id } => {
-            myself.send_after(grace, move || DispatcherMsg::ReleaseRecovered { job_id });
+            let timer =
+                myself.send_after(grace, move || DispatcherMsg::ReleaseRecovered { job_id });
+            state.timers.keep(&timer);
         }
         DispatchEffect::RunnerLost(job) => {
             let execution_id = crate::ids::ExecutionId::from(job.execution_id.as_str());

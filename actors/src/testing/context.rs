@@ -55,6 +55,7 @@ impl ProbeContext {
         };
         let policy_args = crate::policy::PolicyArgs {
             engine: policy,
+            hooks: Vec::new().into(),
             metrics,
             store: store.clone(),
             clock: ctx.clock.clone(),

@@ -18,6 +18,8 @@ pub struct TestKernel {
     pub store: Arc<MemoryStore>,
     /// Its clock (wall time advanced by tokio's clock); a restarted kernel keeps it.
     pub clock: Clock,
+    /// Tasks the runtime ran before the kernel started (the leak check's baseline).
+    baseline: Option<usize>,
 }
 
 impl TestKernel {
@@ -44,11 +46,13 @@ impl TestKernel {
         config.clock = Clock::tokio();
         adjust(&mut config);
         let clock = config.clock.clone();
+        let baseline = super::leak::alive_tasks();
         match crate::kernel::start(config).await {
             Ok(kernel) => Self {
                 kernel,
                 store,
                 clock,
+                baseline,
             },
             Err(error) => panic!("test kernel did not start: {error}"),
         }
@@ -70,16 +74,18 @@ impl TestKernel {
         .await
     }
 
-    /// Stops the kernel and checks that every actor of its tree stopped (the leak check). The
-    /// runtime's task count is not checked here: the agent group's grace and retry timers
-    /// are not aborted when it stops (they fail harmlessly against a stopped actor), which
-    /// [`LeakCheck`](super::LeakCheck) would report.
+    /// Stops the kernel and checks that every actor of its tree stopped and that the runtime
+    /// runs no more tasks than before the kernel started (the leak check): every actor's
+    /// timers are aborted when it stops. Tasks the test itself started after the kernel must
+    /// have ended by then.
     pub async fn shutdown(self) {
         let mut tree = Vec::new();
         super::leak::walk("kernel", &self.kernel.inner.root.get_cell(), &mut tree);
         self.kernel.shutdown().await;
         let wait = self.kernel.inner.ctx.config.shutdown_timeout;
-        super::leak::assert_stopped(&tree, None, wait).await;
+        let baseline = self.baseline;
+        drop(self);
+        super::leak::assert_stopped(&tree, baseline, wait).await;
     }
 }
 

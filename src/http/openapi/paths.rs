@@ -53,6 +53,7 @@ fn openapi() {}
         (status = 200, description = "Replay of an earlier create with the same Idempotency-Key", body = Execution),
         (status = 400, description = "Invalid body", body = Error),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
+        (status = 403, description = "A `pre_create` hook refused the creation (FORBIDDEN, `rule_id` `hook:<id>`); nothing was created", body = Error),
         (status = 409, description = "Idempotency-Key reused with another body", body = Error),
         (status = 429, description = "Pending backlog full (Retry-After)", body = Error),
     ))]

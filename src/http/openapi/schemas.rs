@@ -18,6 +18,8 @@ pub struct Error {
     error: String,
     /// Machine-readable code.
     code: ErrorCode,
+    /// On a 403 only: what refused (`hook:<id>` when a `pre_create` hook refused a creation).
+    rule_id: Option<String>,
 }
 
 /// Codes of the error envelope.
@@ -28,6 +30,8 @@ pub enum ErrorCode {
     ValidationError,
     /// 401.
     Unauthorized,
+    /// 403 (a `pre_create` hook refused the creation).
+    Forbidden,
     /// 404.
     NotFound,
     /// 409.

@@ -217,7 +217,13 @@ async def op_restart(inp: dict[str, Any]) -> dict[str, Any]:
     return {"payload": payload, "sum": total, "session": execution.session_id}
 
 
+async def op_labels(inp: dict[str, Any]) -> dict[str, Any]:
+    """Returns the labels the SDK's execution proxy carries."""
+    return {"labels": dict(execution.labels or {})}
+
+
 OPS = {
+    "labels": op_labels,
     "tools": op_tools,
     "remote": op_remote,
     "signal": op_signal,

@@ -209,6 +209,7 @@ fn compile_rule(
         rate_limit,
         retry,
         budget: budget.map(Arc::new),
+        rate_slot: None,
     };
     Some(CompiledRule {
         index,

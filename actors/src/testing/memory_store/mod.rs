@@ -48,7 +48,8 @@ impl MemoryStore {
         self.losing_answers.store(losing, Ordering::SeqCst);
     }
 
-    /// Makes event reads fail (`true`) as if the database were gone, or succeed again.
+    /// Makes event reads (an execution's events, the allowed tool calls of a period) fail
+    /// (`true`) as if the database were gone, or succeed again.
     pub fn fail_reads(&self, failing: bool) {
         self.failing_reads.store(failing, Ordering::SeqCst);
     }
@@ -281,6 +282,9 @@ impl Store for MemoryStore {
     }
 
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {
+        if self.failing_reads.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("injected read failure".into()));
+        }
         Ok(self.lock().tool_calls_since(since))
     }
 
