@@ -9,8 +9,9 @@ use serde::de::IgnoredAny;
 
 use keel_actors::policy::Decision;
 use keel_actors::policy::rules::{
-    BreakerDefinition, BudgetDefinition, ConditionDefinition, DefaultDefinition, OutcomeDefinition,
-    RateLimitDefinition, RetryDefinition, RuleDefinition,
+    BreakerDefinition, BudgetDefinition, ConcurrencyDefinition, ConditionDefinition,
+    DefaultDefinition, OutcomeDefinition, RateLimitDefinition, RetryDefinition, RuleDefinition,
+    ToolLimitDefinition,
 };
 
 use super::spec_arguments::ArgumentsSpec;
@@ -39,6 +40,59 @@ pub struct FileShellSpec {
     /// Circuit breakers per tool id (Keel addition).
     #[serde(default)]
     pub circuit_breakers: Option<Vec<BreakerSpec>>,
+    /// Concurrency limits (Keel addition).
+    #[serde(default)]
+    pub concurrency: Option<ConcurrencySpec>,
+}
+
+/// `concurrency:` — running executions per agent id, steps per tool id.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a `concurrency` mapping with any of `max_running`, `tools`"
+)]
+pub struct ConcurrencySpec {
+    /// Most running executions per agent id.
+    #[serde(default)]
+    pub max_running: Option<i64>,
+    /// Limits per tool id.
+    #[serde(default)]
+    pub tools: Option<Vec<ToolLimitSpec>>,
+}
+
+/// One entry of `concurrency.tools:`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a tool limit mapping with `tool_id` or `tool_ids` and `max_concurrent_steps`"
+)]
+pub struct ToolLimitSpec {
+    /// Tool-id glob.
+    #[serde(default)]
+    pub tool_id: Option<String>,
+    /// Tool-id globs.
+    #[serde(default)]
+    pub tool_ids: Option<Vec<String>>,
+    /// Most steps of one tool id in runners' hands at once.
+    pub max_concurrent_steps: i64,
+}
+
+impl From<ConcurrencySpec> for ConcurrencyDefinition {
+    fn from(spec: ConcurrencySpec) -> Self {
+        Self {
+            max_running: spec.max_running,
+            tools: spec.tools.map(|tools| {
+                tools
+                    .into_iter()
+                    .map(|tool| ToolLimitDefinition {
+                        tool_id: tool.tool_id,
+                        tool_ids: tool.tool_ids,
+                        max_concurrent_steps: tool.max_concurrent_steps,
+                    })
+                    .collect()
+            }),
+        }
+    }
 }
 
 /// One entry of `circuit_breakers:`.

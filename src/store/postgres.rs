@@ -489,6 +489,13 @@ impl Store for PostgresStore {
         Ok(super::creation::into_queue(rows))
     }
 
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+        let ids = self
+            .bounded(super::creation::postgres_running(&self.readers, agent_id))
+            .await?;
+        Ok(ids.into_iter().map(ExecutionId::new).collect())
+    }
+
     async fn queue_depths(&self) -> Result<QueueDepths, StoreError> {
         self.bounded(super::depths::postgres(&self.readers)).await
     }

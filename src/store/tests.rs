@@ -98,6 +98,7 @@ conformance_on_sqlite!(
     a_reused_event_id_fails_only_its_commit,
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
+    running_executions_lists_an_agents_running_and_blocked_executions,
 );
 
 #[tokio::test]

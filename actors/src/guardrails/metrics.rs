@@ -22,6 +22,15 @@ pub struct BudgetLabel {
     pub budget: String,
 }
 
+/// Labels of the concurrency gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConcurrencyLabels {
+    /// `agent` (running executions of an agent id) or `tool` (steps of a tool id).
+    pub scope: String,
+    /// The agent id or tool id.
+    pub id: String,
+}
+
 /// Guardrail metrics.
 #[derive(Clone, Debug, Default)]
 pub struct GuardrailMetrics {
@@ -31,6 +40,10 @@ pub struct GuardrailMetrics {
     pub circuits_open: Gauge,
     /// Intents denied by a budget, by budget.
     pub budget_denials: Family<BudgetLabel, Counter>,
+    /// Slots in use of each agent id or tool id that has a concurrency limit.
+    pub concurrency_in_use: Family<ConcurrencyLabels, Gauge>,
+    /// Work held back by a concurrency limit now (pending executions, queued jobs).
+    pub concurrency_waiting: Family<ConcurrencyLabels, Gauge>,
 }
 
 impl GuardrailMetrics {
@@ -52,7 +65,44 @@ impl GuardrailMetrics {
             "Intents denied because an execution budget was spent, by budget",
             metrics.budget_denials.clone(),
         );
+        registry.register(
+            "concurrency_slots_in_use",
+            "Slots in use of each agent id (running executions) or tool id (remote steps) that has a concurrency limit",
+            metrics.concurrency_in_use.clone(),
+        );
+        registry.register(
+            "concurrency_waiting",
+            "Work held back by a concurrency limit: pending executions of an agent id at its max_running, queued jobs of a tool id at its max_concurrent_steps",
+            metrics.concurrency_waiting.clone(),
+        );
         metrics
+    }
+
+    /// Shows the slots of `scope`/`id` (`limit` `None`: no limit, the series are removed).
+    pub fn concurrency(
+        &self,
+        scope: &str,
+        id: &str,
+        limit: Option<u32>,
+        used: usize,
+        waiting: usize,
+    ) {
+        let labels = ConcurrencyLabels {
+            scope: scope.to_owned(),
+            id: id.to_owned(),
+        };
+        if limit.is_none() {
+            self.concurrency_in_use.remove(&labels);
+            self.concurrency_waiting.remove(&labels);
+            return;
+        }
+        let gauge = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        self.concurrency_in_use
+            .get_or_create(&labels)
+            .set(gauge(used));
+        self.concurrency_waiting
+            .get_or_create(&labels)
+            .set(gauge(waiting));
     }
 
     /// Counts one budget denial; `reason` starts with `budget exceeded: <budget> ...`.

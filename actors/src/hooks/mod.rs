@@ -143,4 +143,12 @@ impl crate::policy::PolicyEngine for HookedEngine {
     fn breakers(&self) -> &crate::guardrails::breaker::BreakerSet {
         self.inner.breakers()
     }
+
+    fn max_running(&self, agent_id: &str) -> Option<u32> {
+        self.inner.max_running(agent_id)
+    }
+
+    fn tool_limits(&self) -> &crate::guardrails::concurrency::ToolLimits {
+        self.inner.tool_limits()
+    }
 }

@@ -1,13 +1,17 @@
-//! Kernel handle methods of the guardrails (docs/guardrails.md): the budget view of an
-//! execution.
+//! Kernel methods of the guardrails (docs/guardrails.md): a new policy reaching the actors that
+//! enforce it, the budget view of an execution, the circuit breakers.
+
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::context::call;
 use super::handle::Kernel;
+use super::inner::KernelInner;
 use super::types::KernelError;
 use crate::guardrails::budget::BudgetUsage;
 use crate::policy::PolicyMsg;
+use crate::runner::DispatcherMsg;
 use crate::store::ExecutionRow;
 
 /// Events read per page when an execution's usage is folded.
@@ -72,5 +76,25 @@ impl Kernel {
             "used": usage.json(elapsed),
             "remaining": budget.remaining_json(&usage, elapsed),
         })))
+    }
+}
+
+impl KernelInner {
+    /// Puts `engine` in force: the policy actor swaps it, and the owners of concurrency limits
+    /// (agent groups, the dispatcher) read their limits from it again.
+    pub(crate) fn replace_policy(&self, engine: Arc<dyn crate::policy::PolicyEngine>) {
+        *super::context::write(&self.ctx.policy_engine) = engine.clone();
+        if let Some(policy) = self.ctx.policy() {
+            let _ = policy.send_message(crate::policy::PolicyMsg::ReplaceEngine(engine));
+        }
+        // Concurrency limits are read by their owners when told.
+        let groups: Vec<_> = super::context::read(&self.ctx.agent_groups)
+            .values()
+            .cloned()
+            .collect();
+        for group in groups {
+            let _ = group.send_message(crate::agent_group::AgentGroupMsg::PolicyReplaced);
+        }
+        self.ctx.tell_dispatcher(DispatcherMsg::PolicyReplaced);
     }
 }

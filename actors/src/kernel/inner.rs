@@ -296,13 +296,6 @@ impl KernelInner {
         result
     }
 
-    pub(crate) fn replace_policy(&self, engine: Arc<dyn crate::policy::PolicyEngine>) {
-        *super::context::write(&self.ctx.policy_engine) = engine.clone();
-        if let Some(policy) = self.ctx.policy() {
-            let _ = policy.send_message(crate::policy::PolicyMsg::ReplaceEngine(engine));
-        }
-    }
-
     pub(crate) fn release_runner(&self, runner_id: &RunnerId, consumer_id: &ConsumerId) {
         if runner_id.as_str().is_empty() || consumer_id.as_str().is_empty() {
             return;

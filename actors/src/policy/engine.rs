@@ -9,9 +9,12 @@ use serde_json::Value;
 
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::{Budget, BudgetUsage};
+use crate::guardrails::concurrency::ToolLimits;
 
 /// The breakers of an engine without any.
 static NO_BREAKERS: BreakerSet = BreakerSet(Vec::new());
+/// The tool limits of an engine without any.
+static NO_TOOL_LIMITS: ToolLimits = ToolLimits(Vec::new());
 use crate::time::Timestamp;
 
 /// What a policy decides about one tool call.
@@ -154,6 +157,17 @@ pub trait PolicyEngine: Send + Sync + 'static {
     /// Returns the kernel-wide circuit breakers per tool id.
     fn breakers(&self) -> &BreakerSet {
         &NO_BREAKERS
+    }
+
+    /// Returns the most executions of `agent_id` that may run at once (`concurrency.max_running`
+    /// of its policy file, or the global one); `None` is unlimited.
+    fn max_running(&self, _agent_id: &str) -> Option<u32> {
+        None
+    }
+
+    /// Returns the kernel-wide `max_concurrent_steps` per tool id (remote steps).
+    fn tool_limits(&self) -> &ToolLimits {
+        &NO_TOOL_LIMITS
     }
 }
 

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use crate::execution::JobSpec;
+use crate::guardrails::concurrency::ToolLimits;
 use crate::ids::{ConsumerId, RunnerId, StepId};
 use crate::time::Timestamp;
 
@@ -73,6 +74,8 @@ pub enum DispatchInput {
     },
     /// Time passed (jobs whose `not_before` came may go now).
     Tick,
+    /// The policy's `concurrency.tools` limits replace the previous ones.
+    SetToolLimits(ToolLimits),
 }
 
 /// What the shell must do.
@@ -135,6 +138,8 @@ pub struct Dispatch {
     pub(super) orphans: HashMap<ConnectionKey, (JobSpec, u64)>,
     generation: u64,
     pub(super) held: HashMap<String, JobSpec>,
+    /// `max_concurrent_steps` per tool id (dispatch_limits.rs).
+    pub(super) limits: ToolLimits,
 }
 
 /// What a test (or an operator) can see of the dispatcher, job ids only.
@@ -239,6 +244,7 @@ impl Dispatch {
                 }
             }
             DispatchInput::Tick => {}
+            DispatchInput::SetToolLimits(limits) => self.limits = limits,
         }
         self.pass(now, &mut effects);
         effects
@@ -309,12 +315,15 @@ impl Dispatch {
         }
     }
 
-    /// Hands every due queued job to an idle capable connection, round-robin per tool.
+    /// Hands every due queued job to an idle capable connection, round-robin per tool; a job
+    /// whose tool id is at its `max_concurrent_steps` keeps its place in the queue.
     fn pass(&mut self, now: Timestamp, effects: &mut Vec<DispatchEffect>) {
+        let mut in_flight = self.in_flight_by_tool();
         let mut index = 0;
         while index < self.queue.len() {
             let job = &self.queue[index];
-            if job.not_before.is_some_and(|at| at > now) {
+            if job.not_before.is_some_and(|at| at > now) || self.at_limit(&in_flight, &job.tool_id)
+            {
                 index += 1;
                 continue;
             }
@@ -335,6 +344,9 @@ impl Dispatch {
                 break;
             };
             if let Some(slot) = self.connections.get_mut(&key) {
+                if !self.limits.is_empty() {
+                    *in_flight.entry(job.tool_id.clone()).or_default() += 1;
+                }
                 slot.busy = Some(job.clone());
                 effects.push(DispatchEffect::Deliver { key, job });
             }

@@ -5,7 +5,7 @@
 //! deadline or the runner's return). It never calls another actor: claims are made by the
 //! runner actors, so no dispatch pass can deadlock an execution.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,8 @@ pub struct DispatcherState {
     ctx: Arc<Ctx>,
     pub(super) core: Dispatch,
     runners: BTreeMap<ConnectionKey, ActorRef<RunnerMsg>>,
+    /// Tool ids whose concurrency gauges are shown.
+    shown: BTreeSet<String>,
 }
 
 /// The dispatcher actor.
@@ -40,10 +42,13 @@ impl Actor for Dispatcher {
         ctx: Arc<Ctx>,
     ) -> Result<Self::State, ActorProcessingErr> {
         myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
+        let mut core = Dispatch::default();
+        core.apply(DispatchInput::SetToolLimits(tool_limits(&ctx)), ctx.now());
         Ok(DispatcherState {
             ctx,
-            core: Dispatch::default(),
+            core,
             runners: BTreeMap::new(),
+            shown: BTreeSet::new(),
         })
     }
 
@@ -136,6 +141,7 @@ impl Actor for Dispatcher {
                 generation,
             },
             DispatcherMsg::Tick => DispatchInput::Tick,
+            DispatcherMsg::PolicyReplaced => DispatchInput::SetToolLimits(tool_limits(&state.ctx)),
             DispatcherMsg::CheckReport { report, reply } => {
                 let _ = reply.send(holders::decide(&state.core, &report));
                 return Ok(());
@@ -149,6 +155,7 @@ impl Actor for Dispatcher {
         for effect in effects {
             carry_out(&myself, state, effect);
         }
+        show_tool_slots(state);
         Ok(())
     }
 
@@ -235,4 +242,41 @@ fn carry_out(
             }
         }
     }
+}
+
+/// Returns the tool limits of the policy in force.
+fn tool_limits(ctx: &Ctx) -> crate::guardrails::concurrency::ToolLimits {
+    crate::kernel::context::read(&ctx.policy_engine)
+        .tool_limits()
+        .clone()
+}
+
+/// Updates the concurrency gauges of limited tool ids: those with jobs in hands or queued, and
+/// back to 0 for those that had some (removed once the tool id has no limit).
+fn show_tool_slots(state: &mut DispatcherState) {
+    let metrics = &state.ctx.metrics.guardrails;
+    let slots = state.core.tool_slots();
+    for (tool_id, slot) in &slots {
+        metrics.concurrency(
+            "tool",
+            tool_id,
+            Some(slot.limit),
+            slot.in_flight,
+            slot.waiting,
+        );
+    }
+    for tool_id in &state.shown {
+        if !slots.contains_key(tool_id) {
+            let limit = state.core.is_limited(tool_id).then_some(0);
+            metrics.concurrency("tool", tool_id, limit, 0, 0);
+        }
+    }
+    state.shown = slots
+        .into_keys()
+        .chain(
+            std::mem::take(&mut state.shown)
+                .into_iter()
+                .filter(|tool_id| state.core.is_limited(tool_id)),
+        )
+        .collect();
 }

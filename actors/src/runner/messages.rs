@@ -75,6 +75,8 @@ pub enum DispatcherMsg {
     },
     /// Periodic pass for jobs whose `not_before` has come.
     Tick,
+    /// A policy was loaded: the tool limits are read again.
+    PolicyReplaced,
     /// Is a runner's report (result, `started`) from the connection holding the job?
     CheckReport {
         /// The report.

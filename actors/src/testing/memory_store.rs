@@ -218,6 +218,24 @@ impl Store for MemoryStore {
             .count() as u64)
     }
 
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+        let tables = self.lock();
+        let mut ids: Vec<ExecutionId> = tables
+            .executions
+            .values()
+            .filter(|row| {
+                matches!(
+                    row.status,
+                    crate::status::ExecutionStatus::Running
+                        | crate::status::ExecutionStatus::Blocked
+                ) && row.agent_id.as_str() == agent_id
+            })
+            .map(|row| row.id.clone())
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         let tables = self.lock();
         let mut rows: Vec<&ExecutionRow> = tables

@@ -21,6 +21,28 @@ pub struct PolicyDefinition {
     pub budget: Option<BudgetDefinition>,
     /// Circuit breakers per tool id (Keel addition; a single file or `_global` only).
     pub circuit_breakers: Option<Vec<BreakerDefinition>>,
+    /// Concurrency limits (Keel addition; `tools` in a single file or `_global` only).
+    pub concurrency: Option<ConcurrencyDefinition>,
+}
+
+/// The `concurrency:` section of a file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConcurrencyDefinition {
+    /// Most running executions per agent id.
+    pub max_running: Option<i64>,
+    /// Limits per tool id.
+    pub tools: Option<Vec<ToolLimitDefinition>>,
+}
+
+/// One entry of `concurrency.tools:`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolLimitDefinition {
+    /// Glob of the tool ids it applies to.
+    pub tool_id: Option<String>,
+    /// Globs of the tool ids it applies to.
+    pub tool_ids: Option<Vec<String>>,
+    /// Most steps of one tool id in runners' hands at once.
+    pub max_concurrent_steps: i64,
 }
 
 /// One entry of `circuit_breakers:`.
