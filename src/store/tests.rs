@@ -515,3 +515,11 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
             && postgres_schema.contains(TERMINAL_STATUSES_SQL)
     );
 }
+
+/// The in-memory test store answers the running-slot read as the backends do (agent groups in
+/// the actor tests load from it).
+#[tokio::test]
+async fn the_memory_store_lists_running_executions_as_the_backends_do() {
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::running_executions_lists_an_agents_running_and_blocked_executions(store).await;
+}

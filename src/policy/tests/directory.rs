@@ -294,7 +294,7 @@ fn tool_limits_in_an_agent_file_and_unknown_concurrency_keys_are_errors() {
     let errors = load_path(dir.path()).err().unwrap();
     assert_eq!(errors.problems.len(), 1, "{errors:?}");
     assert_eq!(errors.problems[0].file, agent);
-    assert_eq!(errors.problems[0].line, Some(3));
+    assert_eq!(errors.problems[0].line, Some(4));
     assert!(
         errors.problems[0]
             .message
