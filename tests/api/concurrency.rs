@@ -220,10 +220,9 @@ async fn remote_steps_of_a_tool_at_its_limit_wait_for_a_free_slot_in_order() {
         .result(&kernel, &held[index_at], true, json!({}))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let mut streams = [first_runner, second_runner];
     let next = tokio::select! {
-        job = streams[0].job() => job,
-        job = streams[1].job() => job,
+        job = first_runner.job() => job,
+        job = second_runner.job() => job,
     };
     assert_eq!(next["step_id"], json!(steps[1]));
     assert_eq!(next["tool_id"], "index");
