@@ -99,8 +99,8 @@ impl From<ConcurrencySpec> for ConcurrencyDefinition {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a circuit breaker mapping with `tool_id` or `tool_ids`, `failures`, `cool_down` \
-                 and an optional `window`"
+    expecting = "a circuit breaker mapping with `tool_id` or `tool_ids`, `failures` or \
+                 `failure_rate` (and `min_calls`), `cool_down` and an optional `window`"
 )]
 pub struct BreakerSpec {
     /// Tool-id glob.
@@ -110,7 +110,14 @@ pub struct BreakerSpec {
     #[serde(default)]
     pub tool_ids: Option<Vec<String>>,
     /// Failures within the window that open it.
-    pub failures: i64,
+    #[serde(default)]
+    pub failures: Option<i64>,
+    /// Share of failed results within the window that opens it.
+    #[serde(default)]
+    pub failure_rate: Option<f64>,
+    /// Fewest results before the failure rate counts.
+    #[serde(default)]
+    pub min_calls: Option<i64>,
     /// Window of the failures (default `1m`).
     #[serde(default)]
     pub window: Option<String>,
@@ -124,6 +131,8 @@ impl From<BreakerSpec> for BreakerDefinition {
             tool_id: spec.tool_id,
             tool_ids: spec.tool_ids,
             failures: spec.failures,
+            failure_rate: spec.failure_rate,
+            min_calls: spec.min_calls,
             window: spec.window,
             cool_down: spec.cool_down,
         }

@@ -2,7 +2,9 @@
 //! machine the policy actor runs.
 //!
 //! A breaker is **closed** while fewer than `failures` results of its tool failed within the
-//! last `window`. The failure that reaches `failures` **opens** it for `cool_down`: every
+//! last `window` (or, in failure-rate mode, while fewer than `min_calls` results came within
+//! the window or less than `failure_rate` of them failed). The failure that reaches the
+//! threshold **opens** it for `cool_down`: every
 //! `invoke_tool` for the tool is denied at once. After the cool-down the next intent is let
 //! through as the **probe** (half-open); other intents are denied while the probe runs. The first
 //! result of the tool reported after that decides: a success closes the breaker, a failure opens
@@ -26,8 +28,10 @@ use crate::time::{self, Timestamp};
 pub struct BreakerConfig {
     /// Tool ids it applies to (each matching tool id has a breaker of its own).
     pub tools: Vec<Glob>,
-    /// Failures within `window` that open it.
+    /// Failures within `window` that open it (unused in failure-rate mode).
     pub failures: u32,
+    /// Failure-rate mode: the share of failed results within `window` that opens it.
+    pub failure_rate: Option<FailureRate>,
     /// Window the failures are counted in.
     pub window: Duration,
     /// `window` as written, for messages.
@@ -38,7 +42,39 @@ pub struct BreakerConfig {
     pub cool_down_text: String,
 }
 
+/// The failure-rate mode of a breaker.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FailureRate {
+    /// Share of failed results (0 < rate <= 1) that opens the breaker.
+    pub rate: f64,
+    /// Fewest results within the window before the rate counts.
+    pub min_calls: u32,
+}
+
 impl BreakerConfig {
+    /// Returns what opens the breaker, for messages (`5 failures within 1m`).
+    pub fn threshold(&self) -> String {
+        match self.failure_rate {
+            None => format!("{} failures within {}", self.failures, self.window_text),
+            Some(rate) => format!(
+                "failure rate of {}% or more over at least {} calls within {}",
+                rate.rate * 100.0,
+                rate.min_calls,
+                self.window_text
+            ),
+        }
+    }
+
+    /// Returns whether `failures` out of `calls` results within the window open the breaker.
+    fn trips(&self, failures: usize, calls: usize) -> bool {
+        match self.failure_rate {
+            None => failures >= self.failures as usize,
+            Some(rate) => {
+                calls >= rate.min_calls as usize && failures as f64 >= rate.rate * calls as f64
+            }
+        }
+    }
+
     /// Returns whether the entry applies to `tool_id`.
     pub fn matches(&self, tool_id: &str) -> bool {
         self.tools.iter().any(|glob| glob.is_match(tool_id))
@@ -80,6 +116,8 @@ enum State {
 struct Breaker {
     state: State,
     failures: VecDeque<Timestamp>,
+    /// Successes within the window (kept in failure-rate mode only).
+    successes: VecDeque<Timestamp>,
     opened_at: Option<Timestamp>,
 }
 
@@ -123,9 +161,8 @@ impl Breakers {
         match breaker.state {
             State::Closed => None,
             State::Open { until } if now < until => Some(format!(
-                "circuit open for tool {tool_id}: {} failures within {}; next probe after {}",
-                config.failures,
-                config.window_text,
+                "circuit open for tool {tool_id}: {}; next probe after {}",
+                config.threshold(),
                 time::format(&until)
             )),
             State::HalfOpen { since } if now < add(since, config.cool_down) => Some(format!(
@@ -153,26 +190,29 @@ impl Breakers {
             .or_insert_with(|| Breaker {
                 state: State::Closed,
                 failures: VecDeque::new(),
+                successes: VecDeque::new(),
                 opened_at: None,
             });
         match breaker.state {
             State::Closed => {
-                if success {
-                    return None;
-                }
                 let oldest = sub(at, config.window);
-                while breaker
-                    .failures
-                    .front()
-                    .is_some_and(|first| *first <= oldest)
-                {
-                    breaker.failures.pop_front();
+                for results in [&mut breaker.failures, &mut breaker.successes] {
+                    while results.front().is_some_and(|first| *first <= oldest) {
+                        results.pop_front();
+                    }
+                }
+                if success {
+                    if config.failure_rate.is_some() {
+                        breaker.successes.push_back(at);
+                    }
+                    return None;
                 }
                 breaker.failures.push_back(at);
-                let failures = u32::try_from(breaker.failures.len()).unwrap_or(u32::MAX);
-                if failures < config.failures {
+                let failures = breaker.failures.len();
+                if !config.trips(failures, failures + breaker.successes.len()) {
                     return None;
                 }
+                let failures = u32::try_from(failures).unwrap_or(u32::MAX);
                 Some(open(breaker, tool_id, config, at, failures, false))
             }
             // Results of calls made before the breaker opened change nothing.
@@ -180,6 +220,7 @@ impl Breakers {
             State::HalfOpen { .. } if success => {
                 breaker.state = State::Closed;
                 breaker.failures.clear();
+                breaker.successes.clear();
                 breaker.opened_at = None;
                 Some(BreakerChange::Closed {
                     tool_id: tool_id.to_owned(),
@@ -197,10 +238,9 @@ impl Breakers {
                 None => false,
                 Some(window) => {
                     breaker.state != State::Closed
-                        || breaker
-                            .failures
-                            .back()
-                            .is_some_and(|last| *last > sub(now, window))
+                        || [&breaker.failures, &breaker.successes].into_iter().any(|results| {
+                            results.back().is_some_and(|last| *last > sub(now, window))
+                        })
                 }
             });
     }
@@ -221,10 +261,23 @@ impl Breakers {
                     .count();
                 let mut entry = json!({
                     "tool_id": tool_id,
-                    "failures": config.failures,
                     "window": config.window_text,
                     "cool_down": config.cool_down_text,
                 });
+                match config.failure_rate {
+                    None => entry["failures"] = json!(config.failures),
+                    Some(rate) => {
+                        entry["failure_rate"] = json!(rate.rate);
+                        entry["min_calls"] = json!(rate.min_calls);
+                        let calls = recent
+                            + breaker
+                                .successes
+                                .iter()
+                                .filter(|at| **at > sub(now, config.window))
+                                .count();
+                        entry["recent_calls"] = json!(calls);
+                    }
+                }
                 match breaker.state {
                     State::Closed if recent == 0 => return None,
                     State::Closed => {
@@ -268,6 +321,7 @@ fn open(
     let until = add(at, config.cool_down);
     breaker.state = State::Open { until };
     breaker.failures.clear();
+    breaker.successes.clear();
     breaker.opened_at = Some(at);
     BreakerChange::Opened {
         tool_id: tool_id.to_owned(),

@@ -6,10 +6,12 @@ use std::time::Duration;
 use super::definition::{BreakerDefinition, CompileIssue, FieldPath, PathSegment};
 use super::duration::parse_duration;
 use super::glob::Glob;
-use crate::guardrails::breaker::{BreakerConfig, BreakerSet};
+use crate::guardrails::breaker::{BreakerConfig, BreakerSet, FailureRate};
 
 /// Window of an entry that gives none.
 const DEFAULT_WINDOW: &str = "1m";
+/// `min_calls` of a failure-rate entry that gives none.
+const DEFAULT_MIN_CALLS: u32 = 10;
 
 /// Compiles the file's `circuit_breakers:`; returns `None` when an entry has problems.
 pub(super) fn compile_breakers(
@@ -66,20 +68,7 @@ fn compile_one(
             )),
         }
     }
-    let failures = match u32::try_from(definition.failures) {
-        Ok(failures) if failures > 0 => Some(failures),
-        _ => {
-            errors.push(CompileIssue::new(
-                path.keys(&["failures"]),
-                format!(
-                    "{name}: failures must be between 1 and {}, got {}",
-                    u32::MAX,
-                    definition.failures
-                ),
-            ));
-            None
-        }
-    };
+    let (failures, failure_rate) = trip(definition, path, &name, errors);
     let window_text = definition
         .window
         .clone()
@@ -91,7 +80,8 @@ fn compile_one(
     }
     Some(BreakerConfig {
         tools,
-        failures: failures?,
+        failures,
+        failure_rate,
         window: window?,
         window_text,
         cool_down: cool_down?,
@@ -121,6 +111,68 @@ fn positive(
                 format!("{name}: {key}: {message}"),
             ));
             None
+        }
+    }
+}
+
+/// Reads what opens the breaker: `failures` (count mode) or `failure_rate` with `min_calls`,
+/// exactly one of the two. Problems are appended to `errors` (the values returned then do
+/// not matter).
+fn trip(
+    definition: &BreakerDefinition,
+    path: &FieldPath,
+    name: &str,
+    errors: &mut Vec<CompileIssue>,
+) -> (u32, Option<FailureRate>) {
+    let mut problem = |key: &str, message: String| {
+        errors.push(CompileIssue::new(path.keys(&[key]), format!("{name}: {message}")));
+    };
+    match (definition.failures, definition.failure_rate) {
+        (Some(failures), None) => {
+            if definition.min_calls.is_some() {
+                problem("min_calls", "min_calls goes with failure_rate, not failures".into());
+            }
+            match u32::try_from(failures) {
+                Ok(failures) if failures > 0 => (failures, None),
+                _ => {
+                    let limit = u32::MAX;
+                    problem(
+                        "failures",
+                        format!("failures must be between 1 and {limit}, got {failures}"),
+                    );
+                    (1, None)
+                }
+            }
+        }
+        (None, Some(rate)) => {
+            if !(rate > 0.0 && rate <= 1.0) {
+                problem(
+                    "failure_rate",
+                    format!("failure_rate must be above 0 and at most 1, got {rate}"),
+                );
+            }
+            let min_calls = match definition.min_calls {
+                None => DEFAULT_MIN_CALLS,
+                Some(calls) => u32::try_from(calls).ok().filter(|calls| *calls > 0).unwrap_or_else(|| {
+                    problem(
+                        "min_calls",
+                        format!("min_calls must be between 1 and {}, got {calls}", u32::MAX),
+                    );
+                    1
+                }),
+            };
+            (0, Some(FailureRate { rate, min_calls }))
+        }
+        (Some(_), Some(_)) => {
+            problem("failure_rate", "give `failures` or `failure_rate`, not both".into());
+            (1, None)
+        }
+        (None, None) => {
+            errors.push(CompileIssue::new(
+                path.clone(),
+                format!("{name}: give `failures` (a count) or `failure_rate` (a share of calls)"),
+            ));
+            (1, None)
         }
     }
 }

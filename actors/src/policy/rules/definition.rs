@@ -52,8 +52,12 @@ pub struct BreakerDefinition {
     pub tool_id: Option<String>,
     /// Globs of the tool ids it applies to.
     pub tool_ids: Option<Vec<String>>,
-    /// Failures within the window that open the breaker.
-    pub failures: i64,
+    /// Failures within the window that open the breaker (count mode).
+    pub failures: Option<i64>,
+    /// Share of failed results within the window that opens it (failure-rate mode).
+    pub failure_rate: Option<f64>,
+    /// Fewest results within the window before the failure rate counts (default 10).
+    pub min_calls: Option<i64>,
     /// Window the failures are counted in, as written (default `1m`).
     pub window: Option<String>,
     /// How long the breaker stays open before a probe, as written.
