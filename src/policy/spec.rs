@@ -99,7 +99,7 @@ impl From<ConcurrencySpec> for ConcurrencyDefinition {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a circuit breaker mapping with `tool_id` or `tool_ids`, `failures` or \
+    expecting = "a circuit breaker mapping with `tool_id`/`tool_ids` or `runner_id`/`runner_ids`, `failures` or \
                  `failure_rate` (and `min_calls`), `cool_down` and an optional `window`"
 )]
 pub struct BreakerSpec {
@@ -109,6 +109,12 @@ pub struct BreakerSpec {
     /// Tool-id globs.
     #[serde(default)]
     pub tool_ids: Option<Vec<String>>,
+    /// Runner-id glob (a runner breaker).
+    #[serde(default)]
+    pub runner_id: Option<String>,
+    /// Runner-id globs.
+    #[serde(default)]
+    pub runner_ids: Option<Vec<String>>,
     /// Failures within the window that open it.
     #[serde(default)]
     pub failures: Option<i64>,
@@ -130,6 +136,8 @@ impl From<BreakerSpec> for BreakerDefinition {
         Self {
             tool_id: spec.tool_id,
             tool_ids: spec.tool_ids,
+            runner_id: spec.runner_id,
+            runner_ids: spec.runner_ids,
             failures: spec.failures,
             failure_rate: spec.failure_rate,
             min_calls: spec.min_calls,

@@ -18,16 +18,26 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use crate::policy::rules::Glob;
 use crate::time::{self, Timestamp};
+
+/// What a breaker's results come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BreakerScope {
+    /// A tool id: every step result of the tool (the policy actor's breakers).
+    #[default]
+    Tool,
+    /// A runner id: the results its connections report (the dispatcher's breakers).
+    Runner,
+}
 
 /// One `circuit_breakers:` entry of a policy.
 #[derive(Clone, Debug)]
 pub struct BreakerConfig {
-    /// Tool ids it applies to (each matching tool id has a breaker of its own).
+    /// Tool ids (or runner ids) it applies to (each matching id has a breaker of its own).
     pub tools: Vec<Glob>,
+    /// Whether `tools` names tool ids or runner ids.
+    pub scope: BreakerScope,
     /// Failures within `window` that open it (unused in failure-rate mode).
     pub failures: u32,
     /// Failure-rate mode: the share of failed results within `window` that opens it.
@@ -82,21 +92,64 @@ impl BreakerConfig {
 }
 
 /// The breakers of a policy: the first entry that matches a tool id configures its breaker.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct BreakerSet(pub Vec<BreakerConfig>);
 
 impl BreakerSet {
     /// Returns the entry for `tool_id`, if any.
     pub fn config(&self, tool_id: &str) -> Option<&BreakerConfig> {
-        self.0.iter().find(|config| config.matches(tool_id))
+        self.0
+            .iter()
+            .find(|config| config.scope == BreakerScope::Tool && config.matches(tool_id))
     }
 
-    /// Returns how far back results matter: the longest `window + cool_down`.
+    /// Returns the entry for runner `runner_id`, if any.
+    pub fn runner_config(&self, runner_id: &str) -> Option<&BreakerConfig> {
+        self.0
+            .iter()
+            .find(|config| config.scope == BreakerScope::Runner && config.matches(runner_id))
+    }
+
+    /// Returns the runner entries only.
+    pub fn runners(&self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .filter(|config| config.scope == BreakerScope::Runner)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Returns how far back tool results matter: the longest `window + cool_down`.
     pub fn horizon(&self) -> Option<Duration> {
         self.0
             .iter()
+            .filter(|config| config.scope == BreakerScope::Tool)
             .map(|config| config.window + config.cool_down)
             .max()
+    }
+}
+
+impl PartialEq for BreakerConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.tools
+            .iter()
+            .map(Glob::as_str)
+            .eq(other.tools.iter().map(Glob::as_str))
+            && (
+                self.scope,
+                self.failures,
+                self.failure_rate,
+                self.window,
+                self.cool_down,
+            ) == (
+                other.scope,
+                other.failures,
+                other.failure_rate,
+                other.window,
+                other.cool_down,
+            )
     }
 }
 
@@ -238,67 +291,23 @@ impl Breakers {
                 None => false,
                 Some(window) => {
                     breaker.state != State::Closed
-                        || [&breaker.failures, &breaker.successes].into_iter().any(|results| {
-                            results.back().is_some_and(|last| *last > sub(now, window))
-                        })
+                        || [&breaker.failures, &breaker.successes]
+                            .into_iter()
+                            .any(|results| {
+                                results.back().is_some_and(|last| *last > sub(now, window))
+                            })
                 }
             });
     }
 
-    /// Returns the breakers that are not closed, or have failures in their window, as JSON.
-    pub fn view(&self, now: Timestamp, set: &BreakerSet) -> Vec<Value> {
-        let mut tools: Vec<&String> = self.breakers.keys().collect();
-        tools.sort();
-        tools
-            .into_iter()
-            .filter_map(|tool_id| {
-                let breaker = &self.breakers[tool_id];
-                let config = set.config(tool_id)?;
-                let recent = breaker
-                    .failures
-                    .iter()
-                    .filter(|at| **at > sub(now, config.window))
-                    .count();
-                let mut entry = json!({
-                    "tool_id": tool_id,
-                    "window": config.window_text,
-                    "cool_down": config.cool_down_text,
-                });
-                match config.failure_rate {
-                    None => entry["failures"] = json!(config.failures),
-                    Some(rate) => {
-                        entry["failure_rate"] = json!(rate.rate);
-                        entry["min_calls"] = json!(rate.min_calls);
-                        let calls = recent
-                            + breaker
-                                .successes
-                                .iter()
-                                .filter(|at| **at > sub(now, config.window))
-                                .count();
-                        entry["recent_calls"] = json!(calls);
-                    }
-                }
-                match breaker.state {
-                    State::Closed if recent == 0 => return None,
-                    State::Closed => {
-                        entry["state"] = json!("closed");
-                        entry["recent_failures"] = json!(recent);
-                    }
-                    State::Open { until } => {
-                        entry["state"] = json!(if now < until { "open" } else { "half_open" });
-                        entry["until"] = json!(time::format(&until));
-                    }
-                    State::HalfOpen { since } => {
-                        entry["state"] = json!("half_open");
-                        entry["probe_since"] = json!(time::format(&since));
-                    }
-                }
-                if let Some(opened_at) = breaker.opened_at {
-                    entry["opened_at"] = json!(time::format(&opened_at));
-                }
-                Some(entry)
-            })
-            .collect()
+    /// Returns whether `id`'s breaker would deny a call at `now` (open, or its probe running),
+    /// without changing it.
+    pub fn blocks(&self, id: &str, config: &BreakerConfig, now: Timestamp) -> bool {
+        match self.breakers.get(id).map(|breaker| &breaker.state) {
+            Some(State::Open { until }) => now < *until,
+            Some(State::HalfOpen { since }) => now < add(*since, config.cool_down),
+            Some(State::Closed) | None => false,
+        }
     }
 
     /// Returns the number of tool ids whose breaker is open or half-open.
@@ -344,6 +353,9 @@ fn sub(at: Timestamp, duration: Duration) -> Timestamp {
         .and_then(|delta| at.checked_sub_signed(delta))
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
 }
+
+#[path = "breaker_view.rs"]
+mod view;
 
 #[cfg(test)]
 #[path = "breaker_tests.rs"]

@@ -22,6 +22,15 @@ pub struct BudgetLabel {
     pub budget: String,
 }
 
+/// Labels of the runner circuit breaker transition counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunnerCircuitLabels {
+    /// Runner id of the breaker.
+    pub runner_id: String,
+    /// `open` or `closed`: the state entered.
+    pub state: String,
+}
+
 /// Labels of the concurrency gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConcurrencyLabels {
@@ -44,6 +53,10 @@ pub struct GuardrailMetrics {
     pub concurrency_in_use: Family<ConcurrencyLabels, Gauge>,
     /// Work held back by a concurrency limit now (pending executions, queued jobs).
     pub concurrency_waiting: Family<ConcurrencyLabels, Gauge>,
+    /// Runner circuit breakers opened and closed, by runner id and state entered.
+    pub runner_circuit_transitions: Family<RunnerCircuitLabels, Counter>,
+    /// Runner ids whose breaker is open or half-open.
+    pub runner_circuits_open: Gauge,
 }
 
 impl GuardrailMetrics {
@@ -75,7 +88,45 @@ impl GuardrailMetrics {
             "Work held back by a concurrency limit: pending executions of an agent id at its max_running, queued jobs of a tool id at its max_concurrent_steps",
             metrics.concurrency_waiting.clone(),
         );
+        registry.register(
+            "runner_circuit_transitions",
+            "Runner circuit breakers opened and closed, by runner id and state entered",
+            metrics.runner_circuit_transitions.clone(),
+        );
+        registry.register(
+            "runner_circuits_open",
+            "Runner ids whose circuit breaker is open or half-open",
+            metrics.runner_circuits_open.clone(),
+        );
         metrics
+    }
+
+    /// Counts and logs a runner breaker change; `open` runner breakers are open now.
+    pub fn runner_circuit(&self, change: &crate::guardrails::breaker::BreakerChange, open: usize) {
+        use crate::guardrails::breaker::BreakerChange;
+        let (runner_id, state) = match change {
+            BreakerChange::Opened {
+                tool_id,
+                failures,
+                until,
+                ..
+            } => {
+                tracing::warn!(runner.id = %tool_id, failures, until = %crate::time::format(until), "runner circuit breaker opened: no jobs until the cool-down passed");
+                (tool_id, "open")
+            }
+            BreakerChange::Closed { tool_id } => {
+                tracing::info!(runner.id = %tool_id, "runner circuit breaker closed");
+                (tool_id, "closed")
+            }
+        };
+        self.runner_circuit_transitions
+            .get_or_create(&RunnerCircuitLabels {
+                runner_id: runner_id.clone(),
+                state: state.to_owned(),
+            })
+            .inc();
+        self.runner_circuits_open
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
     }
 
     /// Shows the slots of `scope`/`id` (`limit` `None`: no limit, the series are removed).

@@ -18,20 +18,21 @@ use crate::store::ExecutionRow;
 const USAGE_PAGE: i64 = 1000;
 
 impl Kernel {
-    /// Returns the circuit breakers that are open, half-open or counting recent failures.
+    /// Returns the circuit breakers that are open, half-open or counting recent failures:
+    /// those of tool ids (the policy actor's), then those of runner ids (the dispatcher's).
     pub async fn breakers(&self) -> Result<Vec<Value>, KernelError> {
-        let policy = self
-            .inner
-            .ctx
+        let ctx = &self.inner.ctx;
+        let policy = ctx
             .policy()
             .ok_or_else(|| KernelError::Unavailable("policy actor is not running".into()))?;
-        call(
-            &policy,
-            PolicyMsg::Breakers,
-            self.inner.ctx.config.call_timeout,
-            "policy actor",
-        )
-        .await
+        let dispatcher = ctx
+            .dispatcher()
+            .ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
+        let timeout = ctx.config.call_timeout;
+        let mut breakers = call(&policy, PolicyMsg::Breakers, timeout, "policy actor").await?;
+        let runners = call(&dispatcher, DispatcherMsg::Breakers, timeout, "dispatcher").await?;
+        breakers.extend(runners);
+        Ok(breakers)
     }
 
     /// Returns the budget view of an execution (`{"limits", "used", "remaining"}`) when the
@@ -96,5 +97,22 @@ impl KernelInner {
             let _ = group.send_message(crate::agent_group::AgentGroupMsg::PolicyReplaced);
         }
         self.ctx.tell_dispatcher(DispatcherMsg::PolicyReplaced);
+    }
+
+    /// Tells the dispatcher's runner breakers about a result a runner reported (`None`: the
+    /// execution did not take it, so it counts for nothing).
+    pub(crate) fn count_runner_result(
+        &self,
+        runner_id: &crate::ids::RunnerId,
+        success: Option<bool>,
+    ) {
+        if let Some(success) = success
+            && !runner_id.as_str().is_empty()
+        {
+            self.ctx.tell_dispatcher(DispatcherMsg::RunnerResult {
+                runner_id: runner_id.clone(),
+                success,
+            });
+        }
     }
 }

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use crate::execution::JobSpec;
+use crate::guardrails::breaker::{BreakerChange, BreakerSet, Breakers};
 use crate::guardrails::concurrency::ToolLimits;
 use crate::ids::{ConsumerId, RunnerId, StepId};
 use crate::time::Timestamp;
@@ -76,6 +77,15 @@ pub enum DispatchInput {
     Tick,
     /// The policy's `concurrency.tools` limits replace the previous ones.
     SetToolLimits(ToolLimits),
+    /// The policy's runner circuit breakers replace the previous ones.
+    SetRunnerBreakers(BreakerSet),
+    /// A runner reported a result its execution took.
+    RunnerResult {
+        /// Runner.
+        runner_id: RunnerId,
+        /// Whether the tool succeeded.
+        success: bool,
+    },
 }
 
 /// What the shell must do.
@@ -116,6 +126,8 @@ pub enum DispatchEffect {
     },
     /// Tell the job's execution that no runner will report on it.
     RunnerLost(JobSpec),
+    /// A runner's circuit breaker opened or closed (`tool_id` of the change is the runner id).
+    RunnerCircuit(BreakerChange),
 }
 
 /// One open connection.
@@ -140,6 +152,9 @@ pub struct Dispatch {
     pub(super) held: HashMap<String, JobSpec>,
     /// `max_concurrent_steps` per tool id (dispatch_limits.rs).
     pub(super) limits: ToolLimits,
+    /// Circuit breakers per runner id: their configuration and state (dispatch_limits.rs).
+    pub(super) runner_breakers: BreakerSet,
+    pub(super) runner_state: Breakers,
 }
 
 /// What a test (or an operator) can see of the dispatcher, job ids only.
@@ -245,6 +260,10 @@ impl Dispatch {
             }
             DispatchInput::Tick => {}
             DispatchInput::SetToolLimits(limits) => self.limits = limits,
+            DispatchInput::SetRunnerBreakers(set) => self.set_runner_breakers(set),
+            DispatchInput::RunnerResult { runner_id, success } => {
+                self.runner_result(&runner_id, success, now, &mut effects);
+            }
         }
         self.pass(now, &mut effects);
         effects
@@ -330,7 +349,11 @@ impl Dispatch {
             let candidates: Vec<&ConnectionKey> = self
                 .connections
                 .iter()
-                .filter(|(_, slot)| slot.busy.is_none() && slot.capabilities.contains(&job.tool_id))
+                .filter(|(key, slot)| {
+                    slot.busy.is_none()
+                        && slot.capabilities.contains(&job.tool_id)
+                        && !self.runner_blocked(&key.0, now)
+                })
                 .map(|(key, _)| key)
                 .collect();
             if candidates.is_empty() {
@@ -343,6 +366,7 @@ impl Dispatch {
             let Some(job) = self.queue.remove(index) else {
                 break;
             };
+            self.runner_probe(&key.0, now);
             if let Some(slot) = self.connections.get_mut(&key) {
                 if !self.limits.is_empty() {
                     *in_flight.entry(job.tool_id.clone()).or_default() += 1;

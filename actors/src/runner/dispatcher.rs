@@ -43,7 +43,9 @@ impl Actor for Dispatcher {
     ) -> Result<Self::State, ActorProcessingErr> {
         myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
         let mut core = Dispatch::default();
-        core.apply(DispatchInput::SetToolLimits(tool_limits(&ctx)), ctx.now());
+        let (limits, breakers) = policy_guards(&ctx);
+        core.apply(DispatchInput::SetToolLimits(limits), ctx.now());
+        core.apply(DispatchInput::SetRunnerBreakers(breakers), ctx.now());
         Ok(DispatcherState {
             ctx,
             core,
@@ -141,7 +143,20 @@ impl Actor for Dispatcher {
                 generation,
             },
             DispatcherMsg::Tick => DispatchInput::Tick,
-            DispatcherMsg::PolicyReplaced => DispatchInput::SetToolLimits(tool_limits(&state.ctx)),
+            DispatcherMsg::PolicyReplaced => {
+                let (limits, breakers) = policy_guards(&state.ctx);
+                state
+                    .core
+                    .apply(DispatchInput::SetRunnerBreakers(breakers), state.ctx.now());
+                DispatchInput::SetToolLimits(limits)
+            }
+            DispatcherMsg::RunnerResult { runner_id, success } => {
+                DispatchInput::RunnerResult { runner_id, success }
+            }
+            DispatcherMsg::Breakers(reply) => {
+                let _ = reply.send(state.core.runner_breakers_view(state.ctx.now()));
+                return Ok(());
+            }
             DispatcherMsg::CheckReport { report, reply } => {
                 let _ = reply.send(holders::decide(&state.core, &report));
                 return Ok(());
@@ -232,6 +247,10 @@ fn carry_out(
         DispatchEffect::ArmRelease { job_id } => {
             myself.send_after(grace, move || DispatcherMsg::ReleaseRecovered { job_id });
         }
+        DispatchEffect::RunnerCircuit(change) => {
+            let open = state.core.runner_circuits_open();
+            state.ctx.metrics.guardrails.runner_circuit(&change, open);
+        }
         DispatchEffect::RunnerLost(job) => {
             let execution_id = crate::ids::ExecutionId::from(job.execution_id.as_str());
             if let Some(execution) = state.ctx.execution(&execution_id) {
@@ -244,11 +263,15 @@ fn carry_out(
     }
 }
 
-/// Returns the tool limits of the policy in force.
-fn tool_limits(ctx: &Ctx) -> crate::guardrails::concurrency::ToolLimits {
-    crate::kernel::context::read(&ctx.policy_engine)
-        .tool_limits()
-        .clone()
+/// Returns the tool limits and the runner circuit breakers of the policy in force.
+fn policy_guards(
+    ctx: &Ctx,
+) -> (
+    crate::guardrails::concurrency::ToolLimits,
+    crate::guardrails::breaker::BreakerSet,
+) {
+    let engine = crate::kernel::context::read(&ctx.policy_engine);
+    (engine.tool_limits().clone(), engine.breakers().runners())
 }
 
 /// Updates the concurrency gauges of limited tool ids: those with jobs in hands or queued, and

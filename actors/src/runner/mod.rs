@@ -12,6 +12,8 @@ pub mod runner_actor;
 pub mod tools;
 
 #[cfg(test)]
+mod dispatch_breakers_tests;
+#[cfg(test)]
 mod dispatch_limits_tests;
 #[cfg(test)]
 mod dispatch_tests;

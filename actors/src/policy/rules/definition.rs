@@ -52,6 +52,10 @@ pub struct BreakerDefinition {
     pub tool_id: Option<String>,
     /// Globs of the tool ids it applies to.
     pub tool_ids: Option<Vec<String>>,
+    /// Glob of the runner ids it applies to (a runner breaker, instead of tool ids).
+    pub runner_id: Option<String>,
+    /// Globs of the runner ids it applies to.
+    pub runner_ids: Option<Vec<String>>,
     /// Failures within the window that open the breaker (count mode).
     pub failures: Option<i64>,
     /// Share of failed results within the window that opens it (failure-rate mode).
