@@ -11,8 +11,16 @@ use crate::kernel::context::call;
 use crate::policy::PolicyMsg;
 use crate::store::ToolResult;
 
-/// Returns the step results among `events` (already applied to `exec`).
-pub(super) fn tool_results(exec: &ExecutionState, events: &[Event]) -> Vec<ToolResult> {
+/// Returns the step results among `events` (already applied to `exec`); none when the policy
+/// has no tool circuit breakers (nobody counts them then).
+pub(super) fn tool_results(
+    ctx: &crate::kernel::context::Ctx,
+    exec: &ExecutionState,
+    events: &[Event],
+) -> Vec<ToolResult> {
+    if !ctx.tool_breakers.load(std::sync::atomic::Ordering::Relaxed) {
+        return Vec::new();
+    }
     events
         .iter()
         .filter_map(|event| {

@@ -76,7 +76,7 @@ pub(super) async fn apply(
         // Applied in place: a failed commit marks the state stale, and it is reloaded from the
         // store before the next message (the store may hold the commit even then).
         let (before, before_sequence) = (state.exec.status, state.exec.last_sequence);
-        results = super::breakers::tool_results(&state.exec, &events);
+        results = super::breakers::tool_results(&state.ctx, &state.exec, &events);
         let mut touched: Vec<StepId> = Vec::new();
         for event in &events {
             state.exec.apply(event);

@@ -62,6 +62,9 @@ pub struct Ctx {
     pub lost_consumers: RwLock<std::collections::HashSet<(String, String)>>,
     /// Policy engine in force (the policy actor is restarted with it).
     pub policy_engine: RwLock<Arc<dyn crate::policy::PolicyEngine>>,
+    /// Whether the policy in force has tool circuit breakers: without, executions do not
+    /// report their step results to the policy actor.
+    pub tool_breakers: std::sync::atomic::AtomicBool,
 }
 
 /// Reads a lock, recovering from poisoning (a panicking actor must not wedge the kernel).
@@ -84,6 +87,9 @@ impl Ctx {
         commits: broadcast::Sender<CommitNotice>,
     ) -> Self {
         Self {
+            tool_breakers: std::sync::atomic::AtomicBool::new(
+                config.policy.breakers().horizon().is_some(),
+            ),
             policy_engine: RwLock::new(config.policy.clone()),
             clock: config.clock.clone(),
             store: config.store.clone(),

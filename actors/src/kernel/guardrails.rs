@@ -84,6 +84,10 @@ impl KernelInner {
     /// Puts `engine` in force: the policy actor swaps it, and the owners of concurrency limits
     /// (agent groups, the dispatcher) read their limits from it again.
     pub(crate) fn replace_policy(&self, engine: Arc<dyn crate::policy::PolicyEngine>) {
+        let breakers = engine.breakers().horizon().is_some();
+        self.ctx
+            .tool_breakers
+            .store(breakers, std::sync::atomic::Ordering::Relaxed);
         *super::context::write(&self.ctx.policy_engine) = engine.clone();
         if let Some(policy) = self.ctx.policy() {
             let _ = policy.send_message(crate::policy::PolicyMsg::ReplaceEngine(engine));
