@@ -19,6 +19,7 @@
 //! transaction-mode pooler would break the session lock and prepared statements.
 
 mod columns;
+mod schema;
 mod write;
 mod writer;
 
@@ -194,7 +195,7 @@ fn with_session_settings(base: PgConnectOptions, options: &StoreOptions) -> PgCo
 /// statement timeout: a migration may rewrite a large table). sqlx serialises concurrent
 /// migrators with an advisory lock of its own.
 async fn migrate(connection: &mut PgConnection) -> Result<(), StoreError> {
-    refuse_newer_schema(applied_schema_version(connection).await?, &MIGRATOR)?;
+    refuse_newer_schema(schema::applied_version(connection).await?, &MIGRATOR)?;
     sqlx::query("SET statement_timeout = 0")
         .execute(&mut *connection)
         .await
@@ -208,22 +209,6 @@ async fn migrate(connection: &mut PgConnection) -> Result<(), StoreError> {
         .await
         .map_err(map_sqlx_error)?;
     Ok(())
-}
-
-/// Returns the newest migration version applied to the database, if it was ever migrated.
-async fn applied_schema_version(connection: &mut PgConnection) -> Result<Option<i64>, StoreError> {
-    let table =
-        sqlx::query_scalar::<_, Option<String>>("SELECT to_regclass('_sqlx_migrations')::text")
-            .fetch_one(&mut *connection)
-            .await
-            .map_err(map_sqlx_error)?;
-    if table.is_none() {
-        return Ok(None);
-    }
-    sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(version) FROM _sqlx_migrations")
-        .fetch_one(&mut *connection)
-        .await
-        .map_err(map_sqlx_error)
 }
 
 /// Returns whether a filter value can match stored text: PostgreSQL text never holds NUL, and
