@@ -19,6 +19,8 @@ mod limits_tests;
 #[cfg(test)]
 mod retry_tests;
 #[cfg(test)]
+mod slots_tests;
+#[cfg(test)]
 mod slow_tests;
 #[cfg(test)]
 mod tests;
