@@ -251,6 +251,11 @@ pub trait Store: Send + Sync + 'static {
     /// the agent's `concurrency.max_running` when it starts.
     async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError>;
 
+    /// Returns the number of local steps (run by agents) of `tool_id` that are not finished:
+    /// `pending`, `dispatched` or `running`, approval-gated ones included. A local call of a
+    /// tool with `max_concurrent_steps` is denied when it reaches the limit.
+    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError>;
+
     /// Counts the executions matching `filter`'s agent and labels, by status (its status,
     /// cursor and limit are ignored); statuses without executions are left out.
     async fn count_executions(

@@ -112,7 +112,7 @@ pub fn eval_command(
         let _ = writeln!(output, "max_running: {limit}");
     }
     if let Some(limit) = loaded.engine.tool_limits().limit(tool) {
-        let _ = writeln!(output, "max_concurrent_steps: {limit} (remote steps)");
+        let _ = writeln!(output, "max_concurrent_steps: {limit}");
     }
     Ok(output)
 }

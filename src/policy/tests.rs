@@ -399,7 +399,7 @@ fn eval_prints_the_budget_of_the_call_and_the_concurrency_limits() {
     assert!(
         search.ends_with(
             "budget: {\"max_calls_per_tool\":2,\"max_steps\":20}\nmax_running: 3\n\
-             max_concurrent_steps: 2 (remote steps)\n"
+             max_concurrent_steps: 2\n"
         ),
         "{search}"
     );

@@ -339,6 +339,10 @@ impl Store for SqliteStore {
         super::creation::sqlite_pending(&self.readers, agent_id).await
     }
 
+    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
+        super::creation::sqlite_local_steps(&self.readers, tool_id).await
+    }
+
     async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
         super::creation::sqlite_running(&self.readers, agent_id).await
     }

@@ -99,6 +99,7 @@ conformance_on_sqlite!(
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
     running_executions_lists_an_agents_running_and_blocked_executions,
+    active_local_steps_counts_unfinished_local_steps_of_a_tool,
 );
 
 #[tokio::test]
@@ -519,9 +520,11 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
 /// The in-memory test store answers the running-slot read as the backends do (agent groups in
 /// the actor tests load from it).
 #[tokio::test]
-async fn the_memory_store_lists_running_executions_as_the_backends_do() {
+async fn the_memory_store_answers_the_guardrail_reads_as_the_backends_do() {
     let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
     conformance::running_executions_lists_an_agents_running_and_blocked_executions(store).await;
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::active_local_steps_counts_unfinished_local_steps_of_a_tool(store).await;
 }
 
 /// Returns SQLite's query plan of `sql` (each `?` bound to `bind`).
@@ -558,5 +561,10 @@ async fn step_results_and_queued_jobs_are_read_through_their_partial_indexes() {
     let queued = super::depths::QUEUED.replace("{remote}", "remote = 1");
     let queued_plan = plan(&pool, &queued, None).await;
     assert!(queued_plan.contains("steps_queued_remote"), "{queued_plan}");
+    let local = super::creation::LOCAL_STEPS
+        .replace("{tool}", "?")
+        .replace("{local}", "remote = 0");
+    let local_plan = plan(&pool, &local, Some("shell")).await;
+    assert!(local_plan.contains("steps_active_local"), "{local_plan}");
     drop(store);
 }

@@ -228,3 +228,53 @@ async fn remote_steps_of_a_tool_at_its_limit_wait_for_a_free_slot_in_order() {
     assert_eq!(next["tool_id"], "index");
     kernel.shutdown().await;
 }
+
+fn one_shell_step(config: &mut KernelConfig) {
+    install(
+        config,
+        "concurrency:\n  tools:\n    - tool_id: shell\n      max_concurrent_steps: 1\n",
+    );
+}
+
+#[tokio::test]
+async fn a_local_call_of_a_tool_at_its_limit_is_denied_naming_the_limit() {
+    let kernel = TestKernel::start_with(options(one_shell_step)).await;
+    let mut agent = TestAgent::connect(&kernel, "local").await;
+    kernel.create("local", json!(1)).await;
+    kernel.create("local", json!(2)).await;
+    let first = agent.assignment().await;
+    let second = agent.assignment().await;
+    let running = first.invoke(&kernel, "shell").await;
+    // Another execution's local call of the same tool: the one slot is taken.
+    let before = kernel.events(&second.execution_id).await.len();
+    let (status, denied) = second
+        .intent(
+            &kernel,
+            json!({"type": "invoke_tool", "tool_id": "shell", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{denied}");
+    assert_eq!(denied["accepted"], false, "{denied}");
+    let error = denied["error"].as_str().expect("error");
+    assert_eq!(
+        error,
+        "policy denied: concurrency limit: max_concurrent_steps 1 reached for tool shell \
+         (1 local steps running) (rule: allow-all)"
+    );
+    let events = kernel.events(&second.execution_id).await;
+    assert_eq!(events.len(), before + 1, "{events:#?}");
+    assert_eq!(events[before]["type"], "intent.denied");
+    assert_eq!(
+        metric(&kernel, "keel_concurrency_denials_total{scope=\"tool\"}").await,
+        Some(1)
+    );
+    // Other tools are not limited, and a remote call of the tool waits in the queue instead.
+    second.invoke(&kernel, "search").await;
+    // The running step's result frees the slot.
+    let (status, body) = first
+        .step_result(&kernel, &running, true, json!("ok"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    second.invoke(&kernel, "shell").await;
+    kernel.shutdown().await;
+}

@@ -57,6 +57,15 @@ pub struct GuardrailMetrics {
     pub runner_circuit_transitions: Family<RunnerCircuitLabels, Counter>,
     /// Runner ids whose breaker is open or half-open.
     pub runner_circuits_open: Gauge,
+    /// Local tool calls denied because the tool was at its `max_concurrent_steps`.
+    pub concurrency_denials: Family<ScopeLabel, Counter>,
+}
+
+/// Label set with the scope of a concurrency limit.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabel {
+    /// `tool`.
+    pub scope: String,
 }
 
 impl GuardrailMetrics {
@@ -89,6 +98,11 @@ impl GuardrailMetrics {
             metrics.concurrency_waiting.clone(),
         );
         registry.register(
+            "concurrency_denials",
+            "Local tool calls denied because the tool was at its max_concurrent_steps",
+            metrics.concurrency_denials.clone(),
+        );
+        registry.register(
             "runner_circuit_transitions",
             "Runner circuit breakers opened and closed, by runner id and state entered",
             metrics.runner_circuit_transitions.clone(),
@@ -99,6 +113,15 @@ impl GuardrailMetrics {
             metrics.runner_circuits_open.clone(),
         );
         metrics
+    }
+
+    /// Counts one call denied by a concurrency limit of `scope`.
+    pub fn concurrency_denied(&self, scope: &str) {
+        self.concurrency_denials
+            .get_or_create(&ScopeLabel {
+                scope: scope.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts and logs a runner breaker change; `open` runner breakers are open now.

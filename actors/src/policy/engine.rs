@@ -104,6 +104,10 @@ pub struct PolicyDecision {
     /// Execution budget in force for this call (the file's, tightened by the rule's), checked
     /// by the policy actor after an allow or a require_approval.
     pub budget: Option<Arc<Budget>>,
+    /// `concurrency.tools` limit of the tool, set by the policy actor on an allow: a local
+    /// call is denied when this many local steps of the tool are running (the execution counts
+    /// them in the store; remote jobs wait in the dispatcher instead).
+    pub max_concurrent_steps: Option<u32>,
 }
 
 impl PolicyDecision {
@@ -117,6 +121,7 @@ impl PolicyDecision {
             rate_limit: None,
             retry: None,
             budget: None,
+            max_concurrent_steps: None,
         }
     }
 }
@@ -165,7 +170,7 @@ pub trait PolicyEngine: Send + Sync + 'static {
         None
     }
 
-    /// Returns the kernel-wide `max_concurrent_steps` per tool id (remote steps).
+    /// Returns the kernel-wide `max_concurrent_steps` per tool id (remote jobs wait, local calls are denied).
     fn tool_limits(&self) -> &ToolLimits {
         &NO_TOOL_LIMITS
     }

@@ -19,7 +19,7 @@ struct Tables {
     events: HashMap<ExecutionId, Vec<Event>>,
     executions: HashMap<ExecutionId, ExecutionRow>,
     /// Status of each step, by execution and step id.
-    steps: HashMap<ExecutionId, HashMap<String, crate::status::StepStatus>>,
+    steps: HashMap<ExecutionId, HashMap<String, crate::store::StepRow>>,
     commits: usize,
 }
 
@@ -111,7 +111,7 @@ impl Store for MemoryStore {
                 .insert(commit.execution.id.clone(), commit.execution.clone());
             let steps = tables.steps.entry(commit.execution.id.clone()).or_default();
             for step in &commit.steps {
-                steps.insert(step.id.to_string(), step.status);
+                steps.insert(step.id.to_string(), step.clone());
             }
         }
         tables.commits += 1;
@@ -218,6 +218,16 @@ impl Store for MemoryStore {
             .count() as u64)
     }
 
+    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
+        let tables = self.lock();
+        Ok(tables
+            .steps
+            .values()
+            .flat_map(HashMap::values)
+            .filter(|step| step.tool_id == tool_id && !step.remote && !step.status.is_terminal())
+            .count() as u64)
+    }
+
     async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
         let tables = self.lock();
         let mut ids: Vec<ExecutionId> = tables
@@ -283,7 +293,7 @@ impl Store for MemoryStore {
                 live_steps: tables
                     .steps
                     .get(&row.id)
-                    .is_some_and(|steps| steps.values().any(|status| !status.is_terminal())),
+                    .is_some_and(|steps| steps.values().any(|step| !step.status.is_terminal())),
             })
             .collect())
     }

@@ -77,6 +77,7 @@ conformance_on_postgres!(
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
     running_executions_lists_an_agents_running_and_blocked_executions,
+    active_local_steps_counts_unfinished_local_steps_of_a_tool,
 );
 
 #[tokio::test]

@@ -215,6 +215,7 @@ fn compile_rule(
         rate_limit,
         retry,
         budget: budget.map(Arc::new),
+        max_concurrent_steps: None,
     };
     Some(CompiledRule {
         index,

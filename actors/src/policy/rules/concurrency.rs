@@ -10,7 +10,7 @@ use crate::guardrails::concurrency::{ToolLimit, ToolLimits};
 pub struct Concurrency {
     /// Most running executions per agent id.
     pub max_running: Option<u32>,
-    /// Most remote steps per tool id in runners' hands.
+    /// Most unfinished steps per tool id (remote ones in runners' hands; local ones, counted apart).
     pub tools: ToolLimits,
 }
 
