@@ -39,6 +39,8 @@ pub struct AgentGroupState {
     core: Group<mpsc::Sender<Push>>,
     /// Creators waiting for the first assignment attempt of their execution.
     waiting: HashMap<ExecutionId, RpcReplyPort<()>>,
+    /// The agent's concurrency gauges are shown (it had a limit).
+    slots_shown: bool,
 }
 
 /// The actor of one agent id.
@@ -60,6 +62,7 @@ impl Actor for AgentGroupActor {
             agent_id: args.agent_id,
             core,
             waiting: HashMap::new(),
+            slots_shown: false,
         })
     }
 
@@ -186,8 +189,13 @@ fn running_limit(ctx: &Ctx, agent_id: &AgentId) -> Option<u32> {
 }
 
 /// Updates the agent's concurrency gauges (present only while it has a limit).
-fn show_slots(state: &AgentGroupState) {
+/// Without a limit nothing is touched (once the series of a removed limit are gone).
+fn show_slots(state: &mut AgentGroupState) {
     let (limit, used, waiting) = state.core.running_slots();
+    if limit.is_none() && !state.slots_shown {
+        return;
+    }
+    state.slots_shown = limit.is_some();
     let metrics = &state.ctx.metrics.guardrails;
     metrics.concurrency("agent", state.agent_id.as_str(), limit, used, waiting);
 }

@@ -123,6 +123,11 @@ impl Dispatch {
         slots
     }
 
+    /// Returns whether the policy has tool limits.
+    pub fn has_tool_limits(&self) -> bool {
+        !self.limits.is_empty()
+    }
+
     /// Returns whether `tool_id` has a limit now.
     pub fn is_limited(&self, tool_id: &str) -> bool {
         self.limits.limit(tool_id).is_some()

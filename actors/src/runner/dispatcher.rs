@@ -277,6 +277,9 @@ fn policy_guards(
 /// Updates the concurrency gauges of limited tool ids: those with jobs in hands or queued, and
 /// back to 0 for those that had some (removed once the tool id has no limit).
 fn show_tool_slots(state: &mut DispatcherState) {
+    if state.shown.is_empty() && !state.core.has_tool_limits() {
+        return;
+    }
     let metrics = &state.ctx.metrics.guardrails;
     let slots = state.core.tool_slots();
     for (tool_id, slot) in &slots {
