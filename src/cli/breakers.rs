@@ -125,4 +125,26 @@ mod tests {
             "no circuit breaker is open or counting failures"
         );
     }
+
+    #[test]
+    fn rate_mode_and_runner_breakers_show_their_own_detail() {
+        let text = super::table(&[
+            json!({"tool_id": "llm.chat", "state": "closed", "recent_failures": 3,
+                   "recent_calls": 9, "failure_rate": 0.5, "min_calls": 10, "window": "1m",
+                   "cool_down": "30s"}),
+            json!({"runner_id": "gpu-1", "state": "open", "until": "2026-01-01T00:01:00.000000Z",
+                   "failures": 5, "window": "1m", "cool_down": "1m"}),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].starts_with("llm.chat")
+                && lines[1].contains("3 failed of 9 calls within 1m (opens at rate 0.5, 10 calls)"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("runner:gpu-1")
+                && lines[2].contains("until 2026-01-01T00:01:00.000000Z"),
+            "{text}"
+        );
+    }
 }
