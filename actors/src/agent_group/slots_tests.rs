@@ -114,7 +114,7 @@ async fn a_starting_group_counts_running_executions_from_the_store_before_offeri
     let snapshot = observe(&group, AgentGroupMsg::Observe).await;
     assert_eq!(
         snapshot.pending,
-        [waiting.clone()],
+        std::slice::from_ref(&waiting),
         "held back: {snapshot:?}"
     );
     assert!(snapshot.offering.is_empty(), "{snapshot:?}");
