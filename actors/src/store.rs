@@ -246,6 +246,16 @@ pub trait Store: Send + Sync + 'static {
     /// its `execution.created` event (0 when absent). An agent group loads its queue from it.
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
 
+    /// Returns the executions of one agent that hold a running slot: `running` or `blocked`
+    /// (assigned, not terminal, not back to `pending`). An agent group counts them against
+    /// the agent's `concurrency.max_running` when it starts.
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError>;
+
+    /// Returns the number of local steps (run by agents) of `tool_id` that are not finished:
+    /// `pending`, `dispatched` or `running`, approval-gated ones included. A local call of a
+    /// tool with `max_concurrent_steps` is denied when it reaches the limit.
+    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError>;
+
     /// Counts the executions matching `filter`'s agent and labels, by status (its status,
     /// cursor and limit are ignored); statuses without executions are left out.
     async fn count_executions(

@@ -25,7 +25,8 @@ pub async fn run(config: &ClientConfig) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Renders breakers as a table: tool, state, until (open) or recent failures (closed).
+/// Renders breakers as a table: tool (or `runner:<id>`), state, until (open) or recent
+/// failures (closed).
 pub fn table(breakers: &[Value]) -> String {
     if breakers.is_empty() {
         return "no circuit breaker is open or counting failures".to_owned();
@@ -39,6 +40,14 @@ pub fn table(breakers: &[Value]) -> String {
         .iter()
         .map(|entry| {
             let detail = match entry.get("state").and_then(Value::as_str) {
+                Some("closed") if entry.get("failure_rate").is_some() => format!(
+                    "{} failed of {} calls within {} (opens at rate {}, {} calls)",
+                    text(entry, "recent_failures"),
+                    text(entry, "recent_calls"),
+                    text(entry, "window"),
+                    text(entry, "failure_rate"),
+                    text(entry, "min_calls")
+                ),
                 Some("closed") => format!(
                     "{} of {} failures within {}",
                     text(entry, "recent_failures"),
@@ -50,8 +59,12 @@ pub fn table(breakers: &[Value]) -> String {
                 }
                 _ => format!("until {}", text(entry, "until")),
             };
+            let subject = match entry.get("runner_id") {
+                Some(_) => format!("runner:{}", text(entry, "runner_id")),
+                None => text(entry, "tool_id"),
+            };
             [
-                text(entry, "tool_id"),
+                subject,
                 text(entry, "state"),
                 detail,
                 text(entry, "cool_down"),
@@ -110,6 +123,28 @@ mod tests {
         assert_eq!(
             super::table(&[]),
             "no circuit breaker is open or counting failures"
+        );
+    }
+
+    #[test]
+    fn rate_mode_and_runner_breakers_show_their_own_detail() {
+        let text = super::table(&[
+            json!({"tool_id": "llm.chat", "state": "closed", "recent_failures": 3,
+                   "recent_calls": 9, "failure_rate": 0.5, "min_calls": 10, "window": "1m",
+                   "cool_down": "30s"}),
+            json!({"runner_id": "gpu-1", "state": "open", "until": "2026-01-01T00:01:00.000000Z",
+                   "failures": 5, "window": "1m", "cool_down": "1m"}),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].starts_with("llm.chat")
+                && lines[1].contains("3 failed of 9 calls within 1m (opens at rate 0.5, 10 calls)"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("runner:gpu-1")
+                && lines[2].contains("until 2026-01-01T00:01:00.000000Z"),
+            "{text}"
         );
     }
 }

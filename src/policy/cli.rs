@@ -104,5 +104,15 @@ pub fn eval_command(
             retry.max_delay.as_millis()
         );
     }
+    // The budget in force for this call: the file's, tightened by the rule's.
+    if let Some(budget) = &decision.budget {
+        let _ = writeln!(output, "budget: {}", budget.limits_json());
+    }
+    if let Some(limit) = loaded.engine.max_running(agent) {
+        let _ = writeln!(output, "max_running: {limit}");
+    }
+    if let Some(limit) = loaded.engine.tool_limits().limit(tool) {
+        let _ = writeln!(output, "max_concurrent_steps: {limit}");
+    }
     Ok(output)
 }

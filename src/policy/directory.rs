@@ -91,6 +91,20 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
                 ),
             ));
         }
+        // Steps per tool id are counted across every agent too.
+        if stem != GLOBAL_STEM && !file.rules.concurrency().tools.is_empty() {
+            let line = line_of(
+                &file.source,
+                &FieldPath::default().keys(&["concurrency", "tools"]),
+            );
+            problems.push(PolicyProblem::new(
+                &file.path,
+                line,
+                format!(
+                    "concurrency.tools are kernel-wide: put them in {GLOBAL_STEM}.yaml, not in an agent file"
+                ),
+            ));
+        }
     }
     let mut agents = HashMap::new();
     for (stem, file) in files
@@ -128,11 +142,17 @@ pub(super) fn load_directory(dir: &Path) -> Result<LoadedPolicy, PolicyLoadError
     let paths = files.values().map(|file| file.path.clone()).collect();
     Ok(LoadedPolicy {
         engine: Arc::new(
-            CompiledPolicy::per_agent(agents, global_rules, digest.clone()).with_breakers(
-                global
-                    .map(|global| global.rules.breakers().clone())
-                    .unwrap_or_default(),
-            ),
+            CompiledPolicy::per_agent(agents, global_rules, digest.clone())
+                .with_breakers(
+                    global
+                        .map(|global| global.rules.breakers().clone())
+                        .unwrap_or_default(),
+                )
+                .with_tool_limits(
+                    global
+                        .map(|global| global.rules.concurrency().tools.clone())
+                        .unwrap_or_default(),
+                ),
         ),
         hooks,
         warnings,

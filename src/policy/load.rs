@@ -87,7 +87,8 @@ pub fn load_path(path: &Path) -> Result<LoadedPolicy, PolicyLoadErrors> {
     Ok(LoadedPolicy {
         engine: Arc::new(
             CompiledPolicy::single(RuleSet::single(&rules), digest.clone())
-                .with_breakers(rules.breakers().clone()),
+                .with_breakers(rules.breakers().clone())
+                .with_tool_limits(rules.concurrency().tools.clone()),
         ),
         hooks,
         warnings: file.warnings,
@@ -227,19 +228,21 @@ fn parse(
         return (None, vec![PolicyProblem::new(path, Some(1), message)]);
     }
     let mut problems = Vec::new();
-    let (default, budget, circuit_breakers) = match yaml_serde::from_str::<FileShellSpec>(source) {
-        Ok(shell) => (
-            shell.default.map(Into::into),
-            shell.budget.map(Into::into),
-            shell
-                .circuit_breakers
-                .map(|breakers| breakers.into_iter().map(Into::into).collect()),
-        ),
-        Err(error) => {
-            problems.push(from_yaml(error));
-            (None, None, None)
-        }
-    };
+    let (default, budget, circuit_breakers, concurrency) =
+        match yaml_serde::from_str::<FileShellSpec>(source) {
+            Ok(shell) => (
+                shell.default.map(Into::into),
+                shell.budget.map(Into::into),
+                shell
+                    .circuit_breakers
+                    .map(|breakers| breakers.into_iter().map(Into::into).collect()),
+                shell.concurrency.map(Into::into),
+            ),
+            Err(error) => {
+                problems.push(from_yaml(error));
+                (None, None, None, None)
+            }
+        };
     let mut rules = Vec::new();
     let mut rule_indices = Vec::new();
     let items = match document.get("rules") {
@@ -271,6 +274,7 @@ fn parse(
                 default,
                 budget,
                 circuit_breakers,
+                concurrency,
             },
             rule_indices,
         )),

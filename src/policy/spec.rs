@@ -9,8 +9,9 @@ use serde::de::IgnoredAny;
 
 use keel_actors::policy::Decision;
 use keel_actors::policy::rules::{
-    BreakerDefinition, BudgetDefinition, ConditionDefinition, DefaultDefinition, OutcomeDefinition,
-    RateLimitDefinition, RetryDefinition, RuleDefinition,
+    BreakerDefinition, BudgetDefinition, ConcurrencyDefinition, ConditionDefinition,
+    DefaultDefinition, OutcomeDefinition, RateLimitDefinition, RetryDefinition, RuleDefinition,
+    ToolLimitDefinition,
 };
 
 use super::spec_arguments::ArgumentsSpec;
@@ -39,14 +40,67 @@ pub struct FileShellSpec {
     /// Circuit breakers per tool id (Keel addition).
     #[serde(default)]
     pub circuit_breakers: Option<Vec<BreakerSpec>>,
+    /// Concurrency limits (Keel addition).
+    #[serde(default)]
+    pub concurrency: Option<ConcurrencySpec>,
+}
+
+/// `concurrency:` — running executions per agent id, steps per tool id.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a `concurrency` mapping with any of `max_running`, `tools`"
+)]
+pub struct ConcurrencySpec {
+    /// Most running executions per agent id.
+    #[serde(default)]
+    pub max_running: Option<i64>,
+    /// Limits per tool id.
+    #[serde(default)]
+    pub tools: Option<Vec<ToolLimitSpec>>,
+}
+
+/// One entry of `concurrency.tools:`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a tool limit mapping with `tool_id` or `tool_ids` and `max_concurrent_steps`"
+)]
+pub struct ToolLimitSpec {
+    /// Tool-id glob.
+    #[serde(default)]
+    pub tool_id: Option<String>,
+    /// Tool-id globs.
+    #[serde(default)]
+    pub tool_ids: Option<Vec<String>>,
+    /// Most steps of one tool id in runners' hands at once.
+    pub max_concurrent_steps: i64,
+}
+
+impl From<ConcurrencySpec> for ConcurrencyDefinition {
+    fn from(spec: ConcurrencySpec) -> Self {
+        Self {
+            max_running: spec.max_running,
+            tools: spec.tools.map(|tools| {
+                tools
+                    .into_iter()
+                    .map(|tool| ToolLimitDefinition {
+                        tool_id: tool.tool_id,
+                        tool_ids: tool.tool_ids,
+                        max_concurrent_steps: tool.max_concurrent_steps,
+                    })
+                    .collect()
+            }),
+        }
+    }
 }
 
 /// One entry of `circuit_breakers:`.
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a circuit breaker mapping with `tool_id` or `tool_ids`, `failures`, `cool_down` \
-                 and an optional `window`"
+    expecting = "a circuit breaker mapping with `tool_id`/`tool_ids` or `runner_id`/`runner_ids`, `failures` or \
+                 `failure_rate` (and `min_calls`), `cool_down` and an optional `window`"
 )]
 pub struct BreakerSpec {
     /// Tool-id glob.
@@ -55,8 +109,21 @@ pub struct BreakerSpec {
     /// Tool-id globs.
     #[serde(default)]
     pub tool_ids: Option<Vec<String>>,
+    /// Runner-id glob (a runner breaker).
+    #[serde(default)]
+    pub runner_id: Option<String>,
+    /// Runner-id globs.
+    #[serde(default)]
+    pub runner_ids: Option<Vec<String>>,
     /// Failures within the window that open it.
-    pub failures: i64,
+    #[serde(default)]
+    pub failures: Option<i64>,
+    /// Share of failed results within the window that opens it.
+    #[serde(default)]
+    pub failure_rate: Option<f64>,
+    /// Fewest results before the failure rate counts.
+    #[serde(default)]
+    pub min_calls: Option<i64>,
     /// Window of the failures (default `1m`).
     #[serde(default)]
     pub window: Option<String>,
@@ -69,7 +136,11 @@ impl From<BreakerSpec> for BreakerDefinition {
         Self {
             tool_id: spec.tool_id,
             tool_ids: spec.tool_ids,
+            runner_id: spec.runner_id,
+            runner_ids: spec.runner_ids,
             failures: spec.failures,
+            failure_rate: spec.failure_rate,
+            min_calls: spec.min_calls,
             window: spec.window,
             cool_down: spec.cool_down,
         }

@@ -371,6 +371,48 @@ fn eval_prints_decision_rule_and_reason() {
 }
 
 #[test]
+fn eval_prints_the_budget_of_the_call_and_the_concurrency_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "guarded.yaml",
+        "budget: {max_steps: 20, max_calls_per_tool: 5}
+\
+         concurrency:
+  max_running: 3
+  tools:
+  - {tool_id: 'search*', max_concurrent_steps: 2}
+\
+         rules:
+\
+         - id: search
+  priority: 1
+  when: {tool_id: search}
+  then: {decision: allow}
+  budget: {max_calls_per_tool: 2}
+\
+         - id: rest
+  priority: 2
+  when: {}
+  then: {decision: allow}
+",
+    );
+    let search = eval_command(&policy, "a", "search", None, vec![]).unwrap();
+    assert!(
+        search.ends_with(
+            "budget: {\"max_calls_per_tool\":2,\"max_steps\":20}\nmax_running: 3\n\
+             max_concurrent_steps: 2\n"
+        ),
+        "{search}"
+    );
+    let other = eval_command(&policy, "a", "write", None, vec![]).unwrap();
+    assert!(
+        other.ends_with("budget: {\"max_calls_per_tool\":5,\"max_steps\":20}\nmax_running: 3\n"),
+        "{other}"
+    );
+}
+
+#[test]
 fn every_example_under_policies_loads_without_problems_or_warnings() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
     let mut entries: Vec<PathBuf> = std::fs::read_dir(&examples)

@@ -27,9 +27,11 @@ pub use batch::{
 pub use creation::{
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
+    running_executions_lists_an_agents_running_and_blocked_executions,
 };
 pub use feed::{the_feed_reads_every_execution_in_position_order, webhook_positions_round_trip};
 pub use tool_calls::{
+    active_local_steps_counts_unfinished_local_steps_of_a_tool,
     tool_calls_since_lists_allowed_calls_oldest_first,
     tool_results_since_lists_step_results_oldest_first,
 };

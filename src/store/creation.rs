@@ -1,7 +1,9 @@
 //! Reads for creation guardrails, for both backends: the execution created with an
 //! `Idempotency-Key` (the key is the idempotency key of its `execution.created` event, unique
 //! through the `events_creation_key` index of migration 0003), and an agent's pending queue
-//! with the `priority` of each `execution.created` event.
+//! with the `priority` of each `execution.created` event, and an agent's running executions
+//! (its running slots, docs/guardrails.md "Concurrency limits"), and the unfinished local
+//! steps of a tool (its `max_concurrent_steps` for local calls).
 
 use sqlx::{PgPool, SqlitePool};
 
@@ -134,4 +136,67 @@ pub(super) fn into_queue(rows: Vec<(String, i64)>) -> Vec<(ExecutionId, i64)> {
     rows.into_iter()
         .map(|(id, priority)| (ExecutionId::new(id), priority))
         .collect()
+}
+
+/// Executions of an agent that hold a running slot (over `executions_agent_list`).
+const RUNNING: &str = "SELECT id FROM executions \
+     WHERE agent_id = {agent} AND status IN ('running', 'blocked') ORDER BY id";
+
+/// SQLite: an agent's running and blocked executions.
+pub(super) async fn sqlite_running(
+    readers: &SqlitePool,
+    agent_id: &str,
+) -> Result<Vec<ExecutionId>, StoreError> {
+    let ids = sqlx::query_scalar::<_, String>(&RUNNING.replace("{agent}", "?"))
+        .bind(agent_id)
+        .fetch_all(readers)
+        .await
+        .map_err(map_sqlx_error)?;
+    Ok(ids.into_iter().map(ExecutionId::new).collect())
+}
+
+/// PostgreSQL: an agent's running and blocked executions (the caller bounds the read).
+pub(super) async fn postgres_running(
+    readers: &PgPool,
+    agent_id: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar::<_, String>(&RUNNING.replace("{agent}", "$1"))
+        .bind(agent_id)
+        .fetch_all(readers)
+        .await
+}
+
+/// Unfinished local steps of a tool (over `steps_active_local` of migration 0005); `{local}`
+/// is the backend's spelling of `remote` being false.
+pub(super) const LOCAL_STEPS: &str = "SELECT COUNT(*) FROM steps \
+     WHERE tool_id = {tool} AND status IN ('pending', 'dispatched', 'running') AND {local}";
+
+/// SQLite: the unfinished local steps of a tool.
+pub(super) async fn sqlite_local_steps(
+    readers: &SqlitePool,
+    tool_id: &str,
+) -> Result<u64, StoreError> {
+    let sql = LOCAL_STEPS
+        .replace("{tool}", "?")
+        .replace("{local}", "remote = 0");
+    let count = sqlx::query_scalar::<_, i64>(&sql)
+        .bind(tool_id)
+        .fetch_one(readers)
+        .await
+        .map_err(map_sqlx_error)?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// PostgreSQL: the unfinished local steps of a tool (the caller bounds the read).
+pub(super) async fn postgres_local_steps(
+    readers: &PgPool,
+    tool_id: &str,
+) -> Result<i64, sqlx::Error> {
+    let sql = LOCAL_STEPS
+        .replace("{tool}", "$1")
+        .replace("{local}", "NOT remote");
+    sqlx::query_scalar::<_, i64>(&sql)
+        .bind(tool_id)
+        .fetch_one(readers)
+        .await
 }

@@ -16,7 +16,7 @@ const PENDING: &str = "SELECT agent_id, COUNT(*), {oldest} FROM executions \
 /// Remote steps no runner has started yet, per tool: waiting in the dispatcher's queue (status
 /// `dispatched` with no runner; a delivered job gets its runner with `step.started`), for a
 /// retry delay or for an approval (`pending`).
-const QUEUED: &str = "SELECT tool_id, COUNT(*) FROM steps \
+pub(super) const QUEUED: &str = "SELECT tool_id, COUNT(*) FROM steps \
      WHERE status IN ('pending', 'dispatched') AND COALESCE(runner_id, '') = '' \
      AND {remote} GROUP BY tool_id";
 

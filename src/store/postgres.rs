@@ -314,6 +314,23 @@ impl Store for PostgresStore {
         Ok(super::creation::into_queue(rows))
     }
 
+    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
+        let count = self
+            .bounded(super::creation::postgres_local_steps(
+                &self.readers,
+                tool_id,
+            ))
+            .await?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+        let ids = self
+            .bounded(super::creation::postgres_running(&self.readers, agent_id))
+            .await?;
+        Ok(ids.into_iter().map(ExecutionId::new).collect())
+    }
+
     async fn queue_depths(&self) -> Result<QueueDepths, StoreError> {
         self.bounded(super::depths::postgres(&self.readers)).await
     }

@@ -41,6 +41,7 @@ use writer::{WriterOptions, WriterThread};
 mod batch_tests;
 mod checkpoint;
 mod probe;
+mod schema;
 mod write;
 mod writer;
 
@@ -104,7 +105,7 @@ impl SqliteStore {
             }
         };
         let prepared = async {
-            refuse_newer_schema(applied_schema_version(&mut migrating).await?, &MIGRATOR)?;
+            refuse_newer_schema(schema::applied_version(&mut migrating).await?, &MIGRATOR)?;
             MIGRATOR
                 .run_direct(&mut migrating)
                 .await
@@ -338,6 +339,14 @@ impl Store for SqliteStore {
         super::creation::sqlite_pending(&self.readers, agent_id).await
     }
 
+    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
+        super::creation::sqlite_local_steps(&self.readers, tool_id).await
+    }
+
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+        super::creation::sqlite_running(&self.readers, agent_id).await
+    }
+
     async fn queue_depths(&self) -> Result<QueueDepths, StoreError> {
         super::depths::sqlite(&self.readers).await
     }
@@ -376,23 +385,4 @@ impl Store for SqliteStore {
     async fn ping(&self) -> Result<(), StoreError> {
         probe::writable(&self.probe).await
     }
-}
-
-/// Returns the newest migration version applied to the database, if it was ever migrated.
-async fn applied_schema_version(
-    connection: &mut SqliteConnection,
-) -> Result<Option<i64>, StoreError> {
-    let table = sqlx::query_scalar::<_, String>(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-    )
-    .fetch_optional(&mut *connection)
-    .await
-    .map_err(map_sqlx_error)?;
-    if table.is_none() {
-        return Ok(None);
-    }
-    sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(version) FROM _sqlx_migrations")
-        .fetch_one(&mut *connection)
-        .await
-        .map_err(map_sqlx_error)
 }

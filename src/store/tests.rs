@@ -98,6 +98,8 @@ conformance_on_sqlite!(
     a_reused_event_id_fails_only_its_commit,
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
+    running_executions_lists_an_agents_running_and_blocked_executions,
+    active_local_steps_counts_unfinished_local_steps_of_a_tool,
 );
 
 #[tokio::test]
@@ -182,7 +184,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_a_clear_message() {
     };
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (4)"
+        "database schema version 9999 is newer than this keel binary supports (5)"
     );
     let pool = raw_pool(&path).await;
     assert_eq!(
@@ -513,4 +515,56 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
         sqlite_schema.contains(TERMINAL_STATUSES_SQL)
             && postgres_schema.contains(TERMINAL_STATUSES_SQL)
     );
+}
+
+/// The in-memory test store answers the running-slot read as the backends do (agent groups in
+/// the actor tests load from it).
+#[tokio::test]
+async fn the_memory_store_answers_the_guardrail_reads_as_the_backends_do() {
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::running_executions_lists_an_agents_running_and_blocked_executions(store).await;
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::active_local_steps_counts_unfinished_local_steps_of_a_tool(store).await;
+}
+
+/// Returns SQLite's query plan of `sql` (each `?` bound to `bind`).
+async fn plan(pool: &SqlitePool, sql: &str, bind: Option<&str>) -> String {
+    let explain = format!("EXPLAIN QUERY PLAN {sql}");
+    let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain);
+    if let Some(bind) = bind {
+        query = query.bind(bind);
+    }
+    let rows = query.fetch_all(pool).await.expect("plan");
+    rows.into_iter()
+        .map(|(_, _, _, detail)| detail)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Migration 0005: the breaker rebuild and the queued-jobs gauge read partial indexes instead
+/// of scanning every event and every step.
+#[tokio::test]
+async fn step_results_and_queued_jobs_are_read_through_their_partial_indexes() {
+    let (_dir, path, url) = temp_url();
+    let store = open(&url, &StoreOptions::default())
+        .await
+        .unwrap_or_else(|error| panic!("open: {error}"));
+    let pool = raw_pool(&path).await;
+    let results = super::tool_results::TEMPLATE
+        .replace("{time}", "e.timestamp")
+        .replace("{since}", "?");
+    let results_plan = plan(&pool, &results, Some("2026-01-01T00:00:00Z")).await;
+    assert!(
+        results_plan.contains("events_step_result_time"),
+        "{results_plan}"
+    );
+    let queued = super::depths::QUEUED.replace("{remote}", "remote = 1");
+    let queued_plan = plan(&pool, &queued, None).await;
+    assert!(queued_plan.contains("steps_queued_remote"), "{queued_plan}");
+    let local = super::creation::LOCAL_STEPS
+        .replace("{tool}", "?")
+        .replace("{local}", "remote = 0");
+    let local_plan = plan(&pool, &local, Some("shell")).await;
+    assert!(local_plan.contains("steps_active_local"), "{local_plan}");
+    drop(store);
 }

@@ -2,9 +2,9 @@
 //! from the event log, for rebuilding the circuit breakers at startup. `step.completed` is a
 //! success, `step.failed` and `step.timed_out` failures; the tool comes from the step row.
 //!
-//! The read filters events by type and time without an index of its own: it runs once at
-//! startup (and when a reload lengthens the breakers' horizon), only when the policy has
-//! circuit breakers.
+//! The read runs once at startup (and when a reload lengthens the breakers' horizon), only when
+//! the policy has circuit breakers, over the partial index `events_step_result_time` (result
+//! events by time, migration 0005).
 
 use sqlx::{PgPool, SqlitePool};
 
@@ -15,7 +15,7 @@ use keel_actors::time::{self, Timestamp};
 use super::map_sqlx_error;
 
 /// The query, with `{since}` standing for the bound time and `{time}` for the selected one.
-const TEMPLATE: &str = "SELECT s.tool_id, e.type, {time} AS at \
+pub(super) const TEMPLATE: &str = "SELECT s.tool_id, e.type, {time} AS at \
      FROM events AS e \
      JOIN steps AS s ON s.id = e.step_id \
      WHERE e.type IN ('step.completed', 'step.failed', 'step.timed_out') \

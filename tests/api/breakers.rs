@@ -167,3 +167,56 @@ async fn an_open_breaker_is_rebuilt_from_the_log_after_a_restart() {
     assert_eq!(after[0]["until"], before[0]["until"]);
     kernel.shutdown().await;
 }
+
+fn runner_breaker(config: &mut KernelConfig) {
+    install(
+        config,
+        "circuit_breakers:\n  - runner_id: 'flaky*'\n    failures: 2\n    cool_down: 1h\n",
+    );
+}
+
+#[tokio::test]
+async fn a_runner_whose_jobs_keep_failing_gets_no_job_while_its_breaker_is_open() {
+    use crate::harness::TestRunner;
+    let kernel = TestKernel::start_with(options(runner_breaker)).await;
+    let mut flaky = TestRunner::connect(&kernel, "flaky-r", &["index"]).await;
+    let (_agent, assignment) = running_execution(&kernel, "indexer").await;
+    let remote = json!({"type": "invoke_tool", "tool_id": "index", "remote": true});
+    for _ in 0..2 {
+        let (status, body) = assignment.intent(&kernel, remote.clone()).await;
+        assert_eq!(
+            (status, &body["accepted"]),
+            (StatusCode::OK, &json!(true)),
+            "{body}"
+        );
+        let job = flaky.job().await;
+        let (status, body) = flaky.result(&kernel, &job, false, json!(null)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let listed = breakers(&kernel).await;
+    let entry = listed
+        .iter()
+        .find(|entry| entry["runner_id"] == "flaky-r")
+        .unwrap_or_else(|| panic!("runner breaker listed: {listed:?}"));
+    assert_eq!(entry["state"], "open", "{entry}");
+    assert_eq!(entry["failures"], 2);
+    assert!(entry.get("tool_id").is_none(), "{entry}");
+    assert_eq!(
+        metric(
+            &kernel,
+            "keel_runner_circuit_transitions_total{runner_id=\"flaky-r\",state=\"open\"}"
+        )
+        .await,
+        1
+    );
+    assert_eq!(metric(&kernel, "keel_runner_circuits_open").await, 1);
+    // The next job waits for a runner whose breaker is closed, though `flaky-r` is idle.
+    let (_, body) = assignment.intent(&kernel, remote.clone()).await;
+    let step = body["step_id"].as_str().expect("accepted").to_owned();
+    let quiet = tokio::time::timeout(Duration::from_millis(300), flaky.job()).await;
+    assert!(quiet.is_err(), "no job for an open runner: {quiet:?}");
+    let mut steady = TestRunner::connect(&kernel, "steady-r", &["index"]).await;
+    let job = steady.job().await;
+    assert_eq!(job["step_id"], json!(step));
+    kernel.shutdown().await;
+}

@@ -7,6 +7,7 @@ mod approvals;
 mod backend;
 mod breakers;
 mod budgets;
+mod concurrency;
 mod console;
 mod credentials;
 mod errors;

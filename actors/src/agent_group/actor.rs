@@ -42,6 +42,8 @@ pub struct AgentGroupState {
     waiting: HashMap<ExecutionId, RpcReplyPort<()>>,
     /// Grace and retry timers, aborted when the group stops.
     timers: PendingTimers,
+    /// The agent's concurrency gauges are shown (it had a limit).
+    slots_shown: bool,
 }
 
 /// The actor of one agent id.
@@ -64,6 +66,7 @@ impl Actor for AgentGroupActor {
             core,
             waiting: HashMap::new(),
             timers: PendingTimers::default(),
+            slots_shown: false,
         })
     }
 
@@ -91,6 +94,22 @@ impl Actor for AgentGroupActor {
                 tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions");
             }
         }
+        // Executions assigned before this group started (a kernel restart, a crashed
+        // predecessor) hold their running slots until their sessions end.
+        match state
+            .ctx
+            .store
+            .running_executions(state.agent_id.as_str())
+            .await
+        {
+            Ok(running) => state.core.load_running(running),
+            Err(error) => {
+                tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load running executions; max_running counts only new assignments");
+            }
+        }
+        let limit = running_limit(&state.ctx, &state.agent_id);
+        state.core.set_running_limit(limit);
+        show_slots(state);
         Ok(())
     }
 
@@ -157,9 +176,10 @@ impl Actor for AgentGroupActor {
             AgentGroupMsg::SessionEnded {
                 consumer_id,
                 execution_id,
-            } => {
-                state.core.session_ended(&consumer_id, &execution_id);
-                Vec::new()
+            } => state.core.session_ended(&consumer_id, &execution_id),
+            AgentGroupMsg::PolicyReplaced => {
+                let limit = running_limit(&state.ctx, &state.agent_id);
+                state.core.set_running_limit(limit)
             }
             AgentGroupMsg::RetryAssignment => state.core.retry(),
             AgentGroupMsg::Push { consumer_id, push } => state.core.push(&consumer_id, push, now),
@@ -171,8 +191,28 @@ impl Actor for AgentGroupActor {
         for effect in effects {
             carry_out(&myself, state, effect);
         }
+        show_slots(state);
         Ok(())
     }
+}
+
+/// Returns the agent's `concurrency.max_running` in the policy in force.
+fn running_limit(ctx: &Ctx, agent_id: &AgentId) -> Option<u32> {
+    crate::kernel::context::read(&ctx.policy_in_force)
+        .engine
+        .max_running(agent_id.as_str())
+}
+
+/// Updates the agent's concurrency gauges (present only while it has a limit).
+/// Without a limit nothing is touched (once the series of a removed limit are gone).
+fn show_slots(state: &mut AgentGroupState) {
+    let (limit, used, waiting) = state.core.running_slots();
+    if limit.is_none() && !state.slots_shown {
+        return;
+    }
+    state.slots_shown = limit.is_some();
+    let metrics = &state.ctx.metrics.guardrails;
+    metrics.concurrency("agent", state.agent_id.as_str(), limit, used, waiting);
 }
 
 fn carry_out(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, effect: GroupEffect) {

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+#[path = "core_limits.rs"]
+mod limits;
 #[path = "core_snapshot.rs"]
 mod snapshot;
 
@@ -20,6 +22,7 @@ pub use super::core_types::{
     GroupEffect, GroupSnapshot, LostReason, OfferOutcome, Outlet, Refused,
 };
 
+use crate::guardrails::concurrency::RunningSlots;
 use crate::guardrails::queue::PendingQueue;
 use crate::ids::{AgentId, ExecutionId};
 use crate::push::Push;
@@ -58,6 +61,8 @@ pub struct Group<O> {
     pending: PendingQueue,
     /// Executions offered and not answered yet.
     offering: HashSet<ExecutionId>,
+    /// Running executions against the agent's `max_running` (core_limits.rs).
+    slots: RunningSlots,
     next_consumer: usize,
     generation: u64,
     /// A `RetryAssignment` is scheduled.
@@ -79,6 +84,7 @@ impl<O: Outlet> Group<O> {
             delivered: HashMap::new(),
             pending: PendingQueue::default(),
             offering: HashSet::new(),
+            slots: RunningSlots::default(),
             next_consumer: 0,
             generation: 0,
             retry_armed: false,
@@ -182,6 +188,7 @@ impl<O: Outlet> Group<O> {
         match outcome {
             OfferOutcome::Assigned(push) => {
                 self.pending.forget(&execution_id);
+                self.slots.hold(execution_id.clone());
                 self.bind(&consumer_id, execution_id);
                 let written = self
                     .connected
@@ -193,8 +200,12 @@ impl<O: Outlet> Group<O> {
                     self.keep(&consumer_id, push);
                 }
             }
-            OfferOutcome::Gone => self.pending.forget(&execution_id),
+            OfferOutcome::Gone => {
+                self.slots.offer_dropped(&execution_id);
+                self.pending.forget(&execution_id);
+            }
             OfferOutcome::Failed(error) => {
+                self.slots.offer_dropped(&execution_id);
                 tracing::warn!(execution.id = %execution_id, error = %error, "assignment failed, will retry");
                 self.pending.put_back(execution_id);
                 if !self.retry_armed {
@@ -216,22 +227,13 @@ impl<O: Outlet> Group<O> {
         execution_id: ExecutionId,
     ) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
+        self.slots.hold(execution_id.clone());
         self.bind(&consumer_id, execution_id);
         if !self.connected.contains_key(&consumer_id) && !self.away.contains_key(&consumer_id) {
             self.restored.insert(consumer_id.clone());
             self.start_grace(&consumer_id, &mut effects);
         }
         effects
-    }
-
-    /// An execution's session ended.
-    pub fn session_ended(&mut self, consumer_id: &str, execution_id: &ExecutionId) {
-        if let Some(bound) = self.bindings.get_mut(consumer_id) {
-            bound.remove(execution_id);
-            if bound.is_empty() {
-                self.bindings.remove(consumer_id);
-            }
-        }
     }
 
     /// The retry delay after a failed offer ended.
@@ -363,9 +365,12 @@ impl<O: Outlet> Group<O> {
     }
 
     /// Offers pending executions to connected consumers, round-robin, a bounded number at a
-    /// time.
+    /// time and no more than the agent's free running slots.
     fn assign_pending(&mut self, effects: &mut Vec<GroupEffect>) {
-        while self.offering.len() < OFFERS_IN_FLIGHT && !self.connected.is_empty() {
+        while self.offering.len() < OFFERS_IN_FLIGHT
+            && !self.connected.is_empty()
+            && self.slots.admits(self.offering.len())
+        {
             let Some(execution_id) = self.pending.pop() else {
                 return;
             };

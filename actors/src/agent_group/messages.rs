@@ -75,6 +75,8 @@ pub enum AgentGroupMsg {
         /// The push.
         push: Push,
     },
+    /// A policy was loaded: the agent's `max_running` is read again.
+    PolicyReplaced,
     /// Answers a snapshot of the group's state.
     Observe(RpcReplyPort<GroupSnapshot>),
 }

@@ -15,7 +15,11 @@ mod core_tests;
 #[cfg(test)]
 mod group_tests;
 #[cfg(test)]
+mod limits_tests;
+#[cfg(test)]
 mod retry_tests;
+#[cfg(test)]
+mod slots_tests;
 #[cfg(test)]
 mod slow_tests;
 #[cfg(test)]

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use serde_json::Value;
 
 use super::machine::{self};
 use super::messages::ExecutionMsg;
@@ -15,7 +14,6 @@ use super::watchdog;
 use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
 use crate::kernel::context::{Ctx, write};
-use crate::policy::{PolicyDecision, PolicyMsg};
 use crate::push::Push;
 
 /// How an execution actor comes to life.
@@ -367,8 +365,11 @@ async fn submit_intent(
     let mut intent = intent;
     let mut verdict = match &intent {
         super::commands::Intent::InvokeTool {
-            tool_id, arguments, ..
-        } => Some(check_policy(state, tool_id, arguments).await?),
+            tool_id,
+            arguments,
+            remote,
+            ..
+        } => Some(super::policy_check::check_policy(state, tool_id, arguments, *remote).await?),
         _ => None,
     };
     let hook_events = match verdict.as_mut() {
@@ -417,15 +418,6 @@ fn with_first(
 ) -> machine::Transition {
     transition.events.splice(0..0, events);
     transition
-}
-
-async fn check_policy(
-    state: &ExecutionActorState,
-    tool_id: &str,
-    arguments: &Value,
-) -> Result<PolicyDecision, KernelError> {
-    let input = super::hooks::policy_input(state, tool_id, arguments);
-    super::hooks::ask_policy(state, |reply| PolicyMsg::CheckIntent(input, reply)).await
 }
 
 use super::effects::{

@@ -11,6 +11,7 @@ mod hooks;
 pub mod machine;
 pub mod messages;
 mod passivation;
+mod policy_check;
 mod projection;
 mod rebuild;
 pub mod records;

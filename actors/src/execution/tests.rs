@@ -993,7 +993,9 @@ fn step_results_are_reported_only_for_tools_with_a_breaker() {
     assert!(super::breakers::tool_results(&state, &events, &none).is_empty());
     let pay_only = BreakerSet(vec![BreakerConfig {
         tools: vec![Glob::new("pay.*").expect("glob")],
+        scope: crate::guardrails::breaker::BreakerScope::Tool,
         failures: 3,
+        failure_rate: None,
         window: Duration::from_secs(60),
         window_text: "1m".into(),
         cool_down: Duration::from_secs(30),

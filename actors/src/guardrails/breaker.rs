@@ -2,7 +2,9 @@
 //! machine the policy actor runs.
 //!
 //! A breaker is **closed** while fewer than `failures` results of its tool failed within the
-//! last `window`. The failure that reaches `failures` **opens** it for `cool_down`: every
+//! last `window` (or, in failure-rate mode, while fewer than `min_calls` results came within
+//! the window or less than `failure_rate` of them failed). The failure that reaches the
+//! threshold **opens** it for `cool_down`: every
 //! `invoke_tool` for the tool is denied at once. After the cool-down the next intent is let
 //! through as the **probe** (half-open); other intents are denied while the probe runs. The first
 //! result of the tool reported after that decides: a success closes the breaker, a failure opens
@@ -16,18 +18,30 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use crate::policy::rules::Glob;
 use crate::time::{self, Timestamp};
+
+/// What a breaker's results come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BreakerScope {
+    /// A tool id: every step result of the tool (the policy actor's breakers).
+    #[default]
+    Tool,
+    /// A runner id: the results its connections report (the dispatcher's breakers).
+    Runner,
+}
 
 /// One `circuit_breakers:` entry of a policy.
 #[derive(Clone, Debug)]
 pub struct BreakerConfig {
-    /// Tool ids it applies to (each matching tool id has a breaker of its own).
+    /// Tool ids (or runner ids) it applies to (each matching id has a breaker of its own).
     pub tools: Vec<Glob>,
-    /// Failures within `window` that open it.
+    /// Whether `tools` names tool ids or runner ids.
+    pub scope: BreakerScope,
+    /// Failures within `window` that open it (unused in failure-rate mode).
     pub failures: u32,
+    /// Failure-rate mode: the share of failed results within `window` that opens it.
+    pub failure_rate: Option<FailureRate>,
     /// Window the failures are counted in.
     pub window: Duration,
     /// `window` as written, for messages.
@@ -38,7 +52,39 @@ pub struct BreakerConfig {
     pub cool_down_text: String,
 }
 
+/// The failure-rate mode of a breaker.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FailureRate {
+    /// Share of failed results (0 < rate <= 1) that opens the breaker.
+    pub rate: f64,
+    /// Fewest results within the window before the rate counts.
+    pub min_calls: u32,
+}
+
 impl BreakerConfig {
+    /// Returns what opens the breaker, for messages (`5 failures within 1m`).
+    pub fn threshold(&self) -> String {
+        match self.failure_rate {
+            None => format!("{} failures within {}", self.failures, self.window_text),
+            Some(rate) => format!(
+                "failure rate of {}% or more over at least {} calls within {}",
+                rate.rate * 100.0,
+                rate.min_calls,
+                self.window_text
+            ),
+        }
+    }
+
+    /// Returns whether `failures` out of `calls` results within the window open the breaker.
+    fn trips(&self, failures: usize, calls: usize) -> bool {
+        match self.failure_rate {
+            None => failures >= self.failures as usize,
+            Some(rate) => {
+                calls >= rate.min_calls as usize && failures as f64 >= rate.rate * calls as f64
+            }
+        }
+    }
+
     /// Returns whether the entry applies to `tool_id`.
     pub fn matches(&self, tool_id: &str) -> bool {
         self.tools.iter().any(|glob| glob.is_match(tool_id))
@@ -46,21 +92,64 @@ impl BreakerConfig {
 }
 
 /// The breakers of a policy: the first entry that matches a tool id configures its breaker.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct BreakerSet(pub Vec<BreakerConfig>);
 
 impl BreakerSet {
     /// Returns the entry for `tool_id`, if any.
     pub fn config(&self, tool_id: &str) -> Option<&BreakerConfig> {
-        self.0.iter().find(|config| config.matches(tool_id))
+        self.0
+            .iter()
+            .find(|config| config.scope == BreakerScope::Tool && config.matches(tool_id))
     }
 
-    /// Returns how far back results matter: the longest `window + cool_down`.
+    /// Returns the entry for runner `runner_id`, if any.
+    pub fn runner_config(&self, runner_id: &str) -> Option<&BreakerConfig> {
+        self.0
+            .iter()
+            .find(|config| config.scope == BreakerScope::Runner && config.matches(runner_id))
+    }
+
+    /// Returns the runner entries only.
+    pub fn runners(&self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .filter(|config| config.scope == BreakerScope::Runner)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Returns how far back tool results matter: the longest `window + cool_down`.
     pub fn horizon(&self) -> Option<Duration> {
         self.0
             .iter()
+            .filter(|config| config.scope == BreakerScope::Tool)
             .map(|config| config.window + config.cool_down)
             .max()
+    }
+}
+
+impl PartialEq for BreakerConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.tools
+            .iter()
+            .map(Glob::as_str)
+            .eq(other.tools.iter().map(Glob::as_str))
+            && (
+                self.scope,
+                self.failures,
+                self.failure_rate,
+                self.window,
+                self.cool_down,
+            ) == (
+                other.scope,
+                other.failures,
+                other.failure_rate,
+                other.window,
+                other.cool_down,
+            )
     }
 }
 
@@ -80,6 +169,8 @@ enum State {
 struct Breaker {
     state: State,
     failures: VecDeque<Timestamp>,
+    /// Successes within the window (kept in failure-rate mode only).
+    successes: VecDeque<Timestamp>,
     opened_at: Option<Timestamp>,
 }
 
@@ -123,9 +214,8 @@ impl Breakers {
         match breaker.state {
             State::Closed => None,
             State::Open { until } if now < until => Some(format!(
-                "circuit open for tool {tool_id}: {} failures within {}; next probe after {}",
-                config.failures,
-                config.window_text,
+                "circuit open for tool {tool_id}: {}; next probe after {}",
+                config.threshold(),
                 time::format(&until)
             )),
             State::HalfOpen { since } if now < add(since, config.cool_down) => Some(format!(
@@ -153,26 +243,29 @@ impl Breakers {
             .or_insert_with(|| Breaker {
                 state: State::Closed,
                 failures: VecDeque::new(),
+                successes: VecDeque::new(),
                 opened_at: None,
             });
         match breaker.state {
             State::Closed => {
-                if success {
-                    return None;
-                }
                 let oldest = sub(at, config.window);
-                while breaker
-                    .failures
-                    .front()
-                    .is_some_and(|first| *first <= oldest)
-                {
-                    breaker.failures.pop_front();
+                for results in [&mut breaker.failures, &mut breaker.successes] {
+                    while results.front().is_some_and(|first| *first <= oldest) {
+                        results.pop_front();
+                    }
+                }
+                if success {
+                    if config.failure_rate.is_some() {
+                        breaker.successes.push_back(at);
+                    }
+                    return None;
                 }
                 breaker.failures.push_back(at);
-                let failures = u32::try_from(breaker.failures.len()).unwrap_or(u32::MAX);
-                if failures < config.failures {
+                let failures = breaker.failures.len();
+                if !config.trips(failures, failures + breaker.successes.len()) {
                     return None;
                 }
+                let failures = u32::try_from(failures).unwrap_or(u32::MAX);
                 Some(open(breaker, tool_id, config, at, failures, false))
             }
             // Results of calls made before the breaker opened change nothing.
@@ -180,6 +273,7 @@ impl Breakers {
             State::HalfOpen { .. } if success => {
                 breaker.state = State::Closed;
                 breaker.failures.clear();
+                breaker.successes.clear();
                 breaker.opened_at = None;
                 Some(BreakerChange::Closed {
                     tool_id: tool_id.to_owned(),
@@ -197,55 +291,23 @@ impl Breakers {
                 None => false,
                 Some(window) => {
                     breaker.state != State::Closed
-                        || breaker
-                            .failures
-                            .back()
-                            .is_some_and(|last| *last > sub(now, window))
+                        || [&breaker.failures, &breaker.successes]
+                            .into_iter()
+                            .any(|results| {
+                                results.back().is_some_and(|last| *last > sub(now, window))
+                            })
                 }
             });
     }
 
-    /// Returns the breakers that are not closed, or have failures in their window, as JSON.
-    pub fn view(&self, now: Timestamp, set: &BreakerSet) -> Vec<Value> {
-        let mut tools: Vec<&String> = self.breakers.keys().collect();
-        tools.sort();
-        tools
-            .into_iter()
-            .filter_map(|tool_id| {
-                let breaker = &self.breakers[tool_id];
-                let config = set.config(tool_id)?;
-                let recent = breaker
-                    .failures
-                    .iter()
-                    .filter(|at| **at > sub(now, config.window))
-                    .count();
-                let mut entry = json!({
-                    "tool_id": tool_id,
-                    "failures": config.failures,
-                    "window": config.window_text,
-                    "cool_down": config.cool_down_text,
-                });
-                match breaker.state {
-                    State::Closed if recent == 0 => return None,
-                    State::Closed => {
-                        entry["state"] = json!("closed");
-                        entry["recent_failures"] = json!(recent);
-                    }
-                    State::Open { until } => {
-                        entry["state"] = json!(if now < until { "open" } else { "half_open" });
-                        entry["until"] = json!(time::format(&until));
-                    }
-                    State::HalfOpen { since } => {
-                        entry["state"] = json!("half_open");
-                        entry["probe_since"] = json!(time::format(&since));
-                    }
-                }
-                if let Some(opened_at) = breaker.opened_at {
-                    entry["opened_at"] = json!(time::format(&opened_at));
-                }
-                Some(entry)
-            })
-            .collect()
+    /// Returns whether `id`'s breaker would deny a call at `now` (open, or its probe running),
+    /// without changing it.
+    pub fn blocks(&self, id: &str, config: &BreakerConfig, now: Timestamp) -> bool {
+        match self.breakers.get(id).map(|breaker| &breaker.state) {
+            Some(State::Open { until }) => now < *until,
+            Some(State::HalfOpen { since }) => now < add(*since, config.cool_down),
+            Some(State::Closed) | None => false,
+        }
     }
 
     /// Returns the number of tool ids whose breaker is open or half-open.
@@ -268,6 +330,7 @@ fn open(
     let until = add(at, config.cool_down);
     breaker.state = State::Open { until };
     breaker.failures.clear();
+    breaker.successes.clear();
     breaker.opened_at = Some(at);
     BreakerChange::Opened {
         tool_id: tool_id.to_owned(),
@@ -290,6 +353,9 @@ fn sub(at: Timestamp, duration: Duration) -> Timestamp {
         .and_then(|delta| at.checked_sub_signed(delta))
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
 }
+
+#[path = "breaker_view.rs"]
+mod view;
 
 #[cfg(test)]
 #[path = "breaker_tests.rs"]

@@ -10,7 +10,9 @@ use crate::policy::rules::Glob;
 fn config() -> BreakerConfig {
     BreakerConfig {
         tools: vec![Glob::new("pay.*").expect("glob")],
+        scope: BreakerScope::Tool,
         failures: 3,
+        failure_rate: None,
         window: Duration::from_secs(60),
         window_text: "1m".into(),
         cool_down: Duration::from_secs(30),
@@ -168,4 +170,91 @@ fn the_view_lists_open_breakers_and_closed_ones_with_recent_failures() {
     breakers.sweep(at(61), |tool| set.config(tool).map(|config| config.window));
     assert_eq!(breakers.breakers.len(), 1);
     assert_eq!(set.horizon(), Some(Duration::from_secs(90)));
+}
+
+fn rate_config(rate: f64, min_calls: u32) -> BreakerConfig {
+    BreakerConfig {
+        failure_rate: Some(FailureRate { rate, min_calls }),
+        failures: 0,
+        ..config()
+    }
+}
+
+#[test]
+fn in_failure_rate_mode_the_share_of_failures_over_min_calls_opens_the_breaker() {
+    let config = rate_config(0.5, 4);
+    let mut breakers = Breakers::default();
+    // Two failures out of two calls: a 100% rate, but fewer than min_calls results.
+    assert_eq!(breakers.record("pay.charge", &config, false, at(0)), None);
+    assert_eq!(breakers.record("pay.charge", &config, false, at(1)), None);
+    // Four calls, two failed: 50% reaches the rate; only a failure can open it.
+    assert_eq!(breakers.record("pay.charge", &config, true, at(2)), None);
+    assert_eq!(breakers.record("pay.charge", &config, true, at(3)), None);
+    assert_eq!(breakers.admit("pay.charge", &config, at(3)), None);
+    let opened = breakers.record("pay.charge", &config, false, at(4));
+    assert_eq!(
+        opened,
+        Some(BreakerChange::Opened {
+            tool_id: "pay.charge".into(),
+            failures: 3,
+            until: at(34),
+            probe: false,
+        })
+    );
+    let denied = breakers.admit("pay.charge", &config, at(5));
+    assert_eq!(
+        denied.as_deref(),
+        Some(
+            "circuit open for tool pay.charge: failure rate of 50% or more over at least 4 calls \
+             within 1m; next probe after 2026-01-01T00:00:34.000000Z"
+        )
+    );
+}
+
+#[test]
+fn in_failure_rate_mode_successes_keep_the_rate_low_and_leave_the_window() {
+    let config = rate_config(0.5, 4);
+    let mut breakers = Breakers::default();
+    for second in 0..6 {
+        breakers.record("pay.charge", &config, true, at(second));
+    }
+    // 3 failed of 9: below half.
+    for second in 6..9 {
+        assert_eq!(
+            breakers.record("pay.charge", &config, false, at(second)),
+            None
+        );
+    }
+    let set = BreakerSet(vec![config.clone()]);
+    let view = breakers.view(at(9), &set);
+    assert_eq!(view[0]["recent_calls"], 9);
+    assert_eq!(view[0]["failure_rate"], 0.5);
+    assert_eq!(view[0]["min_calls"], 4);
+    // A minute on, the successes left the window: one more failure makes 4 failed of 4.
+    let opened = breakers.record("pay.charge", &config, false, at(65));
+    assert!(
+        matches!(opened, Some(BreakerChange::Opened { failures: 4, .. })),
+        "{opened:?}"
+    );
+}
+
+#[test]
+fn blocks_reports_an_open_breaker_or_a_running_probe_without_changing_it() {
+    let config = config();
+    let mut breakers = Breakers::default();
+    assert!(!breakers.blocks("r1", &config, at(0)));
+    for second in 0..3 {
+        breakers.record("r1", &config, false, at(second));
+    }
+    assert!(breakers.blocks("r1", &config, at(31)));
+    assert!(!breakers.blocks("r1", &config, at(32)), "cool-down passed");
+    assert!(
+        !breakers.blocks("r1", &config, at(32)),
+        "still no probe taken"
+    );
+    assert_eq!(breakers.admit("r1", &config, at(32)), None);
+    assert!(
+        breakers.blocks("r1", &config, at(33)),
+        "the probe is running"
+    );
 }

@@ -22,6 +22,24 @@ pub struct BudgetLabel {
     pub budget: String,
 }
 
+/// Labels of the runner circuit breaker transition counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunnerCircuitLabels {
+    /// Runner id of the breaker.
+    pub runner_id: String,
+    /// `open` or `closed`: the state entered.
+    pub state: String,
+}
+
+/// Labels of the concurrency gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConcurrencyLabels {
+    /// `agent` (running executions of an agent id) or `tool` (steps of a tool id).
+    pub scope: String,
+    /// The agent id or tool id.
+    pub id: String,
+}
+
 /// Guardrail metrics.
 #[derive(Clone, Debug, Default)]
 pub struct GuardrailMetrics {
@@ -31,6 +49,23 @@ pub struct GuardrailMetrics {
     pub circuits_open: Gauge,
     /// Intents denied by a budget, by budget.
     pub budget_denials: Family<BudgetLabel, Counter>,
+    /// Slots in use of each agent id or tool id that has a concurrency limit.
+    pub concurrency_in_use: Family<ConcurrencyLabels, Gauge>,
+    /// Work held back by a concurrency limit now (pending executions, queued jobs).
+    pub concurrency_waiting: Family<ConcurrencyLabels, Gauge>,
+    /// Runner circuit breakers opened and closed, by runner id and state entered.
+    pub runner_circuit_transitions: Family<RunnerCircuitLabels, Counter>,
+    /// Runner ids whose breaker is open or half-open.
+    pub runner_circuits_open: Gauge,
+    /// Local tool calls denied because the tool was at its `max_concurrent_steps`.
+    pub concurrency_denials: Family<ScopeLabel, Counter>,
+}
+
+/// Label set with the scope of a concurrency limit.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabel {
+    /// `tool`.
+    pub scope: String,
 }
 
 impl GuardrailMetrics {
@@ -52,7 +87,96 @@ impl GuardrailMetrics {
             "Intents denied because an execution budget was spent, by budget",
             metrics.budget_denials.clone(),
         );
+        registry.register(
+            "concurrency_slots_in_use",
+            "Slots in use of each agent id (running executions) or tool id (remote steps) that has a concurrency limit",
+            metrics.concurrency_in_use.clone(),
+        );
+        registry.register(
+            "concurrency_waiting",
+            "Work held back by a concurrency limit: pending executions of an agent id at its max_running, queued jobs of a tool id at its max_concurrent_steps",
+            metrics.concurrency_waiting.clone(),
+        );
+        registry.register(
+            "concurrency_denials",
+            "Local tool calls denied because the tool was at its max_concurrent_steps",
+            metrics.concurrency_denials.clone(),
+        );
+        registry.register(
+            "runner_circuit_transitions",
+            "Runner circuit breakers opened and closed, by runner id and state entered",
+            metrics.runner_circuit_transitions.clone(),
+        );
+        registry.register(
+            "runner_circuits_open",
+            "Runner ids whose circuit breaker is open or half-open",
+            metrics.runner_circuits_open.clone(),
+        );
         metrics
+    }
+
+    /// Counts one call denied by a concurrency limit of `scope`.
+    pub fn concurrency_denied(&self, scope: &str) {
+        self.concurrency_denials
+            .get_or_create(&ScopeLabel {
+                scope: scope.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts and logs a runner breaker change; `open` runner breakers are open now.
+    pub fn runner_circuit(&self, change: &crate::guardrails::breaker::BreakerChange, open: usize) {
+        use crate::guardrails::breaker::BreakerChange;
+        let (runner_id, state) = match change {
+            BreakerChange::Opened {
+                tool_id,
+                failures,
+                until,
+                ..
+            } => {
+                tracing::warn!(runner.id = %tool_id, failures, until = %crate::time::format(until), "runner circuit breaker opened: no jobs until the cool-down passed");
+                (tool_id, "open")
+            }
+            BreakerChange::Closed { tool_id } => {
+                tracing::info!(runner.id = %tool_id, "runner circuit breaker closed");
+                (tool_id, "closed")
+            }
+        };
+        self.runner_circuit_transitions
+            .get_or_create(&RunnerCircuitLabels {
+                runner_id: runner_id.clone(),
+                state: state.to_owned(),
+            })
+            .inc();
+        self.runner_circuits_open
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    /// Shows the slots of `scope`/`id` (`limit` `None`: no limit, the series are removed).
+    pub fn concurrency(
+        &self,
+        scope: &str,
+        id: &str,
+        limit: Option<u32>,
+        used: usize,
+        waiting: usize,
+    ) {
+        let labels = ConcurrencyLabels {
+            scope: scope.to_owned(),
+            id: id.to_owned(),
+        };
+        if limit.is_none() {
+            self.concurrency_in_use.remove(&labels);
+            self.concurrency_waiting.remove(&labels);
+            return;
+        }
+        let gauge = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        self.concurrency_in_use
+            .get_or_create(&labels)
+            .set(gauge(used));
+        self.concurrency_waiting
+            .get_or_create(&labels)
+            .set(gauge(waiting));
     }
 
     /// Counts one budget denial by the limit reached.

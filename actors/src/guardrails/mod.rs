@@ -4,9 +4,11 @@
 //! - [`CreateOptions`]: priority and idempotency key of a creation.
 //! - [`queue::PendingQueue`]: an agent group's pending executions, highest priority first and
 //!   in arrival order within a priority.
+//! - [`concurrency`]: running slots per agent id and step limits per tool id.
 
 pub mod breaker;
 pub mod budget;
+pub mod concurrency;
 pub mod metrics;
 pub mod queue;
 

@@ -28,6 +28,7 @@ impl KernelInner {
             })
             .await
             .map_err(|error| unknown_step(error, &step_id));
+        self.count_runner_result(runner_id, result.is_ok().then_some(outcome.success));
         if let Some(consumer_id) = consumer_id {
             self.release_runner(runner_id, consumer_id);
         }

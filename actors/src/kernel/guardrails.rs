@@ -1,33 +1,38 @@
-//! Kernel handle methods of the guardrails (docs/guardrails.md): the budget view of an
-//! execution.
+//! Kernel methods of the guardrails (docs/guardrails.md): a new policy reaching the actors that
+//! enforce it, the budget view of an execution, the circuit breakers.
+
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::context::call;
 use super::handle::Kernel;
+use super::inner::KernelInner;
 use super::types::KernelError;
 use crate::guardrails::budget::BudgetUsage;
 use crate::policy::PolicyMsg;
+use crate::runner::DispatcherMsg;
 use crate::store::ExecutionRow;
 
 /// Events read per page when an execution's usage is folded.
 const USAGE_PAGE: i64 = 1000;
 
 impl Kernel {
-    /// Returns the circuit breakers that are open, half-open or counting recent failures.
+    /// Returns the circuit breakers that are open, half-open or counting recent failures:
+    /// those of tool ids (the policy actor's), then those of runner ids (the dispatcher's).
     pub async fn breakers(&self) -> Result<Vec<Value>, KernelError> {
-        let policy = self
-            .inner
-            .ctx
+        let ctx = &self.inner.ctx;
+        let policy = ctx
             .policy()
             .ok_or_else(|| KernelError::Unavailable("policy actor is not running".into()))?;
-        call(
-            &policy,
-            PolicyMsg::Breakers,
-            self.inner.ctx.config.call_timeout,
-            "policy actor",
-        )
-        .await
+        let dispatcher = ctx
+            .dispatcher()
+            .ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
+        let timeout = ctx.config.call_timeout;
+        let mut breakers = call(&policy, PolicyMsg::Breakers, timeout, "policy actor").await?;
+        let runners = call(&dispatcher, DispatcherMsg::Breakers, timeout, "dispatcher").await?;
+        breakers.extend(runners);
+        Ok(breakers)
     }
 
     /// Returns the budget view of an execution (`{"limits", "used", "remaining"}`) when the
@@ -72,5 +77,50 @@ impl Kernel {
             "used": usage.json(elapsed),
             "remaining": budget.remaining_json(&usage, elapsed),
         })))
+    }
+}
+
+impl KernelInner {
+    /// Puts `engine` in force: the policy actor swaps it, and the owners of concurrency limits
+    /// (agent groups, the dispatcher) read their limits from it again.
+    pub(crate) fn replace_policy(
+        &self,
+        engine: Arc<dyn crate::policy::PolicyEngine>,
+        hooks: Vec<crate::hooks::HookSpec>,
+    ) {
+        let in_force = crate::policy::InForce {
+            engine,
+            hooks: hooks.into(),
+        };
+        *super::context::write(&self.ctx.policy_in_force) = in_force.clone();
+        if let Some(policy) = self.ctx.policy() {
+            let _ = policy.send_message(crate::policy::PolicyMsg::ReplacePolicy(in_force));
+        }
+        // Concurrency limits are read by their owners when told.
+        let groups: Vec<_> = super::context::read(&self.ctx.agent_groups)
+            .values()
+            .cloned()
+            .collect();
+        for group in groups {
+            let _ = group.send_message(crate::agent_group::AgentGroupMsg::PolicyReplaced);
+        }
+        self.ctx.tell_dispatcher(DispatcherMsg::PolicyReplaced);
+    }
+
+    /// Tells the dispatcher's runner breakers about a result a runner reported (`None`: the
+    /// execution did not take it, so it counts for nothing).
+    pub(crate) fn count_runner_result(
+        &self,
+        runner_id: &crate::ids::RunnerId,
+        success: Option<bool>,
+    ) {
+        if let Some(success) = success
+            && !runner_id.as_str().is_empty()
+        {
+            self.ctx.tell_dispatcher(DispatcherMsg::RunnerResult {
+                runner_id: runner_id.clone(),
+                success,
+            });
+        }
     }
 }

@@ -217,21 +217,6 @@ impl KernelInner {
         .map_err(|error| self.session_error(error, execution_id, session_id))
     }
 
-    pub(crate) fn replace_policy(
-        &self,
-        engine: Arc<dyn crate::policy::PolicyEngine>,
-        hooks: Vec<crate::hooks::HookSpec>,
-    ) {
-        let in_force = crate::policy::InForce {
-            engine,
-            hooks: hooks.into(),
-        };
-        *super::context::write(&self.ctx.policy_in_force) = in_force.clone();
-        if let Some(policy) = self.ctx.policy() {
-            let _ = policy.send_message(crate::policy::PolicyMsg::ReplacePolicy(in_force));
-        }
-    }
-
     pub(crate) async fn shutdown(&self) {
         if self.stopped.swap(true, Ordering::SeqCst) {
             return;

@@ -255,6 +255,7 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
     if decision.decision != Decision::Allow {
         return decision;
     }
+    decision.max_concurrent_steps = state.engine.tool_limits().limit(&input.tool_id);
     let Some(limit) = decision.rate_limit.clone() else {
         return decision;
     };

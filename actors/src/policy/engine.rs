@@ -9,9 +9,12 @@ use serde_json::Value;
 
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::{Budget, BudgetUsage};
+use crate::guardrails::concurrency::ToolLimits;
 
 /// The breakers of an engine without any.
 static NO_BREAKERS: BreakerSet = BreakerSet(Vec::new());
+/// The tool limits of an engine without any.
+static NO_TOOL_LIMITS: ToolLimits = ToolLimits(Vec::new());
 use crate::time::Timestamp;
 
 /// What a policy decides about one tool call.
@@ -105,6 +108,10 @@ pub struct PolicyDecision {
     /// call that does not go ahead after all (a `pre_tool` hook aborted it, or the policy
     /// refused its modified arguments) gives it back with `PolicyMsg::ReleaseRateSlot`.
     pub rate_slot: Option<RateSlot>,
+    /// `concurrency.tools` limit of the tool, set by the policy actor on an allow: a local
+    /// call is denied when this many local steps of the tool are running (the execution counts
+    /// them in the store; remote jobs wait in the dispatcher instead).
+    pub max_concurrent_steps: Option<u32>,
 }
 
 /// One admitted call in the rate-limit windows.
@@ -130,6 +137,7 @@ impl PolicyDecision {
             retry: None,
             budget: None,
             rate_slot: None,
+            max_concurrent_steps: None,
         }
     }
 }
@@ -165,6 +173,17 @@ pub trait PolicyEngine: Send + Sync + 'static {
     /// Returns the kernel-wide circuit breakers per tool id.
     fn breakers(&self) -> &BreakerSet {
         &NO_BREAKERS
+    }
+
+    /// Returns the most executions of `agent_id` that may run at once (`concurrency.max_running`
+    /// of its policy file, or the global one); `None` is unlimited.
+    fn max_running(&self, _agent_id: &str) -> Option<u32> {
+        None
+    }
+
+    /// Returns the kernel-wide `max_concurrent_steps` per tool id (remote jobs wait, local calls are denied).
+    fn tool_limits(&self) -> &ToolLimits {
+        &NO_TOOL_LIMITS
     }
 }
 

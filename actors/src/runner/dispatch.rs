@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use crate::execution::JobSpec;
+use crate::guardrails::breaker::{BreakerChange, BreakerSet, Breakers};
+use crate::guardrails::concurrency::ToolLimits;
 use crate::ids::{ConsumerId, RunnerId, StepId};
 use crate::time::Timestamp;
 
@@ -73,6 +75,17 @@ pub enum DispatchInput {
     },
     /// Time passed (jobs whose `not_before` came may go now).
     Tick,
+    /// The policy's `concurrency.tools` limits replace the previous ones.
+    SetToolLimits(ToolLimits),
+    /// The policy's runner circuit breakers replace the previous ones.
+    SetRunnerBreakers(BreakerSet),
+    /// A runner reported a result its execution took.
+    RunnerResult {
+        /// Runner.
+        runner_id: RunnerId,
+        /// Whether the tool succeeded.
+        success: bool,
+    },
 }
 
 /// What the shell must do.
@@ -113,6 +126,8 @@ pub enum DispatchEffect {
     },
     /// Tell the job's execution that no runner will report on it.
     RunnerLost(JobSpec),
+    /// A runner's circuit breaker opened or closed (`tool_id` of the change is the runner id).
+    RunnerCircuit(BreakerChange),
 }
 
 /// One open connection.
@@ -135,6 +150,11 @@ pub struct Dispatch {
     pub(super) orphans: HashMap<ConnectionKey, (JobSpec, u64)>,
     generation: u64,
     pub(super) held: HashMap<String, JobSpec>,
+    /// `max_concurrent_steps` per tool id (dispatch_limits.rs).
+    pub(super) limits: ToolLimits,
+    /// Circuit breakers per runner id: their configuration and state (dispatch_limits.rs).
+    pub(super) runner_breakers: BreakerSet,
+    pub(super) runner_state: Breakers,
 }
 
 /// What a test (or an operator) can see of the dispatcher, job ids only.
@@ -239,6 +259,11 @@ impl Dispatch {
                 }
             }
             DispatchInput::Tick => {}
+            DispatchInput::SetToolLimits(limits) => self.limits = limits,
+            DispatchInput::SetRunnerBreakers(set) => self.set_runner_breakers(set),
+            DispatchInput::RunnerResult { runner_id, success } => {
+                self.runner_result(&runner_id, success, now, &mut effects);
+            }
         }
         self.pass(now, &mut effects);
         effects
@@ -309,19 +334,26 @@ impl Dispatch {
         }
     }
 
-    /// Hands every due queued job to an idle capable connection, round-robin per tool.
+    /// Hands every due queued job to an idle capable connection, round-robin per tool; a job
+    /// whose tool id is at its `max_concurrent_steps` keeps its place in the queue.
     fn pass(&mut self, now: Timestamp, effects: &mut Vec<DispatchEffect>) {
+        let mut in_flight = self.in_flight_by_tool();
         let mut index = 0;
         while index < self.queue.len() {
             let job = &self.queue[index];
-            if job.not_before.is_some_and(|at| at > now) {
+            if job.not_before.is_some_and(|at| at > now) || self.at_limit(&in_flight, &job.tool_id)
+            {
                 index += 1;
                 continue;
             }
             let candidates: Vec<&ConnectionKey> = self
                 .connections
                 .iter()
-                .filter(|(_, slot)| slot.busy.is_none() && slot.capabilities.contains(&job.tool_id))
+                .filter(|(key, slot)| {
+                    slot.busy.is_none()
+                        && slot.capabilities.contains(&job.tool_id)
+                        && !self.runner_blocked(&key.0, now)
+                })
                 .map(|(key, _)| key)
                 .collect();
             if candidates.is_empty() {
@@ -334,7 +366,11 @@ impl Dispatch {
             let Some(job) = self.queue.remove(index) else {
                 break;
             };
+            self.runner_probe(&key.0, now);
             if let Some(slot) = self.connections.get_mut(&key) {
+                if !self.limits.is_empty() {
+                    *in_flight.entry(job.tool_id.clone()).or_default() += 1;
+                }
                 slot.busy = Some(job.clone());
                 effects.push(DispatchEffect::Deliver { key, job });
             }

@@ -5,7 +5,7 @@
 //! deadline or the runner's return). It never calls another actor: claims are made by the
 //! runner actors, so no dispatch pass can deadlock an execution.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +27,8 @@ pub struct DispatcherState {
     runners: BTreeMap<ConnectionKey, ActorRef<RunnerMsg>>,
     /// The tick, grace and release timers, aborted when the dispatcher stops.
     timers: PendingTimers,
+    /// Tool ids whose concurrency gauges are shown.
+    shown: BTreeSet<String>,
 }
 
 /// The dispatcher actor.
@@ -44,11 +46,17 @@ impl Actor for Dispatcher {
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut timers = PendingTimers::default();
         timers.keep(&myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick));
+        myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
+        let mut core = Dispatch::default();
+        let (limits, breakers) = policy_guards(&ctx);
+        core.apply(DispatchInput::SetToolLimits(limits), ctx.now());
+        core.apply(DispatchInput::SetRunnerBreakers(breakers), ctx.now());
         Ok(DispatcherState {
             ctx,
-            core: Dispatch::default(),
+            core,
             runners: BTreeMap::new(),
             timers,
+            shown: BTreeSet::new(),
         })
     }
 
@@ -142,6 +150,20 @@ impl Actor for Dispatcher {
                 generation,
             },
             DispatcherMsg::Tick => DispatchInput::Tick,
+            DispatcherMsg::PolicyReplaced => {
+                let (limits, breakers) = policy_guards(&state.ctx);
+                state
+                    .core
+                    .apply(DispatchInput::SetRunnerBreakers(breakers), state.ctx.now());
+                DispatchInput::SetToolLimits(limits)
+            }
+            DispatcherMsg::RunnerResult { runner_id, success } => {
+                DispatchInput::RunnerResult { runner_id, success }
+            }
+            DispatcherMsg::Breakers(reply) => {
+                let _ = reply.send(state.core.runner_breakers_view(state.ctx.now()));
+                return Ok(());
+            }
             DispatcherMsg::CheckReport { report, reply } => {
                 let _ = reply.send(holders::decide(&state.core, &report));
                 return Ok(());
@@ -155,6 +177,7 @@ impl Actor for Dispatcher {
         for effect in effects {
             carry_out(&myself, state, effect);
         }
+        show_tool_slots(state);
         Ok(())
     }
 
@@ -235,6 +258,10 @@ fn carry_out(
                 myself.send_after(grace, move || DispatcherMsg::ReleaseRecovered { job_id });
             state.timers.keep(&timer);
         }
+        DispatchEffect::RunnerCircuit(change) => {
+            let open = state.core.runner_circuits_open();
+            state.ctx.metrics.guardrails.runner_circuit(&change, open);
+        }
         DispatchEffect::RunnerLost(job) => {
             let execution_id = crate::ids::ExecutionId::from(job.execution_id.as_str());
             if let Some(execution) = state.ctx.execution(&execution_id) {
@@ -245,4 +272,49 @@ fn carry_out(
             }
         }
     }
+}
+
+/// Returns the tool limits and the runner circuit breakers of the policy in force.
+fn policy_guards(
+    ctx: &Ctx,
+) -> (
+    crate::guardrails::concurrency::ToolLimits,
+    crate::guardrails::breaker::BreakerSet,
+) {
+    let in_force = crate::kernel::context::read(&ctx.policy_in_force);
+    let engine = &in_force.engine;
+    (engine.tool_limits().clone(), engine.breakers().runners())
+}
+
+/// Updates the concurrency gauges of limited tool ids: those with jobs in hands or queued, and
+/// back to 0 for those that had some (removed once the tool id has no limit).
+fn show_tool_slots(state: &mut DispatcherState) {
+    if state.shown.is_empty() && !state.core.has_tool_limits() {
+        return;
+    }
+    let metrics = &state.ctx.metrics.guardrails;
+    let slots = state.core.tool_slots();
+    for (tool_id, slot) in &slots {
+        metrics.concurrency(
+            "tool",
+            tool_id,
+            Some(slot.limit),
+            slot.in_flight,
+            slot.waiting,
+        );
+    }
+    for tool_id in &state.shown {
+        if !slots.contains_key(tool_id) {
+            let limit = state.core.is_limited(tool_id).then_some(0);
+            metrics.concurrency("tool", tool_id, limit, 0, 0);
+        }
+    }
+    state.shown = slots
+        .into_keys()
+        .chain(
+            std::mem::take(&mut state.shown)
+                .into_iter()
+                .filter(|tool_id| state.core.is_limited(tool_id)),
+        )
+        .collect();
 }

@@ -75,6 +75,17 @@ pub enum DispatcherMsg {
     },
     /// Periodic pass for jobs whose `not_before` has come.
     Tick,
+    /// A policy was loaded: the tool limits and runner breakers are read again.
+    PolicyReplaced,
+    /// A runner reported a result its execution took (for the runner's circuit breaker).
+    RunnerResult {
+        /// Runner id.
+        runner_id: RunnerId,
+        /// Whether the tool succeeded.
+        success: bool,
+    },
+    /// Answers the runner circuit breakers that are open, half-open or counting failures.
+    Breakers(RpcReplyPort<Vec<serde_json::Value>>),
     /// Is a runner's report (result, `started`) from the connection holding the job?
     CheckReport {
         /// The report.

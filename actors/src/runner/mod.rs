@@ -4,12 +4,17 @@
 //! published schemas.
 
 pub mod dispatch;
+mod dispatch_limits;
 pub mod dispatcher;
 pub mod holders;
 pub mod messages;
 pub mod runner_actor;
 pub mod tools;
 
+#[cfg(test)]
+mod dispatch_breakers_tests;
+#[cfg(test)]
+mod dispatch_limits_tests;
 #[cfg(test)]
 mod dispatch_tests;
 #[cfg(test)]
@@ -18,6 +23,7 @@ mod dispatcher_tests;
 mod runner_tests;
 
 pub use dispatch::{Dispatch, DispatchEffect, DispatchInput, DispatcherSnapshot};
+pub use dispatch_limits::ToolSlots;
 pub use dispatcher::Dispatcher;
 pub use holders::JobReport;
 pub use messages::{DispatcherMsg, RunnerMsg};

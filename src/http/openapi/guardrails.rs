@@ -13,7 +13,7 @@ use super::schemas::Error;
 #[utoipa::path(get, path = "/v0/breakers", tag = "guardrails",
     responses(
         (status = 200, description = "Circuit breakers that are open, half-open or counting \
-            recent failures, by tool id", body = BreakerList),
+            recent failures: by tool id, then by runner id", body = BreakerList),
         (status = 401, description = "Missing or wrong bearer token", body = Error),
     ))]
 pub(super) fn breakers() {}
@@ -24,14 +24,29 @@ pub struct BreakerList {
     breakers: Vec<Breaker>,
 }
 
-/// One tool id's circuit breaker.
+/// One tool id's (or runner id's) circuit breaker.
 #[derive(ToSchema)]
 pub struct Breaker {
-    tool_id: String,
+    /// Tool id of a tool breaker.
+    #[schema(required = false)]
+    tool_id: Option<String>,
+    /// Runner id of a runner breaker (instead of `tool_id`).
+    #[schema(required = false)]
+    runner_id: Option<String>,
     /// `open`, `half_open` or `closed` (closed ones are listed while they have recent failures).
     state: String,
-    /// Failures within `window` that open it (from the policy).
-    failures: u32,
+    /// Failures within `window` that open it (count mode).
+    #[schema(required = false)]
+    failures: Option<u32>,
+    /// Share of failed results within `window` that opens it (failure-rate mode).
+    #[schema(required = false)]
+    failure_rate: Option<f64>,
+    /// Fewest results within `window` before the rate counts (failure-rate mode).
+    #[schema(required = false)]
+    min_calls: Option<u32>,
+    /// Results within the window (failure-rate mode).
+    #[schema(required = false)]
+    recent_calls: Option<u32>,
     /// Window of the failures, as the policy wrote it.
     window: String,
     /// How long it stays open, as the policy wrote it.

@@ -260,3 +260,56 @@ fn the_longest_rate_window_covers_every_file_of_a_directory() {
         None
     );
 }
+
+#[test]
+fn concurrency_max_running_comes_from_the_agent_file_else_the_global_one() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "_global.yaml",
+        "rules: []\nconcurrency:\n  max_running: 4\n  tools:\n  - {tool_id: 'pay.*', max_concurrent_steps: 2}\n",
+    );
+    write(
+        dir.path(),
+        "strict.yaml",
+        "rules: []\nconcurrency: {max_running: 1}\n",
+    );
+    write(dir.path(), "open.yaml", "rules: []\n");
+    let loaded = load_path(dir.path()).unwrap();
+    assert_eq!(loaded.engine.max_running("strict"), Some(1));
+    assert_eq!(loaded.engine.max_running("open"), Some(4));
+    assert_eq!(loaded.engine.max_running("no-file"), Some(4));
+    assert_eq!(loaded.engine.tool_limits().limit("pay.charge"), Some(2));
+    assert_eq!(loaded.engine.tool_limits().limit("search"), None);
+}
+
+#[test]
+fn tool_limits_in_an_agent_file_and_unknown_concurrency_keys_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = write(
+        dir.path(),
+        "bot.yaml",
+        "rules: []\nconcurrency:\n  tools:\n  - {tool_id: x, max_concurrent_steps: 1}\n",
+    );
+    let errors = load_path(dir.path()).err().unwrap();
+    assert_eq!(errors.problems.len(), 1, "{errors:?}");
+    assert_eq!(errors.problems[0].file, agent);
+    assert_eq!(errors.problems[0].line, Some(4));
+    assert!(
+        errors.problems[0]
+            .message
+            .contains("concurrency.tools are kernel-wide: put them in _global.yaml"),
+        "{errors:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "_global.yaml",
+        "rules: []\nconcurrency: {max_runing: 3}\n",
+    );
+    let errors = load_path(dir.path()).err().unwrap();
+    assert!(
+        errors.problems[0].message.contains("max_runing"),
+        "{errors:?}"
+    );
+}

@@ -1,6 +1,7 @@
 //! Conformance of the creation reads: `Store::execution_by_creation_key` (the key of an
 //! `execution.created` event is unique), `Store::pending_queue` (an agent's pending
-//! executions, oldest first, with their priority) and `Store::pending_count`.
+//! executions, oldest first, with their priority), `Store::pending_count` and
+//! `Store::running_executions` (an agent's running and blocked executions).
 
 use std::sync::Arc;
 
@@ -91,4 +92,52 @@ pub async fn pending_queue_lists_an_agents_pending_executions_with_priorities(
     assert_eq!(store.pending_count(Some("b")).await.expect("count"), 1);
     assert_eq!(store.pending_count(Some("nobody")).await.expect("count"), 0);
     assert_eq!(store.pending_count(None).await.expect("count"), 4);
+}
+
+pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
+    store: Arc<dyn Store>,
+) {
+    commit_each(&store, &[keyed("exec-p", "a", 1, 0, None)]).await;
+    let running = commit_each(&store, &[keyed("exec-r", "a", 2, 0, None)]).await;
+    let blocked = commit_each(&store, &[keyed("exec-b", "a", 3, 0, None)]).await;
+    let done = commit_each(&store, &[keyed("exec-d", "a", 4, 0, None)]).await;
+    let other = commit_each(&store, &[keyed("exec-o", "b", 5, 0, None)]).await;
+    assert_eq!(store.running_executions("a").await.expect("read"), []);
+    let run = |row, micros| advance(row, at(micros), ExecutionStatus::Running, vec![started()]);
+    store
+        .commit(&[run(&running, 6), run(&other, 7)])
+        .await
+        .expect("assigned");
+    let blocked = advance(&blocked, at(8), ExecutionStatus::Running, vec![started()]);
+    let waiting = NewEvent::execution(EventBody::ExecutionBlocked {
+        reason: "signal".to_owned(),
+        reference: "go".to_owned(),
+        tool_id: None,
+        arguments: None,
+        remote: None,
+    });
+    let blocked_row = blocked.execution.clone();
+    store.commit(&[blocked]).await.expect("assigned");
+    let blocked = advance(&blocked_row, at(9), ExecutionStatus::Blocked, vec![waiting]);
+    store.commit(&[blocked]).await.expect("blocked");
+    let done = advance(&done, at(10), ExecutionStatus::Running, vec![started()]);
+    let done_row = done.execution.clone();
+    store.commit(&[done]).await.expect("assigned");
+    let finished = super::finish(&done_row, at(11), ExecutionStatus::Completed);
+    store.commit(&[finished]).await.expect("completed");
+    let ids = |found: Vec<ExecutionId>| {
+        found
+            .iter()
+            .map(|id| id.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(store.running_executions("a").await.expect("read")),
+        ["exec-b", "exec-r"]
+    );
+    assert_eq!(
+        ids(store.running_executions("b").await.expect("read")),
+        ["exec-o"]
+    );
+    assert_eq!(store.running_executions("nobody").await.expect("read"), []);
 }

@@ -220,3 +220,49 @@ pub async fn tool_results_since_lists_step_results_oldest_first(store: Arc<dyn S
         ]
     );
 }
+
+/// Unfinished local steps are counted per tool; remote and finished steps are not.
+pub async fn active_local_steps_counts_unfinished_local_steps_of_a_tool(store: Arc<dyn Store>) {
+    let mut row = create(&store, "exec-a", "a", &[], at(0)).await;
+    let kinds = [
+        ("s1", "shell", StepStatus::Pending, false),
+        ("s2", "shell", StepStatus::Dispatched, false),
+        ("s3", "shell", StepStatus::Running, false),
+        ("s4", "shell", StepStatus::Dispatched, true),
+        ("s5", "other", StepStatus::Dispatched, false),
+        ("s6", "shell", StepStatus::Dispatched, false),
+    ];
+    for (index, (step, tool, status, remote)) in kinds.into_iter().enumerate() {
+        let step = StepId::new(step);
+        let when = at(1 + index as i64);
+        let mut commit = advance(
+            &row,
+            when,
+            ExecutionStatus::Running,
+            vec![step_created(&step, tool)],
+        );
+        let mut step_row = step_row(&row, &step, tool, when);
+        step_row.status = status;
+        step_row.remote = remote;
+        commit.steps.push(step_row);
+        row = commit_each(&store, &[commit]).await;
+    }
+    assert_eq!(store.active_local_steps("shell").await.expect("count"), 4);
+    // s6 finishes.
+    let step = StepId::new("s6");
+    let done = NewEvent::step(
+        &step,
+        EventBody::StepCompleted {
+            result: json!(1),
+            cost: None,
+        },
+    );
+    let mut commit = advance(&row, at(20), ExecutionStatus::Running, vec![done]);
+    let mut finished = step_row(&row, &step, "shell", at(20));
+    finished.status = StepStatus::Succeeded;
+    commit.steps.push(finished);
+    commit_each(&store, &[commit]).await;
+    assert_eq!(store.active_local_steps("shell").await.expect("count"), 3);
+    assert_eq!(store.active_local_steps("other").await.expect("count"), 1);
+    assert_eq!(store.active_local_steps("nothing").await.expect("count"), 0);
+}

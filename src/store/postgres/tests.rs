@@ -76,6 +76,8 @@ conformance_on_postgres!(
     a_reused_event_id_fails_only_its_commit,
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
+    running_executions_lists_an_agents_running_and_blocked_executions,
+    active_local_steps_counts_unfinished_local_steps_of_a_tool,
 );
 
 #[tokio::test]
@@ -119,7 +121,10 @@ async fn two_kernels_starting_at_once_on_an_empty_database_migrate_it_once() {
             .fetch_all(winner.readers())
             .await
             .expect("migrations read");
-    assert_eq!(migrations, vec![(1, true), (2, true), (3, true), (4, true)]);
+    assert_eq!(
+        migrations,
+        vec![(1, true), (2, true), (3, true), (4, true), (5, true)]
+    );
     let store: Arc<dyn Store> = Arc::new(winner);
     conformance::create(&store, "exec-1", "agent-a", &[], at(1)).await;
 }
@@ -144,7 +149,7 @@ async fn concurrent_migrators_serialise_on_the_migration_lock() {
         .fetch_all(store.readers())
         .await
         .expect("migrations read");
-    assert_eq!(versions, vec![1, 2, 3, 4]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
 }
 
 #[tokio::test]
@@ -178,7 +183,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_the_sqlite_message() {
     .expect("the dropped store releases its lock");
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (4)"
+        "database schema version 9999 is newer than this keel binary supports (5)"
     );
     let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
         .fetch_one(&mut connection)

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::breakers::compile_breakers;
 use super::budget::compile_budget;
 use super::compiled::{CompiledRule, CompiledRules};
+use super::concurrency::compile_concurrency;
 use super::conditions::Conditions;
 use super::definition::{CompileIssue, FieldPath, PolicyDefinition, RuleDefinition};
 use super::duration::parse_duration;
@@ -71,8 +72,13 @@ pub fn compile(definition: &PolicyDefinition) -> Compilation {
         .as_ref()
         .and_then(|breakers| compile_breakers(breakers, &mut errors))
         .unwrap_or_default();
+    let concurrency = definition
+        .concurrency
+        .as_ref()
+        .and_then(|concurrency| compile_concurrency(concurrency, &mut errors))
+        .unwrap_or_default();
     let result = if errors.is_empty() {
-        Ok(CompiledRules::new(rules, default, budget, breakers))
+        Ok(CompiledRules::new(rules, default, budget, breakers).with_concurrency(concurrency))
     } else {
         Err(errors)
     };
@@ -210,6 +216,7 @@ fn compile_rule(
         retry,
         budget: budget.map(Arc::new),
         rate_slot: None,
+        max_concurrent_steps: None,
     };
     Some(CompiledRule {
         index,

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::compile::default_reason;
+use super::concurrency::Concurrency;
 use super::conditions::Conditions;
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::Budget;
+use crate::guardrails::concurrency::ToolLimits;
 use crate::policy::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 
 /// One compiled rule.
@@ -34,6 +36,7 @@ pub struct CompiledRules {
     default: Option<PolicyDecision>,
     budget: Option<Budget>,
     breakers: BreakerSet,
+    concurrency: Concurrency,
 }
 
 impl CompiledRules {
@@ -49,7 +52,20 @@ impl CompiledRules {
             default,
             budget,
             breakers,
+            concurrency: Concurrency::default(),
         }
+    }
+
+    /// Returns these rules with the file's `concurrency:`.
+    #[must_use]
+    pub(super) fn with_concurrency(mut self, concurrency: Concurrency) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Returns the file's `concurrency:`.
+    pub fn concurrency(&self) -> &Concurrency {
+        &self.concurrency
     }
 
     /// Returns the file's circuit breakers.
@@ -98,16 +114,20 @@ pub struct RuleSet {
     default: PolicyDecision,
     /// Budget of every execution these rules apply to.
     budget: Option<Arc<Budget>>,
+    /// Most running executions of the agent (`concurrency.max_running`).
+    max_running: Option<u32>,
 }
 
 impl RuleSet {
     /// Returns the rule set of a single file (file default, else deny `default`).
     pub fn single(file: &CompiledRules) -> Self {
-        Self::build(
+        let mut set = Self::build(
             file.rules.clone(),
             file.default.clone(),
             file.budget.clone(),
-        )
+        );
+        set.max_running = file.concurrency.max_running;
+        set
     }
 
     /// Returns an agent file's rules merged with the global file's: ids and priorities must be
@@ -146,11 +166,17 @@ impl RuleSet {
             (Some(agent), Some(global)) => Some(agent.or(global)),
             (agent, global) => agent.clone().or_else(|| global.clone()),
         };
-        Ok(Self::build(
+        let mut set = Self::build(
             rules,
             agent.default.clone().or_else(|| global.default.clone()),
             budget,
-        ))
+        );
+        // As budget keys: the agent file's `max_running` wins, else the global one applies.
+        set.max_running = agent
+            .concurrency
+            .max_running
+            .or(global.concurrency.max_running);
+        Ok(set)
     }
 
     fn build(
@@ -175,6 +201,7 @@ impl RuleSet {
             rules,
             default,
             budget: budget.filter(|budget| !budget.is_empty()).map(Arc::new),
+            max_running: None,
         }
     }
 
@@ -238,6 +265,7 @@ pub struct CompiledPolicy {
     routing: Routing,
     digest: String,
     breakers: BreakerSet,
+    tool_limits: ToolLimits,
 }
 
 /// Rule id reported when a directory has neither a file for the agent nor a global file.
@@ -250,6 +278,7 @@ impl CompiledPolicy {
             routing: Routing::Single(rules),
             digest,
             breakers: BreakerSet::default(),
+            tool_limits: ToolLimits::default(),
         }
     }
 
@@ -257,6 +286,13 @@ impl CompiledPolicy {
     #[must_use]
     pub fn with_breakers(mut self, breakers: BreakerSet) -> Self {
         self.breakers = breakers;
+        self
+    }
+
+    /// Returns this policy with kernel-wide tool limits (a single file's, or `_global`'s).
+    #[must_use]
+    pub fn with_tool_limits(mut self, limits: ToolLimits) -> Self {
+        self.tool_limits = limits;
         self
     }
 
@@ -271,6 +307,7 @@ impl CompiledPolicy {
             routing: Routing::PerAgent { agents, global },
             digest,
             breakers: BreakerSet::default(),
+            tool_limits: ToolLimits::default(),
         }
     }
 }
@@ -323,6 +360,19 @@ impl PolicyEngine for CompiledPolicy {
 
     fn breakers(&self) -> &BreakerSet {
         &self.breakers
+    }
+
+    fn max_running(&self, agent_id: &str) -> Option<u32> {
+        match &self.routing {
+            Routing::Single(rules) => rules.max_running,
+            Routing::PerAgent { agents, global } => {
+                agents.get(agent_id).or(global.as_ref())?.max_running
+            }
+        }
+    }
+
+    fn tool_limits(&self) -> &ToolLimits {
+        &self.tool_limits
     }
 
     fn agent_budget(&self, agent_id: &str) -> Option<Arc<Budget>> {

@@ -21,6 +21,28 @@ pub struct PolicyDefinition {
     pub budget: Option<BudgetDefinition>,
     /// Circuit breakers per tool id (Keel addition; a single file or `_global` only).
     pub circuit_breakers: Option<Vec<BreakerDefinition>>,
+    /// Concurrency limits (Keel addition; `tools` in a single file or `_global` only).
+    pub concurrency: Option<ConcurrencyDefinition>,
+}
+
+/// The `concurrency:` section of a file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConcurrencyDefinition {
+    /// Most running executions per agent id.
+    pub max_running: Option<i64>,
+    /// Limits per tool id.
+    pub tools: Option<Vec<ToolLimitDefinition>>,
+}
+
+/// One entry of `concurrency.tools:`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolLimitDefinition {
+    /// Glob of the tool ids it applies to.
+    pub tool_id: Option<String>,
+    /// Globs of the tool ids it applies to.
+    pub tool_ids: Option<Vec<String>>,
+    /// Most steps of one tool id in runners' hands at once.
+    pub max_concurrent_steps: i64,
 }
 
 /// One entry of `circuit_breakers:`.
@@ -30,8 +52,16 @@ pub struct BreakerDefinition {
     pub tool_id: Option<String>,
     /// Globs of the tool ids it applies to.
     pub tool_ids: Option<Vec<String>>,
-    /// Failures within the window that open the breaker.
-    pub failures: i64,
+    /// Glob of the runner ids it applies to (a runner breaker, instead of tool ids).
+    pub runner_id: Option<String>,
+    /// Globs of the runner ids it applies to.
+    pub runner_ids: Option<Vec<String>>,
+    /// Failures within the window that open the breaker (count mode).
+    pub failures: Option<i64>,
+    /// Share of failed results within the window that opens it (failure-rate mode).
+    pub failure_rate: Option<f64>,
+    /// Fewest results within the window before the failure rate counts (default 10).
+    pub min_calls: Option<i64>,
     /// Window the failures are counted in, as written (default `1m`).
     pub window: Option<String>,
     /// How long the breaker stays open before a probe, as written.

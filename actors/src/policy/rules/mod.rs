@@ -7,6 +7,7 @@ mod breakers;
 mod budget;
 mod compile;
 mod compiled;
+mod concurrency;
 mod conditions;
 mod definition;
 mod duration;
@@ -19,11 +20,13 @@ mod tests;
 
 pub use compile::{Compilation, compile};
 pub use compiled::{AGENT_DEFAULT_RULE_ID, CompiledPolicy, CompiledRules, MergeConflict, RuleSet};
+pub use concurrency::Concurrency;
 pub use conditions::KNOWN_ACTIONS;
 pub use definition::{
     ArgumentsDefinition, ArgumentsForm, BreakerDefinition, BudgetDefinition, CompileIssue,
-    ConditionDefinition, DefaultDefinition, FieldPath, OutcomeDefinition, PathSegment,
-    PolicyDefinition, PredicateDefinition, RateLimitDefinition, RetryDefinition, RuleDefinition,
+    ConcurrencyDefinition, ConditionDefinition, DefaultDefinition, FieldPath, OutcomeDefinition,
+    PathSegment, PolicyDefinition, PredicateDefinition, RateLimitDefinition, RetryDefinition,
+    RuleDefinition, ToolLimitDefinition,
 };
 pub use duration::{parse_duration, parse_go_duration, parse_non_negative_duration};
 pub use glob::Glob;

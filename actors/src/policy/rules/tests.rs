@@ -3,6 +3,7 @@
 //! (schedules, predicates), `tests/go_duration.rs`, `tests/go_match.rs` and `tests/go_regex.rs`
 //! (the Go grammars), the reference kernel's meanings in `tests/reference.rs`, property tests in `tests/props.rs`.
 
+mod concurrency;
 mod go_duration;
 mod go_match;
 mod go_regex;
@@ -62,6 +63,7 @@ pub(super) fn engine(rules: Vec<RuleDefinition>) -> CompiledPolicy {
     let definition = PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules,
         default: None,
     };
@@ -376,6 +378,7 @@ fn no_match_falls_back_to_the_file_default_or_deny() {
     let definition = PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules: vec![],
         default: Some(DefaultDefinition {
             decision: Decision::RequireApproval,
@@ -501,6 +504,7 @@ fn compile_reports_every_problem_with_its_path() {
     let issues = problems(&PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules: vec![first, second, third],
         default: None,
     });
@@ -620,6 +624,7 @@ fn an_unanchored_pattern_compiles_with_a_warning_naming_rule_and_field() {
     let compilation = compile(&PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules,
         default: None,
     });
@@ -641,6 +646,7 @@ fn merging_concatenates_rules_and_prefers_the_agent_default() {
     let agent = compiled(&PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules: vec![rule(
             "agent-shell",
             20,
@@ -655,6 +661,7 @@ fn merging_concatenates_rules_and_prefers_the_agent_default() {
     let global = compiled(&PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules: vec![rule(
             "global-deny-rm",
             10,
@@ -697,6 +704,7 @@ fn merging_concatenates_rules_and_prefers_the_agent_default() {
     let strict_agent = compiled(&PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules: vec![],
         default: Some(DefaultDefinition {
             decision: Decision::Deny,
@@ -712,6 +720,7 @@ fn merging_rejects_ids_and_priorities_shared_with_the_global_file() {
     let agent = compiled(&PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules: vec![
             rule("fine", 1, ConditionDefinition::default(), Decision::Allow),
             rule("same", 2, ConditionDefinition::default(), Decision::Allow),
@@ -722,6 +731,7 @@ fn merging_rejects_ids_and_priorities_shared_with_the_global_file() {
     let global = compiled(&PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules: vec![
             rule("same", 10, ConditionDefinition::default(), Decision::Deny),
             rule(

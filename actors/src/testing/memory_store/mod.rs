@@ -22,7 +22,7 @@ struct Tables {
     events: HashMap<ExecutionId, Vec<Event>>,
     executions: HashMap<ExecutionId, ExecutionRow>,
     /// Status of each step, by execution and step id.
-    steps: HashMap<ExecutionId, HashMap<String, crate::status::StepStatus>>,
+    steps: HashMap<ExecutionId, HashMap<String, crate::store::StepRow>>,
     commits: usize,
 }
 
@@ -115,7 +115,7 @@ impl Store for MemoryStore {
                 .insert(commit.execution.id.clone(), commit.execution.clone());
             let steps = tables.steps.entry(commit.execution.id.clone()).or_default();
             for step in &commit.steps {
-                steps.insert(step.id.to_string(), step.status);
+                steps.insert(step.id.to_string(), step.clone());
             }
         }
         tables.commits += 1;
@@ -220,6 +220,34 @@ impl Store for MemoryStore {
             .filter(|row| row.status == crate::status::ExecutionStatus::Pending)
             .filter(|row| agent_id.is_none_or(|agent| row.agent_id.as_str() == agent))
             .count() as u64)
+    }
+
+    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
+        let tables = self.lock();
+        Ok(tables
+            .steps
+            .values()
+            .flat_map(HashMap::values)
+            .filter(|step| step.tool_id == tool_id && !step.remote && !step.status.is_terminal())
+            .count() as u64)
+    }
+
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+        let tables = self.lock();
+        let mut ids: Vec<ExecutionId> = tables
+            .executions
+            .values()
+            .filter(|row| {
+                matches!(
+                    row.status,
+                    crate::status::ExecutionStatus::Running
+                        | crate::status::ExecutionStatus::Blocked
+                ) && row.agent_id.as_str() == agent_id
+            })
+            .map(|row| row.id.clone())
+            .collect();
+        ids.sort();
+        Ok(ids)
     }
 
     async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {

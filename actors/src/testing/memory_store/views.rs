@@ -26,7 +26,7 @@ impl Tables {
                 live_steps: self
                     .steps
                     .get(&row.id)
-                    .is_some_and(|steps| steps.values().any(|status| !status.is_terminal())),
+                    .is_some_and(|steps| steps.values().any(|step| !step.status.is_terminal())),
             })
             .collect()
     }

@@ -135,6 +135,7 @@ fn predicates_the_reference_refuses_are_refused_with_their_path() {
         let issues = problems(&PolicyDefinition {
             budget: None,
             circuit_breakers: None,
+            concurrency: None,
             rules: vec![rule("r", 1, when, Decision::Allow)],
             default: None,
         });
@@ -156,6 +157,7 @@ fn glob_oddities_load_with_a_warning() {
     let compilation = compile(&PolicyDefinition {
         budget: None,
         circuit_breakers: None,
+        concurrency: None,
         rules: vec![rule("odd", 1, when, Decision::Deny)],
         default: None,
     });

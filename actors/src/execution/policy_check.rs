@@ -1,0 +1,50 @@
+//! The verdict on one `invoke_tool`: the policy actor's answer (rule, budget, breaker, rate
+//! limit), then `concurrency.tools` for local calls (docs/guardrails.md, "Concurrency limits"):
+//! a tool the agent runs itself cannot wait in the dispatcher's queue, so a local call of a tool
+//! at its `max_concurrent_steps` is denied. The unfinished local steps of the tool are counted
+//! in the store (`Store::active_local_steps`, a partial index), only for tools with a limit.
+
+use serde_json::Value;
+
+use super::actor::ExecutionActorState;
+use crate::kernel::KernelError;
+use crate::policy::{Decision, PolicyDecision, PolicyMsg};
+
+/// Asks the policy actor about a call, then applies the local-call limit.
+pub(super) async fn check_policy(
+    state: &ExecutionActorState,
+    tool_id: &str,
+    arguments: &Value,
+    remote: bool,
+) -> Result<PolicyDecision, KernelError> {
+    let input = super::hooks::policy_input(state, tool_id, arguments);
+    let mut verdict =
+        super::hooks::ask_policy(state, |reply| PolicyMsg::CheckIntent(input, reply)).await?;
+    limit_local_call(state, tool_id, remote, &mut verdict).await?;
+    Ok(verdict)
+}
+
+/// Turns an allow of a local call into a denial when `tool_id` is at its limit.
+async fn limit_local_call(
+    state: &ExecutionActorState,
+    tool_id: &str,
+    remote: bool,
+    verdict: &mut PolicyDecision,
+) -> Result<(), KernelError> {
+    let Some(limit) = verdict.max_concurrent_steps else {
+        return Ok(());
+    };
+    if remote || verdict.decision != Decision::Allow {
+        return Ok(());
+    }
+    let running = state.ctx.store.active_local_steps(tool_id).await?;
+    if running >= u64::from(limit) {
+        verdict.decision = Decision::Deny;
+        verdict.reason = format!(
+            "concurrency limit: max_concurrent_steps {limit} reached for tool {tool_id} \
+             ({running} local steps running)"
+        );
+        state.ctx.metrics.guardrails.concurrency_denied("tool");
+    }
+    Ok(())
+}
