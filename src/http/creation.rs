@@ -218,6 +218,8 @@ async fn existing_recorded(
             input,
             labels,
             priority,
+            // The trace a creation joined is not part of what it asked for.
+            traceparent: _,
         }) => {
             let stored = Recorded {
                 agent_id: agent_id.clone(),

@@ -47,6 +47,7 @@ pub async fn record_creation_with(
         labels_json,
         options.priority,
         options.idempotency_key,
+        creation_traceparent(ctx),
     );
     let events = seal(id, 0, ctx.now(), None, vec![created]);
     let exec = ExecutionState::from_events(&events)
@@ -60,6 +61,12 @@ pub async fn record_creation_with(
     ctx.metrics.execution_outcome("created");
     ctx.metrics.execution_moved(None, exec.status);
     Ok(exec)
+}
+
+/// The trace context of the creating request (the current span), when traces are exported.
+fn creation_traceparent(ctx: &Ctx) -> Option<String> {
+    let traces = ctx.config.traces.as_ref()?;
+    traces.traceparent(&tracing::Span::current())
 }
 
 pub(super) async fn load_events(ctx: &Ctx, id: &ExecutionId) -> Result<Vec<Event>, KernelError> {
@@ -196,6 +203,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             arguments: step.arguments.clone(),
             deadline: step.deadline.unwrap_or_else(|| state.ctx.now()),
             not_before: step.not_before,
+            traceparent: None,
         };
         let waiting_retry = step.status == crate::status::StepStatus::Pending;
         state.ctx.tell_dispatcher(if waiting_retry {

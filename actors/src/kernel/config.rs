@@ -46,6 +46,9 @@ pub struct KernelConfig {
     pub passivate_after: Option<Duration>,
     /// Calls the policy's hooks (docs/hooks.md); `None` runs no hook.
     pub hook_caller: Option<Arc<dyn crate::hooks::HookCaller>>,
+    /// Trace context of spans (docs/tracing.md); `None` when traces are not exported, and then
+    /// nothing is recorded or pushed for them.
+    pub traces: Option<Arc<dyn crate::trace::TraceContext>>,
 }
 
 impl KernelConfig {
@@ -68,6 +71,7 @@ impl KernelConfig {
             clock: Clock::System,
             passivate_after: Some(Duration::from_secs(1)),
             hook_caller: None,
+            traces: None,
         }
     }
 }
