@@ -91,7 +91,7 @@ pub fn subscriber(
     format: LogFormat,
     provider: Option<&SdkTracerProvider>,
 ) -> Result<impl tracing::Subscriber + Send + Sync + 'static, TelemetryError> {
-    let fmt_filter = env_filter(filter, keel_actors::trace::TARGET)?;
+    let fmt_filter = env_filter(filter, &[keel_actors::trace::TARGET])?;
     let fmt_layer = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -115,7 +115,7 @@ pub fn subscriber(
         Some(provider) => Some(
             tracing_opentelemetry::layer()
                 .with_tracer(provider.tracer("keel"))
-                .with_filter(env_filter(filter, keel_actors::trace::LOG_TARGET)?),
+                .with_filter(env_filter(filter, &NOT_EXPORTED)?),
         ),
         None => None,
     };
@@ -124,21 +124,28 @@ pub fn subscriber(
         .with(otel_layer))
 }
 
-/// `filter`, with sqlx's URL warnings kept to errors and the `excluded` target off.
-fn env_filter(filter: &str, excluded: &str) -> Result<EnvFilter, TelemetryError> {
+/// Targets whose spans are never exported: the actors' logging spans and ractor's `Actor`
+/// span of every actor, which last as long as the actor and say nothing about a request.
+const NOT_EXPORTED: [&str; 2] = [keel_actors::trace::LOG_TARGET, "ractor"];
+
+/// `filter`, with sqlx's URL warnings kept to errors and the `excluded` targets off.
+fn env_filter(filter: &str, excluded: &[&str]) -> Result<EnvFilter, TelemetryError> {
     let invalid = |filter: &str, error: &dyn std::fmt::Display| TelemetryError::InvalidFilter {
         filter: filter.to_owned(),
         message: error.to_string(),
     };
-    let off = format!("{excluded}=off");
-    Ok(EnvFilter::try_new(filter)
+    let mut env_filter = EnvFilter::try_new(filter)
         .map_err(|error| invalid(filter, &error))?
         .add_directive(
             SILENCE_URL_PARAMETER_VALUES
                 .parse()
                 .map_err(|error| invalid(SILENCE_URL_PARAMETER_VALUES, &error))?,
-        )
-        .add_directive(off.parse().map_err(|error| invalid(&off, &error))?))
+        );
+    for target in excluded {
+        let off = format!("{target}=off");
+        env_filter = env_filter.add_directive(off.parse().map_err(|error| invalid(&off, &error))?);
+    }
+    Ok(env_filter)
 }
 
 /// Builds the batched OTLP/HTTP exporter of `endpoint` (`/v1/traces` appended).

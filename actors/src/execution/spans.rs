@@ -189,17 +189,17 @@ pub(super) fn observe_steps(state: &mut ExecutionActorState, marks: Vec<StepMark
             }
             StepMark::Dispatched(step_id, runner_id, job_id) => {
                 if let Some(span) = state.step_spans.0.get(&step_id) {
-                    tracing::info!(target: TARGET, parent: span, runner.id = %runner_id, job.id = %job_id, "step dispatched");
+                    tracing::event!(target: TARGET, parent: span, tracing::Level::INFO, runner.id = %runner_id, job.id = %job_id, "step dispatched");
                 }
             }
             StepMark::Started(step_id, runner_id) => {
                 if let Some(span) = state.step_spans.0.get(&step_id) {
-                    tracing::info!(target: TARGET, parent: span, runner.id = %runner_id, "step started");
+                    tracing::event!(target: TARGET, parent: span, tracing::Level::INFO, runner.id = %runner_id, "step started");
                 }
             }
             StepMark::Retried(step_id, next_attempt) => {
                 if let Some(span) = state.step_spans.0.get(&step_id) {
-                    tracing::info!(target: TARGET, parent: span, step.next_attempt = next_attempt, "step retried");
+                    tracing::event!(target: TARGET, parent: span, tracing::Level::INFO, step.next_attempt = next_attempt, "step retried");
                 }
             }
             StepMark::Ended(step_id) => {
