@@ -85,12 +85,13 @@ pub fn init_with_traces(
 /// through it. Each layer has a filter of its own: the log lines never see the actors' trace
 /// spans (target [`keel_actors::trace::TARGET`]), so without a provider nothing enables them
 /// and each costs one cached callsite check; the export never sees the actors' logging spans
-/// ([`keel_actors::trace::LOG_TARGET`]), which last as long as an actor.
+/// ([`keel_actors::trace::LOG_TARGET`]), which last as long as an actor. Without a provider
+/// the export layer is left out entirely (an absent `Option` layer would enable everything).
 pub fn subscriber(
     filter: &str,
     format: LogFormat,
     provider: Option<&SdkTracerProvider>,
-) -> Result<impl tracing::Subscriber + Send + Sync + 'static, TelemetryError> {
+) -> Result<tracing::Dispatch, TelemetryError> {
     let fmt_filter = env_filter(filter, &[keel_actors::trace::TARGET])?;
     let fmt_layer = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
@@ -111,17 +112,14 @@ pub fn subscriber(
             .boxed(),
     }
     .with_filter(fmt_filter);
-    let otel_layer = match provider {
-        Some(provider) => Some(
-            tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("keel"))
-                .with_filter(env_filter(filter, &NOT_EXPORTED)?),
-        ),
-        None => None,
+    let logs = tracing_subscriber::registry().with(fmt_layer);
+    let Some(provider) = provider else {
+        return Ok(tracing::Dispatch::new(logs));
     };
-    Ok(tracing_subscriber::registry()
-        .with(fmt_layer)
-        .with(otel_layer))
+    let otel_layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("keel"))
+        .with_filter(env_filter(filter, &NOT_EXPORTED)?);
+    Ok(tracing::Dispatch::new(logs.with(otel_layer)))
 }
 
 /// Targets whose spans are never exported: the actors' logging spans and ractor's `Actor`
@@ -179,7 +177,7 @@ mod tests {
     #[test]
     fn without_an_exporter_the_actors_trace_spans_are_never_built() {
         let plain = subscriber("info", LogFormat::Text, None).unwrap();
-        tracing::subscriber::with_default(plain, || {
+        tracing::dispatcher::with_default(&plain, || {
             let span = tracing::info_span!(target: keel_actors::trace::TARGET, "intent", n = 1);
             assert!(span.is_disabled(), "no exporter: the span is not built");
             assert!(!tracing::enabled!(
@@ -191,7 +189,7 @@ mod tests {
         });
         let provider = SdkTracerProvider::builder().build();
         let exported = subscriber("info", LogFormat::Text, Some(&provider)).unwrap();
-        tracing::subscriber::with_default(exported, || {
+        tracing::dispatcher::with_default(&exported, || {
             let span = tracing::info_span!(target: keel_actors::trace::TARGET, "intent", n = 2);
             assert!(!span.is_disabled(), "with an exporter the span is built");
             let quiet = tracing::debug_span!(target: keel_actors::trace::TARGET, "detail");

@@ -549,7 +549,9 @@ async fn one_execution_is_one_span_tree_and_its_pushes_carry_its_trace() {
     }));
     assert_eq!(commits_linked(&spans, trace_id), 7);
     assert!(
-        spans.iter().all(|span| span.name != "Actor" && span.name != "execution"),
+        spans
+            .iter()
+            .all(|span| span.name != "Actor" && span.name != "execution"),
         "actor-lifetime spans are not exported"
     );
     let create_commit = children(&spans, create, "commit");
