@@ -5,6 +5,13 @@
 //! (messages, policy, commits, steps, pushes, store transactions) form one tree under its
 //! create request, and its pushes carry its trace context. Without an endpoint nothing of a
 //! trace is recorded or pushed.
+//!
+//! The kernel runs on a fresh SQLite file, or with `KEEL_TEST_BACKEND=postgres` on a fresh
+//! PostgreSQL database (whose commits go through the store writer's groups).
+
+#[path = "api/backend.rs"]
+#[allow(dead_code)]
+mod backend;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -66,17 +73,21 @@ struct Kernel {
     _child: tokio::process::Child,
     address: String,
     _data: tempfile::TempDir,
+    _store: backend::TestStore,
 }
 
 impl Kernel {
     /// Starts `keel dev`, exporting to `endpoint` when given.
     async fn start(endpoint: Option<&str>) -> Self {
         let data = tempfile::tempdir().unwrap();
+        let store = backend::TestStore::fresh().await;
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command
             .args(["dev", "--port", "0", "--log-level", "info"])
             .arg("--data-dir")
             .arg(data.path())
+            .arg("--db-url")
+            .arg(&store.url)
             .env_clear()
             .env("OTEL_BSP_SCHEDULE_DELAY", "100")
             .stdin(Stdio::null())
@@ -105,6 +116,7 @@ impl Kernel {
             _child: child,
             address,
             _data: data,
+            _store: store,
         }
     }
 
