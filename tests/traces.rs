@@ -415,6 +415,11 @@ async fn one_execution_is_one_span_tree_and_its_pushes_carry_its_trace() {
 
     let spans = collect(&mut spans, |spans| {
         named(spans, "intent", "intent.type", "complete").len() == 1
+            && spans
+                .iter()
+                .filter(|span| span.name == "POST /v0/agents/intent")
+                .count()
+                == 3
             && named(spans, "step", "step.id", &remote_step).len() == 1
             && named(spans, "push job.assigned", "push.event", "job.assigned").len() == 1
             && named(spans, "push tool.result", "push.event", "tool.result").len() == 2
@@ -543,6 +548,23 @@ async fn one_execution_is_one_span_tree_and_its_pushes_carry_its_trace() {
     assert_eq!(children(&spans, local_result, "push tool.result").len(), 1);
     let complete = one(&spans, "intent", "intent.type", "complete");
     assert_eq!(children(&spans, complete, "commit").len(), 1);
+    // Each intent links to the request that carried it (a trace of its own: agents send no
+    // traceparent).
+    let intent_requests: Vec<&[u8]> = spans
+        .iter()
+        .filter(|span| span.name == "POST /v0/agents/intent")
+        .map(|span| span.span_id.as_slice())
+        .collect();
+    for intent in named(&spans, "intent", "execution.id", &execution_id) {
+        assert!(
+            intent
+                .links
+                .iter()
+                .any(|link| intent_requests.contains(&link.span_id.as_slice())),
+            "{:?}",
+            intent.links
+        );
+    }
 
     // Store transactions are spans of their own, with their batch size, linked to the commits
     // they carried: create, assign, two intents, a step result, the runner result, complete
