@@ -55,3 +55,50 @@ impl Extractor for Carrier {
         vec![TRACEPARENT]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use keel_actors::trace::TraceContext as _;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+
+    use super::OtelTraceContext;
+    use crate::config::LogFormat;
+
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_span_continues_a_recorded_traceparent_and_ignores_a_malformed_one() {
+        let provider = SdkTracerProvider::builder().build();
+        let dispatch = crate::telemetry::subscriber("info", LogFormat::Text, Some(&provider))
+            .expect("subscriber");
+        tracing::dispatcher::with_default(&dispatch, || {
+            let traces = OtelTraceContext;
+            let child = tracing::info_span!(target: keel_actors::trace::TARGET, "child");
+            traces.set_parent(&child, PARENT);
+            let continued = traces.traceparent(&child).expect("a context");
+            assert!(
+                continued.starts_with("00-0af7651916cd43dd8448eb211c80319c-"),
+                "{continued}"
+            );
+            assert!(continued.ends_with("-01"), "{continued}");
+            assert!(!continued.contains("b7ad6b7169203331"), "a span of its own");
+
+            for malformed in [
+                "",
+                "garbage",
+                "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            ] {
+                let root = tracing::info_span!(target: keel_actors::trace::TARGET, "root");
+                traces.set_parent(&root, malformed);
+                let own = traces.traceparent(&root).expect("a context");
+                assert!(
+                    !own.contains("0af7651916cd43dd8448eb211c80319c"),
+                    "{malformed:?}: {own}"
+                );
+            }
+
+            let untraced = tracing::Span::none();
+            assert_eq!(traces.traceparent(&untraced), None);
+        });
+    }
+}

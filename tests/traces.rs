@@ -79,11 +79,17 @@ struct Kernel {
 impl Kernel {
     /// Starts `keel dev`, exporting to `endpoint` when given.
     async fn start(endpoint: Option<&str>) -> Self {
+        Self::start_with(endpoint, &[]).await
+    }
+
+    /// [`Kernel::start`] with more flags.
+    async fn start_with(endpoint: Option<&str>, extra: &[&str]) -> Self {
         let data = tempfile::tempdir().unwrap();
         let store = backend::TestStore::fresh().await;
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command
             .args(["dev", "--port", "0", "--log-level", "info"])
+            .args(extra)
             .arg("--data-dir")
             .arg(data.path())
             .arg("--db-url")
@@ -628,5 +634,67 @@ async fn without_an_endpoint_nothing_of_a_trace_is_recorded_or_pushed() {
         events["events"][0]["payload"].get("traceparent").is_none(),
         "{events}"
     );
+    drop(kernel);
+}
+
+#[tokio::test]
+async fn a_passivated_execution_continues_its_trace_when_rebuilt() {
+    let (endpoint, mut spans) = receiver().await;
+    let kernel = Kernel::start_with(Some(&endpoint), &["--passivate-after", "100ms"]).await;
+    let trace_id = "5b8efff798038103d269b633813fc60c";
+    let created: serde_json::Value = reqwest::Client::new()
+        .post(kernel.url("/v0/executions"))
+        .header("traceparent", format!("00-{trace_id}-eee19b7ec3c1b174-01"))
+        .json(&serde_json::json!({"agent_id": "later"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let execution_id = created["id"].as_str().unwrap().to_owned();
+    // No consumer: the pending execution's actor is stopped, its state left in the store.
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let metrics = reqwest::get(kernel.url("/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let passivated = metrics
+                .lines()
+                .find(|line| line.starts_with("keel_execution_passivations_total"))
+                .and_then(|line| line.split_whitespace().last()?.parse::<f64>().ok());
+            if passivated.is_some_and(|count| count >= 1.0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the execution is passivated");
+    let mut agent = kernel
+        .stream("/v0/agents/stream?agent_id=later&consumer_id=later-1")
+        .await;
+    let assigned = agent.next_of("execution.assigned").await;
+    assert_eq!(assigned["execution_id"], *execution_id);
+    let spans = collect(&mut spans, |spans| {
+        spans.iter().any(|span| span.name == "POST /v0/executions")
+            && named(spans, "assign", "execution.id", &execution_id).len() == 1
+    })
+    .await;
+    let create = spans
+        .iter()
+        .find(|span| span.name == "POST /v0/executions")
+        .unwrap();
+    assert_eq!(
+        assigned["traceparent"],
+        format!("00-{trace_id}-{}-01", hex(&create.span_id)),
+        "the context rebuilt from execution.created"
+    );
+    let assign = one(&spans, "assign", "execution.id", &execution_id);
+    assert_eq!(hex(&assign.trace_id), trace_id);
+    assert_eq!(assign.parent_span_id, create.span_id);
     drop(kernel);
 }
