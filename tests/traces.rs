@@ -154,6 +154,30 @@ impl Kernel {
             .unwrap()
     }
 
+    /// Waits until `count` execution actors were passivated.
+    async fn passivated(&self, count: u32) {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let metrics = reqwest::get(self.url("/metrics"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                let passivated = metrics
+                    .lines()
+                    .find(|line| line.starts_with("keel_execution_passivations_total"))
+                    .and_then(|line| line.split_whitespace().last()?.parse::<f64>().ok());
+                if passivated.is_some_and(|passivated| passivated >= f64::from(count)) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the execution is passivated");
+    }
+
     /// Opens an SSE stream (the connection is registered once the head arrives).
     async fn stream(&self, path: &str) -> Stream {
         let response = reqwest::get(self.url(path)).await.unwrap();
@@ -654,26 +678,7 @@ async fn a_passivated_execution_continues_its_trace_when_rebuilt() {
         .unwrap();
     let execution_id = created["id"].as_str().unwrap().to_owned();
     // No consumer: the pending execution's actor is stopped, its state left in the store.
-    tokio::time::timeout(WAIT, async {
-        loop {
-            let metrics = reqwest::get(kernel.url("/metrics"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            let passivated = metrics
-                .lines()
-                .find(|line| line.starts_with("keel_execution_passivations_total"))
-                .and_then(|line| line.split_whitespace().last()?.parse::<f64>().ok());
-            if passivated.is_some_and(|count| count >= 1.0) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the execution is passivated");
+    kernel.passivated(1).await;
     let mut agent = kernel
         .stream("/v0/agents/stream?agent_id=later&consumer_id=later-1")
         .await;
@@ -696,5 +701,98 @@ async fn a_passivated_execution_continues_its_trace_when_rebuilt() {
     let assign = one(&spans, "assign", "execution.id", &execution_id);
     assert_eq!(hex(&assign.trace_id), trace_id);
     assert_eq!(assign.parent_span_id, create.span_id);
+    drop(kernel);
+}
+
+#[tokio::test]
+async fn a_step_outliving_its_actor_gets_a_closing_span_with_its_whole_duration() {
+    let (endpoint, mut spans) = receiver().await;
+    let policy = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        policy.path(),
+        "rules:\n  - id: gate\n    priority: 1\n    when:\n      tool_ids: [\"gated.*\"]\n    then:\n      decision: require_approval\n      reason: a human decides\ndefault:\n  decision: allow\n",
+    )
+    .unwrap();
+    let policy_path = policy.path().to_str().unwrap().to_owned();
+    let kernel = Kernel::start_with(
+        Some(&endpoint),
+        &["--passivate-after", "100ms", "--policy", &policy_path],
+    )
+    .await;
+    let mut agent = kernel
+        .stream("/v0/agents/stream?agent_id=gated&consumer_id=gated-1")
+        .await;
+    let created = kernel
+        .post("/v0/executions", &serde_json::json!({"agent_id": "gated"}))
+        .await;
+    let execution_id = created["id"].as_str().unwrap().to_owned();
+    let assigned = agent.next_of("execution.assigned").await;
+    let session_id = assigned["session_id"].as_str().unwrap().to_owned();
+    let gated = kernel
+        .post(
+            "/v0/agents/intent",
+            &serde_json::json!({"execution_id": execution_id, "session_id": session_id,
+                "intent": {"type": "invoke_tool", "tool_id": "gated.deploy", "arguments": {}}}),
+        )
+        .await;
+    assert_eq!(gated["pending_approval"], true, "{gated}");
+    let step_id = gated["step_id"].as_str().unwrap().to_owned();
+    // Blocked on the approval, the actor is passivated: the step's span ends with it.
+    kernel.passivated(1).await;
+    kernel
+        .post(
+            &format!("/v0/executions/{execution_id}/signal"),
+            &serde_json::json!({"signal_type": "step.approve",
+                "payload": {"step_id": step_id, "approved": true}}),
+        )
+        .await;
+    let resolved = agent.next_of("approval.resolved").await;
+    assert_eq!(resolved["traceparent"], assigned["traceparent"]);
+    kernel
+        .post(
+            "/v0/agents/step-result",
+            &serde_json::json!({"execution_id": execution_id, "session_id": session_id,
+                "step_id": step_id, "success": true, "data": {}}),
+        )
+        .await;
+
+    let spans = collect(&mut spans, |spans| {
+        named(spans, "step", "step.id", &step_id).len() == 2
+            && named(spans, "step result", "step.id", &step_id).len() == 1
+    })
+    .await;
+    let steps = named(&spans, "step", "step.id", &step_id);
+    let unfinished = steps
+        .iter()
+        .find(|span| attribute(span, "step.status").as_deref() == Some("unfinished"))
+        .expect("the span the passivated actor held, marked");
+    let invoke = one(&spans, "intent", "tool.id", "gated.deploy");
+    assert_eq!(unfinished.parent_span_id, invoke.span_id);
+    assert_eq!(
+        attribute(invoke, "intent.decision").as_deref(),
+        Some("pending_approval")
+    );
+    assert_eq!(
+        attribute(invoke, "policy.decision").as_deref(),
+        Some("require_approval")
+    );
+    let closing = steps
+        .iter()
+        .find(|span| attribute(span, "step.status").as_deref() == Some("succeeded"))
+        .expect("a closing span when the step ends");
+    let result = one(&spans, "step result", "step.id", &step_id);
+    assert_eq!(closing.parent_span_id, result.span_id);
+    let whole: i64 = attribute(closing, "step.duration_ms")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let held_ms = i64::try_from(
+        (unfinished.end_time_unix_nano - unfinished.start_time_unix_nano) / 1_000_000,
+    )
+    .unwrap();
+    assert!(
+        whole >= held_ms && whole >= 100,
+        "the duration covers the whole step ({whole} ms, held {held_ms} ms)"
+    );
     drop(kernel);
 }

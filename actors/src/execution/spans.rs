@@ -22,6 +22,17 @@ use crate::trace::TARGET;
 #[derive(Default)]
 pub struct StepSpans(HashMap<StepId, Span>);
 
+impl Drop for StepSpans {
+    /// The actor stops before these steps end (passivated while an approval is pending, a
+    /// restart, shutdown): their spans end here, marked; each step gets a closing span when it
+    /// ends (see [`observe_steps`]).
+    fn drop(&mut self) {
+        for span in self.0.values() {
+            span.record("step.status", "unfinished");
+        }
+    }
+}
+
 /// Returns the span `message` is handled in: disabled when traces are off or the message
 /// changes nothing (reads, passivation bookkeeping).
 pub(super) fn message_span(state: &ExecutionActorState, message: &ExecutionMsg) -> Span {
