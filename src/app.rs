@@ -273,6 +273,9 @@ fn kernel_config(
     config.retention_period = settings.retention_period;
     config.cleanup_interval = settings.cleanup_interval;
     config.shutdown_timeout = settings.shutdown_timeout / KERNEL_SHARE_OF_DEADLINE;
+    if settings.otel_endpoint.is_some() {
+        config.traces = Some(Arc::new(crate::trace_context::OtelTraceContext));
+    }
     config
 }
 

@@ -14,6 +14,7 @@ pub mod policy;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+pub mod trace_context;
 pub mod webhooks;
 
 pub use app::run;

@@ -71,18 +71,28 @@ pub fn init_with_traces(
     format: LogFormat,
     otel_endpoint: Option<&str>,
 ) -> Result<(bool, Traces), TelemetryError> {
-    let env_filter = EnvFilter::try_new(filter)
-        .map_err(|error| TelemetryError::InvalidFilter {
-            filter: filter.to_owned(),
-            message: error.to_string(),
-        })?
-        .add_directive(SILENCE_URL_PARAMETER_VALUES.parse().map_err(|error| {
-            TelemetryError::InvalidFilter {
-                filter: SILENCE_URL_PARAMETER_VALUES.to_owned(),
-                message: format!("{error}"),
-            }
-        })?);
     let provider = otel_endpoint.map(tracer_provider).transpose()?;
+    let installed = subscriber(filter, format, provider.as_ref())?
+        .try_init()
+        .is_ok();
+    if provider.is_some() {
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    }
+    Ok((installed, Traces { provider }))
+}
+
+/// Builds the subscriber: log lines filtered by `filter` and, with a provider, spans exported
+/// through it. Each layer has a filter of its own: the log lines never see the actors' trace
+/// spans (target [`keel_actors::trace::TARGET`]), so without a provider nothing enables them
+/// and each costs one cached callsite check; the export never sees the actors' logging spans
+/// ([`keel_actors::trace::LOG_TARGET`]), which last as long as an actor. Without a provider
+/// the export layer is left out entirely (an absent `Option` layer would enable everything).
+pub fn subscriber(
+    filter: &str,
+    format: LogFormat,
+    provider: Option<&SdkTracerProvider>,
+) -> Result<tracing::Dispatch, TelemetryError> {
+    let fmt_filter = env_filter(filter, &[keel_actors::trace::TARGET])?;
     let fmt_layer = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -100,20 +110,40 @@ pub fn init_with_traces(
             .with_current_span(true)
             .with_span_list(false)
             .boxed(),
-    };
-    let otel_layer = provider
-        .as_ref()
-        .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer("keel")));
-    let installed = tracing_subscriber::registry()
-        .with(fmt_layer)
-        .with(otel_layer)
-        .with(env_filter)
-        .try_init()
-        .is_ok();
-    if provider.is_some() {
-        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     }
-    Ok((installed, Traces { provider }))
+    .with_filter(fmt_filter);
+    let logs = tracing_subscriber::registry().with(fmt_layer);
+    let Some(provider) = provider else {
+        return Ok(tracing::Dispatch::new(logs));
+    };
+    let otel_layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("keel"))
+        .with_filter(env_filter(filter, &NOT_EXPORTED)?);
+    Ok(tracing::Dispatch::new(logs.with(otel_layer)))
+}
+
+/// Targets whose spans are never exported: the actors' logging spans and ractor's `Actor`
+/// span of every actor, which last as long as the actor and say nothing about a request.
+const NOT_EXPORTED: [&str; 2] = [keel_actors::trace::LOG_TARGET, "ractor"];
+
+/// `filter`, with sqlx's URL warnings kept to errors and the `excluded` targets off.
+fn env_filter(filter: &str, excluded: &[&str]) -> Result<EnvFilter, TelemetryError> {
+    let invalid = |filter: &str, error: &dyn std::fmt::Display| TelemetryError::InvalidFilter {
+        filter: filter.to_owned(),
+        message: error.to_string(),
+    };
+    let mut env_filter = EnvFilter::try_new(filter)
+        .map_err(|error| invalid(filter, &error))?
+        .add_directive(
+            SILENCE_URL_PARAMETER_VALUES
+                .parse()
+                .map_err(|error| invalid(SILENCE_URL_PARAMETER_VALUES, &error))?,
+        );
+    for target in excluded {
+        let off = format!("{target}=off");
+        env_filter = env_filter.add_directive(off.parse().map_err(|error| invalid(&off, &error))?);
+    }
+    Ok(env_filter)
 }
 
 /// Builds the batched OTLP/HTTP exporter of `endpoint` (`/v1/traces` appended).
@@ -140,7 +170,35 @@ pub fn use_color(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool 
 mod tests {
     use std::ffi::OsStr;
 
-    use super::use_color;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+
+    use super::{LogFormat, subscriber, use_color};
+
+    #[test]
+    fn without_an_exporter_the_actors_trace_spans_are_never_built() {
+        let plain = subscriber("info", LogFormat::Text, None).unwrap();
+        tracing::dispatcher::with_default(&plain, || {
+            let span = tracing::info_span!(target: keel_actors::trace::TARGET, "intent", n = 1);
+            assert!(span.is_disabled(), "no exporter: the span is not built");
+            assert!(!tracing::enabled!(
+                target: keel_actors::trace::TARGET,
+                tracing::Level::INFO
+            ));
+            let logged = tracing::info_span!("request");
+            assert!(!logged.is_disabled(), "log spans are unaffected");
+        });
+        let provider = SdkTracerProvider::builder().build();
+        let exported = subscriber("info", LogFormat::Text, Some(&provider)).unwrap();
+        tracing::dispatcher::with_default(&exported, || {
+            let span = tracing::info_span!(target: keel_actors::trace::TARGET, "intent", n = 2);
+            assert!(!span.is_disabled(), "with an exporter the span is built");
+            let quiet = tracing::debug_span!(target: keel_actors::trace::TARGET, "detail");
+            assert!(
+                quiet.is_disabled(),
+                "below the configured level nothing is built"
+            );
+        });
+    }
 
     #[test]
     fn no_color_turns_colour_off_and_pipes_never_get_it() {

@@ -37,6 +37,11 @@ pub enum EventBody {
         /// addition, written only when not 0.
         #[serde(default, skip_serializing_if = "is_zero")]
         priority: i64,
+        /// W3C trace context of the creating request, recorded only when traces are exported
+        /// (docs/tracing.md): later spans of the execution, and its pushes, continue it.
+        /// Keel's addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// The execution was assigned to an agent consumer and a session was opened.
     #[serde(rename = "execution.started")]

@@ -21,6 +21,7 @@ pub mod store;
 pub mod store_writer;
 pub mod supervision;
 pub mod time;
+pub mod trace;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

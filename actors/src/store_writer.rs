@@ -31,10 +31,17 @@ pub struct StoreWriterArgs {
     pub commits: broadcast::Sender<CommitNotice>,
     /// Most commits per transaction.
     pub max_batch: usize,
+    /// Whether traces are exported: each transaction is then a `store commit` span linked to
+    /// the `commit` spans of its callers (docs/tracing.md).
+    pub traced: bool,
 }
 
-/// A commit and the caller waiting for it.
-type Waiting = (Box<Commit>, RpcReplyPort<Result<(), StoreError>>);
+/// A commit, the caller waiting for it and the caller's span (traces on only).
+type Waiting = (
+    Box<Commit>,
+    RpcReplyPort<Result<(), StoreError>>,
+    tracing::Span,
+);
 
 /// A commit of the transaction in flight, reduced to what is left to do once it is durable:
 /// the notice to broadcast and the caller to answer.
@@ -75,7 +82,13 @@ impl Actor for StoreWriter {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             StoreWriterMsg::Append(commit, reply) => {
-                state.queued.push((commit, reply));
+                // ractor runs the handler in the sender's span: the caller's `commit` span.
+                let caller = if state.args.traced {
+                    tracing::Span::current()
+                } else {
+                    tracing::Span::none()
+                };
+                state.queued.push((commit, reply, caller));
                 if state.in_flight.is_empty() {
                     start_flush(&myself, state);
                 }
@@ -105,7 +118,23 @@ fn start_flush(myself: &ActorRef<StoreWriterMsg>, state: &mut StoreWriterState) 
     let take = state.queued.len().min(state.args.max_batch.max(1));
     let mut group = Vec::with_capacity(take);
     state.in_flight.reserve(take);
-    for (commit, reply) in state.queued.drain(..take) {
+    let span = if state.args.traced {
+        let events: usize = state.queued[..take]
+            .iter()
+            .map(|(commit, ..)| commit.events.len())
+            .sum();
+        tracing::info_span!(
+            target: crate::trace::TARGET,
+            parent: None,
+            "store commit",
+            batch.size = take,
+            batch.events = events,
+        )
+    } else {
+        tracing::Span::none()
+    };
+    for (commit, reply, caller) in state.queued.drain(..take) {
+        span.follows_from(caller.id());
         let notice = CommitNotice {
             execution_id: commit.execution.id.clone(),
             last_sequence: commit.execution.last_sequence,
@@ -118,7 +147,7 @@ fn start_flush(myself: &ActorRef<StoreWriterMsg>, state: &mut StoreWriterState) 
     tokio::spawn(async move {
         let started = Instant::now();
         let expected = group.len();
-        let mut results = store.commit_group(group).await;
+        let mut results = tracing::Instrument::instrument(store.commit_group(group), span).await;
         // A store answering the wrong number of results must not leave a caller unanswered.
         results.resize_with(expected, || {
             Err(StoreError::Internal(

@@ -256,6 +256,8 @@ async fn recorded_creation(
         input,
         labels,
         priority,
+        // The trace a creation joined is not part of what it asked for.
+        traceparent: _,
     }) = page.first().map(|event| event.body.clone())
     else {
         return Ok(None);

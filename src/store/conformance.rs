@@ -63,6 +63,7 @@ pub fn new_execution(
         input: input.clone(),
         labels: serde_json::to_value(&labels).expect("labels serialize"),
         priority: 0,
+        traceparent: None,
     };
     let execution_id = ExecutionId::new(id);
     let events = seal(

@@ -238,6 +238,7 @@ mod tests {
                 input: json!({"z": [1, 2, {"}": "{\"type\":"}], "a": null}),
                 labels: json!({"k": "v"}),
                 priority: 0,
+                traceparent: None,
             },
             EventBody::ExecutionFailed {
                 error: "payload\":}".into(),

@@ -40,6 +40,7 @@ use writer::{WriterOptions, WriterThread};
 #[cfg(test)]
 mod batch_tests;
 mod checkpoint;
+mod commit_span;
 mod probe;
 mod schema;
 mod write;

@@ -54,6 +54,7 @@ async fn stored(store: &dyn Store, id: &ExecutionId, status: ExecutionStatus) {
         last_sequence: 1,
     };
     let mut bodies = vec![NewEvent::execution(EventBody::ExecutionCreated {
+        traceparent: None,
         agent_id: "a".into(),
         input: json!(null),
         labels: json!(null),

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::Instrument as _;
 
 use super::machine::{self};
 use super::messages::ExecutionMsg;
@@ -59,6 +60,8 @@ pub struct ExecutionActorState {
     /// Deadline, step and stall-check timers (aborted when the actor stops).
     pub(super) timers: super::timers::Timers,
     pub(super) span: tracing::Span,
+    /// Trace spans of the active steps (docs/tracing.md).
+    pub(super) step_spans: super::spans::StepSpans,
     /// Messages handled so far: an idle check or a stop request from an earlier count is stale.
     pub(super) epoch: u64,
     /// Epoch for which an idle check is armed.
@@ -78,7 +81,7 @@ impl Actor for ExecutionActor {
         _myself: ActorRef<Self::Msg>,
         args: ExecutionArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let span = tracing::info_span!("execution", execution.id = %args.id);
+        let span = tracing::info_span!(target: crate::trace::LOG_TARGET, "execution", execution.id = %args.id);
         let ctx = args.ctx;
         let give_up = match &args.mode {
             StartMode::GiveUp { error } => Some(error.clone()),
@@ -103,6 +106,7 @@ impl Actor for ExecutionActor {
             assignment_in_doubt: None,
             timers: super::timers::Timers::default(),
             span,
+            step_spans: super::spans::StepSpans::default(),
             epoch: 0,
             idle_armed: None,
         };
@@ -148,28 +152,41 @@ impl Actor for ExecutionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
-        let _entered = span.enter();
-        let message = match passivation::intercept(&myself, message, state) {
+        let message = match span.in_scope(|| passivation::intercept(&myself, message, state)) {
             Some(message) => message,
             None => return Ok(()),
         };
-        state.epoch += 1;
-        if state.stale
-            && let Err(error) = reload(state).await
-        {
-            refuse(&myself, message, error);
-            return Ok(());
-        }
-        handle_message(&myself, message, state).await?;
-        arm_step_timers(&myself, state);
-        arm_stall_checks(&myself, state);
-        if state.exec.status.is_terminal() {
-            myself.stop(Some("terminal".into()));
-        } else {
-            passivation::consider(&myself, state);
-        }
-        Ok(())
+        // Instrumented, not entered: the handler awaits, and a guard held across an await
+        // would leave its span current for whatever else runs on this thread meanwhile.
+        let traced = super::spans::message_span(state, &message);
+        handle_traced(&myself, message, state)
+            .instrument(traced)
+            .instrument(span)
+            .await
     }
+}
+
+async fn handle_traced(
+    myself: &ActorRef<ExecutionMsg>,
+    message: ExecutionMsg,
+    state: &mut ExecutionActorState,
+) -> Result<(), ActorProcessingErr> {
+    state.epoch += 1;
+    if state.stale
+        && let Err(error) = reload(state).await
+    {
+        refuse(myself, message, error);
+        return Ok(());
+    }
+    handle_message(myself, message, state).await?;
+    arm_step_timers(myself, state);
+    arm_stall_checks(myself, state);
+    if state.exec.status.is_terminal() {
+        myself.stop(Some("terminal".into()));
+    } else {
+        passivation::consider(myself, state);
+    }
+    Ok(())
 }
 
 async fn handle_message(
@@ -185,7 +202,9 @@ async fn handle_message(
             intent,
             reply,
         } => {
-            let result = submit_intent(state, &session_id, session_owner.as_ref(), intent).await;
+            let result =
+                super::submit::submit_intent(state, &session_id, session_owner.as_ref(), intent)
+                    .await;
             let _ = reply.send(result);
         }
         ExecutionMsg::ReportStepResult {
@@ -199,8 +218,9 @@ async fn handle_message(
                     Ok(()) => match super::hooks::post_tool(state, &mut outcome).await {
                         Ok(hook_events) => {
                             decide_and_apply(state, |exec| {
-                                machine::agent_step_result(exec, &outcome)
-                                    .map(|transition| with_first(transition, hook_events))
+                                machine::agent_step_result(exec, &outcome).map(|transition| {
+                                    super::submit::with_first(transition, hook_events)
+                                })
                             })
                             .await
                         }
@@ -217,7 +237,7 @@ async fn handle_message(
                     let (now, jitter) = (state.ctx.now(), jitter(&settings));
                     decide_and_apply(state, |exec| {
                         machine::runner_result(exec, &outcome, now, &settings, jitter)
-                            .map(|transition| with_first(transition, hook_events))
+                            .map(|transition| super::submit::with_first(transition, hook_events))
                     })
                     .await
                 }
@@ -267,9 +287,13 @@ async fn handle_message(
         }
         ExecutionMsg::OfferToConsumer { consumer_id, reply } => {
             let result = match machine::assign(&state.exec, &consumer_id) {
-                Ok((transition, push)) => match apply(state, transition).await {
-                    Ok(()) => Ok(push),
+                Ok((transition, mut push)) => match apply(state, transition).await {
+                    Ok(()) => {
+                        let _span = super::spans::push(state, &mut push, &consumer_id);
+                        Ok(push)
+                    }
                     Err(error) => {
+                        super::spans::stamp(state, &mut push);
                         state.assignment_in_doubt = Some((consumer_id, push));
                         Err(error)
                     }
@@ -289,8 +313,11 @@ async fn handle_message(
             let claimed =
                 match machine::claim_job(&state.exec, &job, &runner_id, state.ctx.now(), &settings)
                 {
-                    Some((transition, delivered)) => {
-                        apply(state, transition).await.ok().map(|()| delivered)
+                    Some((transition, mut delivered)) => {
+                        let applied = apply(state, transition).await.ok();
+                        delivered.traceparent =
+                            super::spans::job_traceparent(state, &delivered.step_id);
+                        applied.map(|()| delivered)
                     }
                     None => None,
                 };
@@ -350,74 +377,6 @@ async fn handle_message(
         ExecutionMsg::Crash => return Err("crash requested".into()),
     }
     Ok(())
-}
-
-async fn submit_intent(
-    state: &mut ExecutionActorState,
-    session_id: &str,
-    session_owner: Option<&ExecutionId>,
-    intent: super::commands::Intent,
-) -> Result<super::commands::IntentReply, KernelError> {
-    machine::check_session(&state.exec, session_id, session_owner)?;
-    if let Some(reply) = machine::precheck_intent(&state.exec, &intent)? {
-        return Ok(reply);
-    }
-    let mut intent = intent;
-    let mut verdict = match &intent {
-        super::commands::Intent::InvokeTool {
-            tool_id,
-            arguments,
-            remote,
-            ..
-        } => Some(super::policy_check::check_policy(state, tool_id, arguments, *remote).await?),
-        _ => None,
-    };
-    let hook_events = match verdict.as_mut() {
-        Some(verdict) => super::hooks::pre_tool(state, &mut intent, verdict).await?,
-        None => Vec::new(),
-    };
-    let settings = state.ctx.config.execution.clone();
-    let (mut transition, reply) = machine::intent(
-        &state.exec,
-        &intent,
-        verdict.as_ref(),
-        state.ctx.now(),
-        &settings,
-    )?;
-    transition.events.splice(0..0, hook_events);
-    apply(state, transition).await?;
-    let decision = match (&reply, &verdict) {
-        (reply, _) if reply.pending_approval => "pending_approval",
-        (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("rate limit") => {
-            "rate_limited"
-        }
-        (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("budget") => {
-            "budget_exceeded"
-        }
-        (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("circuit") => {
-            "circuit_open"
-        }
-        (reply, _) if !reply.accepted => "denied",
-        _ => "accepted",
-    };
-    state.ctx.metrics.intent(intent.type_name(), decision);
-    match &intent {
-        super::commands::Intent::Complete { .. } => {
-            state.ctx.metrics.execution_outcome("completed")
-        }
-        super::commands::Intent::Fail { .. } => state.ctx.metrics.execution_outcome("failed"),
-        _ => {}
-    }
-    Ok(reply)
-}
-
-/// Puts `events` (the hooks' decisions) before the transition's own events.
-fn with_first(
-    mut transition: machine::Transition,
-    events: Vec<crate::events::NewEvent>,
-) -> machine::Transition {
-    transition.events.splice(0..0, events);
-    transition
 }
 
 use super::effects::{

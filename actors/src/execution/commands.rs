@@ -162,6 +162,9 @@ pub struct JobSpec {
     pub deadline: Timestamp,
     /// Earliest delivery time (retries).
     pub not_before: Option<Timestamp>,
+    /// W3C trace context the runner may continue (docs/tracing.md): set by the execution when
+    /// it lets a runner claim the job, only when traces are exported.
+    pub traceparent: Option<String>,
 }
 
 /// Something the actor does after the events of a transition are durable.

@@ -89,6 +89,7 @@ pub(super) async fn apply(
                 touched.push(step_id.clone());
             }
         }
+        let marks = super::spans::step_marks(state, &events);
         let exec = &state.exec;
         let steps = touched
             .iter()
@@ -105,6 +106,7 @@ pub(super) async fn apply(
             state.committed.get_or_insert((before, before_sequence));
             return Err(error);
         }
+        super::spans::observe_steps(state, marks);
         state
             .ctx
             .metrics
@@ -142,8 +144,10 @@ pub(super) fn run_effects(
     let exec = &state.exec;
     for effect in effects {
         match effect {
-            Effect::PushToAgent(push) => {
+            Effect::PushToAgent(mut push) => {
                 if let Some(consumer_id) = &consumer {
+                    let span = super::spans::push(state, &mut push, consumer_id);
+                    let _pushing = span.enter();
                     let message = AgentGroupMsg::Push {
                         consumer_id: consumer_id.clone(),
                         push,

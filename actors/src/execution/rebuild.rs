@@ -61,6 +61,7 @@ pub async fn record_creation_decided(
         labels_json,
         options.priority,
         options.idempotency_key,
+        creation_traceparent(ctx),
     );
     let mut new_events = Vec::with_capacity(1 + decisions.len());
     new_events.push(created);
@@ -77,6 +78,12 @@ pub async fn record_creation_decided(
     ctx.metrics.execution_outcome("created");
     ctx.metrics.execution_moved(None, exec.status);
     Ok(exec)
+}
+
+/// The trace context of the creating request (the current span), when traces are exported.
+fn creation_traceparent(ctx: &Ctx) -> Option<String> {
+    let traces = ctx.config.traces.as_ref()?;
+    traces.traceparent(&tracing::Span::current())
 }
 
 pub(super) async fn load_events(ctx: &Ctx, id: &ExecutionId) -> Result<Vec<Event>, KernelError> {
@@ -213,6 +220,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             arguments: step.arguments.clone(),
             deadline: step.deadline.unwrap_or_else(|| state.ctx.now()),
             not_before: step.not_before,
+            traceparent: None,
         };
         let waiting_retry = step.status == crate::status::StepStatus::Pending;
         state.ctx.tell_dispatcher(if waiting_retry {

@@ -30,6 +30,8 @@ pub struct ExecutionState {
     pub input: Value,
     /// Queue priority given at creation (0 when none).
     pub priority: i64,
+    /// W3C trace context recorded at creation (docs/tracing.md).
+    pub traceparent: Option<String>,
     /// Output once completed.
     pub output: Option<Value>,
     /// Creation time.
@@ -76,6 +78,7 @@ impl ExecutionState {
             input,
             labels,
             priority,
+            traceparent,
         } = &first.body
         else {
             return None;
@@ -87,6 +90,7 @@ impl ExecutionState {
             labels: serde_json::from_value(labels.clone()).ok().flatten(),
             input: input.clone(),
             priority: *priority,
+            traceparent: traceparent.clone(),
             output: None,
             created_at: first.timestamp,
             updated_at: first.timestamp,

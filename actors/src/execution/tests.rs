@@ -47,6 +47,7 @@ fn created() -> ExecutionState {
             Value::Null,
             0,
             None,
+            None,
         )],
     );
     ExecutionState::from_events(&events).expect("created folds")

@@ -48,6 +48,9 @@ pub struct KernelConfig {
     pub hook_caller: Option<Arc<dyn crate::hooks::HookCaller>>,
     /// Hooks of the policy in force, in order (replaced with the engine on reload).
     pub hooks: Vec<crate::hooks::HookSpec>,
+    /// Trace context of spans (docs/tracing.md); `None` when traces are not exported, and then
+    /// nothing is recorded or pushed for them.
+    pub traces: Option<Arc<dyn crate::trace::TraceContext>>,
 }
 
 impl KernelConfig {
@@ -71,6 +74,7 @@ impl KernelConfig {
             passivate_after: Some(Duration::from_secs(1)),
             hook_caller: None,
             hooks: Vec::new(),
+            traces: None,
         }
     }
 }

@@ -214,8 +214,22 @@ impl Ctx {
     }
 
     /// Commits through the store writer and waits for durability. A store that folds
-    /// concurrent groups itself ([`Store::folds_groups`]) gets the commit directly.
+    /// concurrent groups itself ([`Store::folds_groups`]) gets the commit directly. With traces
+    /// on, the wait is a `commit` span (a child of the current span) naming its event count.
     pub async fn commit(&self, commit: Commit) -> Result<(), KernelError> {
+        if self.config.traces.is_none() {
+            return self.commit_untraced(commit).await;
+        }
+        let span = tracing::info_span!(
+            target: crate::trace::TARGET,
+            "commit",
+            execution.id = %commit.execution.id,
+            commit.events = commit.events.len(),
+        );
+        tracing::Instrument::instrument(self.commit_untraced(commit), span).await
+    }
+
+    async fn commit_untraced(&self, commit: Commit) -> Result<(), KernelError> {
         if self.store.folds_groups() {
             return self.commit_direct(commit).await;
         }

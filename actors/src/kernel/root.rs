@@ -134,6 +134,7 @@ async fn spawn_singleton(
                 metrics: ctx.metrics.clone(),
                 commits: ctx.commits.clone(),
                 max_batch: ctx.config.max_batch,
+                traced: ctx.config.traces.is_some(),
             };
             let (actor, _) = Actor::spawn_linked(None, StoreWriter, args, supervisor).await?;
             let id = actor.get_id();

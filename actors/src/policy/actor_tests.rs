@@ -267,6 +267,7 @@ async fn an_engine_swap_answers_with_the_new_engine_and_hooks_and_keeps_the_wind
 async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Clock) {
     let id = ExecutionId::generate();
     let mut new_events = vec![NewEvent::execution(EventBody::ExecutionCreated {
+        traceparent: None,
         agent_id: agent.to_owned(),
         input: json!(null),
         labels: json!(null),

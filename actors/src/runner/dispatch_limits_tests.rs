@@ -24,6 +24,7 @@ fn key(consumer: &str) -> ConnectionKey {
 
 fn job(id: &str, tool: &str) -> JobSpec {
     JobSpec {
+        traceparent: None,
         job_id: id.into(),
         execution_id: "e1".into(),
         step_id: StepId::new(format!("step-{id}")),

@@ -29,6 +29,7 @@ fn job(id: &str, step: &str, tool: &str) -> JobSpec {
         arguments: json!({}),
         deadline: at(59),
         not_before: None,
+        traceparent: None,
     }
 }
 

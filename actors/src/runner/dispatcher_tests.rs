@@ -35,6 +35,7 @@ fn job(execution: &ExecutionId, id: &str) -> JobSpec {
         arguments: json!({"q": id}),
         deadline: crate::time::now() + chrono::Duration::minutes(5),
         not_before: None,
+        traceparent: None,
     }
 }
 

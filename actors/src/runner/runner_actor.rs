@@ -53,8 +53,10 @@ impl Actor for RunnerActor {
         match message {
             RunnerMsg::Deliver(job) => {
                 let delivered = claim(state, job).await;
-                let sent =
-                    delivered.is_some_and(|job| state.sender.try_send(job_assigned(&job)).is_ok());
+                let sent = delivered.is_some_and(|job| {
+                    let span = push_span(state, &job);
+                    span.in_scope(|| state.sender.try_send(job_assigned(&job)).is_ok())
+                });
                 if !sent {
                     state.ctx.tell_dispatcher(DispatcherMsg::ConnectionFree {
                         runner_id: state.runner_id.clone(),
@@ -91,12 +93,37 @@ async fn claim(state: &RunnerArgs, job: JobSpec) -> Option<JobSpec> {
     .flatten()
 }
 
+/// The span of a `job.assigned` push, a child of the job's trace context (disabled when traces
+/// are off).
+fn push_span(state: &RunnerArgs, job: &JobSpec) -> tracing::Span {
+    let Some(traces) = state.ctx.config.traces.as_ref() else {
+        return tracing::Span::none();
+    };
+    let span = tracing::info_span!(
+        target: crate::trace::TARGET,
+        parent: None,
+        "push",
+        otel.name = "push job.assigned",
+        push.event = "job.assigned",
+        execution.id = %job.execution_id,
+        step.id = %job.step_id,
+        tool.id = %job.tool_id,
+        job.id = %job.job_id,
+        runner.id = %state.runner_id,
+        consumer.id = %state.consumer_id,
+    );
+    if let Some(traceparent) = job.traceparent.as_deref() {
+        traces.set_parent(&span, traceparent);
+    }
+    span
+}
+
 fn job_assigned(job: &JobSpec) -> Push {
     let not_before = job.not_before.map_or_else(
         || "0001-01-01T00:00:00Z".to_owned(),
         |at| crate::time::format(&at),
     );
-    Push {
+    let mut push = Push {
         event: "job.assigned",
         data: json!({
             "id": job.job_id,
@@ -109,5 +136,7 @@ fn job_assigned(job: &JobSpec) -> Push {
             "deadline": crate::time::format(&job.deadline),
             "not_before": not_before,
         }),
-    }
+    };
+    crate::trace::stamp(&mut push, job.traceparent.as_deref());
+    push
 }

@@ -27,6 +27,7 @@ fn job(execution: &ExecutionId) -> JobSpec {
         arguments: json!({"q": "keel"}),
         deadline: crate::time::now() + chrono::Duration::minutes(1),
         not_before: None,
+        traceparent: None,
     }
 }
 

@@ -52,6 +52,7 @@ impl ProbeContext {
             metrics: metrics.clone(),
             commits,
             max_batch: 64,
+            traced: false,
         };
         let policy_args = crate::policy::PolicyArgs {
             engine: policy,

@@ -129,7 +129,8 @@ pub struct Event {
     /// Event type (`execution.created`, `step.completed`, …).
     #[schema(rename = "type")]
     event_type: String,
-    /// Type-specific payload.
+    /// Type-specific payload. Keel adds fields the reference kernel does not write, e.g.
+    /// `priority` and, when traces are exported, `traceparent` on `execution.created`.
     payload: Value,
     /// Payload schema version (1).
     schema_version: i64,
@@ -356,6 +357,14 @@ pub struct ExecutionAssigned {
     /// Terminal steps of earlier attempts.
     #[schema(required = false)]
     history: Option<Vec<Value>>,
+    /// Keel's addition, only when traces are exported: the W3C trace context of the execution
+    /// (docs/tracing.md). Also on `tool.result`, `signal.received`, `approval.resolved` and
+    /// `execution.cancelled`. The rebuno SDK ignores it.
+    #[schema(
+        required = false,
+        pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+    )]
+    traceparent: Option<String>,
 }
 
 /// `data:` of `job.assigned` on the runner stream (WIRE.md §13.2).
@@ -372,4 +381,11 @@ pub struct JobAssigned {
     deadline: String,
     #[schema(format = DateTime)]
     not_before: String,
+    /// Keel's addition, only when traces are exported: the W3C trace context of the job's step
+    /// span, for the runner to continue (docs/tracing.md). The rebuno SDK ignores it.
+    #[schema(
+        required = false,
+        pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+    )]
+    traceparent: Option<String>,
 }

@@ -37,6 +37,8 @@ enum Request {
         group: Vec<Commit>,
         all_or_nothing: bool,
         reply: oneshot::Sender<Vec<Result<(), StoreError>>>,
+        /// The caller's span when traces are exported (docs/tracing.md), else a disabled one.
+        caller: tracing::Span,
     },
     /// Retention: delete up to `limit` terminal executions updated before `before`.
     DeleteTerminal {
@@ -125,10 +127,18 @@ impl WriterThread {
     ) -> Vec<Result<(), StoreError>> {
         let size = group.len();
         let (reply, answer) = oneshot::channel();
+        // Checked at the callsite: a constant `false` when no exporter enables the target.
+        let caller = if tracing::enabled!(target: keel_actors::trace::TARGET, tracing::Level::INFO)
+        {
+            tracing::Span::current()
+        } else {
+            tracing::Span::none()
+        };
         let request = Request::Commit {
             group,
             all_or_nothing,
             reply,
+            caller,
         };
         match self.ask(request, answer).await {
             Ok(results) => results,
@@ -268,13 +278,22 @@ fn serve(
                 group,
                 all_or_nothing: false,
                 reply,
-            } => next = fold_and_commit(&mut connection, requests, group, reply, transactions),
+                caller,
+            } => {
+                let first = (group, reply, caller);
+                next = fold_and_commit(&mut connection, requests, first, transactions);
+            }
             Request::Commit {
                 group,
                 all_or_nothing,
                 reply,
+                caller,
             } => {
-                let results = commit_group(&mut connection, &group, all_or_nothing, transactions);
+                let span =
+                    super::commit_span::store_commit_span(&group, std::slice::from_ref(&caller));
+                let results = span.in_scope(|| {
+                    commit_group(&mut connection, &group, all_or_nothing, transactions)
+                });
                 let _ = reply.send(results);
             }
             Request::DeleteTerminal {
@@ -334,12 +353,12 @@ fn serve(
 fn fold_and_commit(
     connection: &mut Connection,
     requests: &mpsc::Receiver<Request>,
-    group: Vec<Commit>,
-    reply: oneshot::Sender<Vec<Result<(), StoreError>>>,
+    (group, reply, caller): (Vec<Commit>, CommitReply, tracing::Span),
     transactions: &AtomicU64,
 ) -> Option<Request> {
     let mut sizes = vec![group.len()];
     let mut replies = vec![reply];
+    let mut callers = vec![caller];
     let mut folded = group;
     let mut stopped = None;
     while folded.len() < MAX_FOLDED {
@@ -348,9 +367,11 @@ fn fold_and_commit(
                 group,
                 all_or_nothing: false,
                 reply,
+                caller,
             }) => {
                 sizes.push(group.len());
                 replies.push(reply);
+                callers.push(caller);
                 folded.extend(group);
             }
             Ok(other) => {
@@ -360,9 +381,15 @@ fn fold_and_commit(
             Err(_) => break,
         }
     }
-    let mut results = commit_group(connection, &folded, false, transactions).into_iter();
+    let span = super::commit_span::store_commit_span(&folded, &callers);
+    let mut results = span
+        .in_scope(|| commit_group(connection, &folded, false, transactions))
+        .into_iter();
     for (size, reply) in sizes.into_iter().zip(replies) {
         let _ = reply.send(results.by_ref().take(size).collect());
     }
     stopped
 }
+
+/// Answer of a commit request.
+type CommitReply = oneshot::Sender<Vec<Result<(), StoreError>>>;

@@ -22,12 +22,14 @@ pub fn create(
     labels: Value,
     priority: i64,
     key: Option<String>,
+    traceparent: Option<String>,
 ) -> NewEvent {
     NewEvent::execution(EventBody::ExecutionCreated {
         agent_id: agent_id.to_owned(),
         input,
         labels,
         priority,
+        traceparent,
     })
     .with_key(key)
 }
@@ -365,6 +367,7 @@ fn invoke_tool(
             arguments: call.arguments.clone(),
             deadline,
             not_before: None,
+            traceparent: None,
         }));
     }
     if !state.tool_blocked {

@@ -144,6 +144,7 @@ fn resolve_approval(
                 arguments: step.arguments.clone(),
                 deadline,
                 not_before: None,
+                traceparent: None,
             }));
         }
     } else {

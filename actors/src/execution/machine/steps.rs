@@ -184,6 +184,7 @@ fn retry(
         arguments: step.arguments.clone(),
         deadline: add(not_before, step_timeout(step, settings)),
         not_before: Some(not_before),
+        traceparent: None,
     }));
     transition
 }
