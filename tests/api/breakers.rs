@@ -11,20 +11,8 @@ use serde_json::{Value, json};
 
 use crate::harness::{Assignment, Options, TestKernel, running_execution};
 
-const RULES: &str = r#"
-rules:
-  - id: allow-all
-    priority: 1
-    when: {}
-    then:
-      decision: allow
-"#;
-
-fn install(config: &mut KernelConfig, breakers: &str) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("policy.yaml");
-    std::fs::write(&path, format!("{breakers}{RULES}")).expect("policy written");
-    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
+fn install(config: &mut KernelConfig, head: &str) {
+    crate::harness::install_allow_all_policy(config, head);
 }
 
 fn short_cool_down(config: &mut KernelConfig) {

@@ -11,20 +11,8 @@ use serde_json::{Value, json};
 
 use crate::harness::{Options, TestAgent, TestKernel, TestRunner};
 
-const RULES: &str = r#"
-rules:
-  - id: allow-all
-    priority: 1
-    when: {}
-    then:
-      decision: allow
-"#;
-
-fn install(config: &mut KernelConfig, concurrency: &str) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("policy.yaml");
-    std::fs::write(&path, format!("{concurrency}{RULES}")).expect("policy written");
-    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
+fn install(config: &mut KernelConfig, head: &str) {
+    crate::harness::install_allow_all_policy(config, head);
 }
 
 fn two_running(config: &mut KernelConfig) {

@@ -643,3 +643,20 @@ impl TestRunner {
             .await
     }
 }
+
+/// Puts in force a policy file made of `head` (Keel blocks such as `concurrency:` or
+/// `circuit_breakers:`) followed by one rule allowing every call.
+pub fn install_allow_all_policy(config: &mut keel_actors::kernel::KernelConfig, head: &str) {
+    const RULES: &str = r#"
+rules:
+  - id: allow-all
+    priority: 1
+    when: {}
+    then:
+      decision: allow
+"#;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, format!("{head}{RULES}")).expect("policy written");
+    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
+}
