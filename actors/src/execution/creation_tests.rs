@@ -6,8 +6,8 @@
 
 use serde_json::json;
 
+use super::messages::ExecutionSupervisorMsg;
 use super::rebuild::record_creation_with;
-use super::supervisor::ExecutionSupervisorMsg;
 use super::test_support::{allow_all, next_of, start};
 use crate::execution::Intent;
 use crate::guardrails::CreateOptions;

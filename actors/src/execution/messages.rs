@@ -1,6 +1,6 @@
 //! Messages of the execution actor and its supervisor.
 
-use ractor::RpcReplyPort;
+use ractor::{ActorRef, RpcReplyPort};
 use serde_json::Value;
 
 use super::commands::{Intent, IntentReply, JobSpec, StepOutcome};
@@ -127,4 +127,48 @@ pub enum ExecutionMsg {
     /// Makes the actor fail (tests of supervision only).
     #[cfg(any(test, feature = "testing"))]
     Crash,
+}
+
+/// Messages of the execution supervisor.
+pub enum ExecutionSupervisorMsg {
+    /// Spawns the actor of a new execution whose creation is already durable.
+    Create {
+        /// Its state after `execution.created`.
+        state: Box<super::state::ExecutionState>,
+        /// Answer: the live actor.
+        reply: Reply<ActorRef<ExecutionMsg>>,
+    },
+    /// Returns the live actor of an execution, rebuilding it from the store if needed.
+    Activate {
+        /// Execution id.
+        id: ExecutionId,
+        /// Whether a rebuilt actor re-announces itself to its neighbours (startup recovery, a
+        /// creation settled after an outage); a passivated execution is already known to them.
+        announce: bool,
+        /// Answer: the live actor (`ExecutionNotFound` when it has no events).
+        reply: Reply<ActorRef<ExecutionMsg>>,
+    },
+    /// An idle execution actor offers to stop (sent by the actor itself).
+    Idle {
+        /// Execution id.
+        id: ExecutionId,
+        /// The actor making the offer.
+        actor: ractor::ActorId,
+        /// Its activity count when it became idle.
+        epoch: u64,
+        /// When the execution must be woken up again, if ever.
+        wake_at: Option<crate::time::Timestamp>,
+    },
+    /// An actor asked to stop had new work in the meantime and stays.
+    StillBusy {
+        /// Execution id.
+        id: ExecutionId,
+        /// The actor.
+        actor: ractor::ActorId,
+    },
+    /// Executions found waiting at startup: they stay in the store until something concerns
+    /// them or their deadline comes.
+    Dormant(Vec<(ExecutionId, Option<crate::time::Timestamp>)>),
+    /// The earliest wake-up time came (sent by the supervisor to itself).
+    WakeDue,
 }

@@ -47,6 +47,7 @@ mod timer_tests;
 pub use actor::{ExecutionActor, ExecutionArgs, StartMode};
 pub use commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome};
 pub use messages::ExecutionMsg;
+pub use messages::ExecutionSupervisorMsg;
 pub use rejection::Rejection;
 pub use state::ExecutionState;
-pub use supervisor::{ExecutionSupervisor, ExecutionSupervisorMsg};
+pub use supervisor::ExecutionSupervisor;

@@ -12,8 +12,8 @@ use ractor::ActorRef;
 use super::actor::ExecutionActorState;
 use super::effects::add;
 use super::messages::ExecutionMsg;
+use super::messages::ExecutionSupervisorMsg;
 use super::state::ExecutionState;
-use super::supervisor::ExecutionSupervisorMsg;
 use crate::status::ExecutionStatus;
 use crate::time::Timestamp;
 

@@ -10,7 +10,7 @@ use ractor::{
 };
 
 use super::actor::{ExecutionActor, ExecutionArgs, StartMode};
-use super::messages::ExecutionMsg;
+use super::messages::{ExecutionMsg, ExecutionSupervisorMsg};
 use super::rejection::Rejection;
 use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
@@ -19,50 +19,6 @@ use crate::supervision::{self, ActorKind, RestartBudget, SupervisionEvent};
 use crate::time::Timestamp;
 
 use super::dormant::WakeIndex;
-
-/// Messages of the execution supervisor.
-pub enum ExecutionSupervisorMsg {
-    /// Spawns the actor of a new execution whose creation is already durable.
-    Create {
-        /// Its state after `execution.created`.
-        state: Box<super::state::ExecutionState>,
-        /// Answer: the live actor.
-        reply: RpcReplyPort<Result<ActorRef<ExecutionMsg>, KernelError>>,
-    },
-    /// Returns the live actor of an execution, rebuilding it from the store if needed.
-    Activate {
-        /// Execution id.
-        id: ExecutionId,
-        /// Whether a rebuilt actor re-announces itself to its neighbours (startup recovery, a
-        /// creation settled after an outage); a passivated execution is already known to them.
-        announce: bool,
-        /// Answer: the live actor (`ExecutionNotFound` when it has no events).
-        reply: RpcReplyPort<Result<ActorRef<ExecutionMsg>, KernelError>>,
-    },
-    /// An idle execution actor offers to stop (sent by the actor itself).
-    Idle {
-        /// Execution id.
-        id: ExecutionId,
-        /// The actor making the offer.
-        actor: ractor::ActorId,
-        /// Its activity count when it became idle.
-        epoch: u64,
-        /// When the execution must be woken up again, if ever.
-        wake_at: Option<Timestamp>,
-    },
-    /// An actor asked to stop had new work in the meantime and stays.
-    StillBusy {
-        /// Execution id.
-        id: ExecutionId,
-        /// The actor.
-        actor: ractor::ActorId,
-    },
-    /// Executions found waiting at startup: they stay in the store until something concerns
-    /// them or their deadline comes.
-    Dormant(Vec<(ExecutionId, Option<Timestamp>)>),
-    /// The earliest wake-up time came (sent by the supervisor to itself).
-    WakeDue,
-}
 
 /// What the supervisor knows of one execution's actor.
 enum Entry {

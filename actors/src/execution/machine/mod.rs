@@ -3,6 +3,7 @@
 //! actor commits the events, applies them with [`ExecutionState::apply`] and runs the effects.
 
 mod intents;
+mod invoke;
 mod lifecycle;
 mod signals;
 mod steps;

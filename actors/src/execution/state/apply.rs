@@ -1,0 +1,311 @@
+//! The fold of one event into an execution's state (`ExecutionState::apply`), used both to
+//! rebuild an execution from its log and to advance a live one after each commit.
+
+use super::*;
+
+impl ExecutionState {
+    /// Applies one event. Events are trusted: they were produced by the state machine.
+    pub fn apply(&mut self, event: &Event) {
+        debug_assert_eq!(
+            event.sequence,
+            self.last_sequence + 1,
+            "event sequences are contiguous"
+        );
+        self.last_sequence = event.sequence;
+        self.updated_at = event.timestamp;
+        let at = event.timestamp;
+        let before = self.status;
+        self.usage.apply(&event.body);
+        match &event.body {
+            EventBody::ExecutionCreated { .. } => {}
+            EventBody::ExecutionStarted {
+                session_id,
+                consumer_id,
+            } => {
+                self.session = Some(Session {
+                    id: session_id.clone(),
+                    consumer_id: consumer_id.clone(),
+                });
+                self.status = ExecutionStatus::Running;
+                self.intents.clear();
+                self.session_lost = false;
+            }
+            EventBody::ExecutionBlocked {
+                reason, reference, ..
+            } => match reason.as_str() {
+                "tool" => self.tool_blocked = true,
+                "signal" => self.signal_wait = Some(reference.clone()),
+                _ => self.approval = Some(StepId::new(reference.clone())),
+            },
+            EventBody::ExecutionResumed { reason } => self.apply_resumed(reason),
+            EventBody::ExecutionCompleted { output } => {
+                self.output = Some(output.clone());
+                self.finish(ExecutionStatus::Completed);
+            }
+            EventBody::ExecutionFailed { .. } => self.finish(ExecutionStatus::Failed),
+            EventBody::ExecutionCancelled { .. } => self.finish(ExecutionStatus::Cancelled),
+            EventBody::ExecutionReset { .. } => {
+                self.status = ExecutionStatus::Pending;
+                self.session = None;
+                self.clear_blockers();
+            }
+            EventBody::IntentAccepted { .. }
+            | EventBody::ToolCircuitOpened { .. }
+            | EventBody::ToolCircuitClosed { .. } => {}
+            EventBody::AgentTimeout { .. } => self.session_lost = true,
+            EventBody::IntentDenied {
+                tool_id,
+                idempotency_key,
+                reason,
+                rule_id,
+                ..
+            } => {
+                if let Some(key) = idempotency_key {
+                    let error = denial_text(reason, rule_id);
+                    let tool_id = tool_id.clone().unwrap_or_default();
+                    self.intents
+                        .insert(key.clone(), RecordedIntent::Denied { tool_id, error });
+                }
+            }
+            EventBody::StepCreated {
+                tool_id,
+                arguments,
+                max_attempts,
+                attempt,
+                deadline,
+                remote,
+                timeout_ms,
+                retry_base_delay_ms,
+                retry_max_delay_ms,
+                max_retries,
+                ..
+            } => {
+                let step_id = event.step_id.clone().unwrap_or_else(|| StepId::new(""));
+                if let Some(key) = &event.idempotency_key {
+                    self.intents.insert(
+                        key.clone(),
+                        RecordedIntent::Accepted {
+                            step_id: step_id.clone(),
+                            tool_id: tool_id.clone(),
+                            remote: *remote,
+                            pending_approval: false,
+                        },
+                    );
+                }
+                self.step_count += 1;
+                self.steps.push(StepState {
+                    id: step_id,
+                    tool_id: tool_id.clone(),
+                    arguments: arguments.clone(),
+                    status: StepStatus::Pending,
+                    attempt: *attempt,
+                    max_attempts: *max_attempts,
+                    remote: *remote,
+                    deadline: Some(*deadline),
+                    job_id: None,
+                    runner_id: None,
+                    not_before: None,
+                    awaiting_approval: false,
+                    outcome: None,
+                    updated_at: at,
+                    created_at: at,
+                    timeout: timeout_ms.map(Duration::from_millis),
+                    retry_base_delay: retry_base_delay_ms.map(Duration::from_millis),
+                    retry_max_delay: retry_max_delay_ms.map(Duration::from_millis),
+                    max_retries: *max_retries,
+                    dispatched_at: None,
+                    stall_reported: false,
+                });
+            }
+            EventBody::StepApprovalRequired { .. } => {
+                let key = event.idempotency_key.clone();
+                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    step.awaiting_approval = true;
+                    step.deadline = None;
+                    step.updated_at = at;
+                }
+                if let Some(RecordedIntent::Accepted {
+                    pending_approval, ..
+                }) = key.and_then(|key| self.intents.get_mut(&key))
+                {
+                    *pending_approval = true;
+                }
+            }
+            EventBody::StepDispatched {
+                runner_id,
+                job_id,
+                deadline,
+            } => {
+                if let Some(step) = self.step_mut(event.step_id.as_ref())
+                    && !step.status.is_terminal()
+                {
+                    step.status = StepStatus::Dispatched;
+                    step.deadline = Some(*deadline);
+                    step.awaiting_approval = false;
+                    step.not_before = None;
+                    step.job_id = non_empty(job_id);
+                    step.runner_id = non_empty(runner_id);
+                    step.updated_at = at;
+                    step.dispatched_at = step.remote.then_some(at);
+                    step.stall_reported = false;
+                }
+            }
+            EventBody::StepStarted { runner_id } => {
+                if let Some(step) = self.step_mut(event.step_id.as_ref())
+                    && !step.status.is_terminal()
+                    && step.status != StepStatus::Running
+                {
+                    step.status = StepStatus::Running;
+                    step.runner_id = non_empty(runner_id);
+                    step.updated_at = at;
+                }
+            }
+            EventBody::StepCompleted { result, .. } => {
+                self.end_step(
+                    event.step_id.as_ref(),
+                    StepStatus::Succeeded,
+                    Some(result.clone()),
+                    None,
+                    at,
+                );
+            }
+            EventBody::StepFailed { error, .. } => {
+                self.end_step(
+                    event.step_id.as_ref(),
+                    StepStatus::Failed,
+                    None,
+                    Some(error.clone()),
+                    at,
+                );
+            }
+            EventBody::StepTimedOut {} => {
+                let error = Some("step timed out".to_owned());
+                self.end_step(
+                    event.step_id.as_ref(),
+                    StepStatus::TimedOut,
+                    None,
+                    error,
+                    at,
+                );
+            }
+            EventBody::StepCancelled { reason } => {
+                self.end_step(
+                    event.step_id.as_ref(),
+                    StepStatus::Cancelled,
+                    None,
+                    Some(reason.clone()),
+                    at,
+                );
+            }
+            EventBody::StepRetried {
+                next_attempt,
+                not_before,
+            } => {
+                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    step.status = StepStatus::Pending;
+                    step.attempt = *next_attempt;
+                    step.outcome = None;
+                    step.deadline = None;
+                    step.job_id = None;
+                    step.runner_id = None;
+                    step.not_before = *not_before;
+                    step.updated_at = at;
+                    step.dispatched_at = None;
+                    step.stall_reported = false;
+                }
+            }
+            EventBody::ExecutionStalled {
+                step_id: Some(step_id),
+                ..
+            } => {
+                if let Some(step) = self.step_mut(Some(&StepId::new(step_id.clone()))) {
+                    step.stall_reported = true;
+                }
+            }
+            EventBody::ExecutionStalled {
+                step_id: None,
+                since,
+                ..
+            } => self.stall_reported_since = Some(*since),
+            // Informational: the hook's effect is in the events that follow it.
+            EventBody::HookDecided { .. } => {}
+            EventBody::SignalReceived {
+                signal_type,
+                payload,
+            } => {
+                self.pending_signals
+                    .push_back((signal_type.clone(), payload.clone()));
+            }
+        }
+        self.status = self.derived_status();
+        let intent = matches!(
+            event.body,
+            EventBody::IntentAccepted { .. } | EventBody::IntentDenied { .. }
+        );
+        if self.status == ExecutionStatus::Running && (before != ExecutionStatus::Running || intent)
+        {
+            self.idle_since = at;
+        }
+    }
+
+    fn apply_resumed(&mut self, reason: &str) {
+        if let Some(signal_type) = reason.strip_prefix("signal received: ") {
+            if let Some(index) = self
+                .pending_signals
+                .iter()
+                .position(|(kind, _)| kind == signal_type)
+            {
+                self.pending_signals.remove(index);
+            }
+            if self.signal_wait.as_deref() == Some(signal_type) {
+                self.signal_wait = None;
+            }
+        } else if reason.starts_with("approval") {
+            self.approval = None;
+        } else if reason == "wait abandoned" {
+            self.signal_wait = None;
+        } else {
+            self.tool_blocked = false;
+        }
+    }
+
+    fn end_step(
+        &mut self,
+        id: Option<&StepId>,
+        status: StepStatus,
+        result: Option<Value>,
+        error: Option<String>,
+        at: Timestamp,
+    ) {
+        let Some(step) = self.step_mut(id) else {
+            return;
+        };
+        step.status = status;
+        step.outcome = Some(status == StepStatus::Succeeded);
+        step.awaiting_approval = false;
+        step.deadline = None;
+        step.updated_at = at;
+        let entry = HistoryEntry {
+            step_id: step.id.clone(),
+            tool_id: step.tool_id.clone(),
+            status,
+            arguments: step.arguments.clone(),
+            result,
+            error,
+            completed_at: at,
+        };
+        self.history.push(entry);
+    }
+
+    fn clear_blockers(&mut self) {
+        self.tool_blocked = false;
+        self.signal_wait = None;
+        self.approval = None;
+    }
+
+    fn finish(&mut self, status: ExecutionStatus) {
+        self.status = status;
+        self.clear_blockers();
+        self.pending_signals.clear();
+    }
+}
