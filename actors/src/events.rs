@@ -55,7 +55,7 @@ pub enum EventBody {
     #[serde(rename = "execution.blocked")]
     ExecutionBlocked {
         /// `tool`, `signal` or `approval`.
-        reason: String,
+        reason: BlockReason,
         /// First step id (tool, approval) or the awaited signal type.
         #[serde(rename = "ref")]
         reference: String,
@@ -73,7 +73,7 @@ pub enum EventBody {
     #[serde(rename = "execution.resumed")]
     ExecutionResumed {
         /// Why: `step completed`, `signal received: <type>`, `approval granted`, ...
-        reason: String,
+        reason: ResumeReason,
     },
     /// The agent completed the execution.
     #[serde(rename = "execution.completed")]
@@ -378,7 +378,9 @@ pub fn is_terminal_type(type_name: &str) -> bool {
 }
 
 mod envelope;
+mod reasons;
 pub use envelope::{Event, NewEvent, seal};
+pub use reasons::{BlockReason, Blocker, Cleared, ResumeReason};
 
 #[cfg(test)]
 #[path = "events_tests.rs"]

@@ -11,7 +11,7 @@ use crate::events::NewEvent;
 use crate::hooks::{ChainOutcome, HookPoint, HookSpec, run_chain};
 use crate::kernel::KernelError;
 use crate::kernel::context::{call, read};
-use crate::policy::{Decision, PolicyDecision, PolicyInput, PolicyMsg, RateSlot};
+use crate::policy::{Decision, DenialKind, PolicyDecision, PolicyInput, PolicyMsg, RateSlot};
 
 /// Builds the policy input of a tool call of this execution.
 pub(super) fn policy_input(
@@ -144,7 +144,8 @@ pub(super) async fn pre_tool(
     let slot = verdict.rate_slot.take();
     match run.outcome {
         ChainOutcome::Abort { hook_id, reason } => {
-            *verdict = PolicyDecision::plain(Decision::Deny, &format!("hook:{hook_id}"), &reason);
+            *verdict = PolicyDecision::plain(Decision::Deny, &format!("hook:{hook_id}"), "");
+            verdict.deny(DenialKind::Hook, reason);
         }
         ChainOutcome::Continue(new_arguments) if run.modified => {
             *arguments = new_arguments;

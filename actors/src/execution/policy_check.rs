@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::actor::ExecutionActorState;
 use crate::kernel::KernelError;
-use crate::policy::{Decision, PolicyDecision, PolicyMsg};
+use crate::policy::{Decision, DenialKind, PolicyDecision, PolicyMsg};
 
 /// Asks the policy actor about a call, then applies the local-call limit.
 pub(super) async fn check_policy(
@@ -39,11 +39,11 @@ async fn limit_local_call(
     }
     let running = state.ctx.store.active_local_steps(tool_id).await?;
     if running >= u64::from(limit) {
-        verdict.decision = Decision::Deny;
-        verdict.reason = format!(
+        let reason = format!(
             "concurrency limit: max_concurrent_steps {limit} reached for tool {tool_id} \
              ({running} local steps running)"
         );
+        verdict.deny(DenialKind::ConcurrencyLimit, reason);
         state.ctx.metrics.guardrails.concurrency_denied("tool");
     }
     Ok(())

@@ -14,6 +14,8 @@ use crate::status::{ExecutionStatus, StepStatus};
 use crate::time::Timestamp;
 
 mod apply;
+#[cfg(test)]
+mod replay_tests;
 
 pub use super::records::{HistoryEntry, RecordedIntent, Session, StepState};
 
@@ -148,24 +150,6 @@ impl ExecutionState {
         } else {
             ExecutionStatus::Running
         }
-    }
-}
-
-/// Returns the text of a policy denial as the agent receives it.
-pub fn denial_text(reason: &str, rule_id: &str) -> String {
-    // Guardrail denials name themselves; only rule decisions read "policy denied".
-    if [
-        "rate limit exceeded",
-        "budget exceeded",
-        "circuit open",
-        "circuit half-open",
-    ]
-    .iter()
-    .any(|prefix| reason.starts_with(prefix))
-    {
-        format!("{reason} (rule: {rule_id})")
-    } else {
-        format!("policy denied: {reason} (rule: {rule_id})")
     }
 }
 

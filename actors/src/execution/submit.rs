@@ -46,18 +46,11 @@ pub(super) async fn submit_intent(
     )?;
     transition.events.splice(0..0, hook_events);
     apply(state, transition).await?;
-    let decision = match (&reply, &verdict) {
-        (reply, _) if reply.pending_approval => "pending_approval",
-        (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("rate limit") => {
-            "rate_limited"
-        }
-        (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("budget") => {
-            "budget_exceeded"
-        }
-        (reply, Some(verdict)) if !reply.accepted && verdict.reason.starts_with("circuit") => {
-            "circuit_open"
-        }
-        (reply, _) if !reply.accepted => "denied",
+    let denial = verdict.as_ref().and_then(PolicyDecision::denial);
+    let decision = match denial {
+        _ if reply.pending_approval => "pending_approval",
+        Some(kind) if !reply.accepted => kind.intent_decision(),
+        _ if !reply.accepted => "denied",
         _ => "accepted",
     };
     state.ctx.metrics.intent(intent.type_name(), decision);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
-use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
+use super::engine::{Decision, DenialKind, PolicyDecision, PolicyEngine, PolicyInput};
 use super::windows::RateWindows;
 use crate::guardrails::breaker::{BreakerChange, Breakers};
 use crate::guardrails::budget::Budget;
@@ -238,8 +238,7 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
         let elapsed = std::time::Duration::from_millis(input.duration_ms);
         if let Some(exceeded) = budget.check(&input.usage, &input.tool_id, elapsed) {
             state.metrics.guardrails.budget_denied(exceeded.limit);
-            decision.decision = Decision::Deny;
-            decision.reason = exceeded.reason;
+            decision.deny(DenialKind::BudgetExceeded, exceeded.reason);
             return decision;
         }
     }
@@ -248,8 +247,7 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
             .breakers
             .admit(&input.tool_id, config, state.clock.now())
     {
-        decision.decision = Decision::Deny;
-        decision.reason = reason;
+        decision.deny(DenialKind::CircuitOpen, reason);
         return decision;
     }
     if decision.decision != Decision::Allow {
@@ -269,11 +267,11 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
             at: now,
         });
     } else {
-        decision.decision = Decision::Deny;
-        decision.reason = format!(
+        let reason = format!(
             "rate limit exceeded: max {} per {}",
             limit.max, limit.window_text
         );
+        decision.deny(DenialKind::RateLimited, reason);
     }
     decision
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub use super::denial::DenialKind;
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::{Budget, BudgetUsage};
 use crate::guardrails::concurrency::ToolLimits;
@@ -95,6 +96,9 @@ pub struct PolicyDecision {
     pub rule_id: String,
     /// Human-readable reason.
     pub reason: String,
+    /// What made a `Deny` ([`DenialKind::Rule`] for the engine's own decisions); read it with
+    /// [`PolicyDecision::denial`].
+    pub denied_by: DenialKind,
     /// Per-rule step deadline in milliseconds.
     pub timeout_ms: Option<u64>,
     /// Rate limit of the matching rule, checked after an allow.
@@ -132,6 +136,7 @@ impl PolicyDecision {
             decision,
             rule_id: rule_id.to_owned(),
             reason: reason.to_owned(),
+            denied_by: DenialKind::Rule,
             timeout_ms: None,
             rate_limit: None,
             retry: None,
@@ -139,6 +144,23 @@ impl PolicyDecision {
             rate_slot: None,
             max_concurrent_steps: None,
         }
+    }
+
+    /// Turns the decision into a denial of `kind` with `reason`.
+    pub fn deny(&mut self, kind: DenialKind, reason: String) {
+        self.decision = Decision::Deny;
+        self.denied_by = kind;
+        self.reason = reason;
+    }
+
+    /// Returns what denied the call, or `None` when it was not denied.
+    pub fn denial(&self) -> Option<DenialKind> {
+        (self.decision == Decision::Deny).then_some(self.denied_by)
+    }
+
+    /// Returns the text of a denial as the agent receives it.
+    pub fn denial_text(&self) -> String {
+        self.denied_by.agent_text(&self.reason, &self.rule_id)
     }
 }
 

@@ -5,6 +5,7 @@ pub mod actor;
 #[cfg(test)]
 mod actor_tests;
 mod breakers;
+mod denial;
 pub mod engine;
 pub mod rules;
 mod windows;
@@ -24,6 +25,6 @@ pub struct InForce {
     pub hooks: std::sync::Arc<[crate::hooks::HookSpec]>,
 }
 pub use engine::{
-    Decision, PermissiveEngine, PolicyDecision, PolicyEngine, PolicyInput, RateLimit, RateSlot,
-    RetrySettings, SecureDefaultEngine,
+    Decision, DenialKind, PermissiveEngine, PolicyDecision, PolicyEngine, PolicyInput, RateLimit,
+    RateSlot, RetrySettings, SecureDefaultEngine,
 };

@@ -6,7 +6,7 @@ use super::super::rejection::Rejection;
 use super::super::state::{ExecutionState, RecordedIntent};
 use super::invoke::{ToolCall, invoke_tool};
 use super::*;
-use crate::events::{EventBody, NewEvent};
+use crate::events::{BlockReason, EventBody, NewEvent, ResumeReason};
 use crate::ids::{ExecutionId, SessionId};
 use crate::policy::PolicyDecision;
 use crate::push::Push;
@@ -262,7 +262,7 @@ fn finish(
     }));
     if state.signal_wait.is_some() {
         transition.event(NewEvent::execution(EventBody::ExecutionResumed {
-            reason: "wait abandoned".to_owned(),
+            reason: ResumeReason::WaitAbandoned,
         }));
     }
     transition.event(NewEvent::execution(terminal));
@@ -296,7 +296,7 @@ fn wait(state: &ExecutionState, signal_type: &str) -> (Transition, IntentReply) 
     match pending {
         Some((_, payload)) => {
             transition.event(NewEvent::execution(EventBody::ExecutionResumed {
-                reason: format!("signal received: {signal_type}"),
+                reason: ResumeReason::SignalReceived(signal_type.to_owned()),
             }));
             transition.effect(Effect::PushToAgent(Push::signal_received(
                 state.id.as_str(),
@@ -305,7 +305,7 @@ fn wait(state: &ExecutionState, signal_type: &str) -> (Transition, IntentReply) 
             )));
         }
         None => transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
-            reason: "signal".to_owned(),
+            reason: BlockReason::Signal,
             reference: signal_type.to_owned(),
             tool_id: None,
             arguments: None,

@@ -5,7 +5,7 @@
 use super::super::commands::{Effect, ExecutionSettings, IntentReply, JobSpec};
 use super::super::state::ExecutionState;
 use super::*;
-use crate::events::{EventBody, NewEvent};
+use crate::events::{BlockReason, EventBody, NewEvent};
 use crate::ids::{JobId, StepId};
 use crate::policy::{Decision, PolicyDecision};
 use crate::time::Timestamp;
@@ -40,7 +40,7 @@ pub(super) fn invoke_tool(
             })
             .with_key(key),
         );
-        let error = super::super::state::denial_text(&verdict.reason, &verdict.rule_id);
+        let error = verdict.denial_text();
         return (
             transition,
             IntentReply {
@@ -78,7 +78,7 @@ pub(super) fn invoke_tool(
             .with_key(key),
         );
         transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
-            reason: "approval".to_owned(),
+            reason: BlockReason::Approval,
             reference: step_id.to_string(),
             tool_id: Some(call.tool_id.to_owned()),
             arguments: Some(call.arguments.clone()),
@@ -138,7 +138,7 @@ pub(super) fn invoke_tool(
     }
     if !state.tool_blocked {
         transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
-            reason: "tool".to_owned(),
+            reason: BlockReason::Tool,
             reference: step_id.to_string(),
             tool_id: None,
             arguments: None,

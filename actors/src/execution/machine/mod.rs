@@ -10,7 +10,7 @@ mod steps;
 
 use super::commands::Effect;
 use super::state::{ExecutionState, StepState};
-use crate::events::{EventBody, NewEvent};
+use crate::events::{EventBody, NewEvent, ResumeReason};
 use crate::ids::StepId;
 use crate::time::Timestamp;
 use std::time::Duration;
@@ -71,7 +71,7 @@ fn resume_if_last_tool(state: &ExecutionState, ended: &[&StepId], transition: &m
         .any(|step| tool_active(step) && !ended.contains(&&step.id));
     if !others_active {
         transition.event(NewEvent::execution(EventBody::ExecutionResumed {
-            reason: "step completed".to_owned(),
+            reason: ResumeReason::StepCompleted,
         }));
     }
 }

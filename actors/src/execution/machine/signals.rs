@@ -4,7 +4,7 @@ use super::super::commands::{Effect, ExecutionSettings, JobSpec};
 use super::super::rejection::Rejection;
 use super::super::state::ExecutionState;
 use super::*;
-use crate::events::{EventBody, NewEvent};
+use crate::events::{BlockReason, EventBody, NewEvent, ResumeReason};
 use crate::ids::{JobId, StepId};
 use crate::push::Push;
 use crate::time::Timestamp;
@@ -46,7 +46,7 @@ pub fn signal(
     }
     if resumes {
         transition.event(NewEvent::execution(EventBody::ExecutionResumed {
-            reason: format!("signal received: {signal_type}"),
+            reason: ResumeReason::SignalReceived(signal_type.to_owned()),
         }));
     }
     transition.effect(Effect::PushToAgent(Push::signal_received(
@@ -123,11 +123,11 @@ fn resolve_approval(
             },
         ));
         transition.event(NewEvent::execution(EventBody::ExecutionResumed {
-            reason: "approval granted".to_owned(),
+            reason: ResumeReason::ApprovalGranted,
         }));
         if !state.tool_blocked {
             transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
-                reason: "tool".to_owned(),
+                reason: BlockReason::Tool,
                 reference: step.id.to_string(),
                 tool_id: None,
                 arguments: None,
@@ -161,7 +161,7 @@ fn resolve_approval(
             },
         ));
         transition.event(NewEvent::execution(EventBody::ExecutionResumed {
-            reason: "approval denied".to_owned(),
+            reason: ResumeReason::ApprovalDenied,
         }));
     }
     let session_id = state

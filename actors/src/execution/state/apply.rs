@@ -2,6 +2,8 @@
 //! rebuild an execution from its log and to advance a live one after each commit.
 
 use super::*;
+use crate::events::{Blocker, Cleared, ResumeReason};
+use crate::policy::DenialKind;
 
 impl ExecutionState {
     /// Applies one event. Events are trusted: they were produced by the state machine.
@@ -32,10 +34,10 @@ impl ExecutionState {
             }
             EventBody::ExecutionBlocked {
                 reason, reference, ..
-            } => match reason.as_str() {
-                "tool" => self.tool_blocked = true,
-                "signal" => self.signal_wait = Some(reference.clone()),
-                _ => self.approval = Some(StepId::new(reference.clone())),
+            } => match reason.blocker() {
+                Blocker::Tool => self.tool_blocked = true,
+                Blocker::Signal => self.signal_wait = Some(reference.clone()),
+                Blocker::Approval => self.approval = Some(StepId::new(reference.clone())),
             },
             EventBody::ExecutionResumed { reason } => self.apply_resumed(reason),
             EventBody::ExecutionCompleted { output } => {
@@ -61,7 +63,8 @@ impl ExecutionState {
                 ..
             } => {
                 if let Some(key) = idempotency_key {
-                    let error = denial_text(reason, rule_id);
+                    let error =
+                        DenialKind::from_stored(reason, rule_id).agent_text(reason, rule_id);
                     let tool_id = tool_id.clone().unwrap_or_default();
                     self.intents
                         .insert(key.clone(), RecordedIntent::Denied { tool_id, error });
@@ -248,24 +251,23 @@ impl ExecutionState {
         }
     }
 
-    fn apply_resumed(&mut self, reason: &str) {
-        if let Some(signal_type) = reason.strip_prefix("signal received: ") {
-            if let Some(index) = self
-                .pending_signals
-                .iter()
-                .position(|(kind, _)| kind == signal_type)
-            {
-                self.pending_signals.remove(index);
+    fn apply_resumed(&mut self, reason: &ResumeReason) {
+        match reason.cleared() {
+            Cleared::Signal(signal_type) => {
+                if let Some(index) = self
+                    .pending_signals
+                    .iter()
+                    .position(|(kind, _)| kind == signal_type)
+                {
+                    self.pending_signals.remove(index);
+                }
+                if self.signal_wait.as_deref() == Some(signal_type) {
+                    self.signal_wait = None;
+                }
             }
-            if self.signal_wait.as_deref() == Some(signal_type) {
-                self.signal_wait = None;
-            }
-        } else if reason.starts_with("approval") {
-            self.approval = None;
-        } else if reason == "wait abandoned" {
-            self.signal_wait = None;
-        } else {
-            self.tool_blocked = false;
+            Cleared::Approval => self.approval = None,
+            Cleared::Wait => self.signal_wait = None,
+            Cleared::Tool => self.tool_blocked = false,
         }
     }
 

@@ -208,6 +208,7 @@ fn compile_rule(
         .or_else(|| rule.description.clone())
         .unwrap_or_else(|| format!("matched rule {name}"));
     let outcome = PolicyDecision {
+        denied_by: crate::policy::DenialKind::Rule,
         decision: rule.then.decision,
         rule_id: rule.id.clone(),
         reason,
