@@ -8,49 +8,16 @@
 
 use std::sync::Arc;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 
 use super::engine::{Decision, DenialKind, PolicyDecision, PolicyEngine, PolicyInput};
+use super::messages::PolicyMsg;
 use super::windows::RateWindows;
-use crate::guardrails::breaker::{BreakerChange, Breakers};
-use crate::guardrails::budget::Budget;
+use crate::guardrails::breaker::Breakers;
 use crate::metrics::Metrics;
 use crate::store::Store;
-use crate::store::ToolResult;
 use crate::time::{self, Clock};
-
-/// Messages of the policy actor.
-pub enum PolicyMsg {
-    /// Decides about one tool call (rate limits included).
-    CheckIntent(PolicyInput, RpcReplyPort<PolicyDecision>),
-    /// Replaces the engine and its hooks (hot reload); rate-limit windows are kept.
-    ReplacePolicy(super::InForce),
-    /// Decides about one tool call without counting it toward rate limits (a re-check of
-    /// arguments a hook modified).
-    Evaluate(PolicyInput, RpcReplyPort<PolicyDecision>),
-    /// Returns the hooks that apply at `point` to a call decided by `rule_id` (found by
-    /// evaluating `input` when `None`), in order.
-    Hooks {
-        /// Hook point.
-        point: crate::hooks::HookPoint,
-        /// The call.
-        input: PolicyInput,
-        /// Rule that decided it, when known.
-        rule_id: Option<String>,
-        /// Where the hooks go.
-        reply: RpcReplyPort<Vec<crate::hooks::HookSpec>>,
-    },
-    /// Returns the budget of an agent's executions in the engine in force.
-    AgentBudget(String, RpcReplyPort<Option<Arc<Budget>>>),
-    /// Step results, for the circuit breakers; answers the breaker changes they caused.
-    ToolResults(Vec<ToolResult>, RpcReplyPort<Vec<BreakerChange>>),
-    /// Returns the circuit breakers that are open, half-open or counting failures.
-    Breakers(RpcReplyPort<Vec<serde_json::Value>>),
-    /// Gives back the rate-limit slot of a call that did not go ahead (a `pre_tool` hook
-    /// aborted it, or its modified arguments were refused): only calls that became steps count.
-    ReleaseRateSlot(super::RateSlot),
-}
 
 /// Dependencies of the policy actor.
 pub struct PolicyArgs {

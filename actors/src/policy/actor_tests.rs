@@ -9,7 +9,8 @@ use ractor::ActorRef;
 use serde_json::json;
 
 use super::InForce;
-use super::actor::{PolicyActor, PolicyArgs, PolicyMsg};
+use super::actor::{PolicyActor, PolicyArgs};
+use super::messages::PolicyMsg;
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput, RateLimit};
 use crate::events::{EventBody, NewEvent, seal};
 use crate::execution::state::ExecutionState;

@@ -6,13 +6,15 @@ pub mod actor;
 mod actor_tests;
 mod breakers;
 mod denial;
+pub mod messages;
 pub mod engine;
 pub mod rules;
 mod windows;
 #[cfg(test)]
 mod windows_tests;
 
-pub use actor::{PolicyActor, PolicyArgs, PolicyMsg};
+pub use actor::{PolicyActor, PolicyArgs};
+pub use messages::PolicyMsg;
 
 /// A policy in force: the engine that decides and, beside it, the hooks of the same policy
 /// files. The hooks are not part of the engine, so no wrapper has to forward the engine's

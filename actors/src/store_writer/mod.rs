@@ -3,7 +3,7 @@
 //! the next one (group commit), so throughput follows the batch size, not the fsync rate.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::broadcast;
@@ -13,13 +13,8 @@ use crate::kernel::CommitNotice;
 use crate::metrics::Metrics;
 use crate::store::{Commit, Store};
 
-/// Messages of the store writer.
-pub enum StoreWriterMsg {
-    /// Makes one execution's changes durable; answers after the transaction commits.
-    Append(Box<Commit>, RpcReplyPort<Result<(), StoreError>>),
-    /// A transaction finished (sent by the writer to itself).
-    Flushed(Vec<Result<(), StoreError>>, Duration),
-}
+mod messages;
+pub use messages::StoreWriterMsg;
 
 /// Dependencies of the store writer.
 pub struct StoreWriterArgs {

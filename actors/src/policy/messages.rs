@@ -1,0 +1,42 @@
+//! Messages of the policy actor.
+
+use std::sync::Arc;
+
+use ractor::RpcReplyPort;
+
+use super::engine::{PolicyDecision, PolicyInput};
+use crate::guardrails::breaker::BreakerChange;
+use crate::guardrails::budget::Budget;
+use crate::store::ToolResult;
+
+/// Messages of the policy actor.
+pub enum PolicyMsg {
+    /// Decides about one tool call (rate limits included).
+    CheckIntent(PolicyInput, RpcReplyPort<PolicyDecision>),
+    /// Replaces the engine and its hooks (hot reload); rate-limit windows are kept.
+    ReplacePolicy(super::InForce),
+    /// Decides about one tool call without counting it toward rate limits (a re-check of
+    /// arguments a hook modified).
+    Evaluate(PolicyInput, RpcReplyPort<PolicyDecision>),
+    /// Returns the hooks that apply at `point` to a call decided by `rule_id` (found by
+    /// evaluating `input` when `None`), in order.
+    Hooks {
+        /// Hook point.
+        point: crate::hooks::HookPoint,
+        /// The call.
+        input: PolicyInput,
+        /// Rule that decided it, when known.
+        rule_id: Option<String>,
+        /// Where the hooks go.
+        reply: RpcReplyPort<Vec<crate::hooks::HookSpec>>,
+    },
+    /// Returns the budget of an agent's executions in the engine in force.
+    AgentBudget(String, RpcReplyPort<Option<Arc<Budget>>>),
+    /// Step results, for the circuit breakers; answers the breaker changes they caused.
+    ToolResults(Vec<ToolResult>, RpcReplyPort<Vec<BreakerChange>>),
+    /// Returns the circuit breakers that are open, half-open or counting failures.
+    Breakers(RpcReplyPort<Vec<serde_json::Value>>),
+    /// Gives back the rate-limit slot of a call that did not go ahead (a `pre_tool` hook
+    /// aborted it, or its modified arguments were refused): only calls that became steps count.
+    ReleaseRateSlot(super::RateSlot),
+}
