@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::ids::{AgentId, ConsumerId, JobId, RunnerId, SessionId, StepId, ToolId};
 use crate::time::{self, Timestamp};
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
@@ -28,7 +29,7 @@ pub enum EventBody {
     #[serde(rename = "execution.created")]
     ExecutionCreated {
         /// Agent that will run it.
-        agent_id: String,
+        agent_id: AgentId,
         /// Input as given (any JSON).
         input: Value,
         /// Labels as given, or null.
@@ -47,9 +48,9 @@ pub enum EventBody {
     #[serde(rename = "execution.started")]
     ExecutionStarted {
         /// Session the consumer will use.
-        session_id: String,
+        session_id: SessionId,
         /// Consumer that received the assignment.
-        consumer_id: String,
+        consumer_id: ConsumerId,
     },
     /// A blocker appeared (tool steps, a signal wait or an approval).
     #[serde(rename = "execution.blocked")]
@@ -61,7 +62,7 @@ pub enum EventBody {
         reference: String,
         /// Tool of the approval step.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        tool_id: Option<String>,
+        tool_id: Option<ToolId>,
         /// Arguments of the approval step.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments: Option<Value>,
@@ -117,7 +118,7 @@ pub enum EventBody {
         intent_type: String,
         /// Tool that was asked for.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        tool_id: Option<String>,
+        tool_id: Option<ToolId>,
         /// Arguments that were given.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments: Option<Value>,
@@ -133,7 +134,7 @@ pub enum EventBody {
     #[serde(rename = "step.created")]
     StepCreated {
         /// Tool to run.
-        tool_id: String,
+        tool_id: ToolId,
         /// Always 0.
         tool_version: i64,
         /// Arguments (any JSON).
@@ -166,9 +167,9 @@ pub enum EventBody {
     #[serde(rename = "step.dispatched")]
     StepDispatched {
         /// Runner that holds it, or `""`.
-        runner_id: String,
+        runner_id: RunnerId,
         /// Job id, or `""` for local steps.
-        job_id: String,
+        job_id: JobId,
         /// When the step times out.
         #[serde(with = "time::serde_micros")]
         deadline: Timestamp,
@@ -177,7 +178,7 @@ pub enum EventBody {
     #[serde(rename = "step.started")]
     StepStarted {
         /// Runner that started it.
-        runner_id: String,
+        runner_id: RunnerId,
     },
     /// The step succeeded.
     #[serde(rename = "step.completed")]
@@ -225,7 +226,7 @@ pub enum EventBody {
     #[serde(rename = "step.approval_required")]
     StepApprovalRequired {
         /// Tool to run once approved.
-        tool_id: String,
+        tool_id: ToolId,
         /// Arguments.
         arguments: Value,
         /// Whether a runner executes it.
@@ -245,7 +246,7 @@ pub enum EventBody {
     #[serde(rename = "agent.timeout")]
     AgentTimeout {
         /// Session that was lost (`""` from recovery).
-        session_id: String,
+        session_id: SessionId,
     },
     /// The stall watchdog saw no progress (informational; changes no state but the watchdog's
     /// own "already reported" mark). Keel addition.
@@ -256,10 +257,10 @@ pub enum EventBody {
         reason: String,
         /// Step of the job (`job_not_started`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        step_id: Option<String>,
+        step_id: Option<StepId>,
         /// Runner holding the job, when one took it (`job_not_started`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        runner_id: Option<String>,
+        runner_id: Option<RunnerId>,
         /// Since when nothing happened.
         #[serde(with = "time::serde_micros")]
         since: Timestamp,
@@ -278,7 +279,7 @@ pub enum EventBody {
         latency_ms: u64,
         /// Tool of the call.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        tool_id: Option<String>,
+        tool_id: Option<ToolId>,
         /// Reason given by the hook (abort), or why the call failed (error).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -294,7 +295,7 @@ pub enum EventBody {
     #[serde(rename = "tool.circuit_opened")]
     ToolCircuitOpened {
         /// Tool id of the breaker.
-        tool_id: String,
+        tool_id: ToolId,
         /// Failures within the window that opened it (1 for a failed probe).
         failures: u32,
         /// Whether a failed probe opened it again.
@@ -309,7 +310,7 @@ pub enum EventBody {
     #[serde(rename = "tool.circuit_closed")]
     ToolCircuitClosed {
         /// Tool id of the breaker.
-        tool_id: String,
+        tool_id: ToolId,
     },
 }
 

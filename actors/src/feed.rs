@@ -10,6 +10,7 @@
 //! them.
 
 use crate::events::Event;
+use crate::ids::{AgentId, ExecutionId};
 
 /// One page of the feed: events with `position > after_position`, oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -19,9 +20,9 @@ pub struct FeedQuery {
     /// Maximum number of events to return.
     pub limit: i64,
     /// Only events of executions of this agent.
-    pub agent_id: Option<String>,
+    pub agent_id: Option<AgentId>,
     /// Only events of this execution.
-    pub execution_id: Option<String>,
+    pub execution_id: Option<ExecutionId>,
     /// Every pair must be among the execution's labels.
     pub labels: Vec<(String, String)>,
 }
@@ -32,7 +33,7 @@ pub struct FeedEvent {
     /// Kernel-wide position of the event.
     pub position: i64,
     /// Agent of the event's execution.
-    pub agent_id: String,
+    pub agent_id: AgentId,
     /// The event as stored.
     pub event: Event,
 }

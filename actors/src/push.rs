@@ -2,6 +2,7 @@
 //! enter the log (WIRE.md §15, last paragraph).
 
 use serde_json::{Value, json};
+use crate::ids::{ExecutionId, JobId, SessionId, StepId};
 
 /// One SSE message for an agent or runner connection: an `event:` name and a JSON object.
 #[derive(Clone, Debug, PartialEq)]
@@ -15,8 +16,8 @@ pub struct Push {
 impl Push {
     /// Returns `tool.result` for a step's terminal outcome.
     pub fn tool_result(
-        execution_id: &str,
-        step_id: &str,
+        execution_id: &ExecutionId,
+        step_id: &StepId,
         success: bool,
         result: Option<&Value>,
         error: Option<&str>,
@@ -39,7 +40,7 @@ impl Push {
     }
 
     /// Returns `signal.received` (always with `execution_id`, WIRE.md §10.4.3).
-    pub fn signal_received(execution_id: &str, signal_type: &str, payload: &Value) -> Self {
+    pub fn signal_received(execution_id: &ExecutionId, signal_type: &str, payload: &Value) -> Self {
         let data =
             json!({ "execution_id": execution_id, "signal_type": signal_type, "payload": payload });
         Self {
@@ -50,10 +51,10 @@ impl Push {
 
     /// Returns `approval.resolved`.
     pub fn approval_resolved(
-        execution_id: &str,
-        step_id: &str,
+        execution_id: &ExecutionId,
+        step_id: &StepId,
         approved: bool,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Self {
         let data = json!({
             "execution_id": execution_id, "step_id": step_id, "approved": approved, "session_id": session_id,
@@ -65,7 +66,7 @@ impl Push {
     }
 
     /// Returns `execution.cancelled`, which makes the SDK stop the handler.
-    pub fn execution_cancelled(execution_id: &str) -> Self {
+    pub fn execution_cancelled(execution_id: &ExecutionId) -> Self {
         Self {
             event: "execution.cancelled",
             data: json!({ "execution_id": execution_id }),
@@ -73,7 +74,7 @@ impl Push {
     }
 
     /// Returns the runner-stream notice that a job's step ended and its work should stop.
-    pub fn job_cancelled(job_id: &str, execution_id: &str, step_id: &str, reason: &str) -> Self {
+    pub fn job_cancelled(job_id: &JobId, execution_id: &ExecutionId, step_id: &StepId, reason: &str) -> Self {
         let data = json!({ "job_id": job_id, "execution_id": execution_id, "step_id": step_id, "reason": reason });
         Self {
             event: "job.cancelled",

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::error::StoreError;
 use crate::events::Event;
 use crate::feed::{FeedEvent, FeedQuery};
-use crate::ids::{AgentId, ExecutionId, StepId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId, JobId, RunnerId, SessionId, StepId, ToolId};
 use crate::status::{ExecutionStatus, StepStatus};
 use crate::time::Timestamp;
 
@@ -34,9 +34,9 @@ pub struct ExecutionRow {
     /// Time of the last state-changing event.
     pub updated_at: Timestamp,
     /// Session of the current run, if any.
-    pub session_id: Option<String>,
+    pub session_id: Option<SessionId>,
     /// Consumer holding the current session, if any.
-    pub consumer_id: Option<String>,
+    pub consumer_id: Option<ConsumerId>,
     /// Sequence of the last event.
     pub last_sequence: i64,
 }
@@ -49,7 +49,7 @@ pub struct StepRow {
     /// Execution it belongs to.
     pub execution_id: ExecutionId,
     /// Tool it runs.
-    pub tool_id: String,
+    pub tool_id: ToolId,
     /// Current status.
     pub status: StepStatus,
     /// Current attempt, from 1.
@@ -59,9 +59,9 @@ pub struct StepRow {
     /// Whether a runner executes it.
     pub remote: bool,
     /// Current job, for remote steps.
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     /// Runner holding the job, when known.
-    pub runner_id: Option<String>,
+    pub runner_id: Option<RunnerId>,
     /// Current deadline, if enforced.
     pub deadline: Option<Timestamp>,
     /// Time of the last change.
@@ -86,11 +86,11 @@ pub struct ListFilter {
     /// Only this status.
     pub status: Option<ExecutionStatus>,
     /// Only this agent.
-    pub agent_id: Option<String>,
+    pub agent_id: Option<AgentId>,
     /// Every pair must be among the execution's labels.
     pub labels: Vec<(String, String)>,
     /// Only rows strictly after this `(created_at, id)` key in descending order.
-    pub after: Option<(Timestamp, String)>,
+    pub after: Option<(Timestamp, ExecutionId)>,
     /// Maximum number of rows to return.
     pub limit: i64,
 }
@@ -101,9 +101,9 @@ pub struct ListFilter {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllowedToolCall {
     /// Agent of the execution that made the call.
-    pub agent_id: String,
+    pub agent_id: AgentId,
     /// Tool that was called.
-    pub tool_id: String,
+    pub tool_id: ToolId,
     /// Time of the `step.created` event.
     pub at: Timestamp,
 }
@@ -112,7 +112,7 @@ pub struct AllowedToolCall {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolResult {
     /// Tool of the step.
-    pub tool_id: String,
+    pub tool_id: ToolId,
     /// Whether it succeeded (`step.completed`).
     pub success: bool,
     /// Time of the result event.
@@ -132,9 +132,9 @@ pub struct RecoveryEntry {
     /// Time of `execution.created` (its deadline counts from here).
     pub created_at: Timestamp,
     /// Session of the current run, if any.
-    pub session_id: Option<String>,
+    pub session_id: Option<SessionId>,
     /// Consumer holding that session, if any.
-    pub consumer_id: Option<String>,
+    pub consumer_id: Option<ConsumerId>,
     /// Whether any of its steps is not terminal.
     pub live_steps: bool,
 }
@@ -240,21 +240,21 @@ pub trait Store: Send + Sync + 'static {
     -> Result<Option<ExecutionId>, StoreError>;
 
     /// Returns the number of `pending` executions of one agent, or of all agents for `None`.
-    async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError>;
+    async fn pending_count(&self, agent_id: Option<&AgentId>) -> Result<u64, StoreError>;
 
     /// Returns the `pending` executions of one agent, oldest first, each with the `priority` of
     /// its `execution.created` event (0 when absent). An agent group loads its queue from it.
-    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
+    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
 
     /// Returns the executions of one agent that hold a running slot: `running` or `blocked`
     /// (assigned, not terminal, not back to `pending`). An agent group counts them against
     /// the agent's `concurrency.max_running` when it starts.
-    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError>;
+    async fn running_executions(&self, agent_id: &AgentId) -> Result<Vec<ExecutionId>, StoreError>;
 
     /// Returns the number of local steps (run by agents) of `tool_id` that are not finished:
     /// `pending`, `dispatched` or `running`, approval-gated ones included. A local call of a
     /// tool with `max_concurrent_steps` is denied when it reaches the limit.
-    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError>;
+    async fn active_local_steps(&self, tool_id: &ToolId) -> Result<u64, StoreError>;
 
     /// Counts the executions matching `filter`'s agent and labels, by status (its status,
     /// cursor and limit are ignored); statuses without executions are left out.
@@ -312,7 +312,7 @@ pub trait Store: Send + Sync + 'static {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QueueDepths {
     /// `(agent_id, pending executions, creation time of the oldest)`.
-    pub pending_by_agent: Vec<(String, u64, Timestamp)>,
+    pub pending_by_agent: Vec<(AgentId, u64, Timestamp)>,
     /// `(tool_id, remote steps no runner has started yet)`.
-    pub queued_by_tool: Vec<(String, u64)>,
+    pub queued_by_tool: Vec<(ToolId, u64)>,
 }

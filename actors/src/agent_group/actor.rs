@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::core::{Group, GroupEffect, OfferOutcome};
 use super::messages::AgentGroupMsg;
 use crate::execution::{ExecutionMsg, Rejection};
-use crate::ids::{AgentId, ExecutionId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
 use crate::push::Push;
@@ -88,7 +88,7 @@ impl Actor for AgentGroupActor {
         // forever because a queue was lost with a crashed predecessor (or passivated, or never
         // woken after a restart: a pending execution is only a row until a consumer takes it).
         // Oldest first, each with the priority of its `execution.created`.
-        match state.ctx.store.pending_queue(state.agent_id.as_str()).await {
+        match state.ctx.store.pending_queue(&state.agent_id).await {
             Ok(found) => state.core.load_pending(found),
             Err(error) => {
                 tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions");
@@ -99,7 +99,7 @@ impl Actor for AgentGroupActor {
         match state
             .ctx
             .store
-            .running_executions(state.agent_id.as_str())
+            .running_executions(&state.agent_id)
             .await
         {
             Ok(running) => state.core.load_running(running),
@@ -200,7 +200,7 @@ impl Actor for AgentGroupActor {
 fn running_limit(ctx: &Ctx, agent_id: &AgentId) -> Option<u32> {
     crate::kernel::context::read(&ctx.policy_in_force)
         .engine
-        .max_running(agent_id.as_str())
+        .max_running(agent_id)
 }
 
 /// Updates the agent's concurrency gauges (present only while it has a limit).
@@ -216,7 +216,7 @@ fn show_slots(state: &mut AgentGroupState) {
 }
 
 fn carry_out(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, effect: GroupEffect) {
-    let lost_key = |consumer_id: &str| (state.agent_id.to_string(), consumer_id.to_owned());
+    let lost_key = |consumer_id: &ConsumerId| (state.agent_id.clone(), consumer_id.clone());
     match effect {
         GroupEffect::ArmGrace {
             consumer_id,

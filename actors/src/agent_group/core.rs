@@ -24,7 +24,7 @@ pub use super::core_types::{
 
 use crate::guardrails::concurrency::RunningSlots;
 use crate::guardrails::queue::PendingQueue;
-use crate::ids::{AgentId, ExecutionId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId};
 use crate::push::Push;
 
 /// Most pushes kept for one absent consumer.
@@ -49,14 +49,14 @@ pub struct Group<O> {
     agent_id: AgentId,
     /// Replay window: the longer of [`REPLAY_WINDOW`] and the agent grace.
     replay_window: Duration,
-    connected: BTreeMap<String, Consumer<O>>,
-    away: HashMap<String, u64>,
-    lost: HashSet<String>,
-    restored: HashSet<String>,
-    bindings: HashMap<String, BTreeSet<ExecutionId>>,
-    outbox: HashMap<String, VecDeque<Push>>,
+    connected: BTreeMap<ConsumerId, Consumer<O>>,
+    away: HashMap<ConsumerId, u64>,
+    lost: HashSet<ConsumerId>,
+    restored: HashSet<ConsumerId>,
+    bindings: HashMap<ConsumerId, BTreeSet<ExecutionId>>,
+    outbox: HashMap<ConsumerId, VecDeque<Push>>,
     /// Results (`tool.result`, `approval.resolved`) recently written to each consumer.
-    delivered: HashMap<String, VecDeque<(Instant, Push)>>,
+    delivered: HashMap<ConsumerId, VecDeque<(Instant, Push)>>,
     /// Pending executions, waiting or being offered (priority first, then arrival).
     pending: PendingQueue,
     /// Executions offered and not answered yet.
@@ -100,7 +100,7 @@ impl<O: Outlet> Group<O> {
     /// gets the recent results of its executions again, then its outbox, then offers.
     pub fn connect(
         &mut self,
-        consumer_id: String,
+        consumer_id: ConsumerId,
         connection: u64,
         outlet: O,
         now: Instant,
@@ -135,7 +135,7 @@ impl<O: Outlet> Group<O> {
     }
 
     /// A consumer's connection ended (ignored unless it is the current one).
-    pub fn disconnect(&mut self, consumer_id: &str, connection: u64) -> Vec<GroupEffect> {
+    pub fn disconnect(&mut self, consumer_id: &ConsumerId, connection: u64) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
         let current = self.connected.get(consumer_id).map(|c| c.connection);
         if current == Some(connection) {
@@ -146,7 +146,7 @@ impl<O: Outlet> Group<O> {
     }
 
     /// The grace armed for `generation` ended.
-    pub fn grace_expired(&mut self, consumer_id: &str, generation: u64) -> Vec<GroupEffect> {
+    pub fn grace_expired(&mut self, consumer_id: &ConsumerId, generation: u64) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
         if self.away.get(consumer_id) == Some(&generation) {
             self.away.remove(consumer_id);
@@ -179,7 +179,7 @@ impl<O: Outlet> Group<O> {
     pub fn offer_answered(
         &mut self,
         execution_id: ExecutionId,
-        consumer_id: String,
+        consumer_id: ConsumerId,
         outcome: OfferOutcome,
         now: Instant,
     ) -> Vec<GroupEffect> {
@@ -223,7 +223,7 @@ impl<O: Outlet> Group<O> {
     /// a consumer not seen since gets the grace to come back.
     pub fn session_restored(
         &mut self,
-        consumer_id: String,
+        consumer_id: ConsumerId,
         execution_id: ExecutionId,
     ) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
@@ -247,7 +247,7 @@ impl<O: Outlet> Group<O> {
     /// Sends a push to a consumer: written to its connection, kept in its outbox while it is
     /// away, or dropped for a consumer that holds nothing. A consumer too slow to take it is
     /// disconnected (its sessions get the grace).
-    pub fn push(&mut self, consumer_id: &str, push: Push, now: Instant) -> Vec<GroupEffect> {
+    pub fn push(&mut self, consumer_id: &ConsumerId, push: Push, now: Instant) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
         if let Some(consumer) = self.connected.get(consumer_id) {
             match consumer.outlet.offer(push.clone()) {
@@ -284,14 +284,14 @@ impl<O: Outlet> Group<O> {
         effects
     }
 
-    fn bind(&mut self, consumer_id: &str, execution_id: ExecutionId) {
+    fn bind(&mut self, consumer_id: &ConsumerId, execution_id: ExecutionId) {
         self.bindings
             .entry(consumer_id.to_owned())
             .or_default()
             .insert(execution_id);
     }
 
-    fn start_grace(&mut self, consumer_id: &str, effects: &mut Vec<GroupEffect>) {
+    fn start_grace(&mut self, consumer_id: &ConsumerId, effects: &mut Vec<GroupEffect>) {
         self.generation += 1;
         let generation = self.generation;
         self.away.insert(consumer_id.to_owned(), generation);
@@ -304,7 +304,7 @@ impl<O: Outlet> Group<O> {
 
     /// Returns the results recently delivered to `consumer_id` for executions still bound to
     /// it, oldest first, forgetting those past the replay window.
-    fn recent_results(&mut self, consumer_id: &str, now: Instant) -> Vec<Push> {
+    fn recent_results(&mut self, consumer_id: &ConsumerId, now: Instant) -> Vec<Push> {
         let window = self.replay_window;
         let Some(delivered) = self.delivered.get_mut(consumer_id) else {
             return Vec::new();
@@ -323,7 +323,7 @@ impl<O: Outlet> Group<O> {
     }
 
     /// Remembers a result written to a consumer's connection, for [`Self::recent_results`].
-    fn remember(&mut self, consumer_id: &str, push: &Push, now: Instant) {
+    fn remember(&mut self, consumer_id: &ConsumerId, push: &Push, now: Instant) {
         if !matches!(push.event, "tool.result" | "approval.resolved") {
             return;
         }
@@ -335,7 +335,7 @@ impl<O: Outlet> Group<O> {
     }
 
     /// The consumer did not come back in time: its executions are told, its outbox dropped.
-    fn consumer_gone(&mut self, consumer_id: &str, effects: &mut Vec<GroupEffect>) {
+    fn consumer_gone(&mut self, consumer_id: &ConsumerId, effects: &mut Vec<GroupEffect>) {
         let reason = if self.restored.remove(consumer_id) {
             LostReason::Recovery
         } else {
@@ -355,7 +355,7 @@ impl<O: Outlet> Group<O> {
         }
     }
 
-    fn keep(&mut self, consumer_id: &str, push: Push) {
+    fn keep(&mut self, consumer_id: &ConsumerId, push: Push) {
         let queue = self.outbox.entry(consumer_id.to_owned()).or_default();
         if queue.len() >= OUTBOX_LIMIT {
             queue.pop_front();

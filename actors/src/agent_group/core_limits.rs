@@ -4,7 +4,7 @@
 //! `max_running` executions are ever running or being assigned.
 
 use super::{Group, GroupEffect, Outlet};
-use crate::ids::ExecutionId;
+use crate::ids::{ConsumerId, ExecutionId};
 
 impl<O: Outlet> Group<O> {
     /// Sets `max_running` (`None`: unlimited) and offers what a raised limit lets through.
@@ -40,7 +40,7 @@ impl<O: Outlet> Group<O> {
     /// and the next pending execution may be offered.
     pub fn session_ended(
         &mut self,
-        consumer_id: &str,
+        consumer_id: &ConsumerId,
         execution_id: &ExecutionId,
     ) -> Vec<GroupEffect> {
         let mut effects = Vec::new();

@@ -1,23 +1,23 @@
 //! The snapshot of a group's state, for tests and `Observe`.
 
 use super::{Group, GroupSnapshot, Outlet};
-use crate::ids::ExecutionId;
+use crate::ids::{ConsumerId, ExecutionId};
 
 impl<O: Outlet> Group<O> {
     /// Returns the snapshot of the state.
     pub fn snapshot(&self) -> GroupSnapshot {
-        let sorted = |set: &mut Vec<String>| set.sort();
-        let mut away: Vec<String> = self.away.keys().cloned().collect();
+        let sorted = |set: &mut Vec<ConsumerId>| set.sort();
+        let mut away: Vec<ConsumerId> = self.away.keys().cloned().collect();
         sorted(&mut away);
-        let mut lost: Vec<String> = self.lost.iter().cloned().collect();
+        let mut lost: Vec<ConsumerId> = self.lost.iter().cloned().collect();
         sorted(&mut lost);
-        let mut bindings: Vec<(String, Vec<ExecutionId>)> = self
+        let mut bindings: Vec<(ConsumerId, Vec<ExecutionId>)> = self
             .bindings
             .iter()
             .map(|(consumer, bound)| (consumer.clone(), bound.iter().cloned().collect()))
             .collect();
         bindings.sort();
-        let mut outbox: Vec<(String, usize)> = self
+        let mut outbox: Vec<(ConsumerId, usize)> = self
             .outbox
             .iter()
             .map(|(consumer, kept)| (consumer.clone(), kept.len()))

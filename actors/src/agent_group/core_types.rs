@@ -3,7 +3,7 @@
 
 use tokio::sync::mpsc::{self, error::TrySendError};
 
-use crate::ids::ExecutionId;
+use crate::ids::{ConsumerId, ExecutionId};
 use crate::push::Push;
 
 /// Why a write to a consumer's connection was refused.
@@ -66,20 +66,20 @@ pub enum GroupEffect {
     /// Send `GraceExpired { consumer_id, generation }` after the agent grace.
     ArmGrace {
         /// Consumer.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Generation.
         generation: u64,
     },
     /// Record kernel-wide that a consumer is lost (executions read it).
-    ConsumerLost(String),
+    ConsumerLost(ConsumerId),
     /// Record kernel-wide that a consumer is back.
-    ConsumerBack(String),
+    ConsumerBack(ConsumerId),
     /// Tell an execution that the consumer holding its session is gone.
     TellLost {
         /// Execution.
         execution_id: ExecutionId,
         /// Consumer.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Why.
         reason: LostReason,
     },
@@ -88,7 +88,7 @@ pub enum GroupEffect {
         /// Execution.
         execution_id: ExecutionId,
         /// Consumer.
-        consumer_id: String,
+        consumer_id: ConsumerId,
     },
     /// Send `RetryAssignment` after the retry delay.
     ArmRetry,
@@ -100,15 +100,15 @@ pub enum GroupEffect {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GroupSnapshot {
     /// Connected consumers with their connection numbers.
-    pub connected: Vec<(String, u64)>,
+    pub connected: Vec<(ConsumerId, u64)>,
     /// Consumers in their disconnect grace, sorted.
-    pub away: Vec<String>,
+    pub away: Vec<ConsumerId>,
     /// Consumers whose grace ran out, sorted.
-    pub lost: Vec<String>,
+    pub lost: Vec<ConsumerId>,
     /// Executions bound to each consumer.
-    pub bindings: Vec<(String, Vec<ExecutionId>)>,
+    pub bindings: Vec<(ConsumerId, Vec<ExecutionId>)>,
     /// Pushes kept for each absent consumer.
-    pub outbox: Vec<(String, usize)>,
+    pub outbox: Vec<(ConsumerId, usize)>,
     /// Pending executions not being offered, in offer order.
     pub pending: Vec<ExecutionId>,
     /// Executions being offered, sorted.

@@ -4,7 +4,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 
 use super::core::GroupSnapshot;
-use crate::ids::{AgentId, ExecutionId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::push::Push;
 
@@ -13,7 +13,7 @@ pub enum AgentGroupMsg {
     /// A consumer connected (replacing an older connection with the same consumer id).
     ConsumerConnected {
         /// Consumer id.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Connection number, to ignore late disconnects of replaced connections.
         connection: u64,
         /// Where its pushes go.
@@ -22,14 +22,14 @@ pub enum AgentGroupMsg {
     /// A consumer's connection ended.
     ConsumerDisconnected {
         /// Consumer id.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Connection number.
         connection: u64,
     },
     /// The grace period of a disconnected consumer ended (sent by the group to itself).
     GraceExpired {
         /// Consumer id.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Disconnect generation the timer was armed for.
         generation: u64,
     },
@@ -45,14 +45,14 @@ pub enum AgentGroupMsg {
     /// A rebuilt execution still holds a session of this consumer (after a kernel restart).
     SessionRestored {
         /// Consumer id.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Execution id.
         execution_id: ExecutionId,
     },
     /// An execution's session ended (terminal or reset).
     SessionEnded {
         /// Consumer that held it.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Execution id.
         execution_id: ExecutionId,
     },
@@ -64,14 +64,14 @@ pub enum AgentGroupMsg {
         /// Execution offered.
         execution_id: ExecutionId,
         /// Consumer it was offered to.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// The assignment push, or why there is none.
         result: Result<Push, KernelError>,
     },
     /// Sends a push to a consumer (or keeps it in the outbox while the consumer is away).
     Push {
         /// Consumer id.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// The push.
         push: Push,
     },

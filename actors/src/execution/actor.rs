@@ -12,7 +12,7 @@ use super::messages::ExecutionMsg;
 use super::rejection::Rejection;
 use super::state::ExecutionState;
 use super::watchdog;
-use crate::ids::ExecutionId;
+use crate::ids::{ConsumerId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::kernel::context::{Ctx, write};
 use crate::push::Push;
@@ -56,7 +56,7 @@ pub struct ExecutionActorState {
     pub(super) committed: Option<(crate::status::ExecutionStatus, i64)>,
     /// An assignment whose commit failed, with the push it would have sent: if the reload
     /// finds that the commit landed anyway, nobody else will ever send it (see `reload`).
-    pub(super) assignment_in_doubt: Option<(String, Push)>,
+    pub(super) assignment_in_doubt: Option<(ConsumerId, Push)>,
     /// Deadline, step and stall-check timers (aborted when the actor stops).
     pub(super) timers: super::timers::Timers,
     pub(super) span: tracing::Span,

@@ -10,6 +10,7 @@ use crate::guardrails::breaker::{BreakerChange, BreakerSet};
 use crate::kernel::context::call;
 use crate::policy::PolicyMsg;
 use crate::store::ToolResult;
+use crate::ids::ToolId;
 
 /// Returns the step results among `events` (already applied to `exec`) of tools that have a
 /// circuit breaker in the policy in force: only those are reported to the policy actor, so a
@@ -77,12 +78,14 @@ pub(super) async fn report(
                     until,
                     probe,
                 } => EventBody::ToolCircuitOpened {
-                    tool_id,
+                    tool_id: ToolId::new(tool_id),
                     failures,
                     probe,
                     until,
                 },
-                BreakerChange::Closed { tool_id } => EventBody::ToolCircuitClosed { tool_id },
+                BreakerChange::Closed { tool_id } => EventBody::ToolCircuitClosed {
+                    tool_id: ToolId::new(tool_id),
+                },
             })
         })
         .collect();

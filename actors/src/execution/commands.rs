@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::ids::StepId;
+use crate::ids::{ConsumerId, ExecutionId, JobId, StepId, ToolId};
 use crate::push::Push;
 use crate::time::Timestamp;
 
@@ -52,7 +52,7 @@ pub enum Intent {
     /// Run a tool.
     InvokeTool {
         /// Tool id (non-empty).
-        tool_id: String,
+        tool_id: ToolId,
         /// Arguments (any JSON, null when absent).
         arguments: Value,
         /// De-duplication key.
@@ -147,15 +147,15 @@ pub struct StepOutcome {
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobSpec {
     /// Job id.
-    pub job_id: String,
+    pub job_id: JobId,
     /// Execution of the step.
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// Step id.
     pub step_id: StepId,
     /// Attempt the job is for.
     pub attempt: i64,
     /// Tool to run.
-    pub tool_id: String,
+    pub tool_id: ToolId,
     /// Arguments.
     pub arguments: Value,
     /// Step deadline.
@@ -186,6 +186,6 @@ pub enum Effect {
     /// The session ended (terminal or reset): the consumer no longer holds it.
     SessionEnded {
         /// Consumer that held it.
-        consumer_id: String,
+        consumer_id: ConsumerId,
     },
 }

@@ -10,7 +10,7 @@ use super::state::ExecutionState;
 use super::watchdog;
 use crate::agent_group::AgentGroupMsg;
 use crate::events::seal;
-use crate::ids::StepId;
+use crate::ids::{ConsumerId, RunnerId, StepId};
 use crate::kernel::KernelError;
 use crate::kernel::context::{read, write};
 use crate::runner::DispatcherMsg;
@@ -138,7 +138,7 @@ pub(super) async fn apply(
 
 pub(super) fn run_effects(
     state: &ExecutionActorState,
-    consumer: Option<String>,
+    consumer: Option<ConsumerId>,
     effects: Vec<Effect>,
 ) {
     let exec = &state.exec;
@@ -223,8 +223,8 @@ pub(super) fn report_stalls(state: &ExecutionActorState, stalls: &[crate::events
                 execution.id = %state.exec.id,
                 agent.id = %state.exec.agent_id,
                 reason = %reason,
-                step.id = step_id.as_deref().unwrap_or(""),
-                runner.id = runner_id.as_deref().unwrap_or(""),
+                step.id = step_id.as_ref().map_or("", StepId::as_str),
+                runner.id = runner_id.as_ref().map_or("", RunnerId::as_str),
                 since = %time::format(since),
                 "execution stalled"
             );

@@ -12,19 +12,20 @@ use crate::hooks::{ChainOutcome, HookPoint, HookSpec, run_chain};
 use crate::kernel::KernelError;
 use crate::kernel::context::{call, read};
 use crate::policy::{Decision, DenialKind, PolicyDecision, PolicyInput, PolicyMsg, RateSlot};
+use crate::ids::ToolId;
 
 /// Builds the policy input of a tool call of this execution.
 pub(super) fn policy_input(
     state: &ExecutionActorState,
-    tool_id: &str,
+    tool_id: &ToolId,
     arguments: &Value,
 ) -> PolicyInput {
     let now = state.ctx.now();
     PolicyInput {
         action: "tool.invoke".to_owned(),
-        agent_id: state.exec.agent_id.to_string(),
-        tool_id: tool_id.to_owned(),
-        execution_id: state.exec.id.to_string(),
+        agent_id: state.exec.agent_id.clone(),
+        tool_id: tool_id.clone(),
+        execution_id: state.exec.id.clone(),
         labels: state.exec.labels.clone().unwrap_or_default(),
         arguments: arguments.clone(),
         step_count: state.exec.step_count,
@@ -80,7 +81,7 @@ async fn hooks_for(
 }
 
 /// The JSON every hook call starts from.
-fn request(state: &ExecutionActorState, point: HookPoint, tool_id: &str) -> Value {
+fn request(state: &ExecutionActorState, point: HookPoint, tool_id: &ToolId) -> Value {
     json!({
         "point": point.as_str(),
         "execution_id": state.exec.id.as_str(),

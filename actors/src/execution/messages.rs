@@ -4,7 +4,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use serde_json::Value;
 
 use super::commands::{Intent, IntentReply, JobSpec, StepOutcome};
-use crate::ids::{ExecutionId, StepId};
+use crate::ids::{ConsumerId, ExecutionId, JobId, RunnerId, SessionId, StepId};
 use crate::kernel::KernelError;
 use crate::push::Push;
 use crate::store::ExecutionRow;
@@ -17,7 +17,7 @@ pub enum ExecutionMsg {
     /// Submits an agent intent on a session.
     SubmitIntent {
         /// Session given by the agent.
-        session_id: String,
+        session_id: SessionId,
         /// Execution that holds that session, if not this one.
         session_owner: Option<ExecutionId>,
         /// The intent.
@@ -28,7 +28,7 @@ pub enum ExecutionMsg {
     /// Records a step result from the agent holding the session.
     ReportStepResult {
         /// Session given by the agent.
-        session_id: String,
+        session_id: SessionId,
         /// Execution that holds that session, if not this one.
         session_owner: Option<ExecutionId>,
         /// The result.
@@ -48,7 +48,7 @@ pub enum ExecutionMsg {
         /// Step id.
         step_id: StepId,
         /// Runner id.
-        runner_id: String,
+        runner_id: RunnerId,
         /// Answer.
         reply: Reply<()>,
     },
@@ -69,7 +69,7 @@ pub enum ExecutionMsg {
     /// Offers the execution to a consumer (from its agent group); answers the assignment push.
     OfferToConsumer {
         /// Consumer picked by the group.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Answer.
         reply: Reply<Push>,
     },
@@ -78,14 +78,14 @@ pub enum ExecutionMsg {
         /// The job.
         job: JobSpec,
         /// Runner that would take it.
-        runner_id: String,
+        runner_id: RunnerId,
         /// Answer: the job as delivered, or `None` when stale.
         reply: RpcReplyPort<Option<JobSpec>>,
     },
     /// The consumer holding the session is gone for good (grace expired).
     ConsumerLost {
         /// Consumer id.
-        consumer_id: String,
+        consumer_id: ConsumerId,
         /// Reset reason (`agent_disconnect` or `recovery`).
         reason: String,
         /// Answered once handled (the sender re-activates a passivated execution until then).
@@ -96,7 +96,7 @@ pub enum ExecutionMsg {
         /// Step of the job.
         step_id: StepId,
         /// The job.
-        job_id: String,
+        job_id: JobId,
     },
     /// A step deadline timer fired.
     StepDeadlineReached {

@@ -9,11 +9,12 @@ use serde_json::Value;
 use super::actor::ExecutionActorState;
 use crate::kernel::KernelError;
 use crate::policy::{Decision, DenialKind, PolicyDecision, PolicyMsg};
+use crate::ids::ToolId;
 
 /// Asks the policy actor about a call, then applies the local-call limit.
 pub(super) async fn check_policy(
     state: &ExecutionActorState,
-    tool_id: &str,
+    tool_id: &ToolId,
     arguments: &Value,
     remote: bool,
 ) -> Result<PolicyDecision, KernelError> {
@@ -27,7 +28,7 @@ pub(super) async fn check_policy(
 /// Turns an allow of a local call into a denial when `tool_id` is at its limit.
 async fn limit_local_call(
     state: &ExecutionActorState,
-    tool_id: &str,
+    tool_id: &ToolId,
     remote: bool,
     verdict: &mut PolicyDecision,
 ) -> Result<(), KernelError> {

@@ -10,7 +10,7 @@ use super::state::ExecutionState;
 use crate::agent_group::AgentGroupMsg;
 use crate::events::{Event, NewEvent, seal};
 use crate::guardrails::CreateOptions;
-use crate::ids::ExecutionId;
+use crate::ids::{AgentId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
 use crate::runner::DispatcherMsg;
@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 pub async fn record_creation(
     ctx: &Ctx,
     id: &ExecutionId,
-    agent_id: &str,
+    agent_id: &AgentId,
     input: Value,
     labels: Option<&BTreeMap<String, String>>,
 ) -> Result<ExecutionState, KernelError> {
@@ -35,7 +35,7 @@ pub async fn record_creation(
 pub async fn record_creation_with(
     ctx: &Ctx,
     id: &ExecutionId,
-    agent_id: &str,
+    agent_id: &AgentId,
     input: Value,
     labels: Option<&BTreeMap<String, String>>,
     options: CreateOptions,
@@ -48,7 +48,7 @@ pub async fn record_creation_with(
 pub async fn record_creation_decided(
     ctx: &Ctx,
     id: &ExecutionId,
-    agent_id: &str,
+    agent_id: &AgentId,
     input: Value,
     labels: Option<&BTreeMap<String, String>>,
     options: CreateOptions,
@@ -212,8 +212,8 @@ pub(super) fn recover(state: &ExecutionActorState) {
             job_id: step
                 .job_id
                 .clone()
-                .unwrap_or_else(|| crate::ids::JobId::generate().into_string()),
-            execution_id: exec.id.to_string(),
+                .unwrap_or_else(crate::ids::JobId::generate),
+            execution_id: exec.id.clone(),
             step_id: step.id.clone(),
             attempt: step.attempt,
             tool_id: step.tool_id.clone(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::ids::StepId;
+use crate::ids::{ConsumerId, JobId, RunnerId, SessionId, StepId, ToolId};
 use crate::status::StepStatus;
 use crate::time::Timestamp;
 
@@ -15,7 +15,7 @@ pub struct StepState {
     /// Step id.
     pub id: StepId,
     /// Tool it runs.
-    pub tool_id: String,
+    pub tool_id: ToolId,
     /// Arguments (any JSON).
     pub arguments: Value,
     /// Current status.
@@ -29,9 +29,9 @@ pub struct StepState {
     /// Deadline in force (None while awaiting approval or a retry).
     pub deadline: Option<Timestamp>,
     /// Current job of a remote step.
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     /// Runner holding the job, when known.
-    pub runner_id: Option<String>,
+    pub runner_id: Option<RunnerId>,
     /// Earliest dispatch of a retry job.
     pub not_before: Option<Timestamp>,
     /// Whether the step waits for an operator's approval.
@@ -62,7 +62,7 @@ pub struct HistoryEntry {
     /// Step id.
     pub step_id: StepId,
     /// Tool of the step.
-    pub tool_id: String,
+    pub tool_id: ToolId,
     /// Terminal status.
     pub status: StepStatus,
     /// Arguments of the step.
@@ -79,9 +79,9 @@ pub struct HistoryEntry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     /// Session id.
-    pub id: String,
+    pub id: SessionId,
     /// Consumer holding it.
-    pub consumer_id: String,
+    pub consumer_id: ConsumerId,
 }
 
 /// What an idempotent `invoke_tool` answered the first time.
@@ -92,7 +92,7 @@ pub enum RecordedIntent {
         /// Step created for it.
         step_id: StepId,
         /// Tool it asked for.
-        tool_id: String,
+        tool_id: ToolId,
         /// Whether it was remote.
         remote: bool,
         /// Whether the step awaited approval.
@@ -101,7 +101,7 @@ pub enum RecordedIntent {
     /// The call was denied.
     Denied {
         /// Tool it asked for.
-        tool_id: String,
+        tool_id: ToolId,
         /// Full error text sent back.
         error: String,
     },

@@ -14,7 +14,7 @@ use super::commands::Intent;
 use super::messages::ExecutionMsg;
 use super::state::StepState;
 use crate::events::{Event, EventBody};
-use crate::ids::StepId;
+use crate::ids::{ConsumerId, JobId, RunnerId, StepId, ToolId};
 use crate::push::Push;
 use crate::trace::TARGET;
 
@@ -110,14 +110,14 @@ fn message_name(message: &ExecutionMsg) -> Option<&'static str> {
 }
 
 /// Returns the span of a policy check, a child of the current (intent) span.
-pub(super) fn policy_span(state: &ExecutionActorState, tool_id: &str) -> Span {
+pub(super) fn policy_span(state: &ExecutionActorState, tool_id: &ToolId) -> Span {
     if state.ctx.config.traces.is_none() {
         return Span::none();
     }
     tracing::info_span!(
         target: TARGET,
         "policy",
-        tool.id = tool_id,
+        tool.id = tool_id.as_str(),
         policy.decision = Empty,
         policy.rule_id = Empty,
     )
@@ -147,9 +147,9 @@ pub(super) enum StepMark {
     /// `step.created`.
     Created(StepId),
     /// `step.dispatched`.
-    Dispatched(StepId, String, String),
+    Dispatched(StepId, RunnerId, JobId),
     /// `step.started`.
-    Started(StepId, String),
+    Started(StepId, RunnerId),
     /// `step.retried`.
     Retried(StepId, i64),
     /// A terminal step event.
@@ -271,7 +271,7 @@ pub(super) fn stamp(state: &ExecutionActorState, push: &mut Push) {
 /// Stamps a push to the agent with the execution's trace context and returns its span (a
 /// child of the current span), to be entered while it is handed on. Disabled when traces are
 /// off, and then the push is left as it is.
-pub(super) fn push(state: &ExecutionActorState, push: &mut Push, consumer_id: &str) -> Span {
+pub(super) fn push(state: &ExecutionActorState, push: &mut Push, consumer_id: &ConsumerId) -> Span {
     if state.ctx.config.traces.is_none() {
         return Span::none();
     }
@@ -282,7 +282,7 @@ pub(super) fn push(state: &ExecutionActorState, push: &mut Push, consumer_id: &s
         otel.name = %format_args!("push {}", push.event),
         push.event = push.event,
         execution.id = %state.exec.id,
-        consumer.id = consumer_id,
+        consumer.id = consumer_id.as_str(),
         step.id = push.data.get("step_id").and_then(serde_json::Value::as_str),
     )
 }

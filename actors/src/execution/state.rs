@@ -89,7 +89,7 @@ impl ExecutionState {
         };
         let mut state = Self {
             id: first.execution_id.clone(),
-            agent_id: AgentId::new(agent_id.clone()),
+            agent_id: agent_id.clone(),
             status: ExecutionStatus::Pending,
             labels: serde_json::from_value(labels.clone()).ok().flatten(),
             input: input.clone(),
@@ -153,10 +153,10 @@ impl ExecutionState {
     }
 }
 
-fn non_empty(value: &str) -> Option<String> {
-    if value.is_empty() {
+fn non_empty<T: AsRef<str> + Clone>(value: &T) -> Option<T> {
+    if value.as_ref().is_empty() {
         None
     } else {
-        Some(value.to_owned())
+        Some(value.clone())
     }
 }

@@ -8,13 +8,13 @@ use super::actor::ExecutionActorState;
 use super::commands::{Intent, IntentReply};
 use super::effects::apply;
 use super::machine;
-use crate::ids::ExecutionId;
+use crate::ids::{ExecutionId, SessionId, ToolId};
 use crate::kernel::KernelError;
 use crate::policy::PolicyDecision;
 
 pub(super) async fn submit_intent(
     state: &mut ExecutionActorState,
-    session_id: &str,
+    session_id: &SessionId,
     session_owner: Option<&ExecutionId>,
     intent: Intent,
 ) -> Result<IntentReply, KernelError> {
@@ -74,7 +74,7 @@ pub(super) fn with_first(
 
 async fn check_policy(
     state: &ExecutionActorState,
-    tool_id: &str,
+    tool_id: &ToolId,
     arguments: &Value,
     remote: bool,
 ) -> Result<PolicyDecision, KernelError> {

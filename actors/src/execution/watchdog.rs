@@ -49,7 +49,7 @@ fn candidates(state: &ExecutionState, settings: &ExecutionSettings) -> Vec<(Time
         }
         let body = EventBody::ExecutionStalled {
             reason: JOB_NOT_STARTED.to_owned(),
-            step_id: Some(step.id.to_string()),
+            step_id: Some(step.id.clone()),
             runner_id: step.runner_id.clone(),
             since,
         };

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use crate::policy::rules::Glob;
 use crate::time::{self, Timestamp};
+use crate::ids::{RunnerId, ToolId};
 
 /// What a breaker's results come from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,9 +86,10 @@ impl BreakerConfig {
         }
     }
 
-    /// Returns whether the entry applies to `tool_id`.
-    pub fn matches(&self, tool_id: &str) -> bool {
-        self.tools.iter().any(|glob| glob.is_match(tool_id))
+    /// Returns whether the entry applies to `key` (a tool id, or a runner id for a runner
+    /// breaker).
+    pub fn matches(&self, key: &str) -> bool {
+        self.tools.iter().any(|glob| glob.is_match(key))
     }
 }
 
@@ -97,17 +99,17 @@ pub struct BreakerSet(pub Vec<BreakerConfig>);
 
 impl BreakerSet {
     /// Returns the entry for `tool_id`, if any.
-    pub fn config(&self, tool_id: &str) -> Option<&BreakerConfig> {
+    pub fn config(&self, tool_id: &ToolId) -> Option<&BreakerConfig> {
         self.0
             .iter()
-            .find(|config| config.scope == BreakerScope::Tool && config.matches(tool_id))
+            .find(|config| config.scope == BreakerScope::Tool && config.matches(tool_id.as_str()))
     }
 
     /// Returns the entry for runner `runner_id`, if any.
-    pub fn runner_config(&self, runner_id: &str) -> Option<&BreakerConfig> {
+    pub fn runner_config(&self, runner_id: &RunnerId) -> Option<&BreakerConfig> {
         self.0
             .iter()
-            .find(|config| config.scope == BreakerScope::Runner && config.matches(runner_id))
+            .find(|config| config.scope == BreakerScope::Runner && config.matches(runner_id.as_str()))
     }
 
     /// Returns the runner entries only.

@@ -5,17 +5,18 @@ use serde_json::{Value, json};
 
 use super::{BreakerConfig, BreakerSet, Breakers, State, sub};
 use crate::time::{self, Timestamp};
+use crate::ids::{RunnerId, ToolId};
 
 impl Breakers {
     /// Returns the tool breakers that are not closed, or have failures in their window, as
     /// JSON.
     pub fn view(&self, now: Timestamp, set: &BreakerSet) -> Vec<Value> {
-        self.view_with(now, "tool_id", |id| set.config(id))
+        self.view_with(now, "tool_id", |id| set.config(&ToolId::new(id)))
     }
 
     /// Returns the runner breakers that are not closed, or have failures in their window.
     pub fn runner_view(&self, now: Timestamp, set: &BreakerSet) -> Vec<Value> {
-        self.view_with(now, "runner_id", |id| set.runner_config(id))
+        self.view_with(now, "runner_id", |id| set.runner_config(&RunnerId::new(id)))
     }
 
     fn view_with<'a>(

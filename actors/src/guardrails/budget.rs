@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::events::{Event, EventBody};
+use crate::ids::ToolId;
 
 /// Largest number of cost units a result may carry.
 pub const MAX_COST_UNITS: usize = 32;
@@ -140,7 +141,7 @@ impl Budget {
     pub fn check(
         &self,
         usage: &BudgetUsage,
-        tool_id: &str,
+        tool_id: &ToolId,
         elapsed: Duration,
     ) -> Option<BudgetExceeded> {
         let exceeded = |limit, reason| Some(BudgetExceeded { limit, reason });
@@ -258,7 +259,7 @@ pub struct BudgetUsage {
     /// Tool steps created (`step.created`).
     pub steps: u64,
     /// Steps created per tool id.
-    pub calls: HashMap<String, u64>,
+    pub calls: HashMap<ToolId, u64>,
     /// Retries (`step.retried`).
     pub retries: u64,
     /// Cost reported with step results, summed per unit.
@@ -298,7 +299,7 @@ impl BudgetUsage {
     }
 
     /// Returns the steps created for `tool_id`.
-    pub fn calls(&self, tool_id: &str) -> u64 {
+    pub fn calls(&self, tool_id: &ToolId) -> u64 {
         self.calls.get(tool_id).copied().unwrap_or(0)
     }
 

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use crate::ids::ExecutionId;
+use crate::ids::{ExecutionId, ToolId};
 use crate::policy::rules::Glob;
 
 /// The running slots of one agent id.
@@ -100,10 +100,10 @@ pub struct ToolLimits(pub Vec<ToolLimit>);
 
 impl ToolLimits {
     /// Returns the limit of `tool_id`, if an entry matches it.
-    pub fn limit(&self, tool_id: &str) -> Option<u32> {
+    pub fn limit(&self, tool_id: &ToolId) -> Option<u32> {
         self.0
             .iter()
-            .find(|entry| entry.tools.iter().any(|glob| glob.is_match(tool_id)))
+            .find(|entry| entry.tools.iter().any(|glob| glob.is_match(tool_id.as_str())))
             .map(|entry| entry.max_concurrent_steps)
     }
 

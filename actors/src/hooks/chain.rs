@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::{FailureMode, HookCaller, HookPoint, HookSpec, HookVerdict};
 use crate::events::{EventBody, NewEvent};
+use crate::ids::ToolId;
 
 /// How a chain ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,7 +39,7 @@ pub async fn run_chain(
     caller: &dyn HookCaller,
     hooks: &[HookSpec],
     point: HookPoint,
-    tool_id: &str,
+    tool_id: &ToolId,
     mut request: Value,
     field: &str,
     value: Value,

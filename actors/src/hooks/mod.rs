@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use crate::ids::AgentId;
 
 pub use chain::{ChainOutcome, ChainRun, run_chain};
 
@@ -79,7 +80,7 @@ pub struct HookSpec {
     /// What a failed call means.
     pub failure: FailureMode,
     /// Only executions of these agents (empty: every agent).
-    pub agent_ids: Vec<String>,
+    pub agent_ids: Vec<AgentId>,
     /// Only tool calls these policy rules decided (empty: every rule; always empty for
     /// `pre_create`, which no rule decides).
     pub rule_ids: Vec<String>,
@@ -87,14 +88,14 @@ pub struct HookSpec {
 
 impl HookSpec {
     /// Returns whether the hook applies to a call of `agent_id` decided by `rule_id`.
-    pub fn applies(&self, point: HookPoint, agent_id: &str, rule_id: &str) -> bool {
+    pub fn applies(&self, point: HookPoint, agent_id: &AgentId, rule_id: &str) -> bool {
         self.point == point
             && (self.agent_ids.is_empty() || self.agent_ids.iter().any(|id| id == agent_id))
             && (self.rule_ids.is_empty() || self.rule_ids.iter().any(|id| id == rule_id))
     }
 
     /// Returns whether the hook is a `pre_create` hook for executions of `agent_id`.
-    pub fn applies_to_creation(&self, agent_id: &str) -> bool {
+    pub fn applies_to_creation(&self, agent_id: &AgentId) -> bool {
         self.point == HookPoint::PreCreate
             && (self.agent_ids.is_empty() || self.agent_ids.iter().any(|id| id == agent_id))
     }

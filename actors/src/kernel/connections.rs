@@ -9,7 +9,7 @@ use super::inner::KernelInner;
 use super::types::{KernelError, PushStream, ToolSchema};
 use crate::agent_group::AgentGroupMsg;
 use crate::execution::{ExecutionMsg, Rejection, StepOutcome};
-use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, StepId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, StepId, ToolId};
 use crate::runner::DispatcherMsg;
 
 impl KernelInner {
@@ -53,7 +53,7 @@ impl KernelInner {
     ) -> Result<(), KernelError> {
         self.ask(execution_id, |reply| ExecutionMsg::MarkStepStarted {
             step_id: step_id.clone(),
-            runner_id: runner_id.to_string(),
+            runner_id: runner_id.clone(),
             reply,
         })
         .await
@@ -68,10 +68,10 @@ impl KernelInner {
         let group = self.group(&agent_id).await?;
         let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
         let connection = self.connections.fetch_add(1, Ordering::Relaxed);
-        let consumer = consumer_id.to_string();
+        let consumer = consumer_id.clone();
         group
             .send_message(AgentGroupMsg::ConsumerConnected {
-                consumer_id: consumer.clone(),
+                consumer_id,
                 connection,
                 sender,
             })
@@ -89,7 +89,7 @@ impl KernelInner {
         &self,
         runner_id: RunnerId,
         consumer_id: ConsumerId,
-        capabilities: Vec<String>,
+        capabilities: Vec<ToolId>,
     ) -> Result<PushStream, KernelError> {
         let dispatcher = self
             .ctx
@@ -122,8 +122,8 @@ impl KernelInner {
         runner_id: &RunnerId,
         tools: Vec<ToolSchema>,
     ) -> Result<(), KernelError> {
-        let ids: Vec<String> = tools.iter().map(|tool| tool.id.clone()).collect();
-        self.tools.publish(runner_id.as_str(), tools);
+        let ids: Vec<ToolId> = tools.iter().map(|tool| tool.id.clone()).collect();
+        self.tools.publish(runner_id, tools);
         self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
             runner_id: runner_id.clone(),
             tools: ids,
@@ -134,7 +134,7 @@ impl KernelInner {
     pub(crate) async fn update_capabilities(
         &self,
         runner_id: &RunnerId,
-        tools: Vec<String>,
+        tools: Vec<ToolId>,
     ) -> Result<(), KernelError> {
         self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
             runner_id: runner_id.clone(),
@@ -144,7 +144,7 @@ impl KernelInner {
     }
 
     pub(crate) async fn unregister_runner(&self, runner_id: &RunnerId) -> Result<(), KernelError> {
-        self.tools.remove_runner(runner_id.as_str());
+        self.tools.remove_runner(runner_id);
         Ok(())
     }
 }

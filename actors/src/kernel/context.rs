@@ -14,7 +14,7 @@ use super::types::{CommitNotice, KernelError};
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
 use crate::error::StoreError;
 use crate::execution::{ExecutionMsg, ExecutionSupervisorMsg};
-use crate::ids::{AgentId, ExecutionId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId, SessionId};
 use crate::metrics::Metrics;
 use crate::policy::PolicyMsg;
 use crate::runner::DispatcherMsg;
@@ -56,10 +56,10 @@ pub struct Ctx {
     /// Live agent groups.
     pub agent_groups: RwLock<HashMap<AgentId, ActorRef<AgentGroupMsg>>>,
     /// Session id → execution holding it.
-    pub sessions: RwLock<HashMap<String, ExecutionId>>,
+    pub sessions: RwLock<HashMap<SessionId, ExecutionId>>,
     /// `(agent_id, consumer_id)` of consumers whose disconnect grace ran out and that have not
     /// come back (maintained by the agent groups, read by executions).
-    pub lost_consumers: RwLock<std::collections::HashSet<(String, String)>>,
+    pub lost_consumers: RwLock<std::collections::HashSet<(AgentId, ConsumerId)>>,
     /// Policy in force: engine and hooks (the policy actor is restarted with it; creations
     /// read their `pre_create` hooks here).
     pub policy_in_force: RwLock<crate::policy::InForce>,
@@ -174,12 +174,12 @@ impl Ctx {
     }
 
     /// Returns whether the consumer holding an execution's session is gone for good.
-    pub fn consumer_lost(&self, agent_id: &AgentId, consumer_id: &str) -> bool {
-        read(&self.lost_consumers).contains(&(agent_id.to_string(), consumer_id.to_owned()))
+    pub fn consumer_lost(&self, agent_id: &AgentId, consumer_id: &ConsumerId) -> bool {
+        read(&self.lost_consumers).contains(&(agent_id.clone(), consumer_id.clone()))
     }
 
     /// Returns the execution holding a session.
-    pub fn session_owner(&self, session_id: &str) -> Option<ExecutionId> {
+    pub fn session_owner(&self, session_id: &SessionId) -> Option<ExecutionId> {
         read(&self.sessions).get(session_id).cloned()
     }
 

@@ -40,7 +40,7 @@ impl KernelInner {
         let created = match record_creation_decided(
             &self.ctx,
             &id,
-            agent_id.as_str(),
+            &agent_id,
             input,
             labels.as_ref(),
             options,
@@ -102,7 +102,7 @@ impl KernelInner {
         let hooks: Vec<HookSpec> = read(&self.ctx.policy_in_force)
             .hooks
             .iter()
-            .filter(|hook| hook.applies_to_creation(agent_id.as_str()))
+            .filter(|hook| hook.applies_to_creation(&agent_id))
             .cloned()
             .collect();
         if hooks.is_empty() {

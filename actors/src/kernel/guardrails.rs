@@ -43,7 +43,7 @@ impl Kernel {
         let Some(policy) = inner.ctx.policy() else {
             return Ok(None);
         };
-        let agent_id = row.agent_id.to_string();
+        let agent_id = row.agent_id.clone();
         let budget = call(
             &policy,
             |reply| PolicyMsg::AgentBudget(agent_id.clone(), reply),

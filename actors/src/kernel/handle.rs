@@ -11,7 +11,7 @@ use super::types::{CommitNotice, KernelError, PushStream, ToolEntry, ToolSchema}
 use crate::events::Event;
 use crate::execution::{Intent, IntentReply, StepOutcome};
 use crate::guardrails::CreateOptions;
-use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, SessionId, StepId, ToolId};
 use crate::store::{ExecutionRow, ListFilter};
 
 /// Cloneable handle to a running kernel.
@@ -49,7 +49,7 @@ impl Kernel {
     }
 
     /// Returns the number of `pending` executions of `agent_id`, or kernel-wide for `None`.
-    pub async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, KernelError> {
+    pub async fn pending_count(&self, agent_id: Option<&AgentId>) -> Result<u64, KernelError> {
         Ok(self.inner.store.pending_count(agent_id).await?)
     }
 
@@ -229,7 +229,7 @@ impl Kernel {
         &self,
         runner_id: RunnerId,
         consumer_id: ConsumerId,
-        capabilities: Vec<String>,
+        capabilities: Vec<ToolId>,
     ) -> Result<PushStream, KernelError> {
         self.inner
             .connect_runner(runner_id, consumer_id, capabilities)
@@ -254,7 +254,7 @@ impl Kernel {
     pub async fn update_capabilities(
         &self,
         runner_id: &RunnerId,
-        tools: Vec<String>,
+        tools: Vec<ToolId>,
     ) -> Result<(), KernelError> {
         self.inner.update_capabilities(runner_id, tools).await
     }

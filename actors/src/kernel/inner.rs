@@ -170,7 +170,7 @@ impl KernelInner {
     ) -> KernelError {
         match error {
             KernelError::Rejected(Rejection::ExecutionNotFound(_)) => {
-                match self.ctx.session_owner(session_id.as_str()) {
+                match self.ctx.session_owner(session_id) {
                     Some(_) => Rejection::SessionMismatch {
                         session: session_id.to_string(),
                         execution: execution_id.to_string(),
@@ -189,9 +189,9 @@ impl KernelInner {
         session_id: &SessionId,
         intent: Intent,
     ) -> Result<IntentReply, KernelError> {
-        let owner = self.ctx.session_owner(session_id.as_str());
+        let owner = self.ctx.session_owner(session_id);
         self.ask(execution_id, |reply| ExecutionMsg::SubmitIntent {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             session_owner: owner.clone(),
             intent: intent.clone(),
             reply,
@@ -206,9 +206,9 @@ impl KernelInner {
         session_id: &SessionId,
         outcome: StepOutcome,
     ) -> Result<(), KernelError> {
-        let owner = self.ctx.session_owner(session_id.as_str());
+        let owner = self.ctx.session_owner(session_id);
         self.ask(execution_id, |reply| ExecutionMsg::ReportStepResult {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             session_owner: owner.clone(),
             outcome: outcome.clone(),
             reply,

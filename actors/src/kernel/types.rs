@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 
 use crate::error::{ErrorCode, StoreError};
 use crate::execution::Rejection;
-use crate::ids::ExecutionId;
+use crate::ids::{ExecutionId, RunnerId, ToolId};
 use crate::push::Push;
 use crate::time::Timestamp;
 
@@ -57,7 +57,7 @@ impl KernelError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolSchema {
     /// Tool id.
-    pub id: String,
+    pub id: ToolId,
     /// Description (docstring).
     #[serde(default)]
     pub description: Value,
@@ -70,13 +70,13 @@ pub struct ToolSchema {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ToolEntry {
     /// Tool id.
-    pub id: String,
+    pub id: ToolId,
     /// Description.
     pub description: Value,
     /// JSON schema of the arguments.
     pub input_schema: Value,
     /// Runner that published it.
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     /// When it was published.
     #[serde(with = "crate::time::serde_micros")]
     pub registered_at: Timestamp,

@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 
 use crate::store::QueueDepths;
 use crate::time::Timestamp;
+use crate::ids::ToolId;
 
 /// Labels of the step duration histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -112,9 +113,9 @@ impl OperatorMetrics {
     }
 
     /// Records a step that reached `outcome` after `seconds`.
-    pub fn step_finished(&self, tool_id: &str, outcome: &str, seconds: f64) {
+    pub fn step_finished(&self, tool_id: &ToolId, outcome: &str, seconds: f64) {
         let labels = StepLabels {
-            tool_id: tool_id.to_owned(),
+            tool_id: tool_id.to_string(),
             outcome: outcome.to_owned(),
         };
         self.step_duration
@@ -138,7 +139,7 @@ impl OperatorMetrics {
         self.pending_executions.clear();
         for (agent_id, count, _) in &depths.pending_by_agent {
             let labels = AgentLabel {
-                agent_id: agent_id.clone(),
+                agent_id: agent_id.to_string(),
             };
             self.pending_executions
                 .get_or_create(&labels)
@@ -156,7 +157,7 @@ impl OperatorMetrics {
         self.queued_jobs.clear();
         for (tool_id, count) in &depths.queued_by_tool {
             let labels = ToolLabel {
-                tool_id: tool_id.clone(),
+                tool_id: tool_id.to_string(),
             };
             self.queued_jobs
                 .get_or_create(&labels)

@@ -8,6 +8,7 @@ use crate::metrics::Metrics;
 use crate::policy::PolicyEngine;
 use crate::store::{Store, ToolResult};
 use crate::time::{self, Clock};
+use crate::ids::ToolId;
 
 /// Records results of tools that have a breaker; returns the changes they caused.
 pub(super) fn record(
@@ -22,7 +23,7 @@ pub(super) fn record(
         let Some(config) = set.config(&result.tool_id) else {
             continue;
         };
-        if let Some(change) = breakers.record(&result.tool_id, config, result.success, result.at) {
+        if let Some(change) = breakers.record(result.tool_id.as_str(), config, result.success, result.at) {
             count(metrics, &change);
             log(&change);
             changes.push(change);
@@ -60,10 +61,12 @@ pub(super) async fn rebuild(
             let set = engine.breakers();
             for result in &results {
                 if let Some(config) = set.config(&result.tool_id) {
-                    breakers.record(&result.tool_id, config, result.success, result.at);
+                    breakers.record(result.tool_id.as_str(), config, result.success, result.at);
                 }
             }
-            breakers.sweep(now, |tool| set.config(tool).map(|config| config.window));
+            breakers.sweep(now, |tool| {
+                set.config(&ToolId::new(tool)).map(|config| config.window)
+            });
             tracing::info!(
                 results = results.len(),
                 open = breakers.open_count(),

@@ -11,6 +11,7 @@ pub use super::denial::DenialKind;
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::{Budget, BudgetUsage};
 use crate::guardrails::concurrency::ToolLimits;
+use crate::ids::{AgentId, ExecutionId, ToolId};
 
 /// The breakers of an engine without any.
 static NO_BREAKERS: BreakerSet = BreakerSet(Vec::new());
@@ -68,11 +69,11 @@ pub struct PolicyInput {
     /// Always `tool.invoke` today.
     pub action: String,
     /// Agent of the execution.
-    pub agent_id: String,
+    pub agent_id: AgentId,
     /// Tool asked for.
-    pub tool_id: String,
+    pub tool_id: ToolId,
     /// Execution asking.
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// Labels of the execution.
     pub labels: BTreeMap<String, String>,
     /// Arguments of the call (any JSON).
@@ -122,9 +123,9 @@ pub struct PolicyDecision {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RateSlot {
     /// Agent of the call.
-    pub agent_id: String,
+    pub agent_id: AgentId,
     /// Tool of the call.
-    pub tool_id: String,
+    pub tool_id: ToolId,
     /// When it was admitted (the windows' clock).
     pub at: tokio::time::Instant,
 }
@@ -188,7 +189,7 @@ pub trait PolicyEngine: Send + Sync + 'static {
 
     /// Returns the budget every execution of `agent_id` has (its policy file's, or the global
     /// one), shown on `GET /v0/executions/{id}`; rules may tighten it for the calls they match.
-    fn agent_budget(&self, _agent_id: &str) -> Option<Arc<Budget>> {
+    fn agent_budget(&self, _agent_id: &AgentId) -> Option<Arc<Budget>> {
         None
     }
 
@@ -199,7 +200,7 @@ pub trait PolicyEngine: Send + Sync + 'static {
 
     /// Returns the most executions of `agent_id` that may run at once (`concurrency.max_running`
     /// of its policy file, or the global one); `None` is unlimited.
-    fn max_running(&self, _agent_id: &str) -> Option<u32> {
+    fn max_running(&self, _agent_id: &AgentId) -> Option<u32> {
         None
     }
 

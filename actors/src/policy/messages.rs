@@ -7,6 +7,7 @@ use ractor::RpcReplyPort;
 use super::engine::{PolicyDecision, PolicyInput};
 use crate::guardrails::breaker::BreakerChange;
 use crate::guardrails::budget::Budget;
+use crate::ids::AgentId;
 use crate::store::ToolResult;
 
 /// Messages of the policy actor.
@@ -31,7 +32,7 @@ pub enum PolicyMsg {
         reply: RpcReplyPort<Vec<crate::hooks::HookSpec>>,
     },
     /// Returns the budget of an agent's executions in the engine in force.
-    AgentBudget(String, RpcReplyPort<Option<Arc<Budget>>>),
+    AgentBudget(AgentId, RpcReplyPort<Option<Arc<Budget>>>),
     /// Step results, for the circuit breakers; answers the breaker changes they caused.
     ToolResults(Vec<ToolResult>, RpcReplyPort<Vec<BreakerChange>>),
     /// Returns the circuit breakers that are open, half-open or counting failures.

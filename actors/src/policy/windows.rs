@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::policy::engine::RateLimit;
 use crate::store::AllowedToolCall;
 use crate::time::Timestamp;
+use crate::ids::{AgentId, ToolId};
 
 /// Admissions between two sweeps of every pair (dropping calls older than the horizon).
 const SWEEP_EVERY: u32 = 1024;
@@ -26,7 +27,7 @@ type Tick = i64;
 /// Sliding windows of allowed calls per `(agent_id, tool_id)`.
 pub struct RateWindows {
     epoch: Instant,
-    calls: HashMap<(String, String), VecDeque<Tick>>,
+    calls: HashMap<(AgentId, ToolId), VecDeque<Tick>>,
     horizon: Option<Duration>,
     /// Every call at or after this tick is in `calls` (as far as the horizon keeps them).
     complete_since: Tick,
@@ -66,7 +67,7 @@ impl RateWindows {
     }
 
     /// Admits or refuses one call of `key` under `limit` at `now`; an admitted call is recorded.
-    pub fn admit(&mut self, key: (String, String), limit: &RateLimit, now: Instant) -> bool {
+    pub fn admit(&mut self, key: (AgentId, ToolId), limit: &RateLimit, now: Instant) -> bool {
         let now = self.tick(now);
         let keep = micros(
             self.horizon
@@ -91,7 +92,7 @@ impl RateWindows {
 
     /// Forgets the call of `key` admitted at `at` (a call that did not go ahead after all);
     /// nothing when it is no longer held (swept, or admitted before the actor restarted).
-    pub fn release(&mut self, key: &(String, String), at: Instant) {
+    pub fn release(&mut self, key: &(AgentId, ToolId), at: Instant) {
         let tick = self.tick(at);
         let Some(calls) = self.calls.get_mut(key) else {
             return;
@@ -145,7 +146,7 @@ impl RateWindows {
         wall_now: Timestamp,
     ) {
         let now_tick = self.tick(now);
-        let mut loaded: HashMap<(String, String), Vec<Tick>> = HashMap::new();
+        let mut loaded: HashMap<(AgentId, ToolId), Vec<Tick>> = HashMap::new();
         for call in calls {
             let age = (wall_now - call.at)
                 .num_microseconds()
@@ -189,7 +190,7 @@ impl RateWindows {
 
     /// Returns the number of calls held for a pair (tests).
     #[cfg(test)]
-    pub fn held(&self, agent_id: &str, tool_id: &str) -> usize {
+    pub fn held(&self, agent_id: &AgentId, tool_id: &ToolId) -> usize {
         self.calls
             .get(&(agent_id.to_owned(), tool_id.to_owned()))
             .map_or(0, VecDeque::len)

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::execution::JobSpec;
 use crate::guardrails::breaker::{BreakerChange, BreakerSet, Breakers};
 use crate::guardrails::concurrency::ToolLimits;
-use crate::ids::{ConsumerId, RunnerId, StepId};
+use crate::ids::{ConsumerId, JobId, RunnerId, StepId, ToolId};
 use crate::time::Timestamp;
 
 /// A runner connection, by runner id and consumer id.
@@ -29,7 +29,7 @@ pub enum DispatchInput {
         /// Connection number.
         connection: u64,
         /// Tool ids it offers.
-        capabilities: Vec<String>,
+        capabilities: Vec<ToolId>,
     },
     /// A connection closed; ignored unless `connection` is the current one of `key`.
     Disconnected {
@@ -46,7 +46,7 @@ pub enum DispatchInput {
         /// Runner.
         runner_id: RunnerId,
         /// Tool ids.
-        tools: Vec<String>,
+        tools: Vec<ToolId>,
     },
     /// Queue a job.
     Enqueue(JobSpec),
@@ -55,7 +55,7 @@ pub enum DispatchInput {
     /// The hold of a recovered job ended.
     ReleaseRecovered {
         /// Job id.
-        job_id: String,
+        job_id: JobId,
     },
     /// A connection is idle again.
     ConnectionFree(ConnectionKey),
@@ -122,7 +122,7 @@ pub enum DispatchEffect {
     /// Send `ReleaseRecovered { job_id }` after the runner grace.
     ArmRelease {
         /// Job id.
-        job_id: String,
+        job_id: JobId,
     },
     /// Tell the job's execution that no runner will report on it.
     RunnerLost(JobSpec),
@@ -136,7 +136,7 @@ pub struct ConnectionSlot {
     /// Connection number.
     pub connection: u64,
     /// Tool ids it offers.
-    pub capabilities: HashSet<String>,
+    pub capabilities: HashSet<ToolId>,
     /// The job it holds (set before the job is written to its stream).
     pub busy: Option<JobSpec>,
 }
@@ -146,10 +146,10 @@ pub struct ConnectionSlot {
 pub struct Dispatch {
     pub(super) connections: BTreeMap<ConnectionKey, ConnectionSlot>,
     pub(super) queue: VecDeque<JobSpec>,
-    rotation: HashMap<String, usize>,
+    rotation: HashMap<ToolId, usize>,
     pub(super) orphans: HashMap<ConnectionKey, (JobSpec, u64)>,
     generation: u64,
-    pub(super) held: HashMap<String, JobSpec>,
+    pub(super) held: HashMap<JobId, JobSpec>,
     /// `max_concurrent_steps` per tool id (dispatch_limits.rs).
     pub(super) limits: ToolLimits,
     /// Circuit breakers per runner id: their configuration and state (dispatch_limits.rs).
@@ -161,13 +161,13 @@ pub struct Dispatch {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DispatcherSnapshot {
     /// Open connections with the job each holds.
-    pub connections: Vec<(ConnectionKey, Option<String>)>,
+    pub connections: Vec<(ConnectionKey, Option<JobId>)>,
     /// Queued job ids, in order.
-    pub queued: Vec<String>,
+    pub queued: Vec<JobId>,
     /// Recovered job ids held for the runner grace, sorted.
-    pub held: Vec<String>,
+    pub held: Vec<JobId>,
     /// Jobs of connections that left, in their grace, sorted.
-    pub orphaned: Vec<(ConnectionKey, String)>,
+    pub orphaned: Vec<(ConnectionKey, JobId)>,
 }
 
 impl Dispatch {
@@ -271,9 +271,9 @@ impl Dispatch {
 
     /// Returns the snapshot of the state.
     pub fn snapshot(&self) -> DispatcherSnapshot {
-        let mut held: Vec<String> = self.held.keys().cloned().collect();
+        let mut held: Vec<JobId> = self.held.keys().cloned().collect();
         held.sort();
-        let mut orphaned: Vec<(ConnectionKey, String)> = self
+        let mut orphaned: Vec<(ConnectionKey, JobId)> = self
             .orphans
             .iter()
             .map(|(key, (job, _))| (key.clone(), job.job_id.clone()))
@@ -297,7 +297,7 @@ impl Dispatch {
     }
 
     /// Returns whether a job is queued, held, in a runner's hands or orphaned.
-    fn knows(&self, job_id: &str) -> bool {
+    fn knows(&self, job_id: &JobId) -> bool {
         self.queue.iter().any(|job| job.job_id == job_id)
             || self.held.contains_key(job_id)
             || self

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::dispatch::{Dispatch, DispatchEffect};
 use crate::execution::JobSpec;
 use crate::guardrails::breaker::{BreakerSet, Breakers};
-use crate::ids::RunnerId;
+use crate::ids::{RunnerId, ToolId};
 use crate::time::Timestamp;
 
 /// The slots of one limited tool id.
@@ -38,13 +38,13 @@ impl Dispatch {
     /// Returns whether `runner_id`'s breaker keeps it from getting a job at `now`.
     pub(super) fn runner_blocked(&self, runner_id: &RunnerId, now: Timestamp) -> bool {
         self.runner_breakers
-            .runner_config(runner_id.as_str())
+            .runner_config(runner_id)
             .is_some_and(|config| self.runner_state.blocks(runner_id.as_str(), config, now))
     }
 
     /// A job goes to `runner_id`: after a cool-down it is the runner's probe.
     pub(super) fn runner_probe(&mut self, runner_id: &RunnerId, now: Timestamp) {
-        if let Some(config) = self.runner_breakers.runner_config(runner_id.as_str()) {
+        if let Some(config) = self.runner_breakers.runner_config(runner_id) {
             self.runner_state.admit(runner_id.as_str(), config, now);
         }
     }
@@ -57,7 +57,7 @@ impl Dispatch {
         now: Timestamp,
         effects: &mut Vec<DispatchEffect>,
     ) {
-        let Some(config) = self.runner_breakers.runner_config(runner_id.as_str()) else {
+        let Some(config) = self.runner_breakers.runner_config(runner_id) else {
             return;
         };
         if let Some(change) = self
@@ -79,7 +79,7 @@ impl Dispatch {
     }
 
     /// Returns the jobs in runners' hands per tool id (empty without limits: nothing to count).
-    pub(super) fn in_flight_by_tool(&self) -> HashMap<String, usize> {
+    pub(super) fn in_flight_by_tool(&self) -> HashMap<ToolId, usize> {
         let mut counts = HashMap::new();
         if self.limits.is_empty() {
             return counts;
@@ -91,14 +91,14 @@ impl Dispatch {
     }
 
     /// Returns whether `tool_id` is at its limit with `in_flight` jobs in runners' hands.
-    pub(super) fn at_limit(&self, in_flight: &HashMap<String, usize>, tool_id: &str) -> bool {
+    pub(super) fn at_limit(&self, in_flight: &HashMap<ToolId, usize>, tool_id: &ToolId) -> bool {
         self.limits
             .limit(tool_id)
             .is_some_and(|limit| in_flight.get(tool_id).copied().unwrap_or(0) >= limit as usize)
     }
 
     /// Returns the slots of every limited tool id that has jobs in hands or queued, by tool id.
-    pub fn tool_slots(&self) -> BTreeMap<String, ToolSlots> {
+    pub fn tool_slots(&self) -> BTreeMap<ToolId, ToolSlots> {
         let in_flight = self.in_flight_by_tool();
         let mut slots = BTreeMap::new();
         let tools = in_flight
@@ -129,7 +129,7 @@ impl Dispatch {
     }
 
     /// Returns whether `tool_id` has a limit now.
-    pub fn is_limited(&self, tool_id: &str) -> bool {
+    pub fn is_limited(&self, tool_id: &ToolId) -> bool {
         self.limits.limit(tool_id).is_some()
     }
 

@@ -19,6 +19,7 @@ use crate::kernel::context::Ctx;
 use crate::push::Push;
 use crate::supervision::{self, ActorKind, SupervisionEvent};
 use crate::time::PendingTimers;
+use crate::ids::ToolId;
 
 /// State of the dispatcher: the core and the runner actor of each connection.
 pub struct DispatcherState {
@@ -28,7 +29,7 @@ pub struct DispatcherState {
     /// The tick, grace and release timers, aborted when the dispatcher stops.
     timers: PendingTimers,
     /// Tool ids whose concurrency gauges are shown.
-    shown: BTreeSet<String>,
+    shown: BTreeSet<ToolId>,
 }
 
 /// The dispatcher actor.
@@ -232,7 +233,7 @@ fn carry_out(
                 let notice = Push::job_cancelled(
                     &job.job_id,
                     &job.execution_id,
-                    job.step_id.as_str(),
+                    &job.step_id,
                     &reason,
                 );
                 let _ = actor.send_message(RunnerMsg::Notify(notice));
@@ -297,7 +298,7 @@ fn show_tool_slots(state: &mut DispatcherState) {
     for (tool_id, slot) in &slots {
         metrics.concurrency(
             "tool",
-            tool_id,
+            tool_id.as_str(),
             Some(slot.limit),
             slot.in_flight,
             slot.waiting,
@@ -306,7 +307,7 @@ fn show_tool_slots(state: &mut DispatcherState) {
     for tool_id in &state.shown {
         if !slots.contains_key(tool_id) {
             let limit = state.core.is_limited(tool_id).then_some(0);
-            metrics.concurrency("tool", tool_id, limit, 0, 0);
+            metrics.concurrency("tool", tool_id.as_str(), limit, 0, 0);
         }
     }
     state.shown = slots

@@ -15,7 +15,7 @@ use ractor::RpcReplyPort;
 use super::dispatch::Dispatch;
 use super::messages::DispatcherMsg;
 use crate::execution::JobSpec;
-use crate::ids::{ConsumerId, RunnerId, StepId};
+use crate::ids::{ConsumerId, ExecutionId, JobId, RunnerId, StepId};
 use crate::kernel::KernelError;
 use crate::kernel::context::{Ctx, call};
 
@@ -23,15 +23,15 @@ use crate::kernel::context::{Ctx, call};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobReport {
     /// Runner id (the result's path, the `started` body).
-    pub runner_id: String,
+    pub runner_id: RunnerId,
     /// Consumer id of the reporting connection (results only; `started` does not carry one).
-    pub consumer_id: Option<String>,
+    pub consumer_id: Option<ConsumerId>,
     /// Execution id.
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     /// Step id.
     pub step_id: StepId,
     /// Job id (results only).
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
 }
 
 /// Where the dispatcher has a job.
@@ -61,7 +61,7 @@ pub async fn check(ctx: &Arc<Ctx>, report: JobReport) -> Result<Result<(), Strin
 /// Decides a report against the dispatcher's state.
 pub(super) fn decide(state: &Dispatch, report: &JobReport) -> Result<(), String> {
     let of_step = |job: &JobSpec| job.step_id == report.step_id;
-    let Some(job_id) = report.job_id.as_deref() else {
+    let Some(job_id) = report.job_id.as_ref() else {
         // `started`: the step's job, whichever it is, must be held by this runner id.
         return match locate(state, of_step) {
             None => Ok(()),
@@ -99,11 +99,11 @@ fn holder_matches(report: &JobReport, job: &JobSpec, place: &Place<'_>) -> Resul
             runner_id,
             consumer_id,
         } => {
-            let same_runner = runner_id.as_str() == report.runner_id;
+            let same_runner = **runner_id == report.runner_id;
             let same_consumer = report
                 .consumer_id
-                .as_deref()
-                .is_none_or(|given| given == consumer_id.as_str());
+                .as_ref()
+                .is_none_or(|given| given == *consumer_id);
             if same_runner && same_consumer {
                 Ok(())
             } else {

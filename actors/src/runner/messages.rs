@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use super::dispatch::DispatcherSnapshot;
 use super::holders::JobReport;
 use crate::execution::JobSpec;
-use crate::ids::{ConsumerId, RunnerId, StepId};
+use crate::ids::{ConsumerId, JobId, RunnerId, StepId, ToolId};
 use crate::push::Push;
 
 /// Messages of the dispatcher.
@@ -20,7 +20,7 @@ pub enum DispatcherMsg {
         /// Connection number.
         connection: u64,
         /// Tool ids it offers.
-        capabilities: Vec<String>,
+        capabilities: Vec<ToolId>,
         /// Its stream.
         sender: mpsc::Sender<Push>,
     },
@@ -38,7 +38,7 @@ pub enum DispatcherMsg {
         /// Runner id.
         runner_id: RunnerId,
         /// Tool ids.
-        tools: Vec<String>,
+        tools: Vec<ToolId>,
     },
     /// Queues a job.
     Enqueue(JobSpec),
@@ -48,7 +48,7 @@ pub enum DispatcherMsg {
     /// The hold of a recovered job ended (sent to itself).
     ReleaseRecovered {
         /// Job id.
-        job_id: String,
+        job_id: JobId,
     },
     /// A connection is idle again (result received, or a job it was handed was stale).
     ConnectionFree {

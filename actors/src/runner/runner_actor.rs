@@ -75,8 +75,8 @@ impl Actor for RunnerActor {
 async fn claim(state: &RunnerArgs, job: JobSpec) -> Option<JobSpec> {
     let execution = state
         .ctx
-        .execution(&ExecutionId::from(job.execution_id.as_str()))?;
-    let runner_id = state.runner_id.to_string();
+        .execution(&job.execution_id)?;
+    let runner_id = state.runner_id.clone();
     let message = |reply| ExecutionMsg::ClaimJob {
         job,
         runner_id,

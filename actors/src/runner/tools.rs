@@ -8,16 +8,17 @@ use std::sync::RwLock;
 
 use crate::kernel::context::{read, write};
 use crate::kernel::{ToolEntry, ToolSchema};
+use crate::ids::{RunnerId, ToolId};
 
 /// Published tool schemas, by tool id.
 #[derive(Default)]
 pub struct ToolDirectory {
-    entries: RwLock<HashMap<String, ToolEntry>>,
+    entries: RwLock<HashMap<ToolId, ToolEntry>>,
 }
 
 impl ToolDirectory {
     /// Replaces everything a runner published before with `tools`.
-    pub fn publish(&self, runner_id: &str, tools: Vec<ToolSchema>) {
+    pub fn publish(&self, runner_id: &RunnerId, tools: Vec<ToolSchema>) {
         let now = crate::time::now();
         let mut entries = write(&self.entries);
         entries.retain(|_, entry| entry.runner_id != runner_id);
@@ -26,7 +27,7 @@ impl ToolDirectory {
                 id: tool.id.clone(),
                 description: tool.description,
                 input_schema: tool.input_schema,
-                runner_id: runner_id.to_owned(),
+                runner_id: runner_id.clone(),
                 registered_at: now,
             };
             entries.insert(tool.id, entry);
@@ -34,7 +35,7 @@ impl ToolDirectory {
     }
 
     /// Drops a runner's schemas.
-    pub fn remove_runner(&self, runner_id: &str) {
+    pub fn remove_runner(&self, runner_id: &RunnerId) {
         write(&self.entries).retain(|_, entry| entry.runner_id != runner_id);
     }
 
@@ -43,7 +44,7 @@ impl ToolDirectory {
         let entries = read(&self.entries);
         let mut listed: Vec<ToolEntry> = entries
             .values()
-            .filter(|entry| matches_prefix(&entry.id, prefix))
+            .filter(|entry| matches_prefix(entry.id.as_str(), prefix))
             .cloned()
             .collect();
         listed.sort_by(|left, right| left.id.cmp(&right.id));

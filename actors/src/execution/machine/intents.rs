@@ -7,7 +7,7 @@ use super::super::state::{ExecutionState, RecordedIntent};
 use super::invoke::{ToolCall, invoke_tool};
 use super::*;
 use crate::events::{BlockReason, EventBody, NewEvent, ResumeReason};
-use crate::ids::{ExecutionId, SessionId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId, SessionId};
 use crate::policy::PolicyDecision;
 use crate::push::Push;
 use crate::status::ExecutionStatus;
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 /// Returns the first event of a new execution; a creation `Idempotency-Key` is stored as the
 /// event's idempotency key (unique among `execution.created` events).
 pub fn create(
-    agent_id: &str,
+    agent_id: &AgentId,
     input: Value,
     labels: Value,
     priority: i64,
@@ -36,15 +36,15 @@ pub fn create(
 
 /// Assigns a pending execution to a consumer; returns the transition and the
 /// `execution.assigned` push for that consumer.
-pub fn assign(state: &ExecutionState, consumer_id: &str) -> Result<(Transition, Push), Rejection> {
+pub fn assign(state: &ExecutionState, consumer_id: &ConsumerId) -> Result<(Transition, Push), Rejection> {
     if state.status != ExecutionStatus::Pending {
         return Err(Rejection::NotPending(state.id.to_string()));
     }
-    let session_id = SessionId::generate().into_string();
+    let session_id = SessionId::generate();
     let mut transition = Transition::default();
     transition.event(NewEvent::execution(EventBody::ExecutionStarted {
         session_id: session_id.clone(),
-        consumer_id: consumer_id.to_owned(),
+        consumer_id: consumer_id.clone(),
     }));
     let mut data = json!({
         "execution_id": state.id.as_str(),
@@ -102,7 +102,7 @@ fn history_json(state: &ExecutionState) -> Vec<Value> {
 /// holds the session when it is not this one (looked up by the caller).
 pub fn check_session(
     state: &ExecutionState,
-    session_id: &str,
+    session_id: &SessionId,
     owner: Option<&ExecutionId>,
 ) -> Result<(), Rejection> {
     if state
@@ -114,10 +114,10 @@ pub fn check_session(
     }
     match owner {
         Some(owner) if owner != &state.id => Err(Rejection::SessionMismatch {
-            session: session_id.to_owned(),
+            session: session_id.to_string(),
             execution: state.id.to_string(),
         }),
-        _ => Err(Rejection::SessionNotFound(session_id.to_owned())),
+        _ => Err(Rejection::SessionNotFound(session_id.to_string())),
     }
 }
 
@@ -299,7 +299,7 @@ fn wait(state: &ExecutionState, signal_type: &str) -> (Transition, IntentReply) 
                 reason: ResumeReason::SignalReceived(signal_type.to_owned()),
             }));
             transition.effect(Effect::PushToAgent(Push::signal_received(
-                state.id.as_str(),
+                &state.id,
                 signal_type,
                 payload,
             )));

@@ -6,14 +6,14 @@ use super::super::commands::{Effect, ExecutionSettings, IntentReply, JobSpec};
 use super::super::state::ExecutionState;
 use super::*;
 use crate::events::{BlockReason, EventBody, NewEvent};
-use crate::ids::{JobId, StepId};
+use crate::ids::{JobId, RunnerId, StepId, ToolId};
 use crate::policy::{Decision, PolicyDecision};
 use crate::time::Timestamp;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 pub(super) struct ToolCall<'a> {
-    pub(super) tool_id: &'a str,
+    pub(super) tool_id: &'a ToolId,
     pub(super) arguments: &'a Value,
     pub(super) key: Option<&'a String>,
     pub(super) remote: bool,
@@ -32,7 +32,7 @@ pub(super) fn invoke_tool(
         transition.event(
             NewEvent::execution(EventBody::IntentDenied {
                 intent_type: "invoke_tool".to_owned(),
-                tool_id: Some(call.tool_id.to_owned()),
+                tool_id: Some(call.tool_id.clone()),
                 arguments: Some(call.arguments.clone()),
                 idempotency_key: key.clone(),
                 reason: verdict.reason.clone(),
@@ -69,7 +69,7 @@ pub(super) fn invoke_tool(
             NewEvent::step(
                 &step_id,
                 EventBody::StepApprovalRequired {
-                    tool_id: call.tool_id.to_owned(),
+                    tool_id: call.tool_id.clone(),
                     arguments: call.arguments.clone(),
                     remote: call.remote,
                     reason: verdict.reason.clone(),
@@ -80,7 +80,7 @@ pub(super) fn invoke_tool(
         transition.event(NewEvent::execution(EventBody::ExecutionBlocked {
             reason: BlockReason::Approval,
             reference: step_id.to_string(),
-            tool_id: Some(call.tool_id.to_owned()),
+            tool_id: Some(call.tool_id.clone()),
             arguments: Some(call.arguments.clone()),
             remote: Some(call.remote),
         }));
@@ -115,21 +115,21 @@ pub(super) fn invoke_tool(
     };
     transition.event(step_created(&step_id, call, max_attempts, deadline, rule).with_key(key));
     if call.remote {
-        let job_id = JobId::generate().into_string();
+        let job_id = JobId::generate();
         transition.event(NewEvent::step(
             &step_id,
             EventBody::StepDispatched {
-                runner_id: String::new(),
+                runner_id: RunnerId::default(),
                 job_id: job_id.clone(),
                 deadline,
             },
         ));
         transition.effect(Effect::EnqueueJob(JobSpec {
             job_id,
-            execution_id: state.id.to_string(),
+            execution_id: state.id.clone(),
             step_id: step_id.clone(),
             attempt: 1,
-            tool_id: call.tool_id.to_owned(),
+            tool_id: call.tool_id.clone(),
             arguments: call.arguments.clone(),
             deadline,
             not_before: None,
@@ -186,7 +186,7 @@ fn step_created(
     NewEvent::step(
         step_id,
         EventBody::StepCreated {
-            tool_id: call.tool_id.to_owned(),
+            tool_id: call.tool_id.clone(),
             tool_version: 0,
             arguments: call.arguments.clone(),
             max_attempts,

@@ -6,7 +6,7 @@ use super::super::rejection::Rejection;
 use super::super::state::ExecutionState;
 use super::*;
 use crate::events::{EventBody, NewEvent};
-use crate::ids::StepId;
+use crate::ids::{ConsumerId, StepId};
 use crate::push::Push;
 use crate::time::Timestamp;
 
@@ -22,7 +22,7 @@ fn terminate(
     transition.event(NewEvent::execution(terminal));
     if state.session.is_some() {
         transition.effect(Effect::PushToAgent(Push::execution_cancelled(
-            state.id.as_str(),
+            &state.id,
         )));
     }
     end_session(state, transition);
@@ -95,7 +95,7 @@ pub fn step_deadline(
     }));
     if state.session.is_some() {
         transition.effect(Effect::PushToAgent(Push::execution_cancelled(
-            state.id.as_str(),
+            &state.id,
         )));
     }
     end_session(state, &mut transition);
@@ -123,7 +123,7 @@ pub fn execution_deadline(
 /// running execution goes back to pending; a blocked one keeps its session for a reconnect.
 pub fn consumer_lost(
     state: &ExecutionState,
-    consumer_id: &str,
+    consumer_id: &ConsumerId,
     reason: &str,
 ) -> Option<Transition> {
     let session = state

@@ -5,7 +5,7 @@ use super::super::rejection::Rejection;
 use super::super::state::ExecutionState;
 use super::*;
 use crate::events::{BlockReason, EventBody, NewEvent, ResumeReason};
-use crate::ids::{JobId, StepId};
+use crate::ids::{JobId, RunnerId, StepId};
 use crate::push::Push;
 use crate::time::Timestamp;
 use serde_json::Value;
@@ -50,7 +50,7 @@ pub fn signal(
         }));
     }
     transition.effect(Effect::PushToAgent(Push::signal_received(
-        state.id.as_str(),
+        &state.id,
         signal_type,
         payload,
     )));
@@ -113,11 +113,11 @@ fn resolve_approval(
     };
     if approval.approved {
         let deadline = add(now, super::steps::step_timeout(step, settings));
-        let job_id = step.remote.then(|| JobId::generate().into_string());
+        let job_id = step.remote.then(JobId::generate);
         transition.event(NewEvent::step(
             &step.id,
             EventBody::StepDispatched {
-                runner_id: String::new(),
+                runner_id: RunnerId::default(),
                 job_id: job_id.clone().unwrap_or_default(),
                 deadline,
             },
@@ -137,7 +137,7 @@ fn resolve_approval(
         if let Some(job_id) = job_id {
             transition.effect(Effect::EnqueueJob(JobSpec {
                 job_id,
-                execution_id: state.id.to_string(),
+                execution_id: state.id.clone(),
                 step_id: step.id.clone(),
                 attempt: step.attempt,
                 tool_id: step.tool_id.clone(),
@@ -170,8 +170,8 @@ fn resolve_approval(
         .map(|session| session.id.clone())
         .unwrap_or_default();
     let push = Push::approval_resolved(
-        state.id.as_str(),
-        step.id.as_str(),
+        &state.id,
+        &step.id,
         approval.approved,
         &session_id,
     );

@@ -6,7 +6,7 @@ use super::super::rejection::Rejection;
 use super::super::state::{ExecutionState, StepState};
 use super::*;
 use crate::events::{EventBody, NewEvent};
-use crate::ids::{JobId, StepId};
+use crate::ids::{JobId, RunnerId, StepId};
 use crate::push::Push;
 use crate::status::{ExecutionStatus, StepStatus};
 use crate::time::Timestamp;
@@ -90,8 +90,8 @@ fn final_result(state: &ExecutionState, step: &StepState, outcome: &StepOutcome)
     transition.event(NewEvent::step(&step.id, body));
     resume_if_last_tool(state, &[&step.id], &mut transition);
     let push = Push::tool_result(
-        state.id.as_str(),
-        step.id.as_str(),
+        &state.id,
+        &step.id,
         outcome.success,
         outcome.data.as_ref(),
         error.as_deref(),
@@ -176,8 +176,8 @@ fn retry(
         cancel_reason: None,
     });
     transition.effect(Effect::EnqueueJob(JobSpec {
-        job_id: JobId::generate().into_string(),
-        execution_id: state.id.to_string(),
+        job_id: JobId::generate(),
+        execution_id: state.id.clone(),
         step_id: step.id.clone(),
         attempt: next_attempt,
         tool_id: step.tool_id.clone(),
@@ -194,13 +194,13 @@ fn retry(
 pub fn runner_lost(
     state: &ExecutionState,
     step_id: &StepId,
-    job_id: &str,
+    job_id: &JobId,
     now: Timestamp,
     settings: &ExecutionSettings,
     jitter: f64,
 ) -> Option<Transition> {
     let step = state.step(step_id)?;
-    if step.status.is_terminal() || step.job_id.as_deref() != Some(job_id) {
+    if step.status.is_terminal() || step.job_id.as_ref() != Some(job_id) {
         return None;
     }
     let outcome = StepOutcome {
@@ -218,7 +218,7 @@ pub fn runner_lost(
 pub fn step_started(
     state: &ExecutionState,
     step_id: &StepId,
-    runner_id: &str,
+    runner_id: &RunnerId,
 ) -> Result<Transition, Rejection> {
     let step = state
         .step(step_id)
@@ -240,7 +240,7 @@ pub fn step_started(
 pub fn claim_job(
     state: &ExecutionState,
     job: &JobSpec,
-    runner_id: &str,
+    runner_id: &RunnerId,
     now: Timestamp,
     settings: &ExecutionSettings,
 ) -> Option<(Transition, JobSpec)> {
@@ -259,12 +259,12 @@ pub fn claim_job(
         transition.event(NewEvent::step(
             &step.id,
             EventBody::StepDispatched {
-                runner_id: runner_id.to_owned(),
+                runner_id: runner_id.clone(),
                 job_id: job.job_id.clone(),
                 deadline,
             },
         ));
-    } else if step.job_id.as_deref() != Some(job.job_id.as_str()) {
+    } else if step.job_id.as_ref() != Some(&job.job_id) {
         return None;
     }
     Some((transition, delivered))

@@ -221,7 +221,7 @@ impl ExecutionState {
                 step_id: Some(step_id),
                 ..
             } => {
-                if let Some(step) = self.step_mut(Some(&StepId::new(step_id.clone()))) {
+                if let Some(step) = self.step_mut(Some(step_id)) {
                     step.stall_reported = true;
                 }
             }

@@ -15,6 +15,7 @@ use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::Budget;
 use crate::guardrails::concurrency::ToolLimits;
 use crate::policy::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
+use crate::ids::AgentId;
 
 /// One compiled rule.
 #[derive(Clone, Debug)]
@@ -317,7 +318,7 @@ impl PolicyEngine for CompiledPolicy {
         match &self.routing {
             Routing::Single(rules) => rules.evaluate(input),
             Routing::PerAgent { agents, global } => {
-                match agents.get(&input.agent_id).or(global.as_ref()) {
+                match agents.get(input.agent_id.as_str()).or(global.as_ref()) {
                     Some(rules) => rules.evaluate(input),
                     None => PolicyDecision::plain(
                         Decision::Deny,
@@ -362,11 +363,11 @@ impl PolicyEngine for CompiledPolicy {
         &self.breakers
     }
 
-    fn max_running(&self, agent_id: &str) -> Option<u32> {
+    fn max_running(&self, agent_id: &AgentId) -> Option<u32> {
         match &self.routing {
             Routing::Single(rules) => rules.max_running,
             Routing::PerAgent { agents, global } => {
-                agents.get(agent_id).or(global.as_ref())?.max_running
+                agents.get(agent_id.as_str()).or(global.as_ref())?.max_running
             }
         }
     }
@@ -375,11 +376,11 @@ impl PolicyEngine for CompiledPolicy {
         &self.tool_limits
     }
 
-    fn agent_budget(&self, agent_id: &str) -> Option<Arc<Budget>> {
+    fn agent_budget(&self, agent_id: &AgentId) -> Option<Arc<Budget>> {
         match &self.routing {
             Routing::Single(rules) => rules.budget(),
             Routing::PerAgent { agents, global } => {
-                agents.get(agent_id).or(global.as_ref())?.budget()
+                agents.get(agent_id.as_str()).or(global.as_ref())?.budget()
             }
         }
     }

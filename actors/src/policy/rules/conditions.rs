@@ -167,28 +167,28 @@ impl Conditions {
         if self
             .tool_id
             .as_ref()
-            .is_some_and(|glob| !glob.is_match(&input.tool_id))
+            .is_some_and(|glob| !glob.is_match(input.tool_id.as_str()))
         {
             return false;
         }
         if self
             .tool_ids
             .as_ref()
-            .is_some_and(|globs| !globs.iter().any(|glob| glob.is_match(&input.tool_id)))
+            .is_some_and(|globs| !globs.iter().any(|glob| glob.is_match(input.tool_id.as_str())))
         {
             return false;
         }
         if self
             .agent_id
             .as_ref()
-            .is_some_and(|agent| *agent != input.agent_id)
+            .is_some_and(|agent| input.agent_id != *agent)
         {
             return false;
         }
         if self
             .agent_ids
             .as_ref()
-            .is_some_and(|agents| !agents.contains(&input.agent_id))
+            .is_some_and(|agents| !agents.iter().any(|agent| input.agent_id == *agent))
         {
             return false;
         }
