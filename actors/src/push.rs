@@ -1,8 +1,8 @@
 //! Transient pushes sent on the agent and runner SSE streams. They are not events: they never
 //! enter the log (WIRE.md §15, last paragraph).
 
-use serde_json::{Value, json};
 use crate::ids::{ExecutionId, JobId, SessionId, StepId};
+use serde_json::{Value, json};
 
 /// One SSE message for an agent or runner connection: an `event:` name and a JSON object.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,7 +74,12 @@ impl Push {
     }
 
     /// Returns the runner-stream notice that a job's step ended and its work should stop.
-    pub fn job_cancelled(job_id: &JobId, execution_id: &ExecutionId, step_id: &StepId, reason: &str) -> Self {
+    pub fn job_cancelled(
+        job_id: &JobId,
+        execution_id: &ExecutionId,
+        step_id: &StepId,
+        reason: &str,
+    ) -> Self {
         let data = json!({ "job_id": job_id, "execution_id": execution_id, "step_id": step_id, "reason": reason });
         Self {
             event: "job.cancelled",

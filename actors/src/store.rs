@@ -244,7 +244,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Returns the `pending` executions of one agent, oldest first, each with the `priority` of
     /// its `execution.created` event (0 when absent). An agent group loads its queue from it.
-    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
+    async fn pending_queue(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
 
     /// Returns the executions of one agent that hold a running slot: `running` or `blocked`
     /// (assigned, not terminal, not back to `pending`). An agent group counts them against

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::error::StoreError;
 use crate::execution::actor::record_creation;
-use crate::ids::ExecutionId;
+use crate::ids::{AgentId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::policy::PermissiveEngine;
 use crate::testing::ProbeContext;
@@ -21,7 +21,7 @@ async fn a_commit_is_answered_once_durable_and_a_failing_store_fails_it_without_
     let mut notices = ctx.commits.subscribe();
 
     let first = ExecutionId::generate();
-    record_creation(&ctx, &first, "a", json!(1), None)
+    record_creation(&ctx, &first, &"a".into(), json!(1), None)
         .await
         .expect("committed");
     assert_eq!(
@@ -38,9 +38,10 @@ async fn a_commit_is_answered_once_durable_and_a_failing_store_fails_it_without_
     // The database goes away: every caller hears it, nothing is written or announced.
     probes.store.fail_commits(true);
     let (second, third) = (ExecutionId::generate(), ExecutionId::generate());
+    let agent = AgentId::from("a");
     let (left, right) = tokio::join!(
-        record_creation(&ctx, &second, "a", json!(2), None),
-        record_creation(&ctx, &third, "a", json!(3), None),
+        record_creation(&ctx, &second, &agent, json!(2), None),
+        record_creation(&ctx, &third, &agent, json!(3), None),
     );
     for result in [left, right] {
         assert!(
@@ -58,14 +59,14 @@ async fn a_commit_is_answered_once_durable_and_a_failing_store_fails_it_without_
     probes.store.fail_commits(false);
     probes.store.lose_commit_answers(true);
     let fourth = ExecutionId::generate();
-    let lost = record_creation(&ctx, &fourth, "a", json!(4), None).await;
+    let lost = record_creation(&ctx, &fourth, &"a".into(), json!(4), None).await;
     assert!(lost.is_err());
     assert_eq!(probes.store.all_events(&fourth).len(), 1);
 
     // Back: the writer was not stopped by the failures.
     probes.store.lose_commit_answers(false);
     let fifth = ExecutionId::generate();
-    record_creation(&ctx, &fifth, "a", json!(5), None)
+    record_creation(&ctx, &fifth, &"a".into(), json!(5), None)
         .await
         .expect("committed after the outage");
     assert_eq!(probes.store.all_events(&fifth).len(), 1);

@@ -96,12 +96,7 @@ impl Actor for AgentGroupActor {
         }
         // Executions assigned before this group started (a kernel restart, a crashed
         // predecessor) hold their running slots until their sessions end.
-        match state
-            .ctx
-            .store
-            .running_executions(&state.agent_id)
-            .await
-        {
+        match state.ctx.store.running_executions(&state.agent_id).await {
             Ok(running) => state.core.load_running(running),
             Err(error) => {
                 tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load running executions; max_running counts only new assignments");

@@ -121,7 +121,7 @@ fn an_assignment_binds_the_execution_and_goes_to_its_consumer() {
         core.snapshot().bindings,
         vec![("c1".into(), vec![id("e1")])]
     );
-    core.session_ended("c1", &id("e1"));
+    core.session_ended(&"c1".into(), &id("e1"));
     assert_eq!(core.snapshot().bindings, vec![]);
 }
 
@@ -171,18 +171,18 @@ fn a_disconnect_starts_the_grace_and_keeps_pushes_for_the_consumer() {
     core.execution_pending(id("e1"), 0);
     core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
     assert_eq!(
-        core.disconnect("c1", 7),
+        core.disconnect(&"c1".into(), 7),
         vec![],
         "not the current connection"
     );
     assert_eq!(
-        core.disconnect("c1", 1),
+        core.disconnect(&"c1".into(), 1),
         vec![GroupEffect::ArmGrace {
             consumer_id: "c1".into(),
             generation: 1
         }]
     );
-    core.push("c1", push("signal.received", "e1"), now);
+    core.push(&"c1".into(), push("signal.received", "e1"), now);
     assert_eq!(core.snapshot().outbox, vec![("c1".into(), 1)]);
 
     // Back within the grace: the outbox is written to the new connection, the old timer is
@@ -190,7 +190,7 @@ fn a_disconnect_starts_the_grace_and_keeps_pushes_for_the_consumer() {
     let second = Stream::default();
     core.connect("c1".into(), 2, second.clone(), now);
     assert_eq!(second.events(), vec!["signal.received"]);
-    assert_eq!(core.grace_expired("c1", 1), vec![]);
+    assert_eq!(core.grace_expired(&"c1".into(), 1), vec![]);
     assert_eq!(core.snapshot().lost, Vec::<String>::new());
 }
 
@@ -203,15 +203,15 @@ fn a_consumer_not_back_in_time_is_lost_and_its_executions_told() {
         core.execution_pending(id(execution), 0);
         core.offer_answered(id(execution), "c1".into(), assigned(execution), now);
     }
-    core.disconnect("c1", 1);
-    core.push("c1", push("signal.received", "e1"), now);
+    core.disconnect(&"c1".into(), 1);
+    core.push(&"c1".into(), push("signal.received", "e1"), now);
     let lost = |execution: &str| GroupEffect::TellLost {
         execution_id: id(execution),
         consumer_id: "c1".into(),
         reason: LostReason::AgentDisconnect,
     };
     assert_eq!(
-        core.grace_expired("c1", 1),
+        core.grace_expired(&"c1".into(), 1),
         vec![
             GroupEffect::ConsumerLost("c1".into()),
             lost("e1"),
@@ -225,7 +225,7 @@ fn a_consumer_not_back_in_time_is_lost_and_its_executions_told() {
     );
     // A push for a lost consumer tells its execution again and is kept while bound.
     assert_eq!(
-        core.push("c1", push("tool.result", "e1"), now),
+        core.push(&"c1".into(), push("tool.result", "e1"), now),
         vec![lost("e1")]
     );
 }
@@ -245,7 +245,7 @@ fn a_session_restored_after_a_restart_waits_the_grace_then_resets_for_recovery()
         vec![],
         "one grace"
     );
-    let effects = core.grace_expired("c1", 1);
+    let effects = core.grace_expired(&"c1".into(), 1);
     assert_eq!(
         effects[1..],
         [
@@ -273,7 +273,7 @@ fn a_consumer_that_cannot_keep_up_is_disconnected_and_its_push_kept() {
     core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
     stream.refuse(Some(Refused::Full));
     assert_eq!(
-        core.push("c1", push("signal.received", "e1"), now),
+        core.push(&"c1".into(), push("signal.received", "e1"), now),
         vec![
             GroupEffect::SlowConsumer,
             GroupEffect::ArmGrace {
@@ -290,7 +290,7 @@ fn a_consumer_that_cannot_keep_up_is_disconnected_and_its_push_kept() {
     let closed = Stream::default();
     core.connect("c1".into(), 2, closed.clone(), now);
     closed.refuse(Some(Refused::Closed));
-    let effects = core.push("c1", push("signal.received", "e1"), now);
+    let effects = core.push(&"c1".into(), push("signal.received", "e1"), now);
     assert!(!effects.contains(&GroupEffect::SlowConsumer), "{effects:?}");
 }
 
@@ -301,8 +301,8 @@ fn recent_results_are_replayed_on_a_reconnect_within_the_window_only() {
     core.connect("c1".into(), 1, Stream::default(), start);
     core.execution_pending(id("e1"), 0);
     core.offer_answered(id("e1"), "c1".into(), assigned("e1"), start);
-    core.push("c1", push("tool.result", "e1"), start);
-    core.push("c1", push("signal.received", "e1"), start);
+    core.push(&"c1".into(), push("tool.result", "e1"), start);
+    core.push(&"c1".into(), push("signal.received", "e1"), start);
 
     let again = Stream::default();
     core.connect(
@@ -328,7 +328,7 @@ fn a_push_for_a_consumer_that_holds_nothing_is_dropped() {
     let now = Instant::now();
     let mut core = group();
     assert_eq!(
-        core.push("nobody", push("signal.received", "e1"), now),
+        core.push(&"nobody".into(), push("signal.received", "e1"), now),
         vec![]
     );
     assert_eq!(core.snapshot(), GroupSnapshot::default());

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use super::{AgentGroupActor, AgentGroupArgs, AgentGroupMsg, GroupSnapshot};
 use crate::error::StoreError;
 use crate::execution::ExecutionMsg;
-use crate::ids::{AgentId, ExecutionId};
+use crate::ids::{AgentId, ConsumerId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::policy::PermissiveEngine;
 use crate::push::Push;
@@ -23,8 +23,11 @@ const WAIT: Duration = Duration::from_secs(5);
 /// What an execution probe saw.
 #[derive(Debug, PartialEq)]
 enum Seen {
-    Offer(String),
-    ConsumerLost { consumer_id: String, reason: String },
+    Offer(ConsumerId),
+    ConsumerLost {
+        consumer_id: ConsumerId,
+        reason: String,
+    },
     Other,
 }
 
@@ -230,7 +233,7 @@ async fn a_consumer_that_drops_mid_conversation_gets_its_pushes_if_back_in_time_
     let away = observe(&group, AgentGroupMsg::Observe).await;
     assert_eq!(
         (away.away, away.outbox),
-        (vec!["c1".to_owned()], vec![("c1".into(), 1)])
+        (vec!["c1".into()], vec![("c1".into(), 1)])
     );
     let mut back = connect(&group, 2);
     assert_eq!(
@@ -264,7 +267,7 @@ async fn a_consumer_that_drops_mid_conversation_gets_its_pushes_if_back_in_time_
     .await;
     assert!(marked.is_some());
     assert!(
-        probes.ctx.consumer_lost(&AgentId::new("a"), "c1"),
+        probes.ctx.consumer_lost(&AgentId::new("a"), &"c1".into()),
         "executions can read that the consumer is lost"
     );
     probes.finish().await;

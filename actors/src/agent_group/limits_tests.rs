@@ -63,12 +63,18 @@ fn executions_beyond_max_running_wait_and_are_offered_in_order_as_slots_free() {
     assert_eq!(core.snapshot().pending, [id("e3"), id("e4")]);
     // A new execution queues behind the waiting ones.
     assert_eq!(core.execution_pending(id("e5"), 0), []);
-    assert_eq!(core.session_ended("c1", &id("e2")), [offer("e3", "c1")]);
+    assert_eq!(
+        core.session_ended(&"c1".into(), &id("e2")),
+        [offer("e3", "c1")]
+    );
     core.offer_answered(id("e3"), "c1".into(), assigned("e3"), now);
-    assert_eq!(core.session_ended("c1", &id("e1")), [offer("e4", "c1")]);
+    assert_eq!(
+        core.session_ended(&"c1".into(), &id("e1")),
+        [offer("e4", "c1")]
+    );
     assert_eq!(core.snapshot().pending, [id("e5")]);
     // An end the group has already seen frees nothing.
-    assert_eq!(core.session_ended("c1", &id("e1")), []);
+    assert_eq!(core.session_ended(&"c1".into(), &id("e1")), []);
 }
 
 #[test]
@@ -84,7 +90,7 @@ fn priority_decides_which_waiting_execution_gets_a_freed_slot() {
     core.execution_pending(id("low"), 0);
     core.execution_pending(id("high"), 9);
     assert_eq!(
-        core.session_ended("c1", &id("first")),
+        core.session_ended(&"c1".into(), &id("first")),
         [offer("high", "c1")]
     );
 }
@@ -100,7 +106,10 @@ fn executions_found_running_at_start_hold_their_slots_until_they_end() {
     // The rebuilt execution re-announcing its session takes no second slot.
     core.session_restored("c0".into(), id("r1"));
     assert_eq!(core.running_slots(), (Some(2), 2, 1));
-    assert_eq!(core.session_ended("c0", &id("r1")), [offer("p1", "c1")]);
+    assert_eq!(
+        core.session_ended(&"c0".into(), &id("r1")),
+        [offer("p1", "c1")]
+    );
 }
 
 #[test]
@@ -111,7 +120,7 @@ fn a_session_that_ends_before_its_offer_is_answered_takes_no_slot() {
     core.execution_pending(id("e1"), 0);
     core.execution_pending(id("e2"), 0);
     // The execution was assigned and cancelled; its end overtook the offer's answer.
-    assert_eq!(core.session_ended("c1", &id("e1")), []);
+    assert_eq!(core.session_ended(&"c1".into(), &id("e1")), []);
     let effects = core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
     assert_eq!(effects, [offer("e2", "c1")]);
     assert_eq!(core.running_slots(), (Some(1), 1, 0));
@@ -157,7 +166,10 @@ fn a_reset_execution_frees_its_slot_and_queues_again() {
     core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
     core.execution_pending(id("e2"), 0);
     // The consumer was lost: the execution's session ends, then it is pending again.
-    assert_eq!(core.session_ended("c1", &id("e1")), [offer("e2", "c1")]);
+    assert_eq!(
+        core.session_ended(&"c1".into(), &id("e1")),
+        [offer("e2", "c1")]
+    );
     assert_eq!(core.execution_pending(id("e1"), 0), []);
     assert_eq!(core.snapshot().pending, [id("e1")]);
 }

@@ -32,7 +32,7 @@ impl PolicyEngine for OneRunning {
         "one-running".into()
     }
 
-    fn max_running(&self, _agent_id: &str) -> Option<u32> {
+    fn max_running(&self, _agent_id: &crate::ids::AgentId) -> Option<u32> {
         Some(1)
     }
 }

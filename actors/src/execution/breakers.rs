@@ -7,10 +7,10 @@ use super::machine::Transition;
 use super::state::ExecutionState;
 use crate::events::{Event, EventBody, NewEvent};
 use crate::guardrails::breaker::{BreakerChange, BreakerSet};
+use crate::ids::ToolId;
 use crate::kernel::context::call;
 use crate::policy::PolicyMsg;
 use crate::store::ToolResult;
-use crate::ids::ToolId;
 
 /// Returns the step results among `events` (already applied to `exec`) of tools that have a
 /// circuit breaker in the policy in force: only those are reported to the policy actor, so a

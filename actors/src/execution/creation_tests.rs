@@ -20,7 +20,7 @@ async fn an_execution_assigned_before_its_actor_was_spawned_keeps_its_session() 
     let ctx = t.kernel.inner.ctx.clone();
     let id = ExecutionId::generate();
     let options = CreateOptions::default();
-    let created = record_creation_with(&ctx, &id, "a", json!({"n": 1}), None, options)
+    let created = record_creation_with(&ctx, &id, &"a".into(), json!({"n": 1}), None, options)
         .await
         .expect("creation committed");
 

@@ -9,10 +9,10 @@ use super::actor::ExecutionActorState;
 use super::commands::{Intent, StepOutcome};
 use crate::events::NewEvent;
 use crate::hooks::{ChainOutcome, HookPoint, HookSpec, run_chain};
+use crate::ids::ToolId;
 use crate::kernel::KernelError;
 use crate::kernel::context::{call, read};
 use crate::policy::{Decision, DenialKind, PolicyDecision, PolicyInput, PolicyMsg, RateSlot};
-use crate::ids::ToolId;
 
 /// Builds the policy input of a tool call of this execution.
 pub(super) fn policy_input(

@@ -7,9 +7,9 @@
 use serde_json::Value;
 
 use super::actor::ExecutionActorState;
+use crate::ids::ToolId;
 use crate::kernel::KernelError;
 use crate::policy::{Decision, DenialKind, PolicyDecision, PolicyMsg};
-use crate::ids::ToolId;
 
 /// Asks the policy actor about a call, then applies the local-call limit.
 pub(super) async fn check_policy(

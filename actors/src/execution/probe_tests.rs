@@ -9,8 +9,8 @@ use serde_json::json;
 use super::actor::{ExecutionActor, ExecutionArgs, StartMode, record_creation};
 use super::{ExecutionMsg, Intent};
 use crate::agent_group::AgentGroupMsg;
-use crate::ids::AgentId;
 use crate::ids::ExecutionId;
+use crate::ids::{AgentId, SessionId};
 use crate::kernel::context::call;
 use crate::policy::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 use crate::runner::DispatcherMsg;
@@ -22,7 +22,7 @@ struct DenyShell;
 
 impl PolicyEngine for DenyShell {
     fn evaluate(&self, input: &PolicyInput) -> PolicyDecision {
-        if input.tool_id.starts_with("shell.") {
+        if input.tool_id.as_str().starts_with("shell.") {
             PolicyDecision::plain(Decision::Deny, "no-shell", "shell is off")
         } else {
             PolicyDecision::plain(Decision::Allow, "rest", "allowed")
@@ -48,7 +48,7 @@ async fn an_execution_actor_talks_to_its_neighbours_only_after_commits() {
     let mut probes = ProbeContext::start("a", Arc::new(DenyShell)).await;
     let ctx = probes.ctx.clone();
     let id = ExecutionId::generate();
-    let created = record_creation(&ctx, &id, "a", json!(null), None)
+    let created = record_creation(&ctx, &id, &"a".into(), json!(null), None)
         .await
         .expect("created");
     let args = ExecutionArgs {
@@ -67,10 +67,7 @@ async fn an_execution_actor_talks_to_its_neighbours_only_after_commits() {
         .await
         .expect("answered")
         .expect("assigned");
-    let session = assigned.data["session_id"]
-        .as_str()
-        .expect("session")
-        .to_owned();
+    let session = SessionId::new(assigned.data["session_id"].as_str().expect("session"));
 
     let deny = |reply| ExecutionMsg::SubmitIntent {
         session_id: session.clone(),

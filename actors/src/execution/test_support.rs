@@ -25,7 +25,7 @@ pub struct FixedPolicy(pub PolicyDecision);
 
 impl PolicyEngine for FixedPolicy {
     fn evaluate(&self, input: &PolicyInput) -> PolicyDecision {
-        if input.tool_id.starts_with("approve_") {
+        if input.tool_id.as_str().starts_with("approve_") {
             return PolicyDecision::plain(Decision::RequireApproval, "approval", "needs a human");
         }
         self.0.clone()

@@ -42,7 +42,7 @@ fn created() -> ExecutionState {
         time::now(),
         None,
         vec![machine::create(
-            "agent",
+            &"agent".into(),
             json!({"q": 1}),
             Value::Null,
             0,
@@ -55,7 +55,7 @@ fn created() -> ExecutionState {
 
 fn running() -> ExecutionState {
     let state = created();
-    let (transition, push) = machine::assign(&state, "c1").expect("pending assigns");
+    let (transition, push) = machine::assign(&state, &"c1".into()).expect("pending assigns");
     assert_eq!(push.event, "execution.assigned");
     fold(&state, &transition)
 }
@@ -100,18 +100,18 @@ fn pending_is_assigned_once_and_the_session_is_checked() {
     let state = running();
     assert_eq!(state.status, ExecutionStatus::Running);
     assert!(matches!(
-        machine::assign(&state, "c2"),
+        machine::assign(&state, &"c2".into()),
         Err(Rejection::NotPending(_))
     ));
     let session = state.session.clone().expect("session").id;
     assert!(machine::check_session(&state, &session, None).is_ok());
     assert!(matches!(
-        machine::check_session(&state, "nope", None),
+        machine::check_session(&state, &"nope".into(), None),
         Err(Rejection::SessionNotFound(_))
     ));
     let other = ExecutionId::new("e2");
     assert!(matches!(
-        machine::check_session(&state, "nope", Some(&other)),
+        machine::check_session(&state, &"nope".into(), Some(&other)),
         Err(Rejection::SessionMismatch { .. })
     ));
 }
@@ -449,7 +449,7 @@ fn a_step_deadline_fails_the_execution_but_not_while_a_signal_blocks() {
 fn a_lost_consumer_resets_running_work_but_blocked_work_keeps_its_session() {
     let state = running();
     let (busy, _, _) = decide(&state, &invoke("t", false, None), &allow());
-    let lost = machine::consumer_lost(&busy, "c1", "agent_disconnect").expect("reset");
+    let lost = machine::consumer_lost(&busy, &"c1".into(), "agent_disconnect").expect("reset");
     assert_eq!(
         types(&lost),
         ["agent.timeout", "step.cancelled", "execution.reset"]
@@ -457,7 +457,7 @@ fn a_lost_consumer_resets_running_work_but_blocked_work_keeps_its_session() {
     let reset = fold(&busy, &lost);
     assert_eq!(reset.status, ExecutionStatus::Pending);
     assert!(reset.session.is_none());
-    assert!(machine::consumer_lost(&busy, "someone-else", "agent_disconnect").is_none());
+    assert!(machine::consumer_lost(&busy, &"someone-else".into(), "agent_disconnect").is_none());
     let (waiting, _, _) = decide(
         &state,
         &Intent::Wait {
@@ -465,21 +465,22 @@ fn a_lost_consumer_resets_running_work_but_blocked_work_keeps_its_session() {
         },
         &allow(),
     );
-    let lost = machine::consumer_lost(&waiting, "c1", "agent_disconnect").expect("timeout only");
+    let lost =
+        machine::consumer_lost(&waiting, &"c1".into(), "agent_disconnect").expect("timeout only");
     assert_eq!(types(&lost), ["agent.timeout"]);
     let still = fold(&waiting, &lost);
     assert_eq!(still.status, ExecutionStatus::Blocked);
     assert!(
-        machine::consumer_lost(&still, "c1", "agent_disconnect").is_none(),
+        machine::consumer_lost(&still, &"c1".into(), "agent_disconnect").is_none(),
         "recorded once"
     );
-    let (transition, push) = machine::assign(&reset, "c2").expect("reassigned");
+    let (transition, push) = machine::assign(&reset, &"c2".into()).expect("reassigned");
     assert_eq!(push.data["history"][0]["status"], "cancelled");
     assert_eq!(
         fold(&reset, &transition)
             .session
             .map(|session| session.consumer_id),
-        Some("c2".to_owned())
+        Some("c2".into())
     );
 }
 
@@ -539,12 +540,12 @@ fn stale_jobs_are_not_claimed() {
     let Some(Effect::EnqueueJob(job)) = transition.effects.first().cloned() else {
         panic!("job expected")
     };
-    assert!(machine::claim_job(&busy, &job, "r1", time::now(), &settings).is_some());
+    assert!(machine::claim_job(&busy, &job, &"r1".into(), time::now(), &settings).is_some());
     let cancelled = fold(&busy, &machine::cancel(&busy).expect("cancel"));
-    assert!(machine::claim_job(&cancelled, &job, "r1", time::now(), &settings).is_none());
+    assert!(machine::claim_job(&cancelled, &job, &"r1".into(), time::now(), &settings).is_none());
     let mut older = job.clone();
     older.attempt = 0;
-    assert!(machine::claim_job(&busy, &older, "r1", time::now(), &settings).is_none());
+    assert!(machine::claim_job(&busy, &older, &"r1".into(), time::now(), &settings).is_none());
 }
 
 mod actors {
@@ -928,7 +929,10 @@ mod actors {
         drop(first);
         let lost = eventually(Duration::from_secs(5), || {
             let ctx = t.kernel.inner.ctx.clone();
-            async move { ctx.consumer_lost(&AgentId::new("a"), "c1").then_some(()) }
+            async move {
+                ctx.consumer_lost(&AgentId::new("a"), &"c1".into())
+                    .then_some(())
+            }
         })
         .await;
         assert!(lost.is_some(), "grace ran out");

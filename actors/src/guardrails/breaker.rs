@@ -18,9 +18,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use crate::ids::{RunnerId, ToolId};
 use crate::policy::rules::Glob;
 use crate::time::{self, Timestamp};
-use crate::ids::{RunnerId, ToolId};
 
 /// What a breaker's results come from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,9 +107,9 @@ impl BreakerSet {
 
     /// Returns the entry for runner `runner_id`, if any.
     pub fn runner_config(&self, runner_id: &RunnerId) -> Option<&BreakerConfig> {
-        self.0
-            .iter()
-            .find(|config| config.scope == BreakerScope::Runner && config.matches(runner_id.as_str()))
+        self.0.iter().find(|config| {
+            config.scope == BreakerScope::Runner && config.matches(runner_id.as_str())
+        })
     }
 
     /// Returns the runner entries only.

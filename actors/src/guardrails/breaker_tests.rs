@@ -167,7 +167,9 @@ fn the_view_lists_open_breakers_and_closed_ones_with_recent_failures() {
     assert_eq!(view[1]["recent_failures"], 1);
     // A minute later the closed one has nothing to show, and a sweep forgets it.
     assert_eq!(breakers.view(at(61), &set).len(), 1);
-    breakers.sweep(at(61), |tool| set.config(tool).map(|config| config.window));
+    breakers.sweep(at(61), |tool| {
+        set.config(&tool.into()).map(|config| config.window)
+    });
     assert_eq!(breakers.breakers.len(), 1);
     assert_eq!(set.horizon(), Some(Duration::from_secs(90)));
 }

@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use super::{BreakerConfig, BreakerSet, Breakers, State, sub};
-use crate::time::{self, Timestamp};
 use crate::ids::{RunnerId, ToolId};
+use crate::time::{self, Timestamp};
 
 impl Breakers {
     /// Returns the tool breakers that are not closed, or have failures in their window, as

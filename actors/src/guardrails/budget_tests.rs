@@ -11,7 +11,7 @@ use crate::events::EventBody;
 
 fn created(tool: &str) -> EventBody {
     EventBody::StepCreated {
-        tool_id: tool.to_owned(),
+        tool_id: tool.into(),
         tool_version: 0,
         arguments: json!({}),
         max_attempts: 1,
@@ -75,9 +75,9 @@ fn usage_counts_steps_calls_retries_and_cost_from_events() {
         EventBody::StepTimedOut {},
     ]);
     assert_eq!(used.steps, 3);
-    assert_eq!(used.calls("search"), 2);
-    assert_eq!(used.calls("fetch"), 1);
-    assert_eq!(used.calls("other"), 0);
+    assert_eq!(used.calls(&"search".into()), 2);
+    assert_eq!(used.calls(&"fetch".into()), 1);
+    assert_eq!(used.calls(&"other".into()), 0);
     assert_eq!(used.retries, 1);
     assert_eq!(
         used.cost,
@@ -174,7 +174,7 @@ fn each_limit_denies_at_its_bound_and_names_itself() {
     for (budget, expected) in cases {
         assert_eq!(
             budget
-                .check(&used, "search", within)
+                .check(&used, &"search".into(), within)
                 .map(|exceeded| (exceeded.limit, exceeded.reason)),
             expected.map(|(limit, reason)| (limit, reason.to_owned())),
             "{budget:?}"
@@ -184,7 +184,11 @@ fn each_limit_denies_at_its_bound_and_names_itself() {
         max_calls_per_tool: Some(2),
         ..Budget::default()
     };
-    assert_eq!(per_tool.check(&used, "fetch", within), None, "per tool id");
+    assert_eq!(
+        per_tool.check(&used, &"fetch".into(), within),
+        None,
+        "per tool id"
+    );
 }
 
 #[test]
@@ -291,7 +295,7 @@ fn a_budget_denial_is_counted_under_the_limit_that_refused() {
         ..Budget::default()
     };
     let exceeded = budget
-        .check(&used, "search", Duration::ZERO)
+        .check(&used, &"search".into(), Duration::ZERO)
         .expect("a zero cost budget refuses");
     metrics.budget_denied(exceeded.limit);
     let mut text = String::new();

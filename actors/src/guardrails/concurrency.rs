@@ -103,7 +103,12 @@ impl ToolLimits {
     pub fn limit(&self, tool_id: &ToolId) -> Option<u32> {
         self.0
             .iter()
-            .find(|entry| entry.tools.iter().any(|glob| glob.is_match(tool_id.as_str())))
+            .find(|entry| {
+                entry
+                    .tools
+                    .iter()
+                    .any(|glob| glob.is_match(tool_id.as_str()))
+            })
             .map(|entry| entry.max_concurrent_steps)
     }
 

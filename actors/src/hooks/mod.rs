@@ -18,9 +18,9 @@ pub mod creation;
 
 use std::time::Duration;
 
+use crate::ids::AgentId;
 use async_trait::async_trait;
 use serde_json::Value;
-use crate::ids::AgentId;
 
 pub use chain::{ChainOutcome, ChainRun, run_chain};
 

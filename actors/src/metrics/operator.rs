@@ -10,9 +10,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::ids::ToolId;
 use crate::store::QueueDepths;
 use crate::time::Timestamp;
-use crate::ids::ToolId;
 
 /// Labels of the step duration histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -177,10 +177,10 @@ mod tests {
         let now = crate::time::now();
         let depths = QueueDepths {
             pending_by_agent: vec![
-                ("a".to_owned(), 3, now - chrono::Duration::seconds(40)),
-                ("b".to_owned(), 1, now - chrono::Duration::seconds(5)),
+                ("a".into(), 3, now - chrono::Duration::seconds(40)),
+                ("b".into(), 1, now - chrono::Duration::seconds(5)),
             ],
-            queued_by_tool: vec![("t".to_owned(), 2)],
+            queued_by_tool: vec![("t".into(), 2)],
         };
         metrics.set_queue_depths(&depths, now);
         let mut text = String::new();

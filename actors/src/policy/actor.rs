@@ -210,9 +210,10 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
         }
     }
     if let Some(config) = state.engine.breakers().config(&input.tool_id)
-        && let Some(reason) = state
-            .breakers
-            .admit(input.tool_id.as_str(), config, state.clock.now())
+        && let Some(reason) =
+            state
+                .breakers
+                .admit(input.tool_id.as_str(), config, state.clock.now())
     {
         decision.deny(DenialKind::CircuitOpen, reason);
         return decision;

@@ -10,12 +10,12 @@ use serde_json::json;
 
 use super::InForce;
 use super::actor::{PolicyActor, PolicyArgs};
-use super::messages::PolicyMsg;
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput, RateLimit};
+use super::messages::PolicyMsg;
 use crate::events::{EventBody, NewEvent, seal};
 use crate::execution::state::ExecutionState;
 use crate::hooks::{FailureMode, HookPoint, HookSpec};
-use crate::ids::{ExecutionId, StepId};
+use crate::ids::{AgentId, ExecutionId, StepId};
 use crate::kernel::context::call;
 use crate::metrics::Metrics;
 use crate::store::{Commit, Store};
@@ -68,9 +68,9 @@ impl PolicyEngine for Closed {
 fn input(agent: &str, tool: &str, clock: &Clock) -> PolicyInput {
     PolicyInput {
         action: "tool.invoke".to_owned(),
-        agent_id: agent.to_owned(),
-        tool_id: tool.to_owned(),
-        execution_id: "e".to_owned(),
+        agent_id: agent.into(),
+        tool_id: tool.into(),
+        execution_id: "e".into(),
         labels: Default::default(),
         arguments: json!({}),
         step_count: 0,
@@ -87,7 +87,7 @@ fn hook(id: &str, agents: &[&str]) -> HookSpec {
         url: "http://127.0.0.1:1/".to_owned(),
         timeout: Duration::from_secs(1),
         failure: FailureMode::FailClosed,
-        agent_ids: agents.iter().map(|agent| (*agent).to_owned()).collect(),
+        agent_ids: agents.iter().map(|agent| AgentId::from(*agent)).collect(),
         rule_ids: Vec::new(),
     }
 }
@@ -269,7 +269,7 @@ async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Cloc
     let id = ExecutionId::generate();
     let mut new_events = vec![NewEvent::execution(EventBody::ExecutionCreated {
         traceparent: None,
-        agent_id: agent.to_owned(),
+        agent_id: agent.into(),
         input: json!(null),
         labels: json!(null),
         priority: 0,
@@ -279,7 +279,7 @@ async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Cloc
         new_events.push(NewEvent::step(
             &step,
             EventBody::StepCreated {
-                tool_id: "limited".to_owned(),
+                tool_id: "limited".into(),
                 tool_version: 0,
                 arguments: json!({}),
                 max_attempts: 1,

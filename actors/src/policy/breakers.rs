@@ -4,11 +4,11 @@
 
 use crate::guardrails::breaker::{BreakerChange, Breakers};
 use crate::guardrails::metrics::CircuitLabels;
+use crate::ids::ToolId;
 use crate::metrics::Metrics;
 use crate::policy::PolicyEngine;
 use crate::store::{Store, ToolResult};
 use crate::time::{self, Clock};
-use crate::ids::ToolId;
 
 /// Records results of tools that have a breaker; returns the changes they caused.
 pub(super) fn record(
@@ -23,7 +23,9 @@ pub(super) fn record(
         let Some(config) = set.config(&result.tool_id) else {
             continue;
         };
-        if let Some(change) = breakers.record(result.tool_id.as_str(), config, result.success, result.at) {
+        if let Some(change) =
+            breakers.record(result.tool_id.as_str(), config, result.success, result.at)
+        {
             count(metrics, &change);
             log(&change);
             changes.push(change);

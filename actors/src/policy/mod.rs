@@ -6,8 +6,8 @@ pub mod actor;
 mod actor_tests;
 mod breakers;
 mod denial;
-pub mod messages;
 pub mod engine;
+pub mod messages;
 pub mod rules;
 mod windows;
 #[cfg(test)]

@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::ids::{AgentId, ToolId};
 use crate::policy::engine::RateLimit;
 use crate::store::AllowedToolCall;
 use crate::time::Timestamp;
-use crate::ids::{AgentId, ToolId};
 
 /// Admissions between two sweeps of every pair (dropping calls older than the horizon).
 const SWEEP_EVERY: u32 = 1024;

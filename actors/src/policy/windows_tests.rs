@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput, RateLimit};
 use super::windows::RateWindows;
+use crate::ids::{AgentId, ToolId};
 use crate::store::AllowedToolCall;
 use crate::time::{self, Timestamp};
 
@@ -21,14 +22,14 @@ fn limit(max: u32, seconds: u64) -> RateLimit {
     }
 }
 
-fn key(agent: &str, tool: &str) -> (String, String) {
-    (agent.to_owned(), tool.to_owned())
+fn key(agent: &str, tool: &str) -> (AgentId, ToolId) {
+    (agent.into(), tool.into())
 }
 
 fn call(agent: &str, tool: &str, at: Timestamp) -> AllowedToolCall {
     AllowedToolCall {
-        agent_id: agent.to_owned(),
-        tool_id: tool.to_owned(),
+        agent_id: agent.into(),
+        tool_id: tool.into(),
         at,
     }
 }
@@ -70,7 +71,7 @@ fn refused_calls_do_not_count() {
         assert!(!windows.admit(key("a", "t"), &limit, start + Duration::from_secs(second)));
     }
     assert!(windows.admit(key("a", "t"), &limit, start + Duration::from_secs(10)));
-    assert_eq!(windows.held("a", "t"), 2);
+    assert_eq!(windows.held(&"a".into(), &"t".into()), 2);
 }
 
 #[test]
@@ -143,7 +144,7 @@ fn a_longer_horizon_loads_only_older_calls_and_counts_none_twice() {
         call("a", "t", wall),
     ];
     windows.merge_history(request, &stored, reload, reload_wall);
-    assert_eq!(windows.held("a", "t"), 3);
+    assert_eq!(windows.held(&"a".into(), &"t".into()), 3);
     let hour = limit(3, 3600);
     assert!(!windows.admit(key("a", "t"), &hour, reload));
     // The same horizon again, or a shorter one, needs nothing from the store.
@@ -192,7 +193,7 @@ fn pairs_older_than_the_horizon_are_swept() {
     for _ in 0..2048 {
         assert!(windows.admit(key("new", "t"), &limit, later));
     }
-    assert_eq!(windows.held("old", "t"), 0);
+    assert_eq!(windows.held(&"old".into(), &"t".into()), 0);
 }
 
 /// Allows `limited` at most twice per `window` seconds (rule `twice-a-minute` for 60 s,
@@ -263,7 +264,7 @@ mod kernel {
         tool: &str,
     ) -> IntentReply {
         let intent = Intent::InvokeTool {
-            tool_id: tool.to_owned(),
+            tool_id: tool.into(),
             arguments: json!({}),
             idempotency_key: None,
             remote: false,
@@ -340,17 +341,17 @@ fn a_released_call_no_longer_counts() {
         window: Duration::from_secs(60),
         window_text: "1m".to_owned(),
     };
-    let key = ("a".to_owned(), "t".to_owned());
+    let key: (AgentId, ToolId) = ("a".into(), "t".into());
     let first = start + Duration::from_secs(1);
     let second = start + Duration::from_secs(2);
     assert!(windows.admit(key.clone(), &limit, first));
     assert!(windows.admit(key.clone(), &limit, second));
     assert!(!windows.admit(key.clone(), &limit, second));
     windows.release(&key, first);
-    assert_eq!(windows.held("a", "t"), 1);
+    assert_eq!(windows.held(&"a".into(), &"t".into()), 1);
     assert!(windows.admit(key.clone(), &limit, start + Duration::from_secs(3)));
     // Releasing what is not held changes nothing.
     windows.release(&key, start + Duration::from_secs(30));
-    windows.release(&("b".to_owned(), "t".to_owned()), first);
-    assert_eq!(windows.held("a", "t"), 2);
+    windows.release(&("b".into(), "t".into()), first);
+    assert_eq!(windows.held(&"a".into(), &"t".into()), 2);
 }

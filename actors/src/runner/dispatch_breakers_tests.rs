@@ -45,7 +45,7 @@ fn delivered(effects: &[DispatchEffect]) -> Vec<(String, String)> {
         .iter()
         .filter_map(|effect| match effect {
             DispatchEffect::Deliver { key, job } => {
-                Some((key.0.as_str().to_owned(), job.job_id.clone()))
+                Some((key.0.as_str().to_owned(), job.job_id.to_string()))
             }
             _ => None,
         })

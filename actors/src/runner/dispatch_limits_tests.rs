@@ -48,7 +48,7 @@ fn delivered(effects: &[DispatchEffect]) -> Vec<String> {
     effects
         .iter()
         .filter_map(|effect| match effect {
-            DispatchEffect::Deliver { job, .. } => Some(job.job_id.clone()),
+            DispatchEffect::Deliver { job, .. } => Some(job.job_id.to_string()),
             _ => None,
         })
         .collect()
@@ -104,7 +104,7 @@ fn jobs_of_a_tool_at_its_limit_wait_in_order_and_go_as_slots_free() {
         .snapshot()
         .connections
         .into_iter()
-        .find(|(_, held)| held.as_deref() == Some("j1"))
+        .find(|(_, held)| held.as_ref().is_some_and(|job| *job == "j1"))
         .map(|(key, _)| key)
         .unwrap_or_else(|| panic!("j1 is in a runner's hands"));
     assert_eq!(
@@ -136,7 +136,7 @@ fn jobs_a_runner_may_still_hold_keep_their_slot() {
     // Its runner (the first connection, by round-robin) left holding j1, within its grace.
     assert_eq!(
         core.snapshot().connections[0],
-        (key("c1"), Some("j1".to_owned()))
+        (key("c1"), Some("j1".into()))
     );
     core.apply(
         DispatchInput::Disconnected {

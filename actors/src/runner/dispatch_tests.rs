@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::dispatch::{ConnectionKey, Dispatch, DispatchEffect, DispatchInput, DispatcherSnapshot};
 use crate::execution::JobSpec;
-use crate::ids::{ConsumerId, RunnerId, StepId};
+use crate::ids::{ConsumerId, JobId, RunnerId, StepId, ToolId};
 use crate::time::Timestamp;
 
 fn at(second: u32) -> Timestamp {
@@ -42,7 +42,7 @@ fn connect(runner: &str, consumer: &str, connection: u64, tools: &[&str]) -> Dis
     DispatchInput::Connected {
         key: key(runner, consumer),
         connection,
-        capabilities: tools.iter().map(|tool| (*tool).to_owned()).collect(),
+        capabilities: tools.iter().map(|tool| ToolId::from(*tool)).collect(),
     }
 }
 
@@ -67,8 +67,8 @@ fn ended(step: &str, reason: Option<&str>) -> DispatchInput {
     }
 }
 
-fn busy(runner: &str, consumer: &str, job: Option<&str>) -> (ConnectionKey, Option<String>) {
-    (key(runner, consumer), job.map(str::to_owned))
+fn busy(runner: &str, consumer: &str, job: Option<&str>) -> (ConnectionKey, Option<JobId>) {
+    (key(runner, consumer), job.map(JobId::from))
 }
 
 struct Case {
@@ -450,10 +450,10 @@ fn the_holder_check_names_who_may_report() {
     core.apply(DispatchInput::Enqueue(job("j2", "s2", "web.search")), at(0));
     let report = |runner: &str, consumer: Option<&str>, step: &str, job: Option<&str>| JobReport {
         runner_id: runner.into(),
-        consumer_id: consumer.map(str::to_owned),
+        consumer_id: consumer.map(ConsumerId::from),
         execution_id: "e1".into(),
         step_id: StepId::new(step),
-        job_id: job.map(str::to_owned),
+        job_id: job.map(JobId::from),
     };
     assert_eq!(
         decide(&core, &report("r1", Some("c1"), "s1", Some("j1"))),

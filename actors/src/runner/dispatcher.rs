@@ -15,11 +15,11 @@ use super::dispatch::{ConnectionKey, Dispatch, DispatchEffect, DispatchInput};
 use super::holders;
 use super::messages::{DispatcherMsg, RunnerMsg};
 use super::runner_actor::{RunnerActor, RunnerArgs};
+use crate::ids::ToolId;
 use crate::kernel::context::Ctx;
 use crate::push::Push;
 use crate::supervision::{self, ActorKind, SupervisionEvent};
 use crate::time::PendingTimers;
-use crate::ids::ToolId;
 
 /// State of the dispatcher: the core and the runner actor of each connection.
 pub struct DispatcherState {
@@ -230,12 +230,8 @@ fn carry_out(
         }
         DispatchEffect::Cancel { key, job, reason } => {
             if let Some(actor) = state.runners.get(&key) {
-                let notice = Push::job_cancelled(
-                    &job.job_id,
-                    &job.execution_id,
-                    &job.step_id,
-                    &reason,
-                );
+                let notice =
+                    Push::job_cancelled(&job.job_id, &job.execution_id, &job.step_id, &reason);
                 let _ = actor.send_message(RunnerMsg::Notify(notice));
             }
         }

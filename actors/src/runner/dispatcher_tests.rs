@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::{Dispatcher, DispatcherMsg, DispatcherSnapshot};
 use crate::execution::{ExecutionMsg, JobSpec};
-use crate::ids::{ConsumerId, ExecutionId, RunnerId, StepId};
+use crate::ids::{ConsumerId, ExecutionId, JobId, RunnerId, StepId};
 use crate::policy::PermissiveEngine;
 use crate::push::Push;
 use crate::testing::{Probe, ProbeContext, Unanswered, eventually, observe};
@@ -20,15 +20,15 @@ const WAIT: Duration = Duration::from_secs(5);
 /// What the execution probe saw.
 #[derive(Debug, PartialEq)]
 enum Seen {
-    Claim { job_id: String, runner_id: String },
-    RunnerLost { job_id: String },
+    Claim { job_id: JobId, runner_id: RunnerId },
+    RunnerLost { job_id: JobId },
     Other,
 }
 
 fn job(execution: &ExecutionId, id: &str) -> JobSpec {
     JobSpec {
         job_id: id.into(),
-        execution_id: execution.to_string(),
+        execution_id: execution.clone(),
         step_id: StepId::new(format!("step-{id}")),
         attempt: 1,
         tool_id: "web.search".into(),
@@ -112,7 +112,7 @@ fn holding(runner: &str, job: Option<&str>) -> DispatcherSnapshot {
     DispatcherSnapshot {
         connections: vec![(
             (RunnerId::new(runner), ConsumerId::new("c1")),
-            job.map(str::to_owned),
+            job.map(JobId::from),
         )],
         ..Default::default()
     }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::messages::{DispatcherMsg, RunnerMsg};
 use crate::execution::{ExecutionMsg, JobSpec};
-use crate::ids::{ConsumerId, ExecutionId, RunnerId};
+use crate::ids::{ConsumerId, RunnerId};
 use crate::kernel::context::{Ctx, call};
 use crate::push::Push;
 
@@ -73,9 +73,7 @@ impl Actor for RunnerActor {
 }
 
 async fn claim(state: &RunnerArgs, job: JobSpec) -> Option<JobSpec> {
-    let execution = state
-        .ctx
-        .execution(&job.execution_id)?;
+    let execution = state.ctx.execution(&job.execution_id)?;
     let runner_id = state.runner_id.clone();
     let message = |reply| ExecutionMsg::ClaimJob {
         job,

@@ -20,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(5);
 fn job(execution: &ExecutionId) -> JobSpec {
     JobSpec {
         job_id: "j1".into(),
-        execution_id: execution.to_string(),
+        execution_id: execution.clone(),
         step_id: StepId::new("s1"),
         attempt: 2,
         tool_id: "web.search".into(),
@@ -48,7 +48,7 @@ async fn execution(grant: Option<bool>, keep: Unanswered) -> Probe<ExecutionMsg,
                 }
                 None => keep.keep(reply),
             }
-            runner_id
+            runner_id.to_string()
         }
         _ => String::new(),
     })
@@ -133,7 +133,7 @@ async fn a_granted_claim_is_written_to_the_stream_as_job_assigned() {
         .expect_none_within(Duration::from_millis(100))
         .await;
 
-    let notice = Push::job_cancelled("j1", f.id.as_str(), "s1", "execution cancelled");
+    let notice = Push::job_cancelled(&"j1".into(), &f.id, &"s1".into(), "execution cancelled");
     f.runner
         .send_message(RunnerMsg::Notify(notice.clone()))
         .expect("sent");
@@ -174,7 +174,7 @@ async fn a_claim_never_answered_frees_the_connection_after_the_call_timeout() {
 async fn a_full_stream_frees_the_connection_instead_of_waiting() {
     let execution = execution(Some(true), Unanswered::default()).await;
     let mut f = fixture(&execution, 1, WAIT).await;
-    let filler = Push::job_cancelled("j0", f.id.as_str(), "s0", "filler");
+    let filler = Push::job_cancelled(&"j0".into(), &f.id, &"s0".into(), "filler");
     f.runner
         .send_message(RunnerMsg::Notify(filler))
         .expect("sent");

@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
+use crate::ids::{RunnerId, ToolId};
 use crate::kernel::context::{read, write};
 use crate::kernel::{ToolEntry, ToolSchema};
-use crate::ids::{RunnerId, ToolId};
 
 /// Published tool schemas, by tool id.
 #[derive(Default)]

@@ -36,7 +36,10 @@ pub fn create(
 
 /// Assigns a pending execution to a consumer; returns the transition and the
 /// `execution.assigned` push for that consumer.
-pub fn assign(state: &ExecutionState, consumer_id: &ConsumerId) -> Result<(Transition, Push), Rejection> {
+pub fn assign(
+    state: &ExecutionState,
+    consumer_id: &ConsumerId,
+) -> Result<(Transition, Push), Rejection> {
     if state.status != ExecutionStatus::Pending {
         return Err(Rejection::NotPending(state.id.to_string()));
     }

@@ -21,9 +21,7 @@ fn terminate(
     cancel_steps(state, step_reason, None, transition);
     transition.event(NewEvent::execution(terminal));
     if state.session.is_some() {
-        transition.effect(Effect::PushToAgent(Push::execution_cancelled(
-            &state.id,
-        )));
+        transition.effect(Effect::PushToAgent(Push::execution_cancelled(&state.id)));
     }
     end_session(state, transition);
 }
@@ -94,9 +92,7 @@ pub fn step_deadline(
         error: "step timed out".to_owned(),
     }));
     if state.session.is_some() {
-        transition.effect(Effect::PushToAgent(Push::execution_cancelled(
-            &state.id,
-        )));
+        transition.effect(Effect::PushToAgent(Push::execution_cancelled(&state.id)));
     }
     end_session(state, &mut transition);
     Some(transition)

@@ -14,8 +14,8 @@ use super::conditions::Conditions;
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::Budget;
 use crate::guardrails::concurrency::ToolLimits;
-use crate::policy::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 use crate::ids::AgentId;
+use crate::policy::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 
 /// One compiled rule.
 #[derive(Clone, Debug)]
@@ -367,7 +367,10 @@ impl PolicyEngine for CompiledPolicy {
         match &self.routing {
             Routing::Single(rules) => rules.max_running,
             Routing::PerAgent { agents, global } => {
-                agents.get(agent_id.as_str()).or(global.as_ref())?.max_running
+                agents
+                    .get(agent_id.as_str())
+                    .or(global.as_ref())?
+                    .max_running
             }
         }
     }

@@ -171,11 +171,11 @@ impl Conditions {
         {
             return false;
         }
-        if self
-            .tool_ids
-            .as_ref()
-            .is_some_and(|globs| !globs.iter().any(|glob| glob.is_match(input.tool_id.as_str())))
-        {
+        if self.tool_ids.as_ref().is_some_and(|globs| {
+            !globs
+                .iter()
+                .any(|glob| glob.is_match(input.tool_id.as_str()))
+        }) {
             return false;
         }
         if self

@@ -82,9 +82,9 @@ pub(super) fn problems(definition: &PolicyDefinition) -> Vec<CompileIssue> {
 pub(super) fn input(tool: &str) -> PolicyInput {
     PolicyInput {
         action: "tool.invoke".to_owned(),
-        agent_id: "a".to_owned(),
-        tool_id: tool.to_owned(),
-        execution_id: "e".to_owned(),
+        agent_id: "a".into(),
+        tool_id: tool.into(),
+        execution_id: "e".into(),
         labels: BTreeMap::new(),
         arguments: json!({}),
         step_count: 0,

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use crate::error::StoreError;
 use crate::events::Event;
-use crate::ids::ExecutionId;
+use crate::ids::{AgentId, ExecutionId, ToolId};
 use crate::store::{AllowedToolCall, Commit, ExecutionRow, ListFilter, Store};
 use crate::time::Timestamp;
 
@@ -22,7 +22,7 @@ struct Tables {
     events: HashMap<ExecutionId, Vec<Event>>,
     executions: HashMap<ExecutionId, ExecutionRow>,
     /// Status of each step, by execution and step id.
-    steps: HashMap<ExecutionId, HashMap<String, crate::store::StepRow>>,
+    steps: HashMap<ExecutionId, HashMap<crate::ids::StepId, crate::store::StepRow>>,
     commits: usize,
 }
 
@@ -115,7 +115,7 @@ impl Store for MemoryStore {
                 .insert(commit.execution.id.clone(), commit.execution.clone());
             let steps = tables.steps.entry(commit.execution.id.clone()).or_default();
             for step in &commit.steps {
-                steps.insert(step.id.to_string(), step.clone());
+                steps.insert(step.id.clone(), step.clone());
             }
         }
         tables.commits += 1;
@@ -158,8 +158,8 @@ impl Store for MemoryStore {
             .filter(|row| {
                 filter
                     .agent_id
-                    .as_deref()
-                    .is_none_or(|agent| row.agent_id.as_str() == agent)
+                    .as_ref()
+                    .is_none_or(|agent| row.agent_id == *agent)
             })
             .filter(|row| {
                 filter.labels.iter().all(|(key, value)| {
@@ -212,17 +212,17 @@ impl Store for MemoryStore {
             .map(|(id, _)| id.clone()))
     }
 
-    async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError> {
+    async fn pending_count(&self, agent_id: Option<&AgentId>) -> Result<u64, StoreError> {
         let tables = self.lock();
         Ok(tables
             .executions
             .values()
             .filter(|row| row.status == crate::status::ExecutionStatus::Pending)
-            .filter(|row| agent_id.is_none_or(|agent| row.agent_id.as_str() == agent))
+            .filter(|row| agent_id.is_none_or(|agent| row.agent_id == *agent))
             .count() as u64)
     }
 
-    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
+    async fn active_local_steps(&self, tool_id: &ToolId) -> Result<u64, StoreError> {
         let tables = self.lock();
         Ok(tables
             .steps
@@ -232,7 +232,7 @@ impl Store for MemoryStore {
             .count() as u64)
     }
 
-    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+    async fn running_executions(&self, agent_id: &AgentId) -> Result<Vec<ExecutionId>, StoreError> {
         let tables = self.lock();
         let mut ids: Vec<ExecutionId> = tables
             .executions
@@ -242,7 +242,7 @@ impl Store for MemoryStore {
                     row.status,
                     crate::status::ExecutionStatus::Running
                         | crate::status::ExecutionStatus::Blocked
-                ) && row.agent_id.as_str() == agent_id
+                ) && row.agent_id == *agent_id
             })
             .map(|row| row.id.clone())
             .collect();
@@ -250,14 +250,16 @@ impl Store for MemoryStore {
         Ok(ids)
     }
 
-    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         let tables = self.lock();
         let mut rows: Vec<&ExecutionRow> = tables
             .executions
             .values()
             .filter(|row| {
-                row.status == crate::status::ExecutionStatus::Pending
-                    && row.agent_id.as_str() == agent_id
+                row.status == crate::status::ExecutionStatus::Pending && row.agent_id == *agent_id
             })
             .collect();
         rows.sort_by(|left, right| (left.created_at, &left.id).cmp(&(right.created_at, &right.id)));

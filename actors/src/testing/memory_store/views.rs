@@ -75,7 +75,7 @@ impl Tables {
                 });
                 if !gated {
                     calls.push(AllowedToolCall {
-                        agent_id: row.agent_id.to_string(),
+                        agent_id: row.agent_id.clone(),
                         tool_id: tool_id.clone(),
                         at: event.timestamp,
                     });
@@ -96,8 +96,8 @@ impl Tables {
         for row in self.executions.values() {
             let agent_matches = filter
                 .agent_id
-                .as_deref()
-                .is_none_or(|agent| row.agent_id.as_str() == agent);
+                .as_ref()
+                .is_none_or(|agent| row.agent_id == *agent);
             let labels_match = filter.labels.iter().all(|(key, value)| {
                 row.labels
                     .as_ref()

@@ -32,18 +32,18 @@ fn a_single_file_gives_every_agent_its_max_running_and_the_tool_limits() {
     }));
     let engine = CompiledPolicy::single(RuleSet::single(&file), "d".into())
         .with_tool_limits(file.concurrency().tools.clone());
-    assert_eq!(engine.max_running("billing"), Some(3));
-    assert_eq!(engine.max_running("anyone"), Some(3));
+    assert_eq!(engine.max_running(&"billing".into()), Some(3));
+    assert_eq!(engine.max_running(&"anyone".into()), Some(3));
     assert_eq!(
-        engine.tool_limits().limit("pay.charge"),
+        engine.tool_limits().limit(&"pay.charge".into()),
         Some(2),
         "first match"
     );
-    assert_eq!(engine.tool_limits().limit("search"), Some(10));
+    assert_eq!(engine.tool_limits().limit(&"search".into()), Some(10));
     let plain = compiled(&PolicyDefinition::default());
     let engine = CompiledPolicy::single(RuleSet::single(&plain), "d".into());
-    assert_eq!(engine.max_running("billing"), None);
-    assert_eq!(engine.tool_limits().limit("pay.charge"), None);
+    assert_eq!(engine.max_running(&"billing".into()), None);
+    assert_eq!(engine.tool_limits().limit(&"pay.charge".into()), None);
 }
 
 #[test]
@@ -63,9 +63,9 @@ fn an_agent_files_max_running_wins_over_the_global_one() {
         ("silent".to_owned(), merged(&silent)),
     ]);
     let engine = CompiledPolicy::per_agent(agents, Some(RuleSet::single(&global)), "d".into());
-    assert_eq!(engine.max_running("strict"), Some(1));
-    assert_eq!(engine.max_running("silent"), Some(5));
-    assert_eq!(engine.max_running("no-file"), Some(5));
+    assert_eq!(engine.max_running(&"strict".into()), Some(1));
+    assert_eq!(engine.max_running(&"silent".into()), Some(5));
+    assert_eq!(engine.max_running(&"no-file".into()), Some(5));
 }
 
 #[test]

@@ -106,7 +106,7 @@ proptest! {
     ) {
         let policy = everything_policy();
         let mut case_input = input(&tool);
-        case_input.agent_id = agent;
+        case_input.agent_id = agent.into();
         case_input.labels = labels;
         case_input.arguments = arguments;
         case_input.step_count = step_count;
