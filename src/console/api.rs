@@ -17,6 +17,7 @@ use crate::http::executions::list_filter;
 use crate::http::query::QueryParams;
 use crate::http::{ApiError, AppState};
 use crate::policy::PolicySnapshot;
+use keel_actors::ids::AgentId;
 
 /// Default and largest page of `GET /v0/approvals`.
 pub const DEFAULT_APPROVALS: i64 = 100;
@@ -120,7 +121,7 @@ pub struct AgentBody {
 pub async fn agent_list(state: &AppState) -> Result<Vec<AgentBody>, ApiError> {
     let mut agents = Vec::new();
     for (agent_id, consumers) in state.presence.list(StreamRole::Agent) {
-        let pending = state.kernel.pending_count(Some(&agent_id)).await?;
+        let pending = state.kernel.pending_count(Some(&AgentId::from(&agent_id))).await?;
         agents.push(AgentBody {
             agent_id,
             consumers,
@@ -154,7 +155,7 @@ pub fn runner_list(state: &AppState) -> Vec<RunnerBody> {
             tools: tools
                 .iter()
                 .filter(|tool| tool.runner_id == runner_id)
-                .map(|tool| tool.id.clone())
+                .map(|tool| tool.id.to_string())
                 .collect(),
             runner_id,
             consumers,

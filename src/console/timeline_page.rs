@@ -35,7 +35,7 @@ pub async fn execution(
                         @if row.labels.as_ref().is_none_or(|labels| labels.is_empty()) { span class="muted" { "none" } }
                         @for (key, value) in row.labels.iter().flatten() { span class="label" { (key) ":" (value) } " " }
                     }
-                    dt { "Consumer" } dd class="mono" { (row.consumer_id.clone().unwrap_or_else(|| "–".to_owned())) }
+                    dt { "Consumer" } dd class="mono" { (row.consumer_id.clone().unwrap_or_else(|| "–".into())) }
                     dt { "Events" } dd { (row.last_sequence) }
                 }
                 details { summary { "Input" } (json_block(&row.input)) }

@@ -20,7 +20,7 @@ pub fn event_json(event: &FeedEvent) -> Value {
     });
     if let Value::Object(map) = &mut json {
         map.insert("position".to_owned(), Value::from(event.position));
-        map.insert("agent_id".to_owned(), Value::from(event.agent_id.clone()));
+        map.insert("agent_id".to_owned(), Value::from(event.agent_id.as_str()));
     }
     json
 }

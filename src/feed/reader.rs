@@ -13,6 +13,7 @@ use keel_actors::kernel::{CommitNotice, Kernel, KernelError};
 use tokio::sync::broadcast;
 
 use super::patterns::TypePatterns;
+use keel_actors::ids::{AgentId, ExecutionId};
 
 /// Events read from the store per read.
 pub const PAGE: i64 = 500;
@@ -23,9 +24,9 @@ pub struct FeedFilter {
     /// Type patterns (empty: every type).
     pub types: TypePatterns,
     /// Only this agent's executions.
-    pub agent_id: Option<String>,
+    pub agent_id: Option<AgentId>,
     /// Only this execution.
-    pub execution_id: Option<String>,
+    pub execution_id: Option<ExecutionId>,
     /// Label pairs every matching execution carries.
     pub labels: Vec<(String, String)>,
 }
@@ -154,7 +155,7 @@ impl FeedReader {
     fn concerns(&self, notice: &CommitNotice) -> bool {
         self.filter
             .execution_id
-            .as_deref()
-            .is_none_or(|id| notice.execution_id.as_str() == id)
+            .as_ref()
+            .is_none_or(|id| notice.execution_id == *id)
     }
 }

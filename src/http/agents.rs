@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::{RawQuery, Request, State};
 use axum::response::Response;
 use keel_actors::execution::{Intent, IntentReply, StepOutcome};
-use keel_actors::ids::{AgentId, ConsumerId, ExecutionId, SessionId, StepId};
+use keel_actors::ids::{AgentId, ConsumerId, ExecutionId, SessionId, StepId, ToolId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -169,7 +169,7 @@ fn to_intent(fields: IntentFields) -> Result<Intent, ApiError> {
             message: "tool_id is required for invoke_tool".to_owned(),
         },
         "invoke_tool" => Intent::InvokeTool {
-            tool_id,
+            tool_id: ToolId::new(tool_id),
             arguments: fields.arguments.unwrap_or(Value::Null),
             idempotency_key: fields.idempotency_key.filter(|key| !key.is_empty()),
             remote: fields.remote.unwrap_or(false),

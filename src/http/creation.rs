@@ -54,7 +54,7 @@ impl Backlog {
     /// the bounds that are set.
     pub async fn admit(&self, kernel: &Kernel, agent_id: &AgentId) -> Result<(), ApiError> {
         if let Some(limit) = self.per_agent {
-            let pending = kernel.pending_count(Some(agent_id.as_str())).await?;
+            let pending = kernel.pending_count(Some(&agent_id)).await?;
             if pending >= limit {
                 kernel.backlog_refused("agent");
                 return Err(ApiError::RateLimited(
@@ -178,7 +178,7 @@ pub async fn create_once(
 /// The parts of a creation a repeat must match: what `execution.created` records.
 #[derive(PartialEq)]
 struct Recorded {
-    agent_id: String,
+    agent_id: AgentId,
     input: Value,
     labels: Value,
     priority: i64,
@@ -187,7 +187,7 @@ struct Recorded {
 impl Recorded {
     fn of(request: &Request) -> Self {
         Self {
-            agent_id: request.agent_id.to_string(),
+            agent_id: request.agent_id.clone(),
             input: request.input.clone(),
             labels: request
                 .labels

@@ -221,7 +221,7 @@ pub(crate) async fn list_page(
     let mut filter = list_filter(query)?;
     let created_after = time_param(query, "created_after")?;
     if filter.after.is_none() {
-        filter.after = time_param(query, "created_before")?.map(|before| (before, String::new()));
+        filter.after = time_param(query, "created_before")?.map(|before| (before, ExecutionId::default()));
     }
     let limit = filter.limit;
     filter.limit = limit + 1;
@@ -283,7 +283,9 @@ pub(crate) fn list_filter(query: &QueryParams) -> Result<ListFilter, ApiError> {
     let after = match query.get("cursor") {
         None => None,
         Some(text) => {
-            Some(cursor::decode(text).ok_or_else(|| ApiError::validation("invalid cursor"))?)
+            let (at, id) =
+                cursor::decode(text).ok_or_else(|| ApiError::validation("invalid cursor"))?;
+            Some((at, ExecutionId::new(id)))
         }
     };
     let limit = match query.non_negative("limit", DEFAULT_LIST_LIMIT) {
@@ -292,7 +294,7 @@ pub(crate) fn list_filter(query: &QueryParams) -> Result<ListFilter, ApiError> {
     };
     Ok(ListFilter {
         status,
-        agent_id: query.get("agent_id").map(str::to_owned),
+        agent_id: query.get("agent_id").map(AgentId::from),
         labels,
         after,
         limit,

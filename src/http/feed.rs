@@ -27,6 +27,7 @@ use super::query::QueryParams;
 use super::sse::{ConnectionGuard, HEARTBEAT, PREAMBLE, StreamKind, frame, sse_response};
 use crate::feed::reader::read_page;
 use crate::feed::{FeedFilter, FeedReader, TypePatterns, event_json};
+use keel_actors::ids::{AgentId, ExecutionId};
 
 /// Default number of events of one page of `GET /v0/events`.
 const DEFAULT_PAGE: i64 = 100;
@@ -70,8 +71,8 @@ fn filter(query: &QueryParams) -> Result<FeedFilter, ApiError> {
     }
     Ok(FeedFilter {
         types,
-        agent_id: query.get("agent_id").map(str::to_owned),
-        execution_id: query.get("execution_id").map(str::to_owned),
+        agent_id: query.get("agent_id").map(AgentId::from),
+        execution_id: query.get("execution_id").map(ExecutionId::from),
         labels,
     })
 }

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use keel_actors::execution::StepOutcome;
 use keel_actors::guardrails::budget::parse_cost;
-use keel_actors::ids::{ConsumerId, ExecutionId, RunnerId, StepId};
+use keel_actors::ids::{ConsumerId, ExecutionId, JobId, RunnerId, StepId, ToolId};
 use keel_actors::kernel::{ToolEntry, ToolSchema};
 use keel_actors::runner::JobReport;
 use serde::Deserialize;
@@ -97,7 +97,7 @@ pub async fn stream(
         .connect_runner(
             RunnerId::new(runner_id),
             ConsumerId::new(consumer_id),
-            capabilities,
+            capabilities.iter().map(ToolId::from).collect(),
         )
         .await?;
     tracing::debug!(
@@ -147,11 +147,11 @@ pub async fn result(
         }
     };
     let report = JobReport {
-        runner_id: runner_id.to_string(),
-        consumer_id: consumer_id.as_ref().map(ToString::to_string),
-        execution_id: execution_id.clone(),
+        runner_id: runner_id.clone(),
+        consumer_id: consumer_id.clone(),
+        execution_id: ExecutionId::new(execution_id.clone()),
         step_id: outcome.step_id.clone(),
-        job_id: body.job_id.clone(),
+        job_id: body.job_id.clone().map(JobId::new),
     };
     check_holder(&state, report).await?;
     state
@@ -220,9 +220,9 @@ pub async fn step_started(
     }
     check_length("runner_id", &runner_id)?;
     let report = JobReport {
-        runner_id: runner_id.clone(),
+        runner_id: RunnerId::new(runner_id.clone()),
         consumer_id: None,
-        execution_id: execution_id.clone(),
+        execution_id: ExecutionId::new(execution_id.clone()),
         step_id: step_id.clone(),
         job_id: None,
     };
@@ -258,7 +258,7 @@ pub async fn publish_tools(
         let input_schema = tool.input_schema.unwrap_or(Value::Null);
         check_input_schema(index, &input_schema)?;
         tools.push(ToolSchema {
-            id,
+            id: ToolId::new(id),
             description: tool.description.unwrap_or(Value::Null),
             input_schema,
         });
@@ -318,7 +318,14 @@ pub async fn capabilities(
     .await?;
     state
         .kernel
-        .update_capabilities(&runner_id, body.tools.unwrap_or_default())
+        .update_capabilities(
+            &runner_id,
+            body.tools
+                .unwrap_or_default()
+                .into_iter()
+                .map(ToolId::new)
+                .collect(),
+        )
         .await?;
     Ok(Json(json!({ "status": "ok" })))
 }

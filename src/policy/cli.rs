@@ -12,6 +12,7 @@ use keel_actors::policy::PolicyInput;
 use keel_actors::time;
 
 use super::load::load_path;
+use keel_actors::ids::{AgentId, ToolId};
 
 /// Validates a policy path; returns the report to print and whether the policy is valid.
 /// Problems are listed one per line as `FILE:LINE: message`, then the warnings.
@@ -70,9 +71,9 @@ pub fn eval_command(
     };
     let input = PolicyInput {
         action: "tool.invoke".to_owned(),
-        agent_id: agent.to_owned(),
-        tool_id: tool.to_owned(),
-        execution_id: "policy-eval".to_owned(),
+        agent_id: agent.into(),
+        tool_id: tool.into(),
+        execution_id: "policy-eval".into(),
         labels: labels.into_iter().collect::<BTreeMap<_, _>>(),
         arguments,
         step_count: 0,
@@ -108,10 +109,10 @@ pub fn eval_command(
     if let Some(budget) = &decision.budget {
         let _ = writeln!(output, "budget: {}", budget.limits_json());
     }
-    if let Some(limit) = loaded.engine.max_running(agent) {
+    if let Some(limit) = loaded.engine.max_running(&AgentId::new(agent)) {
         let _ = writeln!(output, "max_running: {limit}");
     }
-    if let Some(limit) = loaded.engine.tool_limits().limit(tool) {
+    if let Some(limit) = loaded.engine.tool_limits().limit(&ToolId::new(tool)) {
         let _ = writeln!(output, "max_concurrent_steps: {limit}");
     }
     Ok(output)

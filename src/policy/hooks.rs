@@ -14,6 +14,7 @@ use yaml_serde::Value;
 
 use super::errors::PolicyProblem;
 use super::locate::strip_positions;
+use keel_actors::ids::AgentId;
 
 /// Default bound of one hook call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -134,8 +135,8 @@ pub fn parse_hooks(
             }
         };
         let agent_ids = match agent {
-            Some(agent) => vec![agent.to_owned()],
-            None => entry.agent_ids,
+            Some(agent) => vec![AgentId::new(agent)],
+            None => entry.agent_ids.into_iter().map(AgentId::new).collect(),
         };
         hooks.push(HookSpec {
             id: entry.id,

@@ -9,6 +9,7 @@ use keel_actors::store::QueueDepths;
 use keel_actors::time::Timestamp;
 
 use super::map_sqlx_error;
+use keel_actors::ids::{AgentId, ToolId};
 
 /// Pending executions per agent; `{oldest}` renders the oldest creation time.
 const PENDING: &str = "SELECT agent_id, COUNT(*), {oldest} FROM executions \
@@ -35,7 +36,11 @@ pub(super) async fn sqlite(readers: &SqlitePool) -> Result<QueueDepths, StoreErr
         .into_iter()
         .filter_map(|(agent, count, oldest)| {
             let oldest = chrono::DateTime::parse_from_rfc3339(&oldest).ok()?;
-            Some((agent, count_of(count), oldest.with_timezone(&chrono::Utc)))
+            Some((
+                AgentId::new(agent),
+                count_of(count),
+                oldest.with_timezone(&chrono::Utc),
+            ))
         })
         .collect();
     Ok(QueueDepths {
@@ -58,7 +63,7 @@ pub(super) async fn postgres(readers: &PgPool) -> Result<QueueDepths, sqlx::Erro
             .into_iter()
             .filter_map(|(agent, count, micros)| {
                 let oldest: Timestamp = chrono::DateTime::from_timestamp_micros(micros)?;
-                Some((agent, count_of(count), oldest))
+                Some((AgentId::new(agent), count_of(count), oldest))
             })
             .collect(),
         queued_by_tool: counts(queued),
@@ -69,8 +74,8 @@ fn count_of(count: i64) -> u64 {
     u64::try_from(count).unwrap_or(0)
 }
 
-fn counts(rows: Vec<(String, i64)>) -> Vec<(String, u64)> {
+fn counts(rows: Vec<(String, i64)>) -> Vec<(ToolId, u64)> {
     rows.into_iter()
-        .map(|(key, count)| (key, count_of(count)))
+        .map(|(key, count)| (ToolId::new(key), count_of(count)))
         .collect()
 }

@@ -10,6 +10,7 @@ use keel_actors::feed::{FeedEvent, FeedQuery};
 
 use super::map_sqlx_error;
 use super::rows::EventRecord;
+use keel_actors::ids::AgentId;
 
 /// Upserts one subscription's acknowledged position (both backends take this syntax).
 pub(super) const UPSERT_WEBHOOK_POSITION: &str = "INSERT INTO webhook_positions \
@@ -37,7 +38,7 @@ impl FeedRecord {
     fn into_feed_event(self) -> Result<FeedEvent, StoreError> {
         Ok(FeedEvent {
             position: self.position,
-            agent_id: self.agent_id,
+            agent_id: AgentId::new(self.agent_id),
             event: self.event.into_event()?,
         })
     }

@@ -73,7 +73,13 @@ pub(super) async fn postgres_counts(
     let texts = filter
         .agent_id
         .iter()
-        .chain(filter.labels.iter().flat_map(|(key, value)| [key, value]));
+        .map(AgentId::as_str)
+        .chain(
+            filter
+                .labels
+                .iter()
+                .flat_map(|(key, value)| [key.as_str(), value.as_str()]),
+        );
     if texts.into_iter().any(|text| text.contains('\0')) {
         return Ok(Vec::new());
     }

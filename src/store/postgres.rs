@@ -46,7 +46,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::feed::{FeedEvent, FeedQuery};
-use keel_actors::ids::ExecutionId;
+use keel_actors::ids::{AgentId, ExecutionId, ToolId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
     AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, QueueDepths, RecoveryEntry,
@@ -300,21 +300,24 @@ impl Store for PostgresStore {
         Ok(id.map(ExecutionId::new))
     }
 
-    async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError> {
+    async fn pending_count(&self, agent_id: Option<&AgentId>) -> Result<u64, StoreError> {
+        let agent_id = agent_id.map(AgentId::as_str);
         let count = self
             .bounded(super::creation::postgres_count(&self.readers, agent_id))
             .await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+        let agent_id = agent_id.as_str();
         let rows = self
             .bounded(super::creation::postgres_pending(&self.readers, agent_id))
             .await?;
         Ok(super::creation::into_queue(rows))
     }
 
-    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
+    async fn active_local_steps(&self, tool_id: &ToolId) -> Result<u64, StoreError> {
+        let tool_id = tool_id.as_str();
         let count = self
             .bounded(super::creation::postgres_local_steps(
                 &self.readers,
@@ -324,7 +327,8 @@ impl Store for PostgresStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+    async fn running_executions(&self, agent_id: &AgentId) -> Result<Vec<ExecutionId>, StoreError> {
+        let agent_id = agent_id.as_str();
         let ids = self
             .bounded(super::creation::postgres_running(&self.readers, agent_id))
             .await?;

@@ -3,7 +3,7 @@
 //! concerns it. One query per backend, no event is read.
 
 use keel_actors::error::StoreError;
-use keel_actors::ids::{AgentId, ExecutionId};
+use keel_actors::ids::{AgentId, ConsumerId, ExecutionId, SessionId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::RecoveryEntry;
 
@@ -37,8 +37,8 @@ impl RecoveryRecord {
             id: ExecutionId::new(self.id),
             agent_id: AgentId::new(self.agent_id),
             status,
-            session_id: self.session_id,
-            consumer_id: self.consumer_id,
+            session_id: self.session_id.map(SessionId::new),
+            consumer_id: self.consumer_id.map(ConsumerId::new),
             live_steps: self.live_steps,
         })
     }

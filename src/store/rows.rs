@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use keel_actors::error::StoreError;
 use keel_actors::events::{Event, EventBody};
-use keel_actors::ids::{AgentId, ExecutionId, StepId};
+use keel_actors::ids::{AgentId, ConsumerId, ExecutionId, JobId, RunnerId, SessionId, StepId, ToolId};
 use keel_actors::status::{ExecutionStatus, StepStatus};
 use keel_actors::store::{ExecutionRow, StepRow};
 use keel_actors::time::Timestamp;
@@ -113,8 +113,8 @@ impl ExecutionRecord {
             output,
             created_at: parse_time("executions.created_at", &self.created_at)?,
             updated_at: parse_time("executions.updated_at", &self.updated_at)?,
-            session_id: self.session_id,
-            consumer_id: self.consumer_id,
+            session_id: self.session_id.map(SessionId::new),
+            consumer_id: self.consumer_id.map(ConsumerId::new),
             last_sequence: self.last_sequence,
             id: ExecutionId::new(self.id),
         })
@@ -150,13 +150,13 @@ impl StepRecord {
         };
         Ok(StepRow {
             execution_id: ExecutionId::new(self.execution_id),
-            tool_id: self.tool_id,
+            tool_id: ToolId::new(self.tool_id),
             status,
             attempt: self.attempt,
             max_attempts: self.max_attempts,
             remote: self.remote,
-            job_id: self.job_id,
-            runner_id: self.runner_id,
+            job_id: self.job_id.map(JobId::new),
+            runner_id: self.runner_id.map(RunnerId::new),
             deadline,
             updated_at: parse_time("steps.updated_at", &self.updated_at)?,
             id: StepId::new(self.id),

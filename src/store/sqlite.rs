@@ -22,7 +22,7 @@ use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::feed::{FeedEvent, FeedQuery};
-use keel_actors::ids::ExecutionId;
+use keel_actors::ids::{AgentId, ExecutionId, ToolId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
     AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, QueueDepths, RecoveryEntry,
@@ -332,19 +332,23 @@ impl Store for SqliteStore {
         super::creation::sqlite_by_key(&self.readers, key).await
     }
 
-    async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError> {
+    async fn pending_count(&self, agent_id: Option<&AgentId>) -> Result<u64, StoreError> {
+        let agent_id = agent_id.map(AgentId::as_str);
         super::creation::sqlite_count(&self.readers, agent_id).await
     }
 
-    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+        let agent_id = agent_id.as_str();
         super::creation::sqlite_pending(&self.readers, agent_id).await
     }
 
-    async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
+    async fn active_local_steps(&self, tool_id: &ToolId) -> Result<u64, StoreError> {
+        let tool_id = tool_id.as_str();
         super::creation::sqlite_local_steps(&self.readers, tool_id).await
     }
 
-    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+    async fn running_executions(&self, agent_id: &AgentId) -> Result<Vec<ExecutionId>, StoreError> {
+        let agent_id = agent_id.as_str();
         super::creation::sqlite_running(&self.readers, agent_id).await
     }
 

@@ -11,6 +11,7 @@ use keel_actors::store::AllowedToolCall;
 use keel_actors::time::{self, Timestamp};
 
 use super::map_sqlx_error;
+use keel_actors::ids::{AgentId, ToolId};
 
 /// The query, with `{since}` standing for the bound time and `{time}` for the selected one.
 const TEMPLATE: &str = "SELECT x.agent_id, s.tool_id, {time} AS at \
@@ -70,8 +71,8 @@ fn into_call((agent_id, tool_id, at): Row) -> Result<AllowedToolCall, StoreError
             ))
         })?;
     Ok(AllowedToolCall {
-        agent_id,
-        tool_id,
+        agent_id: AgentId::new(agent_id),
+        tool_id: ToolId::new(tool_id),
         at,
     })
 }

@@ -13,6 +13,7 @@ use keel_actors::store::ToolResult;
 use keel_actors::time::{self, Timestamp};
 
 use super::map_sqlx_error;
+use keel_actors::ids::ToolId;
 
 /// The query, with `{since}` standing for the bound time and `{time}` for the selected one.
 pub(super) const TEMPLATE: &str = "SELECT s.tool_id, e.type, {time} AS at \
@@ -69,7 +70,7 @@ pub(super) fn rows(rows: Vec<Row>) -> Result<Vec<ToolResult>, StoreError> {
                     ))
                 })?;
             Ok(ToolResult {
-                tool_id,
+                tool_id: ToolId::new(tool_id),
                 success: kind == "step.completed",
                 at,
             })

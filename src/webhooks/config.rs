@@ -22,6 +22,7 @@ use keel_actors::policy::rules::parse_duration;
 use serde::Deserialize;
 
 use crate::feed::{FeedFilter, TypePatterns};
+use keel_actors::ids::{AgentId, ExecutionId};
 
 /// Where a subscription without an acknowledged position starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -218,8 +219,8 @@ fn validate(
         secret,
         filter: FeedFilter {
             types,
-            agent_id: item.agent_id,
-            execution_id: item.execution_id,
+            agent_id: item.agent_id.map(AgentId::new),
+            execution_id: item.execution_id.map(ExecutionId::new),
             labels: item.labels.into_iter().collect(),
         },
         start,

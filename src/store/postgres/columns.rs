@@ -9,6 +9,7 @@ use keel_actors::time;
 
 use super::super::rows::{encode_json, encode_payload};
 use super::write::Unit;
+use keel_actors::ids::{ConsumerId, JobId, RunnerId, SessionId};
 
 /// The commits of the units, in group order.
 fn commits<'a>(group: &'a [Commit], units: &[Unit]) -> Vec<&'a Commit> {
@@ -85,8 +86,8 @@ impl<'a> ExecutionColumns<'a> {
                 None => None,
             });
             columns.updated_at.push(time::format(&last.updated_at));
-            columns.session_id.push(last.session_id.as_deref());
-            columns.consumer_id.push(last.consumer_id.as_deref());
+            columns.session_id.push(last.session_id.as_ref().map(SessionId::as_str));
+            columns.consumer_id.push(last.consumer_id.as_ref().map(ConsumerId::as_str));
             columns.last_sequence.push(last.last_sequence);
             columns.previous.push(unit.previous);
         }
@@ -214,10 +215,10 @@ impl<'a> StepColumns<'a> {
             attempt: latest.iter().map(|step| step.attempt).collect(),
             max_attempts: latest.iter().map(|step| step.max_attempts).collect(),
             remote: latest.iter().map(|step| step.remote).collect(),
-            job_id: latest.iter().map(|step| step.job_id.as_deref()).collect(),
+            job_id: latest.iter().map(|step| step.job_id.as_ref().map(JobId::as_str)).collect(),
             runner_id: latest
                 .iter()
-                .map(|step| step.runner_id.as_deref())
+                .map(|step| step.runner_id.as_ref().map(RunnerId::as_str))
                 .collect(),
             deadline: latest
                 .iter()

@@ -6,7 +6,7 @@ use sqlx::{Postgres, QueryBuilder};
 
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
-use keel_actors::ids::ExecutionId;
+use keel_actors::ids::{AgentId, ExecutionId};
 use keel_actors::store::{ExecutionRow, ListFilter};
 use keel_actors::time;
 
@@ -68,8 +68,14 @@ impl PostgresStore {
         let texts = filter
             .agent_id
             .iter()
-            .chain(filter.labels.iter().flat_map(|(key, value)| [key, value]))
-            .chain(filter.after.iter().map(|(_, id)| id));
+            .map(AgentId::as_str)
+            .chain(
+                filter
+                    .labels
+                    .iter()
+                    .flat_map(|(key, value)| [key.as_str(), value.as_str()]),
+            )
+            .chain(filter.after.iter().map(|(_, id)| id.as_str()));
         if texts.into_iter().any(|text| !storable(text)) {
             return Ok(Vec::new());
         }

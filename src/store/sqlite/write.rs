@@ -16,6 +16,7 @@ use super::super::{
     TERMINAL_STATUSES_SQL, expected_previous_sequence, sequence_conflict,
     sqlite_code_is_unavailable,
 };
+use keel_actors::ids::{ConsumerId, JobId, RunnerId, SessionId};
 
 const INSERT_EXECUTION: &str = "INSERT INTO executions (id, agent_id, status, labels, input, \
      output, created_at, updated_at, session_id, consumer_id, last_sequence) \
@@ -73,8 +74,8 @@ pub(super) fn write_commit(
                 output,
                 time::format(&execution.created_at),
                 updated_at,
-                execution.session_id,
-                execution.consumer_id,
+                execution.session_id.as_ref().map(SessionId::as_str),
+                execution.consumer_id.as_ref().map(ConsumerId::as_str),
                 execution.last_sequence,
             ])
             .map_err(map_rusqlite_error)?;
@@ -98,8 +99,8 @@ pub(super) fn write_commit(
                 execution.status.as_str(),
                 output,
                 updated_at,
-                execution.session_id,
-                execution.consumer_id,
+                execution.session_id.as_ref().map(SessionId::as_str),
+                execution.consumer_id.as_ref().map(ConsumerId::as_str),
                 execution.last_sequence,
                 id,
                 previous_sequence,
@@ -140,13 +141,13 @@ pub(super) fn write_commit(
                 .execute(params![
                     step.id.as_str(),
                     step.execution_id.as_str(),
-                    step.tool_id,
+                    step.tool_id.as_str(),
                     step.status.as_str(),
                     step.attempt,
                     step.max_attempts,
                     step.remote,
-                    step.job_id,
-                    step.runner_id,
+                    step.job_id.as_ref().map(JobId::as_str),
+                    step.runner_id.as_ref().map(RunnerId::as_str),
                     step.deadline.as_ref().map(time::format),
                     time::format(&step.updated_at),
                 ])
