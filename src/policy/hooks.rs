@@ -165,13 +165,13 @@ mod tests {
         assert_eq!(hooks.len(), 2);
         assert_eq!(hooks[0].timeout, DEFAULT_TIMEOUT);
         assert_eq!(hooks[0].failure, FailureMode::FailClosed);
-        assert!(hooks[0].applies(HookPoint::PreTool, "anyone", "any-rule"));
-        assert!(!hooks[0].applies(HookPoint::PostTool, "anyone", "any-rule"));
+        assert!(hooks[0].applies(HookPoint::PreTool, &"anyone".into(), "any-rule"));
+        assert!(!hooks[0].applies(HookPoint::PostTool, &"anyone".into(), "any-rule"));
         assert_eq!(hooks[1].timeout, Duration::from_millis(250));
         assert_eq!(hooks[1].failure, FailureMode::FailOpen);
-        assert!(hooks[1].applies(HookPoint::PostTool, "x", "r"));
-        assert!(!hooks[1].applies(HookPoint::PostTool, "y", "r"));
-        assert!(!hooks[1].applies(HookPoint::PostTool, "x", "s"));
+        assert!(hooks[1].applies(HookPoint::PostTool, &"x".into(), "r"));
+        assert!(!hooks[1].applies(HookPoint::PostTool, &"y".into(), "r"));
+        assert!(!hooks[1].applies(HookPoint::PostTool, &"x".into(), "s"));
         let (scoped, _) = parse_hooks(Path::new("agent.yaml"), source, Some("agent"));
         assert_eq!(scoped[0].agent_ids, vec!["agent".to_owned()]);
     }
@@ -185,12 +185,12 @@ mod tests {
         assert_eq!(hooks[0].point, HookPoint::PreCreate);
         assert_eq!(hooks[0].failure, FailureMode::FailOpen);
         assert_eq!(hooks[0].timeout, Duration::from_secs(1));
-        assert!(hooks[0].applies_to_creation("x"));
-        assert!(!hooks[0].applies_to_creation("y"));
-        assert!(!hooks[0].applies(HookPoint::PreTool, "x", "any-rule"));
+        assert!(hooks[0].applies_to_creation(&"x".into()));
+        assert!(!hooks[0].applies_to_creation(&"y".into()));
+        assert!(!hooks[0].applies(HookPoint::PreTool, &"x".into(), "any-rule"));
         let (scoped, _) = parse_hooks(Path::new("y.yaml"), source, Some("y"));
-        assert!(scoped[0].applies_to_creation("y"));
-        assert!(!scoped[0].applies_to_creation("x"));
+        assert!(scoped[0].applies_to_creation(&"y".into()));
+        assert!(!scoped[0].applies_to_creation(&"x".into()));
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl Setup {
     /// Asks for `deploy` and returns the answer.
     async fn deploy(&self) -> IntentReply {
         let intent = Intent::InvokeTool {
-            tool_id: "deploy".to_owned(),
+            tool_id: "deploy".into(),
             arguments: json!({}),
             idempotency_key: None,
             remote: false,

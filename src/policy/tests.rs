@@ -43,9 +43,9 @@ fn load_text(
 pub(super) fn call(agent: &str, tool: &str, arguments: Value) -> PolicyInput {
     PolicyInput {
         action: "tool.invoke".to_owned(),
-        agent_id: agent.to_owned(),
-        tool_id: tool.to_owned(),
-        execution_id: "e".to_owned(),
+        agent_id: agent.into(),
+        tool_id: tool.into(),
+        execution_id: "e".into(),
         labels: BTreeMap::new(),
         arguments,
         step_count: 0,
@@ -571,8 +571,8 @@ hooks:
     assert_eq!(with.rule_ids(), without.rule_ids());
     assert_eq!(with.longest_rate_window(), without.longest_rate_window());
     assert_eq!(with.longest_rate_window(), Some(Duration::from_secs(90)));
-    assert_eq!(with.agent_budget("a"), without.agent_budget("a"));
-    assert!(with.agent_budget("a").is_some());
+    assert_eq!(with.agent_budget(&"a".into()), without.agent_budget(&"a".into()));
+    assert!(with.agent_budget(&"a".into()).is_some());
     assert_eq!(with.breakers().0.len(), 1);
     assert_eq!(with.breakers().horizon(), without.breakers().horizon());
     let search = call("a", "web.search", json!({}));

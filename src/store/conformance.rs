@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use keel_actors::error::StoreError;
 use keel_actors::events::{EventBody, NewEvent, seal};
-use keel_actors::ids::{AgentId, ExecutionId, StepId};
+use keel_actors::ids::{AgentId, ConsumerId, ExecutionId, SessionId, StepId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
 use keel_actors::time::Timestamp;
@@ -59,7 +59,7 @@ pub fn new_execution(
     });
     let input = json!({ "task": id, "n": 1 });
     let body = EventBody::ExecutionCreated {
-        agent_id: agent.to_owned(),
+        agent_id: agent.into(),
         input: input.clone(),
         labels: serde_json::to_value(&labels).expect("labels serialize"),
         priority: 0,
@@ -536,8 +536,8 @@ pub async fn execution_row_follows_commits(store: Arc<dyn Store>) {
     assert_eq!(after_start.status, ExecutionStatus::Running);
     assert_eq!(
         (
-            after_start.session_id.as_deref(),
-            after_start.consumer_id.as_deref()
+            after_start.session_id.as_ref().map(SessionId::as_str),
+            after_start.consumer_id.as_ref().map(ConsumerId::as_str)
         ),
         (Some("s"), Some("c"))
     );
@@ -573,7 +573,7 @@ pub async fn concurrent_commits_all_land(store: Arc<dyn Store>) {
             let mut row = create(&store, &id, "agent-a", &[], at(task)).await;
             for round in 0..3 {
                 let body = EventBody::ExecutionResumed {
-                    reason: format!("round {round}"),
+                    reason: format!("round {round}").into(),
                 };
                 row = commit_each(
                     &store,
@@ -700,7 +700,7 @@ pub async fn list_pages_through_a_cursor(store: Arc<dyn Store>) {
             let mut rows = store.list_executions(&filter).await.expect("page");
             let more = rows.len() as i64 > page_size;
             rows.truncate(page_size as usize);
-            after = rows.last().map(|row| (row.created_at, row.id.to_string()));
+            after = rows.last().map(|row| (row.created_at, row.id.clone()));
             pages.push(ids(&rows));
             if !more {
                 break;

@@ -26,9 +26,9 @@ pub struct TestPolicy;
 
 impl PolicyEngine for TestPolicy {
     fn evaluate(&self, input: &PolicyInput) -> PolicyDecision {
-        if input.tool_id.starts_with("shell_") {
+        if input.tool_id.as_str().starts_with("shell_") {
             PolicyDecision::plain(Decision::Deny, "no-shell", "shell is forbidden")
-        } else if input.tool_id.starts_with("approve_") {
+        } else if input.tool_id.as_str().starts_with("approve_") {
             PolicyDecision::plain(
                 Decision::RequireApproval,
                 "needs-human",

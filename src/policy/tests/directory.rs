@@ -276,11 +276,11 @@ fn concurrency_max_running_comes_from_the_agent_file_else_the_global_one() {
     );
     write(dir.path(), "open.yaml", "rules: []\n");
     let loaded = load_path(dir.path()).unwrap();
-    assert_eq!(loaded.engine.max_running("strict"), Some(1));
-    assert_eq!(loaded.engine.max_running("open"), Some(4));
-    assert_eq!(loaded.engine.max_running("no-file"), Some(4));
-    assert_eq!(loaded.engine.tool_limits().limit("pay.charge"), Some(2));
-    assert_eq!(loaded.engine.tool_limits().limit("search"), None);
+    assert_eq!(loaded.engine.max_running(&"strict".into()), Some(1));
+    assert_eq!(loaded.engine.max_running(&"open".into()), Some(4));
+    assert_eq!(loaded.engine.max_running(&"no-file".into()), Some(4));
+    assert_eq!(loaded.engine.tool_limits().limit(&"pay.charge".into()), Some(2));
+    assert_eq!(loaded.engine.tool_limits().limit(&"search".into()), None);
 }
 
 #[test]

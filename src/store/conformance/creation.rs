@@ -16,8 +16,8 @@ use super::{advance, at, commit_each, new_execution};
 /// Returns an `execution.started` event.
 fn started() -> NewEvent {
     NewEvent::execution(EventBody::ExecutionStarted {
-        session_id: "s".to_owned(),
-        consumer_id: "c".to_owned(),
+        session_id: "s".into(),
+        consumer_id: "c".into(),
     })
 }
 
@@ -84,13 +84,13 @@ pub async fn pending_queue_lists_an_agents_pending_executions_with_priorities(
         vec![self::started()],
     );
     store.commit(&[moved]).await.expect("assigned");
-    let queue = store.pending_queue("a").await.expect("read");
+    let queue = store.pending_queue(&"a".into()).await.expect("read");
     let ids: Vec<(&str, i64)> = queue.iter().map(|(id, p)| (id.as_str(), *p)).collect();
     assert_eq!(ids, [("exec-1", 0), ("exec-2", 7), ("exec-5", -2)]);
-    assert_eq!(store.pending_queue("nobody").await.expect("read"), []);
-    assert_eq!(store.pending_count(Some("a")).await.expect("count"), 3);
-    assert_eq!(store.pending_count(Some("b")).await.expect("count"), 1);
-    assert_eq!(store.pending_count(Some("nobody")).await.expect("count"), 0);
+    assert_eq!(store.pending_queue(&"nobody".into()).await.expect("read"), []);
+    assert_eq!(store.pending_count(Some(&"a".into())).await.expect("count"), 3);
+    assert_eq!(store.pending_count(Some(&"b".into())).await.expect("count"), 1);
+    assert_eq!(store.pending_count(Some(&"nobody".into())).await.expect("count"), 0);
     assert_eq!(store.pending_count(None).await.expect("count"), 4);
 }
 
@@ -102,7 +102,7 @@ pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
     let blocked = commit_each(&store, &[keyed("exec-b", "a", 3, 0, None)]).await;
     let done = commit_each(&store, &[keyed("exec-d", "a", 4, 0, None)]).await;
     let other = commit_each(&store, &[keyed("exec-o", "b", 5, 0, None)]).await;
-    assert_eq!(store.running_executions("a").await.expect("read"), []);
+    assert_eq!(store.running_executions(&"a".into()).await.expect("read"), Vec::<ExecutionId>::new());
     let run = |row, micros| advance(row, at(micros), ExecutionStatus::Running, vec![started()]);
     store
         .commit(&[run(&running, 6), run(&other, 7)])
@@ -110,7 +110,7 @@ pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
         .expect("assigned");
     let blocked = advance(&blocked, at(8), ExecutionStatus::Running, vec![started()]);
     let waiting = NewEvent::execution(EventBody::ExecutionBlocked {
-        reason: "signal".to_owned(),
+        reason: "signal".into(),
         reference: "go".to_owned(),
         tool_id: None,
         arguments: None,
@@ -132,12 +132,12 @@ pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        ids(store.running_executions("a").await.expect("read")),
+        ids(store.running_executions(&"a".into()).await.expect("read")),
         ["exec-b", "exec-r"]
     );
     assert_eq!(
-        ids(store.running_executions("b").await.expect("read")),
+        ids(store.running_executions(&"b".into()).await.expect("read")),
         ["exec-o"]
     );
-    assert_eq!(store.running_executions("nobody").await.expect("read"), []);
+    assert_eq!(store.running_executions(&"nobody".into()).await.expect("read"), Vec::<ExecutionId>::new());
 }

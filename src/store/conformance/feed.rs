@@ -105,7 +105,7 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
 
     let by_agent = store
         .feed(&FeedQuery {
-            agent_id: Some("agent-b".to_owned()),
+            agent_id: Some("agent-b".into()),
             ..query(0, 100)
         })
         .await
@@ -114,7 +114,7 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
     assert!(by_agent.iter().all(|event| event.agent_id == "agent-b"));
     let by_execution = store
         .feed(&FeedQuery {
-            execution_id: Some("fa".to_owned()),
+            execution_id: Some("fa".into()),
             ..query(0, 100)
         })
         .await

@@ -32,7 +32,7 @@ fn step_row(execution: &ExecutionRow, step: &StepId, tool_id: &str, when: Timest
     StepRow {
         id: step.clone(),
         execution_id: execution.id.clone(),
-        tool_id: tool_id.to_owned(),
+        tool_id: tool_id.into(),
         status: StepStatus::Pending,
         attempt: 1,
         max_attempts: 1,
@@ -60,7 +60,7 @@ async fn call(
         events.push(NewEvent::step(
             &step,
             EventBody::StepApprovalRequired {
-                tool_id: tool_id.to_owned(),
+                tool_id: tool_id.into(),
                 arguments: json!({"q": 1}),
                 remote: false,
                 reason: "needs a human".to_owned(),
@@ -93,8 +93,8 @@ pub async fn tool_calls_since_lists_allowed_calls_oldest_first(store: Arc<dyn St
     call(&store, &a, "step-a3", "http.get", at(30), false).await;
 
     let expected = |agent: &str, tool: &str, when: i64| AllowedToolCall {
-        agent_id: agent.to_owned(),
-        tool_id: tool.to_owned(),
+        agent_id: agent.into(),
+        tool_id: tool.into(),
         at: at(when),
     };
     assert_eq!(
@@ -199,7 +199,7 @@ pub async fn tool_results_since_lists_step_results_oldest_first(store: Arc<dyn S
     )
     .await;
     let expected = |tool: &str, success: bool, when: i64| ToolResult {
-        tool_id: tool.to_owned(),
+        tool_id: tool.into(),
         success,
         at: at(when),
     };
@@ -247,7 +247,7 @@ pub async fn active_local_steps_counts_unfinished_local_steps_of_a_tool(store: A
         commit.steps.push(step_row);
         row = commit_each(&store, &[commit]).await;
     }
-    assert_eq!(store.active_local_steps("shell").await.expect("count"), 4);
+    assert_eq!(store.active_local_steps(&"shell".into()).await.expect("count"), 4);
     // s6 finishes.
     let step = StepId::new("s6");
     let done = NewEvent::step(
@@ -262,7 +262,7 @@ pub async fn active_local_steps_counts_unfinished_local_steps_of_a_tool(store: A
     finished.status = StepStatus::Succeeded;
     commit.steps.push(finished);
     commit_each(&store, &[commit]).await;
-    assert_eq!(store.active_local_steps("shell").await.expect("count"), 3);
-    assert_eq!(store.active_local_steps("other").await.expect("count"), 1);
-    assert_eq!(store.active_local_steps("nothing").await.expect("count"), 0);
+    assert_eq!(store.active_local_steps(&"shell".into()).await.expect("count"), 3);
+    assert_eq!(store.active_local_steps(&"other".into()).await.expect("count"), 1);
+    assert_eq!(store.active_local_steps(&"nothing".into()).await.expect("count"), 0);
 }
