@@ -260,6 +260,16 @@ enum Routing {
     },
 }
 
+impl Routing {
+    /// Returns the rule set that answers `agent_id`, if any.
+    fn rules(&self, agent_id: &AgentId) -> Option<&RuleSet> {
+        match self {
+            Self::Single(rules) => Some(rules),
+            Self::PerAgent { agents, global } => agents.get(agent_id.as_str()).or(global.as_ref()),
+        }
+    }
+}
+
 /// A loaded policy: the engine behind `--policy FILE|DIR`.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {
@@ -364,15 +374,7 @@ impl PolicyEngine for CompiledPolicy {
     }
 
     fn max_running(&self, agent_id: &AgentId) -> Option<u32> {
-        match &self.routing {
-            Routing::Single(rules) => rules.max_running,
-            Routing::PerAgent { agents, global } => {
-                agents
-                    .get(agent_id.as_str())
-                    .or(global.as_ref())?
-                    .max_running
-            }
-        }
+        self.routing.rules(agent_id)?.max_running
     }
 
     fn tool_limits(&self) -> &ToolLimits {
@@ -380,12 +382,7 @@ impl PolicyEngine for CompiledPolicy {
     }
 
     fn agent_budget(&self, agent_id: &AgentId) -> Option<Arc<Budget>> {
-        match &self.routing {
-            Routing::Single(rules) => rules.budget(),
-            Routing::PerAgent { agents, global } => {
-                agents.get(agent_id.as_str()).or(global.as_ref())?.budget()
-            }
-        }
+        self.routing.rules(agent_id)?.budget()
     }
 
     fn longest_rate_window(&self) -> Option<Duration> {
