@@ -121,7 +121,10 @@ pub struct AgentBody {
 pub async fn agent_list(state: &AppState) -> Result<Vec<AgentBody>, ApiError> {
     let mut agents = Vec::new();
     for (agent_id, consumers) in state.presence.list(StreamRole::Agent) {
-        let pending = state.kernel.pending_count(Some(&AgentId::from(&agent_id))).await?;
+        let pending = state
+            .kernel
+            .pending_count(Some(&AgentId::from(&agent_id)))
+            .await?;
         agents.push(AgentBody {
             agent_id,
             consumers,

@@ -54,7 +54,7 @@ impl Backlog {
     /// the bounds that are set.
     pub async fn admit(&self, kernel: &Kernel, agent_id: &AgentId) -> Result<(), ApiError> {
         if let Some(limit) = self.per_agent {
-            let pending = kernel.pending_count(Some(&agent_id)).await?;
+            let pending = kernel.pending_count(Some(agent_id)).await?;
             if pending >= limit {
                 kernel.backlog_refused("agent");
                 return Err(ApiError::RateLimited(

@@ -221,7 +221,8 @@ pub(crate) async fn list_page(
     let mut filter = list_filter(query)?;
     let created_after = time_param(query, "created_after")?;
     if filter.after.is_none() {
-        filter.after = time_param(query, "created_before")?.map(|before| (before, ExecutionId::default()));
+        filter.after =
+            time_param(query, "created_before")?.map(|before| (before, ExecutionId::default()));
     }
     let limit = filter.limit;
     filter.limit = limit + 1;

@@ -571,7 +571,10 @@ hooks:
     assert_eq!(with.rule_ids(), without.rule_ids());
     assert_eq!(with.longest_rate_window(), without.longest_rate_window());
     assert_eq!(with.longest_rate_window(), Some(Duration::from_secs(90)));
-    assert_eq!(with.agent_budget(&"a".into()), without.agent_budget(&"a".into()));
+    assert_eq!(
+        with.agent_budget(&"a".into()),
+        without.agent_budget(&"a".into())
+    );
     assert!(with.agent_budget(&"a".into()).is_some());
     assert_eq!(with.breakers().0.len(), 1);
     assert_eq!(with.breakers().horizon(), without.breakers().horizon());

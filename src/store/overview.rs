@@ -70,16 +70,12 @@ pub(super) async fn postgres_counts(
     filter: &ListFilter,
 ) -> Result<Vec<CountRow>, sqlx::Error> {
     // PostgreSQL text cannot hold NUL: such a filter matches nothing.
-    let texts = filter
-        .agent_id
-        .iter()
-        .map(AgentId::as_str)
-        .chain(
-            filter
-                .labels
-                .iter()
-                .flat_map(|(key, value)| [key.as_str(), value.as_str()]),
-        );
+    let texts = filter.agent_id.iter().map(AgentId::as_str).chain(
+        filter
+            .labels
+            .iter()
+            .flat_map(|(key, value)| [key.as_str(), value.as_str()]),
+    );
     if texts.into_iter().any(|text| text.contains('\0')) {
         return Ok(Vec::new());
     }

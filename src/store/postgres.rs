@@ -308,7 +308,10 @@ impl Store for PostgresStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         let agent_id = agent_id.as_str();
         let rows = self
             .bounded(super::creation::postgres_pending(&self.readers, agent_id))

@@ -12,7 +12,9 @@ use serde_json::Value;
 
 use keel_actors::error::StoreError;
 use keel_actors::events::{Event, EventBody};
-use keel_actors::ids::{AgentId, ConsumerId, ExecutionId, JobId, RunnerId, SessionId, StepId, ToolId};
+use keel_actors::ids::{
+    AgentId, ConsumerId, ExecutionId, JobId, RunnerId, SessionId, StepId, ToolId,
+};
 use keel_actors::status::{ExecutionStatus, StepStatus};
 use keel_actors::store::{ExecutionRow, StepRow};
 use keel_actors::time::Timestamp;

@@ -337,7 +337,10 @@ impl Store for SqliteStore {
         super::creation::sqlite_count(&self.readers, agent_id).await
     }
 
-    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
         let agent_id = agent_id.as_str();
         super::creation::sqlite_pending(&self.readers, agent_id).await
     }

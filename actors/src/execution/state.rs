@@ -121,12 +121,12 @@ impl ExecutionState {
 
     /// Returns the step with this id.
     pub fn step(&self, id: &StepId) -> Option<&StepState> {
-        self.steps.iter().find(|step| &step.id == id)
+        self.steps.iter().find(|step| step.id == id)
     }
 
     fn step_mut(&mut self, id: Option<&StepId>) -> Option<&mut StepState> {
         let id = id?;
-        self.steps.iter_mut().find(|step| &step.id == id)
+        self.steps.iter_mut().find(|step| step.id == id)
     }
 
     /// Returns the steps that have not ended.

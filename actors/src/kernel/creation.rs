@@ -102,7 +102,7 @@ impl KernelInner {
         let hooks: Vec<HookSpec> = read(&self.ctx.policy_in_force)
             .hooks
             .iter()
-            .filter(|hook| hook.applies_to_creation(&agent_id))
+            .filter(|hook| hook.applies_to_creation(agent_id))
             .cloned()
             .collect();
         if hooks.is_empty() {

@@ -313,15 +313,11 @@ impl Dispatch {
         cancel_reason: Option<String>,
         effects: &mut Vec<DispatchEffect>,
     ) {
-        self.queue.retain(|job| &job.step_id != step_id);
-        self.orphans.retain(|_, (job, _)| &job.step_id != step_id);
-        self.held.retain(|_, job| &job.step_id != step_id);
+        self.queue.retain(|job| job.step_id != step_id);
+        self.orphans.retain(|_, (job, _)| job.step_id != step_id);
+        self.held.retain(|_, job| job.step_id != step_id);
         for (key, slot) in &mut self.connections {
-            if !slot
-                .busy
-                .as_ref()
-                .is_some_and(|job| &job.step_id == step_id)
-            {
+            if !slot.busy.as_ref().is_some_and(|job| job.step_id == step_id) {
                 continue;
             }
             if let (Some(job), Some(reason)) = (slot.busy.take(), cancel_reason.clone()) {

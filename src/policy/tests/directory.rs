@@ -279,7 +279,10 @@ fn concurrency_max_running_comes_from_the_agent_file_else_the_global_one() {
     assert_eq!(loaded.engine.max_running(&"strict".into()), Some(1));
     assert_eq!(loaded.engine.max_running(&"open".into()), Some(4));
     assert_eq!(loaded.engine.max_running(&"no-file".into()), Some(4));
-    assert_eq!(loaded.engine.tool_limits().limit(&"pay.charge".into()), Some(2));
+    assert_eq!(
+        loaded.engine.tool_limits().limit(&"pay.charge".into()),
+        Some(2)
+    );
     assert_eq!(loaded.engine.tool_limits().limit(&"search".into()), None);
 }
 

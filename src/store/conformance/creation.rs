@@ -87,10 +87,25 @@ pub async fn pending_queue_lists_an_agents_pending_executions_with_priorities(
     let queue = store.pending_queue(&"a".into()).await.expect("read");
     let ids: Vec<(&str, i64)> = queue.iter().map(|(id, p)| (id.as_str(), *p)).collect();
     assert_eq!(ids, [("exec-1", 0), ("exec-2", 7), ("exec-5", -2)]);
-    assert_eq!(store.pending_queue(&"nobody".into()).await.expect("read"), []);
-    assert_eq!(store.pending_count(Some(&"a".into())).await.expect("count"), 3);
-    assert_eq!(store.pending_count(Some(&"b".into())).await.expect("count"), 1);
-    assert_eq!(store.pending_count(Some(&"nobody".into())).await.expect("count"), 0);
+    assert_eq!(
+        store.pending_queue(&"nobody".into()).await.expect("read"),
+        []
+    );
+    assert_eq!(
+        store.pending_count(Some(&"a".into())).await.expect("count"),
+        3
+    );
+    assert_eq!(
+        store.pending_count(Some(&"b".into())).await.expect("count"),
+        1
+    );
+    assert_eq!(
+        store
+            .pending_count(Some(&"nobody".into()))
+            .await
+            .expect("count"),
+        0
+    );
     assert_eq!(store.pending_count(None).await.expect("count"), 4);
 }
 
@@ -102,7 +117,10 @@ pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
     let blocked = commit_each(&store, &[keyed("exec-b", "a", 3, 0, None)]).await;
     let done = commit_each(&store, &[keyed("exec-d", "a", 4, 0, None)]).await;
     let other = commit_each(&store, &[keyed("exec-o", "b", 5, 0, None)]).await;
-    assert_eq!(store.running_executions(&"a".into()).await.expect("read"), Vec::<ExecutionId>::new());
+    assert_eq!(
+        store.running_executions(&"a".into()).await.expect("read"),
+        Vec::<ExecutionId>::new()
+    );
     let run = |row, micros| advance(row, at(micros), ExecutionStatus::Running, vec![started()]);
     store
         .commit(&[run(&running, 6), run(&other, 7)])
@@ -139,5 +157,11 @@ pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
         ids(store.running_executions(&"b".into()).await.expect("read")),
         ["exec-o"]
     );
-    assert_eq!(store.running_executions(&"nobody".into()).await.expect("read"), Vec::<ExecutionId>::new());
+    assert_eq!(
+        store
+            .running_executions(&"nobody".into())
+            .await
+            .expect("read"),
+        Vec::<ExecutionId>::new()
+    );
 }

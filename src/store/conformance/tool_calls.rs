@@ -247,7 +247,13 @@ pub async fn active_local_steps_counts_unfinished_local_steps_of_a_tool(store: A
         commit.steps.push(step_row);
         row = commit_each(&store, &[commit]).await;
     }
-    assert_eq!(store.active_local_steps(&"shell".into()).await.expect("count"), 4);
+    assert_eq!(
+        store
+            .active_local_steps(&"shell".into())
+            .await
+            .expect("count"),
+        4
+    );
     // s6 finishes.
     let step = StepId::new("s6");
     let done = NewEvent::step(
@@ -262,7 +268,25 @@ pub async fn active_local_steps_counts_unfinished_local_steps_of_a_tool(store: A
     finished.status = StepStatus::Succeeded;
     commit.steps.push(finished);
     commit_each(&store, &[commit]).await;
-    assert_eq!(store.active_local_steps(&"shell".into()).await.expect("count"), 3);
-    assert_eq!(store.active_local_steps(&"other".into()).await.expect("count"), 1);
-    assert_eq!(store.active_local_steps(&"nothing".into()).await.expect("count"), 0);
+    assert_eq!(
+        store
+            .active_local_steps(&"shell".into())
+            .await
+            .expect("count"),
+        3
+    );
+    assert_eq!(
+        store
+            .active_local_steps(&"other".into())
+            .await
+            .expect("count"),
+        1
+    );
+    assert_eq!(
+        store
+            .active_local_steps(&"nothing".into())
+            .await
+            .expect("count"),
+        0
+    );
 }

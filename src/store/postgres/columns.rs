@@ -86,8 +86,12 @@ impl<'a> ExecutionColumns<'a> {
                 None => None,
             });
             columns.updated_at.push(time::format(&last.updated_at));
-            columns.session_id.push(last.session_id.as_ref().map(SessionId::as_str));
-            columns.consumer_id.push(last.consumer_id.as_ref().map(ConsumerId::as_str));
+            columns
+                .session_id
+                .push(last.session_id.as_ref().map(SessionId::as_str));
+            columns
+                .consumer_id
+                .push(last.consumer_id.as_ref().map(ConsumerId::as_str));
             columns.last_sequence.push(last.last_sequence);
             columns.previous.push(unit.previous);
         }
@@ -215,7 +219,10 @@ impl<'a> StepColumns<'a> {
             attempt: latest.iter().map(|step| step.attempt).collect(),
             max_attempts: latest.iter().map(|step| step.max_attempts).collect(),
             remote: latest.iter().map(|step| step.remote).collect(),
-            job_id: latest.iter().map(|step| step.job_id.as_ref().map(JobId::as_str)).collect(),
+            job_id: latest
+                .iter()
+                .map(|step| step.job_id.as_ref().map(JobId::as_str))
+                .collect(),
             runner_id: latest
                 .iter()
                 .map(|step| step.runner_id.as_ref().map(RunnerId::as_str))
