@@ -38,6 +38,8 @@ mod retry_tests;
 #[cfg(test)]
 mod stall_tests;
 #[cfg(test)]
+mod supervisor_tests;
+#[cfg(test)]
 pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;

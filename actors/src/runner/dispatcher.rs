@@ -5,7 +5,7 @@
 //! deadline or the runner's return). It never calls another actor: claims are made by the
 //! runner actors, so no dispatch pass can deadlock an execution.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,14 +17,14 @@ use super::messages::{DispatcherMsg, RunnerMsg};
 use super::runner_actor::{RunnerActor, RunnerArgs};
 use crate::kernel::context::Ctx;
 use crate::push::Push;
-use crate::supervision::{self, ActorKind, SupervisionEvent};
+use crate::supervision::{ActorKind, Keyed};
 use crate::time::PendingTimers;
 
 /// State of the dispatcher: the core and the runner actor of each connection.
 pub struct DispatcherState {
     ctx: Arc<Ctx>,
     pub(super) core: Dispatch,
-    runners: BTreeMap<ConnectionKey, ActorRef<RunnerMsg>>,
+    runners: Keyed<ConnectionKey, RunnerMsg>,
     /// The tick, grace and release timers, aborted when the dispatcher stops.
     timers: PendingTimers,
     /// Tool ids whose concurrency gauges are shown.
@@ -46,15 +46,19 @@ impl Actor for Dispatcher {
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut timers = PendingTimers::default();
         timers.keep(&myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick));
-        myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
         let mut core = Dispatch::default();
         let (limits, breakers) = policy_guards(&ctx);
         core.apply(DispatchInput::SetToolLimits(limits), ctx.now());
         core.apply(DispatchInput::SetRunnerBreakers(breakers), ctx.now());
+        let runners = Keyed::labelled(
+            ActorKind::Runner,
+            ctx.metrics.clone(),
+            |key: &ConnectionKey| key.0.to_string(),
+        );
         Ok(DispatcherState {
             ctx,
             core,
-            runners: BTreeMap::new(),
+            runners,
             timers,
             shown: BTreeSet::new(),
         })
@@ -96,16 +100,13 @@ impl Actor for Dispatcher {
                     connection,
                     sender,
                 };
-                let (actor, _) =
-                    Actor::spawn_linked(None, RunnerActor, args, myself.get_cell()).await?;
-                supervision::report(
-                    &state.ctx.metrics,
-                    ActorKind::Runner,
-                    Some(runner_id.as_str()),
-                    &SupervisionEvent::Started,
-                );
                 let key = (runner_id, consumer_id);
-                if let Some(old) = state.runners.insert(key.clone(), actor) {
+                let replaced = state.runners.take(&key);
+                state
+                    .runners
+                    .spawn(&myself.get_cell(), key.clone(), RunnerActor, args)
+                    .await?;
+                if let Some(old) = replaced {
                     old.stop(Some("replaced by a new connection".into()));
                 }
                 DispatchInput::Connected {
@@ -187,24 +188,22 @@ impl Actor for Dispatcher {
         event: RactorEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let RactorEvent::ActorFailed(cell, error) = event {
-            let failed = state
-                .runners
-                .iter()
-                .find(|(_, actor)| actor.get_id() == cell.get_id())
-                .map(|(key, _)| key.clone());
-            if let Some(key) = failed {
-                state.runners.remove(&key);
-                state
-                    .core
-                    .apply(DispatchInput::RunnerFailed(key.clone()), state.ctx.now());
-                let event = SupervisionEvent::GaveUp {
-                    error: error.to_string(),
-                    count: 1,
-                };
-                let runner = Some(key.0.as_str());
-                supervision::report(&state.ctx.metrics, ActorKind::Runner, runner, &event);
+        match event {
+            RactorEvent::ActorTerminated(cell, _, _) => {
+                state.runners.terminated(&cell);
             }
+            RactorEvent::ActorFailed(cell, error) => {
+                // A connection replaced meanwhile holds nothing in the core any more.
+                let serving = state.runners.serves(cell.get_id());
+                if let Some((key, _)) = state.runners.failed(&cell, error.to_string())
+                    && serving
+                {
+                    state
+                        .core
+                        .apply(DispatchInput::RunnerFailed(key), state.ctx.now());
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -218,7 +217,7 @@ fn carry_out(
     let grace = state.ctx.config.runner_grace;
     match effect {
         DispatchEffect::StopRunner(key) => {
-            if let Some(actor) = state.runners.remove(&key) {
+            if let Some(actor) = state.runners.take(&key) {
                 actor.stop(Some("runner disconnected".into()));
             }
         }
