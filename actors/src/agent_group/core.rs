@@ -185,6 +185,7 @@ impl<O: Outlet> Group<O> {
     ) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
         self.offering.remove(&execution_id);
+        crate::shrink::relax_set(&mut self.offering);
         match outcome {
             OfferOutcome::Assigned(push) => {
                 self.pending.forget(&execution_id);

@@ -121,6 +121,7 @@ pub(super) async fn apply(
         let mut sessions = write(&state.ctx.sessions);
         if let Some(old) = &session_before {
             sessions.remove(old);
+            crate::shrink::relax(&mut sessions);
         }
         if let Some(new) = &session_after {
             sessions.insert(new.clone(), state.exec.id.clone());

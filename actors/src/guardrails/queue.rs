@@ -52,6 +52,7 @@ impl PendingQueue {
     pub fn forget(&mut self, id: &ExecutionId) {
         if let Some(place) = self.places.remove(id) {
             self.waiting.remove(&(place, id.clone()));
+            crate::shrink::relax(&mut self.places);
         }
     }
 

@@ -65,11 +65,12 @@ impl<K: Eq + Hash + Clone, M: Message> Directory<K, M> {
         let mut map = write(&self.0);
         if map.get(key).is_some_and(|live| live.get_id() == actor) {
             map.remove(key);
+            crate::shrink::relax(&mut map);
         }
     }
 
     fn clear(&self) {
-        write(&self.0).clear();
+        *write(&self.0) = HashMap::new();
     }
 }
 
@@ -191,6 +192,7 @@ where
     /// directory) while it finishes; it stays tracked until it ends.
     pub fn take(&mut self, key: &K) -> Option<ActorRef<M>> {
         let child = self.live.remove(key)?;
+        crate::shrink::relax(&mut self.live);
         if let Some(directory) = &self.directory {
             directory.remove_if(key, child.get_id());
         }
@@ -232,12 +234,14 @@ where
 
     fn forget(&mut self, actor: ActorId) -> Option<K> {
         let key = self.keys.remove(&actor)?;
+        crate::shrink::relax(&mut self.keys);
         if self
             .live
             .get(&key)
             .is_some_and(|live| live.get_id() == actor)
         {
             self.live.remove(&key);
+            crate::shrink::relax(&mut self.live);
         }
         if let Some(directory) = &self.directory {
             directory.remove_if(&key, actor);
