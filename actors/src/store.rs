@@ -119,6 +119,26 @@ pub struct ToolResult {
     pub at: Timestamp,
 }
 
+/// One pending execution of an agent, as its group queues it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingEntry {
+    /// Execution id.
+    pub id: ExecutionId,
+    /// The `priority` of its `execution.created` event (0 when absent).
+    pub priority: i64,
+    /// Its labels (`None` when it has none), for the limits per label value.
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// One execution of an agent that holds a running slot, as its group counts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningEntry {
+    /// Execution id.
+    pub id: ExecutionId,
+    /// Its labels (`None` when it has none), for the limits per label value.
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
 /// One non-terminal execution as startup recovery sees it: enough to decide whether it needs
 /// its actor now or can stay in the store until something concerns it.
 #[derive(Clone, Debug, PartialEq)]
@@ -243,13 +263,15 @@ pub trait Store: Send + Sync + 'static {
     async fn pending_count(&self, agent_id: Option<&str>) -> Result<u64, StoreError>;
 
     /// Returns the `pending` executions of one agent, oldest first, each with the `priority` of
-    /// its `execution.created` event (0 when absent). An agent group loads its queue from it.
-    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
+    /// its `execution.created` event (0 when absent) and its labels. An agent group loads its
+    /// queue from it.
+    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<PendingEntry>, StoreError>;
 
     /// Returns the executions of one agent that hold a running slot: `running` or `blocked`
-    /// (assigned, not terminal, not back to `pending`). An agent group counts them against
-    /// the agent's `concurrency.max_running` when it starts.
-    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError>;
+    /// (assigned, not terminal, not back to `pending`), by id, with their labels. An agent
+    /// group counts them against the agent's `concurrency.max_running` and `concurrency.labels`
+    /// when it starts.
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<RunningEntry>, StoreError>;
 
     /// Returns the number of local steps (run by agents) of `tool_id` that are not finished:
     /// `pending`, `dispatched` or `running`, approval-gated ones included. A local call of a
