@@ -25,7 +25,7 @@ pub use batch::{
     creations, many_executions_in_one_batch_are_all_or_nothing, resume,
 };
 pub use creation::{
-    a_creation_key_names_one_execution,
+    a_creation_key_names_one_execution, pending_and_running_executions_carry_their_labels,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
     running_executions_lists_an_agents_running_and_blocked_executions,
 };

@@ -98,6 +98,7 @@ conformance_on_sqlite!(
     a_reused_event_id_fails_only_its_commit,
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
+    pending_and_running_executions_carry_their_labels,
     running_executions_lists_an_agents_running_and_blocked_executions,
     active_local_steps_counts_unfinished_local_steps_of_a_tool,
 );
@@ -517,14 +518,16 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
     );
 }
 
-/// The in-memory test store answers the running-slot read as the backends do (agent groups in
-/// the actor tests load from it).
+/// The in-memory test store answers the running-slot and queue reads as the backends do (agent
+/// groups in the actor tests load from it).
 #[tokio::test]
 async fn the_memory_store_answers_the_guardrail_reads_as_the_backends_do() {
     let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
     conformance::running_executions_lists_an_agents_running_and_blocked_executions(store).await;
     let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
     conformance::active_local_steps_counts_unfinished_local_steps_of_a_tool(store).await;
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::pending_and_running_executions_carry_their_labels(store).await;
 }
 
 /// Returns SQLite's query plan of `sql` (each `?` bound to `bind`).

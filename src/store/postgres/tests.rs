@@ -76,6 +76,7 @@ conformance_on_postgres!(
     a_reused_event_id_fails_only_its_commit,
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
+    pending_and_running_executions_carry_their_labels,
     running_executions_lists_an_agents_running_and_blocked_executions,
     active_local_steps_counts_unfinished_local_steps_of_a_tool,
 );
