@@ -119,6 +119,18 @@ pub struct ToolResult {
     pub at: Timestamp,
 }
 
+/// One step result a runner reported and its execution took, as runner circuit breakers count
+/// it: the runner is the one that last claimed (or started) the step's job before the result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerToolResult {
+    /// Runner id that reported it.
+    pub runner_id: String,
+    /// Whether it succeeded (`step.completed`).
+    pub success: bool,
+    /// Time of the result event.
+    pub at: Timestamp,
+}
+
 /// One pending execution of an agent, as its group queues it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingEntry {
@@ -253,6 +265,16 @@ pub trait Store: Send + Sync + 'static {
     /// `step.failed` and `step.timed_out` are failures), oldest first: the circuit breakers are
     /// rebuilt from these at startup.
     async fn tool_results_since(&self, since: Timestamp) -> Result<Vec<ToolResult>, StoreError>;
+
+    /// Returns every result of a remote step recorded at or after `since` with the runner that
+    /// reported it, oldest first: `step.completed` (a success) and `step.failed` (a failure)
+    /// of steps whose job a runner claimed, except the failures the kernel recorded for a runner
+    /// that went away (`runner disconnected`), as the live count leaves them out. The runner
+    /// circuit breakers are rebuilt from these at startup.
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<RunnerToolResult>, StoreError>;
 
     /// Returns the execution whose `execution.created` event carries idempotency key `key`
     /// (a creation's `Idempotency-Key`; unique among those events), if it is still stored.

@@ -50,7 +50,7 @@ use keel_actors::ids::ExecutionId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
     AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
-    RecoveryEntry, RunningEntry, Store,
+    RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -288,6 +288,16 @@ impl Store for PostgresStore {
             .bounded(super::tool_results::postgres(&self.readers, since))
             .await?;
         super::tool_results::rows(rows)
+    }
+
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<RunnerToolResult>, StoreError> {
+        let rows = self
+            .bounded(super::tool_results::postgres_runners(&self.readers, since))
+            .await?;
+        super::tool_results::runner_rows(rows)
     }
 
     async fn execution_by_creation_key(

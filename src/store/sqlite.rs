@@ -26,7 +26,7 @@ use keel_actors::ids::ExecutionId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
     AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
-    RecoveryEntry, RunningEntry, Store,
+    RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -323,6 +323,13 @@ impl Store for SqliteStore {
         since: Timestamp,
     ) -> Result<Vec<keel_actors::store::ToolResult>, StoreError> {
         super::tool_results::sqlite(&self.readers, since).await
+    }
+
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<RunnerToolResult>, StoreError> {
+        super::tool_results::sqlite_runners(&self.readers, since).await
     }
 
     async fn execution_by_creation_key(

@@ -92,6 +92,7 @@ conformance_on_sqlite!(
     the_feed_reads_every_execution_in_position_order,
     webhook_positions_round_trip,
     tool_results_since_lists_step_results_oldest_first,
+    runner_results_since_names_the_runner_of_each_remote_result,
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
@@ -528,6 +529,8 @@ async fn the_memory_store_answers_the_guardrail_reads_as_the_backends_do() {
     conformance::active_local_steps_counts_unfinished_local_steps_of_a_tool(store).await;
     let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
     conformance::pending_and_running_executions_carry_their_labels(store).await;
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::runner_results_since_names_the_runner_of_each_remote_result(store).await;
 }
 
 /// Returns SQLite's query plan of `sql` (each `?` bound to `bind`).

@@ -315,6 +315,13 @@ impl Store for MemoryStore {
         Ok(doomed.len() as u64)
     }
 
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<crate::store::RunnerToolResult>, StoreError> {
+        Ok(self.lock().runner_results_since(since))
+    }
+
     async fn tool_results_since(
         &self,
         since: Timestamp,
