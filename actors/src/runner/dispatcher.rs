@@ -189,7 +189,7 @@ impl Actor for Dispatcher {
 
     async fn handle_supervisor_evt(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         event: RactorEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -201,9 +201,14 @@ impl Actor for Dispatcher {
                 .map(|(key, _)| key.clone());
             if let Some(key) = failed {
                 state.runners.remove(&key);
-                state
-                    .core
-                    .apply(DispatchInput::RunnerFailed(key.clone()), state.ctx.now());
+                // Its job is kept for the runner grace (a timer), and the pass may hand queued
+                // jobs to other connections: every effect is carried out, as for messages.
+                let input = DispatchInput::RunnerFailed(key.clone());
+                let effects = state.core.apply(input, state.ctx.now());
+                for effect in effects {
+                    carry_out(&myself, state, effect);
+                }
+                show_tool_slots(state);
                 let event = SupervisionEvent::GaveUp {
                     error: error.to_string(),
                     count: 1,
