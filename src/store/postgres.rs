@@ -49,8 +49,8 @@ use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::ExecutionId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, QueueDepths, RecoveryEntry,
-    Store,
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
+    RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -290,6 +290,16 @@ impl Store for PostgresStore {
         super::tool_results::rows(rows)
     }
 
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<RunnerToolResult>, StoreError> {
+        let rows = self
+            .bounded(super::tool_results::postgres_runners(&self.readers, since))
+            .await?;
+        super::tool_results::runner_rows(rows)
+    }
+
     async fn execution_by_creation_key(
         &self,
         key: &str,
@@ -307,11 +317,11 @@ impl Store for PostgresStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<PendingEntry>, StoreError> {
         let rows = self
             .bounded(super::creation::postgres_pending(&self.readers, agent_id))
             .await?;
-        Ok(super::creation::into_queue(rows))
+        super::creation::into_queue(rows)
     }
 
     async fn active_local_steps(&self, tool_id: &str) -> Result<u64, StoreError> {
@@ -324,11 +334,11 @@ impl Store for PostgresStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
-        let ids = self
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<RunningEntry>, StoreError> {
+        let rows = self
             .bounded(super::creation::postgres_running(&self.readers, agent_id))
             .await?;
-        Ok(ids.into_iter().map(ExecutionId::new).collect())
+        super::creation::into_running(rows)
     }
 
     async fn queue_depths(&self) -> Result<QueueDepths, StoreError> {

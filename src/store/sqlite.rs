@@ -25,8 +25,8 @@ use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::ExecutionId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, QueueDepths, RecoveryEntry,
-    Store,
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
+    RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -325,6 +325,13 @@ impl Store for SqliteStore {
         super::tool_results::sqlite(&self.readers, since).await
     }
 
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<RunnerToolResult>, StoreError> {
+        super::tool_results::sqlite_runners(&self.readers, since).await
+    }
+
     async fn execution_by_creation_key(
         &self,
         key: &str,
@@ -336,7 +343,7 @@ impl Store for SqliteStore {
         super::creation::sqlite_count(&self.readers, agent_id).await
     }
 
-    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(&self, agent_id: &str) -> Result<Vec<PendingEntry>, StoreError> {
         super::creation::sqlite_pending(&self.readers, agent_id).await
     }
 
@@ -344,7 +351,7 @@ impl Store for SqliteStore {
         super::creation::sqlite_local_steps(&self.readers, tool_id).await
     }
 
-    async fn running_executions(&self, agent_id: &str) -> Result<Vec<ExecutionId>, StoreError> {
+    async fn running_executions(&self, agent_id: &str) -> Result<Vec<RunningEntry>, StoreError> {
         super::creation::sqlite_running(&self.readers, agent_id).await
     }
 

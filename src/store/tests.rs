@@ -92,12 +92,14 @@ conformance_on_sqlite!(
     the_feed_reads_every_execution_in_position_order,
     webhook_positions_round_trip,
     tool_results_since_lists_step_results_oldest_first,
+    runner_results_since_names_the_runner_of_each_remote_result,
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
     a_reused_event_id_fails_only_its_commit,
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
+    pending_and_running_executions_carry_their_labels,
     running_executions_lists_an_agents_running_and_blocked_executions,
     active_local_steps_counts_unfinished_local_steps_of_a_tool,
 );
@@ -517,14 +519,18 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
     );
 }
 
-/// The in-memory test store answers the running-slot read as the backends do (agent groups in
-/// the actor tests load from it).
+/// The in-memory test store answers the running-slot and queue reads as the backends do (agent
+/// groups in the actor tests load from it).
 #[tokio::test]
 async fn the_memory_store_answers_the_guardrail_reads_as_the_backends_do() {
     let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
     conformance::running_executions_lists_an_agents_running_and_blocked_executions(store).await;
     let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
     conformance::active_local_steps_counts_unfinished_local_steps_of_a_tool(store).await;
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::pending_and_running_executions_carry_their_labels(store).await;
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::runner_results_since_names_the_runner_of_each_remote_result(store).await;
 }
 
 /// Returns SQLite's query plan of `sql` (each `?` bound to `bind`).

@@ -170,6 +170,7 @@ pub(super) fn run_effects(
                 let message = AgentGroupMsg::ExecutionPending {
                     execution_id: exec.id.clone(),
                     priority: exec.priority,
+                    labels: exec.labels.clone().map(std::sync::Arc::new),
                     reply: None,
                 };
                 state.ctx.tell_agent_group(&exec.agent_id, message);

@@ -48,6 +48,7 @@ mod timer_tests;
 
 pub use actor::{ExecutionActor, ExecutionArgs, StartMode};
 pub use commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome};
+pub use machine::RUNNER_LOST_ERROR;
 pub use messages::ExecutionMsg;
 pub use messages::ExecutionSupervisorMsg;
 pub use rejection::Rejection;

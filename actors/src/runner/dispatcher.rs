@@ -50,6 +50,8 @@ impl Actor for Dispatcher {
         let (limits, breakers) = policy_guards(&ctx);
         core.apply(DispatchInput::SetToolLimits(limits), ctx.now());
         core.apply(DispatchInput::SetRunnerBreakers(breakers), ctx.now());
+        // Runner breakers open before a restart are still open: rebuilt from the log.
+        rebuild_runner_breakers(&ctx, &mut core).await;
         let runners = Keyed::labelled(
             ActorKind::Runner,
             ctx.metrics.clone(),
@@ -153,9 +155,13 @@ impl Actor for Dispatcher {
             DispatcherMsg::Tick => DispatchInput::Tick,
             DispatcherMsg::PolicyReplaced => {
                 let (limits, breakers) = policy_guards(&state.ctx);
+                let changed = state.core.runner_breakers_differ(&breakers);
                 state
                     .core
                     .apply(DispatchInput::SetRunnerBreakers(breakers), state.ctx.now());
+                if changed {
+                    rebuild_runner_breakers(&state.ctx, &mut state.core).await;
+                }
                 DispatchInput::SetToolLimits(limits)
             }
             DispatcherMsg::RunnerResult { runner_id, success } => {
@@ -184,7 +190,7 @@ impl Actor for Dispatcher {
 
     async fn handle_supervisor_evt(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         event: RactorEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -198,9 +204,16 @@ impl Actor for Dispatcher {
                 if let Some((key, _)) = state.runners.failed(&cell, error.to_string())
                     && serving
                 {
-                    state
+                    // Its job is kept for the runner grace (a timer), and the pass may hand
+                    // queued jobs to other connections: every effect is carried out, as for
+                    // messages.
+                    let effects = state
                         .core
                         .apply(DispatchInput::RunnerFailed(key), state.ctx.now());
+                    for effect in effects {
+                        carry_out(&myself, state, effect);
+                    }
+                    show_tool_slots(state);
                 }
             }
             _ => {}
@@ -269,6 +282,33 @@ fn carry_out(
                     job_id: job.job_id,
                 });
             }
+        }
+    }
+}
+
+/// Rebuilds the runner breakers from the results of their horizon in the store (at start, and
+/// when a reload changed the runner entries, which starts their state over). A store that
+/// cannot answer is logged and the breakers start closed, as before.
+async fn rebuild_runner_breakers(ctx: &Ctx, core: &mut Dispatch) {
+    let gauge = &ctx.metrics.guardrails.runner_circuits_open;
+    let Some(horizon) = core.runner_breakers.runner_horizon() else {
+        gauge.set(0);
+        return;
+    };
+    let now = ctx.now();
+    let since = chrono::Duration::from_std(horizon)
+        .ok()
+        .and_then(|horizon| now.checked_sub_signed(horizon))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    match ctx.store.runner_results_since(since).await {
+        Ok(results) => {
+            core.replay_runner_results(&results, now);
+            let open = core.runner_circuits_open();
+            tracing::info!(results = results.len(), open, since = %crate::time::format(&since), "runner circuit breakers rebuilt from the store");
+            gauge.set(i64::try_from(open).unwrap_or(i64::MAX));
+        }
+        Err(error) => {
+            tracing::error!(error = %error, "cannot read past runner results; runner circuit breakers start closed");
         }
     }
 }

@@ -13,7 +13,7 @@ use super::concurrency::Concurrency;
 use super::conditions::Conditions;
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::Budget;
-use crate::guardrails::concurrency::ToolLimits;
+use crate::guardrails::concurrency::{LabelLimit, RunningLimits, ToolLimits};
 use crate::policy::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 
 /// One compiled rule.
@@ -114,8 +114,8 @@ pub struct RuleSet {
     default: PolicyDecision,
     /// Budget of every execution these rules apply to.
     budget: Option<Arc<Budget>>,
-    /// Most running executions of the agent (`concurrency.max_running`).
-    max_running: Option<u32>,
+    /// Running limits of the agent (`concurrency.max_running` and `concurrency.labels`).
+    running: RunningLimits,
 }
 
 impl RuleSet {
@@ -126,7 +126,7 @@ impl RuleSet {
             file.default.clone(),
             file.budget.clone(),
         );
-        set.max_running = file.concurrency.max_running;
+        set.running = file.concurrency.running(None);
         set
     }
 
@@ -171,11 +171,8 @@ impl RuleSet {
             agent.default.clone().or_else(|| global.default.clone()),
             budget,
         );
-        // As budget keys: the agent file's `max_running` wins, else the global one applies.
-        set.max_running = agent
-            .concurrency
-            .max_running
-            .or(global.concurrency.max_running);
+        // As budget keys: the agent file's keys win, else the global ones apply.
+        set.running = agent.concurrency.running(Some(&global.concurrency));
         Ok(set)
     }
 
@@ -201,7 +198,7 @@ impl RuleSet {
             rules,
             default,
             budget: budget.filter(|budget| !budget.is_empty()).map(Arc::new),
-            max_running: None,
+            running: RunningLimits::default(),
         }
     }
 
@@ -310,6 +307,14 @@ impl CompiledPolicy {
             tool_limits: ToolLimits::default(),
         }
     }
+
+    /// Returns the rule set that applies to `agent_id`, if one does.
+    fn set_of(&self, agent_id: &str) -> Option<&RuleSet> {
+        match &self.routing {
+            Routing::Single(rules) => Some(rules),
+            Routing::PerAgent { agents, global } => agents.get(agent_id).or(global.as_ref()),
+        }
+    }
 }
 
 impl PolicyEngine for CompiledPolicy {
@@ -363,12 +368,13 @@ impl PolicyEngine for CompiledPolicy {
     }
 
     fn max_running(&self, agent_id: &str) -> Option<u32> {
-        match &self.routing {
-            Routing::Single(rules) => rules.max_running,
-            Routing::PerAgent { agents, global } => {
-                agents.get(agent_id).or(global.as_ref())?.max_running
-            }
-        }
+        self.set_of(agent_id)?.running.max_running
+    }
+
+    fn label_limits(&self, agent_id: &str) -> Vec<LabelLimit> {
+        let set = self.set_of(agent_id);
+        set.map(|set| set.running.labels.clone())
+            .unwrap_or_default()
     }
 
     fn tool_limits(&self) -> &ToolLimits {
@@ -376,12 +382,7 @@ impl PolicyEngine for CompiledPolicy {
     }
 
     fn agent_budget(&self, agent_id: &str) -> Option<Arc<Budget>> {
-        match &self.routing {
-            Routing::Single(rules) => rules.budget(),
-            Routing::PerAgent { agents, global } => {
-                agents.get(agent_id).or(global.as_ref())?.budget()
-            }
-        }
+        self.set_of(agent_id)?.budget()
     }
 
     fn longest_rate_window(&self) -> Option<Duration> {
