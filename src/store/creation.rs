@@ -202,10 +202,11 @@ pub(super) fn into_running(rows: Vec<RunningRow>) -> Result<Vec<RunningEntry>, S
         .collect()
 }
 
-/// Unfinished local steps of a tool (over `steps_active_local` of migration 0005); `{local}`
+/// Unfinished local steps of a tool (over `steps_active_local`, migrations 0005 and 0006); `{local}`
 /// is the backend's spelling of `remote` being false.
 pub(super) const LOCAL_STEPS: &str = "SELECT COUNT(*) FROM steps \
-     WHERE tool_id = {tool} AND status IN ('pending', 'dispatched', 'running') AND {local}";
+     WHERE tool_id = {tool} \
+     AND (status = 'pending' OR status = 'dispatched' OR status = 'running') AND {local}";
 
 /// SQLite: the unfinished local steps of a tool.
 pub(super) async fn sqlite_local_steps(

@@ -227,7 +227,8 @@ impl Store for PostgresStore {
     }
 
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
-        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT);
+        let non_terminal = format!("e.status NOT IN {}", super::TERMINAL_STATUSES_SQL);
+        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT, &non_terminal);
         let records = self
             .bounded(
                 sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql).fetch_all(&self.readers),

@@ -32,7 +32,7 @@ use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord};
 use super::{
-    StoreOptions, TERMINAL_STATUSES_SQL, lock_file, map_sqlx_error, migrate_error,
+    SQLITE_NON_TERMINAL, StoreOptions, lock_file, map_sqlx_error, migrate_error,
     refuse_newer_schema, with_context,
 };
 use writer::{WriterOptions, WriterThread};
@@ -44,6 +44,8 @@ mod commit_span;
 mod probe;
 mod schema;
 mod write;
+#[cfg(test)]
+mod write_plan_tests;
 mod writer;
 
 /// Migrations embedded in the binary, applied at open.
@@ -282,8 +284,7 @@ impl Store for SqliteStore {
 
     async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError> {
         let sql = format!(
-            "SELECT id FROM executions WHERE status NOT IN {TERMINAL_STATUSES_SQL} \
-             ORDER BY created_at, id"
+            "SELECT id FROM executions WHERE {SQLITE_NON_TERMINAL} ORDER BY created_at, id"
         );
         let ids = sqlx::query_scalar::<_, String>(&sql)
             .fetch_all(&self.readers)
@@ -293,7 +294,7 @@ impl Store for SqliteStore {
     }
 
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
-        let sql = super::recovery::query("e.created_at");
+        let sql = super::recovery::query("e.created_at", SQLITE_NON_TERMINAL);
         let records = sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql)
             .fetch_all(&self.readers)
             .await

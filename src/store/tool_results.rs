@@ -22,7 +22,7 @@ use super::map_sqlx_error;
 pub(super) const TEMPLATE: &str = "SELECT s.tool_id, e.type, {time} AS at \
      FROM events AS e \
      JOIN steps AS s ON s.id = e.step_id \
-     WHERE e.type IN ('step.completed', 'step.failed', 'step.timed_out') \
+     WHERE (e.type = 'step.completed' OR e.type = 'step.failed' OR e.type = 'step.timed_out') \
      AND e.timestamp >= {since} \
      ORDER BY e.timestamp, e.position";
 
@@ -92,7 +92,7 @@ pub(super) const RUNNER_TEMPLATE: &str = "SELECT r.runner_id, r.type, r.at FROM 
      AND d.sequence < e.sequence AND d.type IN ('step.dispatched', 'step.started') \
      ORDER BY d.sequence DESC LIMIT 1) AS runner_id \
      FROM events AS e \
-     WHERE e.type IN ('step.completed', 'step.failed', 'step.timed_out') \
+     WHERE (e.type = 'step.completed' OR e.type = 'step.failed' OR e.type = 'step.timed_out') \
      AND e.type <> 'step.timed_out' AND e.timestamp >= {since} \
      AND NOT (e.type = 'step.failed' AND COALESCE({error}, '') LIKE '{lost}%')\
      ) AS r WHERE r.runner_id IS NOT NULL ORDER BY r.ts, r.position";
