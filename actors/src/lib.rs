@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod policy;
 pub mod push;
 pub mod runner;
+pub mod shrink;
 pub mod status;
 pub mod store;
 pub mod store_writer;

@@ -119,6 +119,38 @@ pub struct ToolResult {
     pub at: Timestamp,
 }
 
+/// One step result a runner reported and its execution took, as runner circuit breakers count
+/// it: the runner is the one that last claimed (or started) the step's job before the result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerToolResult {
+    /// Runner id that reported it.
+    pub runner_id: RunnerId,
+    /// Whether it succeeded (`step.completed`).
+    pub success: bool,
+    /// Time of the result event.
+    pub at: Timestamp,
+}
+
+/// One pending execution of an agent, as its group queues it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingEntry {
+    /// Execution id.
+    pub id: ExecutionId,
+    /// The `priority` of its `execution.created` event (0 when absent).
+    pub priority: i64,
+    /// Its labels (`None` when it has none), for the limits per label value.
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// One execution of an agent that holds a running slot, as its group counts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningEntry {
+    /// Execution id.
+    pub id: ExecutionId,
+    /// Its labels (`None` when it has none), for the limits per label value.
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
 /// One non-terminal execution as startup recovery sees it: enough to decide whether it needs
 /// its actor now or can stay in the store until something concerns it.
 #[derive(Clone, Debug, PartialEq)]
@@ -234,6 +266,16 @@ pub trait Store: Send + Sync + 'static {
     /// rebuilt from these at startup.
     async fn tool_results_since(&self, since: Timestamp) -> Result<Vec<ToolResult>, StoreError>;
 
+    /// Returns every result of a remote step recorded at or after `since` with the runner that
+    /// reported it, oldest first: `step.completed` (a success) and `step.failed` (a failure)
+    /// of steps whose job a runner claimed, except the failures the kernel recorded for a runner
+    /// that went away (`runner disconnected`), as the live count leaves them out. The runner
+    /// circuit breakers are rebuilt from these at startup.
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<RunnerToolResult>, StoreError>;
+
     /// Returns the execution whose `execution.created` event carries idempotency key `key`
     /// (a creation's `Idempotency-Key`; unique among those events), if it is still stored.
     async fn execution_by_creation_key(&self, key: &str)
@@ -243,16 +285,16 @@ pub trait Store: Send + Sync + 'static {
     async fn pending_count(&self, agent_id: Option<&AgentId>) -> Result<u64, StoreError>;
 
     /// Returns the `pending` executions of one agent, oldest first, each with the `priority` of
-    /// its `execution.created` event (0 when absent). An agent group loads its queue from it.
-    async fn pending_queue(
-        &self,
-        agent_id: &AgentId,
-    ) -> Result<Vec<(ExecutionId, i64)>, StoreError>;
+    /// its `execution.created` event (0 when absent) and its labels. An agent group loads its
+    /// queue from it.
+    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<PendingEntry>, StoreError>;
 
     /// Returns the executions of one agent that hold a running slot: `running` or `blocked`
-    /// (assigned, not terminal, not back to `pending`). An agent group counts them against
-    /// the agent's `concurrency.max_running` when it starts.
-    async fn running_executions(&self, agent_id: &AgentId) -> Result<Vec<ExecutionId>, StoreError>;
+    /// (assigned, not terminal, not back to `pending`), by id, with their labels. An agent
+    /// group counts them against the agent's `concurrency.max_running` and `concurrency.labels`
+    /// when it starts.
+    async fn running_executions(&self, agent_id: &AgentId)
+    -> Result<Vec<RunningEntry>, StoreError>;
 
     /// Returns the number of local steps (run by agents) of `tool_id` that are not finished:
     /// `pending`, `dispatched` or `running`, approval-gated ones included. A local call of a

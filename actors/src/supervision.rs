@@ -7,6 +7,10 @@ use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
 
+pub mod keyed;
+
+pub use keyed::{Directory, Keyed};
+
 /// The kinds of actor in the tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ActorKind {

@@ -112,6 +112,10 @@ pub fn eval_command(
     if let Some(limit) = loaded.engine.max_running(&AgentId::new(agent)) {
         let _ = writeln!(output, "max_running: {limit}");
     }
+    for limit in loaded.engine.label_limits(&AgentId::new(agent)) {
+        let (label, max) = (limit.label, limit.max_running);
+        let _ = writeln!(output, "max_running per {label} value: {max}");
+    }
     if let Some(limit) = loaded.engine.tool_limits().limit(&ToolId::new(tool)) {
         let _ = writeln!(output, "max_concurrent_steps: {limit}");
     }

@@ -10,8 +10,8 @@ use serde::de::IgnoredAny;
 use keel_actors::policy::Decision;
 use keel_actors::policy::rules::{
     BreakerDefinition, BudgetDefinition, ConcurrencyDefinition, ConditionDefinition,
-    DefaultDefinition, OutcomeDefinition, RateLimitDefinition, RetryDefinition, RuleDefinition,
-    ToolLimitDefinition,
+    DefaultDefinition, LabelLimitDefinition, OutcomeDefinition, RateLimitDefinition,
+    RetryDefinition, RuleDefinition, ToolLimitDefinition,
 };
 
 use super::spec_arguments::ArgumentsSpec;
@@ -45,11 +45,11 @@ pub struct FileShellSpec {
     pub concurrency: Option<ConcurrencySpec>,
 }
 
-/// `concurrency:` — running executions per agent id, steps per tool id.
+/// `concurrency:` — running executions per agent id (and per label value), steps per tool id.
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a `concurrency` mapping with any of `max_running`, `tools`"
+    expecting = "a `concurrency` mapping with any of `max_running`, `labels`, `tools`"
 )]
 pub struct ConcurrencySpec {
     /// Most running executions per agent id.
@@ -58,6 +58,22 @@ pub struct ConcurrencySpec {
     /// Limits per tool id.
     #[serde(default)]
     pub tools: Option<Vec<ToolLimitSpec>>,
+    /// Limits per label value.
+    #[serde(default)]
+    pub labels: Option<Vec<LabelLimitSpec>>,
+}
+
+/// One entry of `concurrency.labels:`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a label limit mapping with `label` and `max_running`"
+)]
+pub struct LabelLimitSpec {
+    /// Label key whose values are limited.
+    pub label: String,
+    /// Most running executions of the agent per value of the label.
+    pub max_running: i64,
 }
 
 /// One entry of `concurrency.tools:`.
@@ -88,6 +104,15 @@ impl From<ConcurrencySpec> for ConcurrencyDefinition {
                         tool_id: tool.tool_id,
                         tool_ids: tool.tool_ids,
                         max_concurrent_steps: tool.max_concurrent_steps,
+                    })
+                    .collect()
+            }),
+            labels: spec.labels.map(|labels| {
+                labels
+                    .into_iter()
+                    .map(|entry| LabelLimitDefinition {
+                        label: entry.label,
+                        max_running: entry.max_running,
                     })
                     .collect()
             }),

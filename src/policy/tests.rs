@@ -380,6 +380,8 @@ fn eval_prints_the_budget_of_the_call_and_the_concurrency_limits() {
 \
          concurrency:
   max_running: 3
+  labels:
+  - {label: tenant, max_running: 1}
   tools:
   - {tool_id: 'search*', max_concurrent_steps: 2}
 \
@@ -401,13 +403,16 @@ fn eval_prints_the_budget_of_the_call_and_the_concurrency_limits() {
     assert!(
         search.ends_with(
             "budget: {\"max_calls_per_tool\":2,\"max_steps\":20}\nmax_running: 3\n\
-             max_concurrent_steps: 2\n"
+             max_running per tenant value: 1\nmax_concurrent_steps: 2\n"
         ),
         "{search}"
     );
     let other = eval_command(&policy, "a", "write", None, vec![]).unwrap();
     assert!(
-        other.ends_with("budget: {\"max_calls_per_tool\":5,\"max_steps\":20}\nmax_running: 3\n"),
+        other.ends_with(
+            "budget: {\"max_calls_per_tool\":5,\"max_steps\":20}\nmax_running: 3\n\
+             max_running per tenant value: 1\n"
+        ),
         "{other}"
     );
 }

@@ -18,6 +18,7 @@ use keel_actors::time::Timestamp;
 mod batch;
 mod creation;
 mod feed;
+mod runner_results;
 mod tool_calls;
 pub use batch::{
     MANY, a_clean_group_answers_ok_for_each_commit,
@@ -25,11 +26,12 @@ pub use batch::{
     creations, many_executions_in_one_batch_are_all_or_nothing, resume,
 };
 pub use creation::{
-    a_creation_key_names_one_execution,
+    a_creation_key_names_one_execution, pending_and_running_executions_carry_their_labels,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
     running_executions_lists_an_agents_running_and_blocked_executions,
 };
 pub use feed::{the_feed_reads_every_execution_in_position_order, webhook_positions_round_trip};
+pub use runner_results::runner_results_since_names_the_runner_of_each_remote_result;
 pub use tool_calls::{
     active_local_steps_counts_unfinished_local_steps_of_a_tool,
     tool_calls_since_lists_allowed_calls_oldest_first,

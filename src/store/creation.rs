@@ -9,15 +9,18 @@ use sqlx::{PgPool, SqlitePool};
 
 use keel_actors::error::StoreError;
 use keel_actors::ids::ExecutionId;
+use keel_actors::store::{PendingEntry, RunningEntry};
 
 use super::map_sqlx_error;
+use super::rows::decode_labels;
 
 /// The execution of a creation key; `{key}` stands for the bound key.
 const BY_KEY: &str = "SELECT execution_id FROM events \
      WHERE type = 'execution.created' AND idempotency_key IS NOT NULL AND idempotency_key = {key}";
 
-/// Pending executions of an agent, oldest first; `{priority}` reads the payload's priority.
-const PENDING: &str = "SELECT x.id, {priority} AS priority \
+/// Pending executions of an agent, oldest first, with their labels (JSON text, or NULL);
+/// `{priority}` reads the payload's priority and `{labels}` the labels column as text.
+const PENDING: &str = "SELECT x.id, {priority} AS priority, {labels} AS labels \
      FROM executions AS x JOIN events AS e ON e.execution_id = x.id AND e.sequence = 1 \
      WHERE x.status = 'pending' AND x.agent_id = {agent} ORDER BY x.created_at, x.id";
 
@@ -35,23 +38,27 @@ pub(super) async fn sqlite_by_key(
     Ok(id.map(ExecutionId::new))
 }
 
+/// One pending row: id, priority, labels.
+pub(super) type PendingRow = (String, i64, Option<String>);
+
 /// SQLite: an agent's pending queue.
 pub(super) async fn sqlite_pending(
     readers: &SqlitePool,
     agent_id: &str,
-) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+) -> Result<Vec<PendingEntry>, StoreError> {
     let sql = PENDING
         .replace(
             "{priority}",
             "COALESCE(CAST(json_extract(e.payload, '$.priority') AS INTEGER), 0)",
         )
+        .replace("{labels}", "x.labels")
         .replace("{agent}", "?");
-    let rows = sqlx::query_as::<_, (String, i64)>(&sql)
+    let rows = sqlx::query_as::<_, PendingRow>(&sql)
         .bind(agent_id)
         .fetch_all(readers)
         .await
         .map_err(map_sqlx_error)?;
-    Ok(into_queue(rows))
+    into_queue(rows)
 }
 
 /// PostgreSQL: the execution created with `key` (the caller bounds the read).
@@ -70,14 +77,15 @@ pub(super) async fn postgres_by_key(
 pub(super) async fn postgres_pending(
     readers: &PgPool,
     agent_id: &str,
-) -> Result<Vec<(String, i64)>, sqlx::Error> {
+) -> Result<Vec<PendingRow>, sqlx::Error> {
     let sql = PENDING
         .replace(
             "{priority}",
             "COALESCE((e.payload ->> 'priority')::BIGINT, 0)",
         )
+        .replace("{labels}", "x.labels::text")
         .replace("{agent}", "$1");
-    sqlx::query_as::<_, (String, i64)>(&sql)
+    sqlx::query_as::<_, PendingRow>(&sql)
         .bind(agent_id)
         .fetch_all(readers)
         .await
@@ -131,45 +139,74 @@ pub(super) async fn postgres_count(
     }
 }
 
-/// Converts rows of either backend.
-pub(super) fn into_queue(rows: Vec<(String, i64)>) -> Vec<(ExecutionId, i64)> {
+/// Converts pending rows of either backend.
+pub(super) fn into_queue(rows: Vec<PendingRow>) -> Result<Vec<PendingEntry>, StoreError> {
     rows.into_iter()
-        .map(|(id, priority)| (ExecutionId::new(id), priority))
+        .map(|(id, priority, labels)| {
+            Ok(PendingEntry {
+                id: ExecutionId::new(id),
+                priority,
+                labels: labels.as_deref().map(decode_labels).transpose()?,
+            })
+        })
         .collect()
 }
 
-/// Executions of an agent that hold a running slot (over `executions_agent_list`).
-const RUNNING: &str = "SELECT id FROM executions \
+/// Executions of an agent that hold a running slot, with their labels (over
+/// `executions_agent_list`); `{labels}` reads the labels column as text.
+const RUNNING: &str = "SELECT id, {labels} AS labels FROM executions \
      WHERE agent_id = {agent} AND status IN ('running', 'blocked') ORDER BY id";
+
+/// One running row: id, labels.
+pub(super) type RunningRow = (String, Option<String>);
 
 /// SQLite: an agent's running and blocked executions.
 pub(super) async fn sqlite_running(
     readers: &SqlitePool,
     agent_id: &str,
-) -> Result<Vec<ExecutionId>, StoreError> {
-    let ids = sqlx::query_scalar::<_, String>(&RUNNING.replace("{agent}", "?"))
+) -> Result<Vec<RunningEntry>, StoreError> {
+    let sql = RUNNING
+        .replace("{labels}", "labels")
+        .replace("{agent}", "?");
+    let rows = sqlx::query_as::<_, RunningRow>(&sql)
         .bind(agent_id)
         .fetch_all(readers)
         .await
         .map_err(map_sqlx_error)?;
-    Ok(ids.into_iter().map(ExecutionId::new).collect())
+    into_running(rows)
 }
 
 /// PostgreSQL: an agent's running and blocked executions (the caller bounds the read).
 pub(super) async fn postgres_running(
     readers: &PgPool,
     agent_id: &str,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar::<_, String>(&RUNNING.replace("{agent}", "$1"))
+) -> Result<Vec<RunningRow>, sqlx::Error> {
+    let sql = RUNNING
+        .replace("{labels}", "labels::text")
+        .replace("{agent}", "$1");
+    sqlx::query_as::<_, RunningRow>(&sql)
         .bind(agent_id)
         .fetch_all(readers)
         .await
 }
 
-/// Unfinished local steps of a tool (over `steps_active_local` of migration 0005); `{local}`
+/// Converts running rows of either backend.
+pub(super) fn into_running(rows: Vec<RunningRow>) -> Result<Vec<RunningEntry>, StoreError> {
+    rows.into_iter()
+        .map(|(id, labels)| {
+            Ok(RunningEntry {
+                id: ExecutionId::new(id),
+                labels: labels.as_deref().map(decode_labels).transpose()?,
+            })
+        })
+        .collect()
+}
+
+/// Unfinished local steps of a tool (over `steps_active_local`, migrations 0005 and 0006); `{local}`
 /// is the backend's spelling of `remote` being false.
 pub(super) const LOCAL_STEPS: &str = "SELECT COUNT(*) FROM steps \
-     WHERE tool_id = {tool} AND status IN ('pending', 'dispatched', 'running') AND {local}";
+     WHERE tool_id = {tool} \
+     AND (status = 'pending' OR status = 'dispatched' OR status = 'running') AND {local}";
 
 /// SQLite: the unfinished local steps of a tool.
 pub(super) async fn sqlite_local_steps(

@@ -46,6 +46,17 @@ pub const ANOTHER_KERNEL: &str = "another keel kernel is using this database";
 /// It must match the partial indexes of the migrations word for word so the planner uses them.
 pub(crate) const TERMINAL_STATUSES_SQL: &str = "('completed', 'failed', 'cancelled')";
 
+/// SQLite: `status` is terminal, as comparisons. SQLite evaluates a constant `IN` list of more
+/// than two values by building a temporary b-tree per statement run, so its partial indexes
+/// (migration 0006) and the queries that read them spell the predicates as comparisons, word
+/// for word alike.
+pub(crate) const SQLITE_TERMINAL: &str =
+    "(status = 'completed' OR status = 'failed' OR status = 'cancelled')";
+
+/// SQLite: `status` is not terminal, as comparisons (see [`SQLITE_TERMINAL`]).
+pub(crate) const SQLITE_NON_TERMINAL: &str =
+    "status <> 'completed' AND status <> 'failed' AND status <> 'cancelled'";
+
 /// How a store is opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {

@@ -49,8 +49,8 @@ use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::{AgentId, ExecutionId, ToolId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, QueueDepths, RecoveryEntry,
-    Store,
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
+    RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -227,7 +227,8 @@ impl Store for PostgresStore {
     }
 
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
-        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT);
+        let non_terminal = format!("e.status NOT IN {}", super::TERMINAL_STATUSES_SQL);
+        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT, &non_terminal);
         let records = self
             .bounded(
                 sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql).fetch_all(&self.readers),
@@ -290,6 +291,16 @@ impl Store for PostgresStore {
         super::tool_results::rows(rows)
     }
 
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<RunnerToolResult>, StoreError> {
+        let rows = self
+            .bounded(super::tool_results::postgres_runners(&self.readers, since))
+            .await?;
+        super::tool_results::runner_rows(rows)
+    }
+
     async fn execution_by_creation_key(
         &self,
         key: &str,
@@ -308,15 +319,12 @@ impl Store for PostgresStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn pending_queue(
-        &self,
-        agent_id: &AgentId,
-    ) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<PendingEntry>, StoreError> {
         let agent_id = agent_id.as_str();
         let rows = self
             .bounded(super::creation::postgres_pending(&self.readers, agent_id))
             .await?;
-        Ok(super::creation::into_queue(rows))
+        super::creation::into_queue(rows)
     }
 
     async fn active_local_steps(&self, tool_id: &ToolId) -> Result<u64, StoreError> {
@@ -330,12 +338,15 @@ impl Store for PostgresStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn running_executions(&self, agent_id: &AgentId) -> Result<Vec<ExecutionId>, StoreError> {
+    async fn running_executions(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<Vec<RunningEntry>, StoreError> {
         let agent_id = agent_id.as_str();
-        let ids = self
+        let rows = self
             .bounded(super::creation::postgres_running(&self.readers, agent_id))
             .await?;
-        Ok(ids.into_iter().map(ExecutionId::new).collect())
+        super::creation::into_running(rows)
     }
 
     async fn queue_depths(&self) -> Result<QueueDepths, StoreError> {

@@ -207,7 +207,7 @@ fn decode_json(column: &str, text: &str) -> Result<Value, StoreError> {
 }
 
 /// Parses the labels column, a JSON object of strings.
-fn decode_labels(text: &str) -> Result<BTreeMap<String, String>, StoreError> {
+pub(crate) fn decode_labels(text: &str) -> Result<BTreeMap<String, String>, StoreError> {
     serde_json::from_str(text).map_err(|error| {
         StoreError::Internal(format!("executions.labels is not a string map: {error}"))
     })

@@ -25,14 +25,14 @@ use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::{AgentId, ExecutionId, ToolId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, QueueDepths, RecoveryEntry,
-    Store,
+    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
+    RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
 use keel_actors::time::{self, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, EXECUTION_COLUMNS, EventRecord, ExecutionRecord};
 use super::{
-    StoreOptions, TERMINAL_STATUSES_SQL, lock_file, map_sqlx_error, migrate_error,
+    SQLITE_NON_TERMINAL, StoreOptions, lock_file, map_sqlx_error, migrate_error,
     refuse_newer_schema, with_context,
 };
 use writer::{WriterOptions, WriterThread};
@@ -44,6 +44,8 @@ mod commit_span;
 mod probe;
 mod schema;
 mod write;
+#[cfg(test)]
+mod write_plan_tests;
 mod writer;
 
 /// Migrations embedded in the binary, applied at open.
@@ -282,8 +284,7 @@ impl Store for SqliteStore {
 
     async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError> {
         let sql = format!(
-            "SELECT id FROM executions WHERE status NOT IN {TERMINAL_STATUSES_SQL} \
-             ORDER BY created_at, id"
+            "SELECT id FROM executions WHERE {SQLITE_NON_TERMINAL} ORDER BY created_at, id"
         );
         let ids = sqlx::query_scalar::<_, String>(&sql)
             .fetch_all(&self.readers)
@@ -293,7 +294,7 @@ impl Store for SqliteStore {
     }
 
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
-        let sql = super::recovery::query("e.created_at");
+        let sql = super::recovery::query("e.created_at", SQLITE_NON_TERMINAL);
         let records = sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql)
             .fetch_all(&self.readers)
             .await
@@ -325,6 +326,13 @@ impl Store for SqliteStore {
         super::tool_results::sqlite(&self.readers, since).await
     }
 
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<RunnerToolResult>, StoreError> {
+        super::tool_results::sqlite_runners(&self.readers, since).await
+    }
+
     async fn execution_by_creation_key(
         &self,
         key: &str,
@@ -337,10 +345,7 @@ impl Store for SqliteStore {
         super::creation::sqlite_count(&self.readers, agent_id).await
     }
 
-    async fn pending_queue(
-        &self,
-        agent_id: &AgentId,
-    ) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<PendingEntry>, StoreError> {
         let agent_id = agent_id.as_str();
         super::creation::sqlite_pending(&self.readers, agent_id).await
     }
@@ -350,7 +355,10 @@ impl Store for SqliteStore {
         super::creation::sqlite_local_steps(&self.readers, tool_id).await
     }
 
-    async fn running_executions(&self, agent_id: &AgentId) -> Result<Vec<ExecutionId>, StoreError> {
+    async fn running_executions(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<Vec<RunningEntry>, StoreError> {
         let agent_id = agent_id.as_str();
         super::creation::sqlite_running(&self.readers, agent_id).await
     }

@@ -19,8 +19,9 @@ use keel_actors::store::{ListFilter, StepRow, Store};
 use super::conformance::{self, advance, at, create, finish, new_execution};
 use super::rows::{STEP_COLUMNS, StepRecord};
 use super::{
-    Backend, SqliteStore, StoreOptions, TERMINAL_STATUSES_SQL, map_sqlx_error, open, parse_url,
-    sqlite_code_is_unavailable, sqlstate_is_unavailable,
+    Backend, SQLITE_NON_TERMINAL, SQLITE_TERMINAL, SqliteStore, StoreOptions,
+    TERMINAL_STATUSES_SQL, map_sqlx_error, open, parse_url, sqlite_code_is_unavailable,
+    sqlstate_is_unavailable,
 };
 
 /// Returns a temp directory and the URL of a database file inside it.
@@ -92,12 +93,14 @@ conformance_on_sqlite!(
     the_feed_reads_every_execution_in_position_order,
     webhook_positions_round_trip,
     tool_results_since_lists_step_results_oldest_first,
+    runner_results_since_names_the_runner_of_each_remote_result,
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
     a_reused_event_id_fails_only_its_commit,
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
+    pending_and_running_executions_carry_their_labels,
     running_executions_lists_an_agents_running_and_blocked_executions,
     active_local_steps_counts_unfinished_local_steps_of_a_tool,
 );
@@ -184,7 +187,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_a_clear_message() {
     };
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (5)"
+        "database schema version 9999 is newer than this keel binary supports (6)"
     );
     let pool = raw_pool(&path).await;
     assert_eq!(
@@ -515,16 +518,27 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
         sqlite_schema.contains(TERMINAL_STATUSES_SQL)
             && postgres_schema.contains(TERMINAL_STATUSES_SQL)
     );
+    // SQLite's comparison spellings (migration 0006) name the same statuses.
+    let equal: Vec<String> = terminal.iter().map(|s| format!("status = {s}")).collect();
+    assert_eq!(SQLITE_TERMINAL, format!("({})", equal.join(" OR ")));
+    let unequal: Vec<String> = terminal.iter().map(|s| format!("status <> {s}")).collect();
+    assert_eq!(SQLITE_NON_TERMINAL, unequal.join(" AND "));
+    let sqlite_0006 = include_str!("../../migrations/sqlite/0006_comparison_predicates.sql");
+    assert!(sqlite_0006.contains(SQLITE_TERMINAL) && sqlite_0006.contains(SQLITE_NON_TERMINAL));
 }
 
-/// The in-memory test store answers the running-slot read as the backends do (agent groups in
-/// the actor tests load from it).
+/// The in-memory test store answers the running-slot and queue reads as the backends do (agent
+/// groups in the actor tests load from it).
 #[tokio::test]
 async fn the_memory_store_answers_the_guardrail_reads_as_the_backends_do() {
     let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
     conformance::running_executions_lists_an_agents_running_and_blocked_executions(store).await;
     let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
     conformance::active_local_steps_counts_unfinished_local_steps_of_a_tool(store).await;
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::pending_and_running_executions_carry_their_labels(store).await;
+    let store: Arc<dyn Store> = Arc::new(keel_actors::testing::MemoryStore::default());
+    conformance::runner_results_since_names_the_runner_of_each_remote_result(store).await;
 }
 
 /// Returns SQLite's query plan of `sql` (each `?` bound to `bind`).
@@ -566,5 +580,11 @@ async fn step_results_and_queued_jobs_are_read_through_their_partial_indexes() {
         .replace("{local}", "remote = 0");
     let local_plan = plan(&pool, &local, Some("shell")).await;
     assert!(local_plan.contains("steps_active_local"), "{local_plan}");
+    let recovery = super::recovery::query("e.created_at", SQLITE_NON_TERMINAL);
+    let recovery_plan = plan(&pool, &recovery, None).await;
+    assert!(
+        recovery_plan.contains("executions_non_terminal"),
+        "{recovery_plan}"
+    );
     drop(store);
 }

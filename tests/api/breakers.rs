@@ -1,7 +1,7 @@
 //! Circuit breakers over HTTP (docs/guardrails.md): failures open a tool's breaker (event,
 //! metric, `GET /v0/breakers`), intents for it are denied at once, after the cool-down one probe
-//! passes and its success closes the breaker; an open breaker is rebuilt from the log after a
-//! restart.
+//! passes and its success closes the breaker; an open breaker (of a tool, or of a runner) is
+//! rebuilt from the log after a restart.
 
 use std::time::Duration;
 
@@ -206,5 +206,67 @@ async fn a_runner_whose_jobs_keep_failing_gets_no_job_while_its_breaker_is_open(
     let mut steady = TestRunner::connect(&kernel, "steady-r", &["index"]).await;
     let job = steady.job().await;
     assert_eq!(job["step_id"], json!(step));
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_open_runner_breaker_is_rebuilt_from_the_log_after_a_restart() {
+    use crate::harness::TestRunner;
+    let kernel = TestKernel::start_with(options(runner_breaker)).await;
+    let mut flaky = TestRunner::connect(&kernel, "flaky-r", &["index"]).await;
+    let (agent, assignment) = running_execution(&kernel, "indexer").await;
+    let remote = json!({"type": "invoke_tool", "tool_id": "index", "remote": true});
+    for _ in 0..2 {
+        let (status, body) = assignment.intent(&kernel, remote.clone()).await;
+        assert_eq!(
+            (status, &body["accepted"]),
+            (StatusCode::OK, &json!(true)),
+            "{body}"
+        );
+        let job = flaky.job().await;
+        // As the SDK's runner (and `keel runner`) does: acknowledge the job, which records
+        // the runner in the log (`step.started`), then report the failure.
+        let step = job["step_id"].as_str().expect("step id");
+        let started = json!({"execution_id": job["execution_id"], "runner_id": "flaky-r"});
+        let path = format!("/v0/runners/steps/{step}/started");
+        let (status, body) = kernel.post(&path, &started).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let (status, body) = flaky.result(&kernel, &job, false, json!(null)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let runner_entry = |listed: Vec<Value>| {
+        listed
+            .into_iter()
+            .find(|entry| entry["runner_id"] == "flaky-r")
+            .unwrap_or_else(|| panic!("runner breaker of flaky-r listed"))
+    };
+    let before = runner_entry(breakers(&kernel).await);
+    assert_eq!(before["state"], "open", "{before}");
+    drop((agent, flaky));
+
+    let kernel = kernel.restart(options(runner_breaker)).await;
+    let after = runner_entry(breakers(&kernel).await);
+    assert_eq!(after["state"], "open", "{after}");
+    // The log has the time each result was recorded; the live breaker counted it a moment
+    // later, when the dispatcher heard of it: the rebuilt cool-down ends at most that much sooner.
+    let time = |value: &Value| {
+        let text = value.as_str().expect("a time");
+        chrono::DateTime::parse_from_rfc3339(text).expect("rfc 3339")
+    };
+    let sooner = time(&before["until"]) - time(&after["until"]);
+    assert!(
+        sooner >= chrono::Duration::zero() && sooner < chrono::Duration::seconds(1),
+        "{before} / {after}"
+    );
+    assert_eq!(metric(&kernel, "keel_runner_circuits_open").await, 1);
+    // It still steers jobs: the reconnected runner gets none while another runner does.
+    let mut flaky = TestRunner::connect(&kernel, "flaky-r", &["index"]).await;
+    let (_agent, assignment) = running_execution(&kernel, "indexer").await;
+    let (_, body) = assignment.intent(&kernel, remote).await;
+    let step = body["step_id"].as_str().expect("accepted").to_owned();
+    let quiet = tokio::time::timeout(Duration::from_millis(300), flaky.job()).await;
+    assert!(quiet.is_err(), "no job for an open runner: {quiet:?}");
+    let mut steady = TestRunner::connect(&kernel, "steady-r", &["index"]).await;
+    assert_eq!(steady.job().await["step_id"], json!(step));
     kernel.shutdown().await;
 }

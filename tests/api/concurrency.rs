@@ -1,6 +1,7 @@
 //! Concurrency limits over HTTP (docs/guardrails.md): executions of an agent beyond its
 //! `max_running` stay pending and are assigned in queue order as running ones end, also across
-//! a kernel restart; remote jobs of a tool id at its `max_concurrent_steps` wait in the
+//! a kernel restart; so do those whose label value is at its `concurrency.labels` limit, while
+//! other values' executions pass them; remote jobs of a tool id at its `max_concurrent_steps` wait in the
 //! dispatcher's queue and go, in order, as results free their slots.
 
 use std::time::Duration;
@@ -264,5 +265,77 @@ async fn a_local_call_of_a_tool_at_its_limit_is_denied_naming_the_limit() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     second.invoke(&kernel, "shell").await;
+    kernel.shutdown().await;
+}
+
+fn one_per_tenant(config: &mut KernelConfig) {
+    install(
+        config,
+        "concurrency:\n  labels:\n    - label: tenant\n      max_running: 1\n",
+    );
+    config.agent_grace = Duration::from_secs(30);
+}
+
+/// Creates an execution of `worker` with `labels` and returns its id.
+async fn create_labelled(kernel: &TestKernel, labels: Value) -> String {
+    let request = json!({"agent_id": "worker", "input": {}, "labels": labels});
+    let (status, body) = kernel.post("/v0/executions", &request).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["id"].as_str().expect("id").to_owned()
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_label_limit_waits_while_another_tenant_runs_across_a_restart() {
+    let kernel = TestKernel::start_with(options(one_per_tenant)).await;
+    let mut agent = TestAgent::connect(&kernel, "worker").await;
+    let acme_1 = create_labelled(&kernel, json!({"tenant": "acme"})).await;
+    let acme_2 = create_labelled(&kernel, json!({"tenant": "acme"})).await;
+    let bolt_1 = create_labelled(&kernel, json!({"tenant": "bolt"})).await;
+    let first = agent.assignment().await;
+    let second = agent.assignment().await;
+    // The second tenant's execution passed the first tenant's waiting one.
+    assert_eq!(
+        [&first.execution_id, &second.execution_id],
+        [&acme_1, &bolt_1]
+    );
+    let ids = [acme_1.clone(), acme_2.clone(), bolt_1.clone()];
+    assert_eq!(
+        statuses(&kernel, &ids).await,
+        ["running", "pending", "running"]
+    );
+    let in_use = "keel_concurrency_slots_in_use{scope=\"label\",id=\"worker/tenant\"}";
+    let waiting = "keel_concurrency_waiting{scope=\"label\",id=\"worker/tenant\"}";
+    assert_eq!(metric(&kernel, in_use).await, Some(2));
+    assert_eq!(metric(&kernel, waiting).await, Some(1));
+    // No agent-wide limit: its gauges do not exist.
+    let agent_gauge = "keel_concurrency_slots_in_use{scope=\"agent\",id=\"worker\"}";
+    assert_eq!(metric(&kernel, agent_gauge).await, None);
+
+    // After a restart the running executions still hold their tenants' slots, rebuilt from the
+    // store: `acme`'s second execution and a new `bolt` one wait, an unlabelled one runs.
+    let kernel = kernel.restart(options(one_per_tenant)).await;
+    agent.reconnect(&kernel).await;
+    let bolt_2 = create_labelled(&kernel, json!({"tenant": "bolt"})).await;
+    let plain = create_labelled(&kernel, json!({"team": "ops"})).await;
+    let third = agent.assignment().await;
+    assert_eq!(
+        third.execution_id, plain,
+        "no tenant label: not limited by it"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        statuses(&kernel, &[acme_2.clone(), bolt_2.clone()]).await,
+        ["pending", "pending"]
+    );
+    assert_eq!(metric(&kernel, in_use).await, Some(2));
+    assert_eq!(metric(&kernel, waiting).await, Some(2));
+    // The first tenant's execution completes: its waiting one runs.
+    complete(&kernel, &first.data).await;
+    let fourth = agent.assignment().await;
+    assert_eq!(fourth.execution_id, acme_2);
+    complete(&kernel, &second.data).await;
+    let fifth = agent.assignment().await;
+    assert_eq!(fifth.execution_id, bolt_2);
+    assert_eq!(metric(&kernel, waiting).await, Some(0));
     kernel.shutdown().await;
 }

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use super::core::{Group, GroupEffect, OfferOutcome};
 use super::messages::AgentGroupMsg;
 use crate::execution::{ExecutionMsg, Rejection};
+use crate::guardrails::concurrency::RunningLimits;
 use crate::ids::{AgentId, ConsumerId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
@@ -44,6 +45,8 @@ pub struct AgentGroupState {
     timers: PendingTimers,
     /// The agent's concurrency gauges are shown (it had a limit).
     slots_shown: bool,
+    /// The `scope="label"` gauge ids shown (`<agent id>/<label key>`).
+    labels_shown: Vec<String>,
 }
 
 /// The actor of one agent id.
@@ -67,6 +70,7 @@ impl Actor for AgentGroupActor {
             waiting: HashMap::new(),
             timers: PendingTimers::default(),
             slots_shown: false,
+            labels_shown: Vec::new(),
         })
     }
 
@@ -89,7 +93,11 @@ impl Actor for AgentGroupActor {
         // woken after a restart: a pending execution is only a row until a consumer takes it).
         // Oldest first, each with the priority of its `execution.created`.
         match state.ctx.store.pending_queue(&state.agent_id).await {
-            Ok(found) => state.core.load_pending(found),
+            Ok(found) => state.core.load_pending(
+                found
+                    .into_iter()
+                    .map(|entry| (entry.id, entry.priority, entry.labels.map(Arc::new))),
+            ),
             Err(error) => {
                 tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions");
             }
@@ -97,13 +105,17 @@ impl Actor for AgentGroupActor {
         // Executions assigned before this group started (a kernel restart, a crashed
         // predecessor) hold their running slots until their sessions end.
         match state.ctx.store.running_executions(&state.agent_id).await {
-            Ok(running) => state.core.load_running(running),
+            Ok(running) => state.core.load_running(
+                running
+                    .into_iter()
+                    .map(|entry| (entry.id, entry.labels.map(Arc::new))),
+            ),
             Err(error) => {
-                tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load running executions; max_running counts only new assignments");
+                tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load running executions; concurrency limits count only new assignments");
             }
         }
-        let limit = running_limit(&state.ctx, &state.agent_id);
-        state.core.set_running_limit(limit);
+        let limits = running_limits(&state.ctx, &state.agent_id);
+        state.core.set_running_limits(limits);
         show_slots(state);
         Ok(())
     }
@@ -132,9 +144,12 @@ impl Actor for AgentGroupActor {
             AgentGroupMsg::ExecutionPending {
                 execution_id,
                 priority,
+                labels,
                 reply,
             } => {
-                let effects = state.core.execution_pending(execution_id.clone(), priority);
+                let effects = state
+                    .core
+                    .execution_pending(execution_id.clone(), priority, labels);
                 if let Some(reply) = reply {
                     // Answered when its offer is answered, or now if it is not being offered.
                     if state.core.is_offering(&execution_id) {
@@ -167,14 +182,17 @@ impl Actor for AgentGroupActor {
             AgentGroupMsg::SessionRestored {
                 consumer_id,
                 execution_id,
-            } => state.core.session_restored(consumer_id, execution_id),
+                labels,
+            } => state
+                .core
+                .session_restored(consumer_id, execution_id, labels),
             AgentGroupMsg::SessionEnded {
                 consumer_id,
                 execution_id,
             } => state.core.session_ended(&consumer_id, &execution_id),
             AgentGroupMsg::PolicyReplaced => {
-                let limit = running_limit(&state.ctx, &state.agent_id);
-                state.core.set_running_limit(limit)
+                let limits = running_limits(&state.ctx, &state.agent_id);
+                state.core.set_running_limits(limits)
             }
             AgentGroupMsg::RetryAssignment => state.core.retry(),
             AgentGroupMsg::Push { consumer_id, push } => state.core.push(&consumer_id, push, now),
@@ -191,23 +209,41 @@ impl Actor for AgentGroupActor {
     }
 }
 
-/// Returns the agent's `concurrency.max_running` in the policy in force.
-fn running_limit(ctx: &Ctx, agent_id: &AgentId) -> Option<u32> {
-    crate::kernel::context::read(&ctx.policy_in_force)
-        .engine
-        .max_running(agent_id)
+/// Returns the agent's `concurrency.max_running` and `concurrency.labels` in the policy in force.
+fn running_limits(ctx: &Ctx, agent_id: &AgentId) -> RunningLimits {
+    let in_force = crate::kernel::context::read(&ctx.policy_in_force);
+    RunningLimits {
+        max_running: in_force.engine.max_running(agent_id),
+        labels: in_force.engine.label_limits(agent_id),
+    }
 }
 
-/// Updates the agent's concurrency gauges (present only while it has a limit).
-/// Without a limit nothing is touched (once the series of a removed limit are gone).
+/// Updates the agent's concurrency gauges (present only while it has a limit): `scope="agent"`
+/// for `max_running`, `scope="label"` with `id="<agent id>/<label key>"` per limited label key
+/// (all its values together: label values never become series). Without a limit nothing is
+/// touched (once the series of a removed limit are gone).
 fn show_slots(state: &mut AgentGroupState) {
     let (limit, used, waiting) = state.core.running_slots();
-    if limit.is_none() && !state.slots_shown {
+    let metrics = &state.ctx.metrics.guardrails;
+    if limit.is_some() || state.slots_shown {
+        state.slots_shown = limit.is_some();
+        metrics.concurrency("agent", state.agent_id.as_str(), limit, used, waiting);
+    }
+    let labels = state.core.label_slots();
+    if labels.is_empty() && state.labels_shown.is_empty() {
         return;
     }
-    state.slots_shown = limit.is_some();
-    let metrics = &state.ctx.metrics.guardrails;
-    metrics.concurrency("agent", state.agent_id.as_str(), limit, used, waiting);
+    let shown = std::mem::take(&mut state.labels_shown);
+    for (used, held_back) in labels {
+        let id = format!("{}/{}", state.agent_id, used.label);
+        metrics.concurrency("label", &id, Some(used.limit), used.in_use, held_back);
+        state.labels_shown.push(id);
+    }
+    for id in shown {
+        if !state.labels_shown.contains(&id) {
+            metrics.concurrency("label", &id, None, 0, 0);
+        }
+    }
 }
 
 fn carry_out(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, effect: GroupEffect) {

@@ -22,7 +22,7 @@ pub use super::core_types::{
     GroupEffect, GroupSnapshot, LostReason, OfferOutcome, Outlet, Refused,
 };
 
-use crate::guardrails::concurrency::RunningSlots;
+use crate::guardrails::concurrency::{Labels, RunningSlots};
 use crate::guardrails::queue::PendingQueue;
 use crate::ids::{AgentId, ConsumerId, ExecutionId};
 use crate::push::Push;
@@ -61,7 +61,7 @@ pub struct Group<O> {
     pending: PendingQueue,
     /// Executions offered and not answered yet.
     offering: HashSet<ExecutionId>,
-    /// Running executions against the agent's `max_running` (core_limits.rs).
+    /// Running executions against the agent's `max_running` and label limits (core_limits.rs).
     slots: RunningSlots,
     next_consumer: usize,
     generation: u64,
@@ -155,10 +155,11 @@ impl<O: Outlet> Group<O> {
         effects
     }
 
-    /// Adds pending executions found in the store (a group starting); no offer yet.
-    pub fn load_pending(&mut self, found: impl IntoIterator<Item = (ExecutionId, i64)>) {
-        for (id, priority) in found {
-            self.pending.push(id, priority);
+    /// Adds pending executions found in the store (a group starting), each with its priority
+    /// and labels; no offer yet.
+    pub fn load_pending(&mut self, found: impl IntoIterator<Item = (ExecutionId, i64, Labels)>) {
+        for (id, priority, labels) in found {
+            self.pending.push(id, priority, labels);
         }
     }
 
@@ -167,9 +168,10 @@ impl<O: Outlet> Group<O> {
         &mut self,
         execution_id: ExecutionId,
         priority: i64,
+        labels: Labels,
     ) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
-        self.pending.push(execution_id, priority);
+        self.pending.push(execution_id, priority, labels);
         self.assign_pending(&mut effects);
         effects
     }
@@ -185,10 +187,11 @@ impl<O: Outlet> Group<O> {
     ) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
         self.offering.remove(&execution_id);
+        crate::shrink::relax_set(&mut self.offering);
         match outcome {
             OfferOutcome::Assigned(push) => {
                 self.pending.forget(&execution_id);
-                self.slots.hold(execution_id.clone());
+                self.slots.assigned(execution_id.clone());
                 self.bind(&consumer_id, execution_id);
                 let written = self
                     .connected
@@ -220,14 +223,17 @@ impl<O: Outlet> Group<O> {
     }
 
     /// A rebuilt execution still holds a session of this consumer (after a kernel restart):
-    /// a consumer not seen since gets the grace to come back.
+    /// a consumer not seen since gets the grace to come back. `labels` `None` takes those the
+    /// group knows (from the store, or from its queue).
     pub fn session_restored(
         &mut self,
         consumer_id: ConsumerId,
         execution_id: ExecutionId,
+        labels: Labels,
     ) -> Vec<GroupEffect> {
         let mut effects = Vec::new();
-        self.slots.hold(execution_id.clone());
+        let labels = labels.or_else(|| self.pending.labels(&execution_id));
+        self.slots.hold(execution_id.clone(), labels);
         self.bind(&consumer_id, execution_id);
         if !self.connected.contains_key(&consumer_id) && !self.away.contains_key(&consumer_id) {
             self.restored.insert(consumer_id.clone());
@@ -362,30 +368,5 @@ impl<O: Outlet> Group<O> {
             tracing::warn!(consumer.id = %consumer_id, "outbox full, oldest push dropped");
         }
         queue.push_back(push);
-    }
-
-    /// Offers pending executions to connected consumers, round-robin, a bounded number at a
-    /// time and no more than the agent's free running slots.
-    fn assign_pending(&mut self, effects: &mut Vec<GroupEffect>) {
-        while self.offering.len() < OFFERS_IN_FLIGHT
-            && !self.connected.is_empty()
-            && self.slots.admits(self.offering.len())
-        {
-            let Some(execution_id) = self.pending.pop() else {
-                return;
-            };
-            let consumer_id = self
-                .connected
-                .keys()
-                .nth(self.next_consumer % self.connected.len())
-                .cloned()
-                .unwrap_or_default();
-            self.next_consumer = self.next_consumer.wrapping_add(1);
-            self.offering.insert(execution_id.clone());
-            effects.push(GroupEffect::Offer {
-                execution_id,
-                consumer_id,
-            });
-        }
     }
 }

@@ -72,11 +72,11 @@ fn pending_executions_are_offered_round_robin_once_a_consumer_connects() {
     let now = Instant::now();
     let mut core = group();
     assert_eq!(
-        core.execution_pending(id("e1"), 0),
+        core.execution_pending(id("e1"), 0, None),
         vec![],
         "nobody to offer to"
     );
-    core.execution_pending(id("e2"), 0);
+    core.execution_pending(id("e2"), 0, None);
     let effects = core.connect("c1".into(), 1, Stream::default(), now);
     assert_eq!(
         effects,
@@ -87,8 +87,14 @@ fn pending_executions_are_offered_round_robin_once_a_consumer_connects() {
         ]
     );
     core.connect("c2".into(), 2, Stream::default(), now);
-    assert_eq!(core.execution_pending(id("e3"), 0), vec![offer("e3", "c1")]);
-    assert_eq!(core.execution_pending(id("e4"), 0), vec![offer("e4", "c2")]);
+    assert_eq!(
+        core.execution_pending(id("e3"), 0, None),
+        vec![offer("e3", "c1")]
+    );
+    assert_eq!(
+        core.execution_pending(id("e4"), 0, None),
+        vec![offer("e4", "c2")]
+    );
     assert_eq!(
         core.snapshot().offering,
         vec![id("e1"), id("e2"), id("e3"), id("e4")]
@@ -99,7 +105,7 @@ fn pending_executions_are_offered_round_robin_once_a_consumer_connects() {
 fn a_higher_priority_execution_is_offered_first() {
     let now = Instant::now();
     let mut core = group();
-    core.load_pending([(id("low"), 0), (id("high"), 5)]);
+    core.load_pending([(id("low"), 0, None), (id("high"), 5, None)]);
     assert_eq!(core.snapshot().pending, vec![id("high"), id("low")]);
     let effects = core.connect("c1".into(), 1, Stream::default(), now);
     assert_eq!(effects[1..], [offer("high", "c1"), offer("low", "c1")]);
@@ -111,7 +117,7 @@ fn an_assignment_binds_the_execution_and_goes_to_its_consumer() {
     let mut core = group();
     let stream = Stream::default();
     core.connect("c1".into(), 1, stream.clone(), now);
-    core.execution_pending(id("e1"), 0);
+    core.execution_pending(id("e1"), 0, None);
     assert!(core.is_offering(&id("e1")));
     let effects = core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
     assert_eq!(effects, vec![]);
@@ -130,7 +136,7 @@ fn an_execution_no_longer_pending_is_forgotten() {
     let now = Instant::now();
     let mut core = group();
     core.connect("c1".into(), 1, Stream::default(), now);
-    core.execution_pending(id("e1"), 0);
+    core.execution_pending(id("e1"), 0, None);
     core.offer_answered(id("e1"), "c1".into(), OfferOutcome::Gone, now);
     assert_eq!(
         core.snapshot(),
@@ -146,8 +152,8 @@ fn a_failed_offer_puts_the_execution_back_and_arms_one_retry() {
     let now = Instant::now();
     let mut core = group();
     core.connect("c1".into(), 1, Stream::default(), now);
-    core.execution_pending(id("e1"), 0);
-    core.execution_pending(id("e2"), 0);
+    core.execution_pending(id("e1"), 0, None);
+    core.execution_pending(id("e2"), 0, None);
     let failed = |core: &mut Group<Stream>, execution: &str| {
         let outcome = OfferOutcome::Failed("store unavailable".into());
         core.offer_answered(id(execution), "c1".into(), outcome, now)
@@ -168,7 +174,7 @@ fn a_disconnect_starts_the_grace_and_keeps_pushes_for_the_consumer() {
     let mut core = group();
     let first = Stream::default();
     core.connect("c1".into(), 1, first.clone(), now);
-    core.execution_pending(id("e1"), 0);
+    core.execution_pending(id("e1"), 0, None);
     core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
     assert_eq!(
         core.disconnect(&"c1".into(), 7),
@@ -200,7 +206,7 @@ fn a_consumer_not_back_in_time_is_lost_and_its_executions_told() {
     let mut core = group();
     core.connect("c1".into(), 1, Stream::default(), now);
     for execution in ["e1", "e2"] {
-        core.execution_pending(id(execution), 0);
+        core.execution_pending(id(execution), 0, None);
         core.offer_answered(id(execution), "c1".into(), assigned(execution), now);
     }
     core.disconnect(&"c1".into(), 1);
@@ -234,14 +240,14 @@ fn a_consumer_not_back_in_time_is_lost_and_its_executions_told() {
 fn a_session_restored_after_a_restart_waits_the_grace_then_resets_for_recovery() {
     let mut core = group();
     assert_eq!(
-        core.session_restored("c1".into(), id("e1")),
+        core.session_restored("c1".into(), id("e1"), None),
         vec![GroupEffect::ArmGrace {
             consumer_id: "c1".into(),
             generation: 1
         }]
     );
     assert_eq!(
-        core.session_restored("c1".into(), id("e2")),
+        core.session_restored("c1".into(), id("e2"), None),
         vec![],
         "one grace"
     );
@@ -269,7 +275,7 @@ fn a_consumer_that_cannot_keep_up_is_disconnected_and_its_push_kept() {
     let mut core = group();
     let stream = Stream::default();
     core.connect("c1".into(), 1, stream.clone(), now);
-    core.execution_pending(id("e1"), 0);
+    core.execution_pending(id("e1"), 0, None);
     core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
     stream.refuse(Some(Refused::Full));
     assert_eq!(
@@ -299,7 +305,7 @@ fn recent_results_are_replayed_on_a_reconnect_within_the_window_only() {
     let start = Instant::now();
     let mut core = group();
     core.connect("c1".into(), 1, Stream::default(), start);
-    core.execution_pending(id("e1"), 0);
+    core.execution_pending(id("e1"), 0, None);
     core.offer_answered(id("e1"), "c1".into(), assigned("e1"), start);
     core.push(&"c1".into(), push("tool.result", "e1"), start);
     core.push(&"c1".into(), push("signal.received", "e1"), start);
@@ -341,7 +347,7 @@ fn offers_in_flight_are_bounded() {
     core.connect("c1".into(), 1, Stream::default(), now);
     let limit = super::core::OFFERS_IN_FLIGHT;
     for index in 0..=limit {
-        core.execution_pending(id(&format!("e{index:04}")), 0);
+        core.execution_pending(id(&format!("e{index:04}")), 0, None);
     }
     let snapshot = core.snapshot();
     assert_eq!(snapshot.offering.len(), limit);

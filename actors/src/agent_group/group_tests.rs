@@ -97,6 +97,7 @@ async fn pending(group: &ActorRef<AgentGroupMsg>, execution: &ExecutionId) {
     let message = |reply| AgentGroupMsg::ExecutionPending {
         execution_id: execution.clone(),
         priority: 0,
+        labels: None,
         reply: Some(reply),
     };
     group
@@ -185,6 +186,7 @@ async fn an_execution_that_never_answers_keeps_its_place_and_is_offered_again() 
     let message = AgentGroupMsg::ExecutionPending {
         execution_id: id.clone(),
         priority: 0,
+        labels: None,
         reply: None,
     };
     group.send_message(message).expect("sent");

@@ -48,7 +48,12 @@ fn limited(limit: u32) -> Group<Open> {
 fn executions_beyond_max_running_wait_and_are_offered_in_order_as_slots_free() {
     let now = Instant::now();
     let mut core = limited(2);
-    core.load_pending([(id("e1"), 0), (id("e2"), 0), (id("e3"), 0), (id("e4"), 0)]);
+    core.load_pending([
+        (id("e1"), 0, None),
+        (id("e2"), 0, None),
+        (id("e3"), 0, None),
+        (id("e4"), 0, None),
+    ]);
     let effects = core.connect("c1".into(), 1, Open, now);
     assert_eq!(effects[1..], [offer("e1", "c1"), offer("e2", "c1")]);
     assert_eq!(core.running_slots(), (Some(2), 2, 2));
@@ -62,7 +67,7 @@ fn executions_beyond_max_running_wait_and_are_offered_in_order_as_slots_free() {
     );
     assert_eq!(core.snapshot().pending, [id("e3"), id("e4")]);
     // A new execution queues behind the waiting ones.
-    assert_eq!(core.execution_pending(id("e5"), 0), []);
+    assert_eq!(core.execution_pending(id("e5"), 0, None), []);
     assert_eq!(
         core.session_ended(&"c1".into(), &id("e2")),
         [offer("e3", "c1")]
@@ -83,12 +88,12 @@ fn priority_decides_which_waiting_execution_gets_a_freed_slot() {
     let mut core = limited(1);
     core.connect("c1".into(), 1, Open, now);
     assert_eq!(
-        core.execution_pending(id("first"), 0),
+        core.execution_pending(id("first"), 0, None),
         [offer("first", "c1")]
     );
     core.offer_answered(id("first"), "c1".into(), assigned("first"), now);
-    core.execution_pending(id("low"), 0);
-    core.execution_pending(id("high"), 9);
+    core.execution_pending(id("low"), 0, None);
+    core.execution_pending(id("high"), 9, None);
     assert_eq!(
         core.session_ended(&"c1".into(), &id("first")),
         [offer("high", "c1")]
@@ -99,12 +104,12 @@ fn priority_decides_which_waiting_execution_gets_a_freed_slot() {
 fn executions_found_running_at_start_hold_their_slots_until_they_end() {
     let now = Instant::now();
     let mut core = limited(2);
-    core.load_running([id("r1"), id("r2")]);
-    core.load_pending([(id("p1"), 0)]);
+    core.load_running([(id("r1"), None), (id("r2"), None)]);
+    core.load_pending([(id("p1"), 0, None)]);
     let effects = core.connect("c1".into(), 1, Open, now);
     assert_eq!(effects, [GroupEffect::ConsumerBack("c1".into())]);
     // The rebuilt execution re-announcing its session takes no second slot.
-    core.session_restored("c0".into(), id("r1"));
+    core.session_restored("c0".into(), id("r1"), None);
     assert_eq!(core.running_slots(), (Some(2), 2, 1));
     assert_eq!(
         core.session_ended(&"c0".into(), &id("r1")),
@@ -117,8 +122,8 @@ fn a_session_that_ends_before_its_offer_is_answered_takes_no_slot() {
     let now = Instant::now();
     let mut core = limited(1);
     core.connect("c1".into(), 1, Open, now);
-    core.execution_pending(id("e1"), 0);
-    core.execution_pending(id("e2"), 0);
+    core.execution_pending(id("e1"), 0, None);
+    core.execution_pending(id("e2"), 0, None);
     // The execution was assigned and cancelled; its end overtook the offer's answer.
     assert_eq!(core.session_ended(&"c1".into(), &id("e1")), []);
     let effects = core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
@@ -131,8 +136,8 @@ fn a_failed_or_refused_offer_gives_its_slot_back() {
     let now = Instant::now();
     let mut core = limited(1);
     core.connect("c1".into(), 1, Open, now);
-    core.execution_pending(id("e1"), 0);
-    core.execution_pending(id("e2"), 0);
+    core.execution_pending(id("e1"), 0, None);
+    core.execution_pending(id("e2"), 0, None);
     let gone = core.offer_answered(id("e1"), "c1".into(), OfferOutcome::Gone, now);
     assert_eq!(gone, [offer("e2", "c1")]);
     let failed = OfferOutcome::Failed("store unavailable".into());
@@ -146,15 +151,15 @@ fn raising_or_removing_the_limit_offers_the_waiting_executions() {
     let now = Instant::now();
     let mut core = limited(1);
     core.connect("c1".into(), 1, Open, now);
-    core.execution_pending(id("e1"), 0);
-    core.execution_pending(id("e2"), 0);
-    core.execution_pending(id("e3"), 0);
+    core.execution_pending(id("e1"), 0, None);
+    core.execution_pending(id("e2"), 0, None);
+    core.execution_pending(id("e3"), 0, None);
     assert_eq!(core.set_running_limit(Some(2)), [offer("e2", "c1")]);
     assert_eq!(core.set_running_limit(None), [offer("e3", "c1")]);
     assert_eq!(core.running_slots(), (None, 3, 0));
     // Lowering it below the running count stops new offers; nobody is taken off.
     core.set_running_limit(Some(1));
-    assert_eq!(core.execution_pending(id("e4"), 0), []);
+    assert_eq!(core.execution_pending(id("e4"), 0, None), []);
 }
 
 #[test]
@@ -162,14 +167,14 @@ fn a_reset_execution_frees_its_slot_and_queues_again() {
     let now = Instant::now();
     let mut core = limited(1);
     core.connect("c1".into(), 1, Open, now);
-    core.execution_pending(id("e1"), 0);
+    core.execution_pending(id("e1"), 0, None);
     core.offer_answered(id("e1"), "c1".into(), assigned("e1"), now);
-    core.execution_pending(id("e2"), 0);
+    core.execution_pending(id("e2"), 0, None);
     // The consumer was lost: the execution's session ends, then it is pending again.
     assert_eq!(
         core.session_ended(&"c1".into(), &id("e1")),
         [offer("e2", "c1")]
     );
-    assert_eq!(core.execution_pending(id("e1"), 0), []);
+    assert_eq!(core.execution_pending(id("e1"), 0, None), []);
     assert_eq!(core.snapshot().pending, [id("e1")]);
 }

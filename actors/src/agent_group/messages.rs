@@ -4,6 +4,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 
 use super::core::GroupSnapshot;
+use crate::guardrails::concurrency::Labels;
 use crate::ids::{AgentId, ConsumerId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::push::Push;
@@ -39,6 +40,8 @@ pub enum AgentGroupMsg {
         execution_id: ExecutionId,
         /// Its queue priority (higher first).
         priority: i64,
+        /// Its labels (for the limits per label value).
+        labels: Labels,
         /// Answered once the attempt is over.
         reply: Option<RpcReplyPort<()>>,
     },
@@ -48,6 +51,8 @@ pub enum AgentGroupMsg {
         consumer_id: ConsumerId,
         /// Execution id.
         execution_id: ExecutionId,
+        /// Its labels, if the sender knows them (`None`: the group's, from the store).
+        labels: Labels,
     },
     /// An execution's session ended (terminal or reset).
     SessionEnded {
@@ -75,7 +80,7 @@ pub enum AgentGroupMsg {
         /// The push.
         push: Push,
     },
-    /// A policy was loaded: the agent's `max_running` is read again.
+    /// A policy was loaded: the agent's `max_running` and label limits are read again.
     PolicyReplaced,
     /// Answers a snapshot of the group's state.
     Observe(RpcReplyPort<GroupSnapshot>),

@@ -15,6 +15,8 @@ mod core_tests;
 #[cfg(test)]
 mod group_tests;
 #[cfg(test)]
+mod label_limits_tests;
+#[cfg(test)]
 mod limits_tests;
 #[cfg(test)]
 mod retry_tests;

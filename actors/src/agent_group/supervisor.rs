@@ -2,7 +2,6 @@
 //! failed group (permanent). A restarted group reloads its pending executions from the store;
 //! its consumers' streams end with the old group and the SDK reconnects at once.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent as RactorEvent};
@@ -10,14 +9,13 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent as RactorEven
 use super::actor::{AgentGroupActor, AgentGroupArgs};
 use super::messages::{AgentGroupMsg, AgentSupervisorMsg};
 use crate::ids::AgentId;
-use crate::kernel::context::{Ctx, read, write};
-use crate::supervision::{self, ActorKind, RestartBudget, SupervisionEvent};
+use crate::kernel::context::Ctx;
+use crate::supervision::{ActorKind, Keyed};
 
 /// State of the agent supervisor.
 pub struct AgentSupervisorState {
     ctx: Arc<Ctx>,
-    ids: HashMap<ractor::ActorId, AgentId>,
-    budgets: HashMap<AgentId, RestartBudget>,
+    groups: Keyed<AgentId, AgentGroupMsg>,
 }
 
 /// The supervisor of agent groups.
@@ -33,11 +31,9 @@ impl Actor for AgentSupervisor {
         _myself: ActorRef<Self::Msg>,
         ctx: Arc<Ctx>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(AgentSupervisorState {
-            ctx,
-            ids: HashMap::new(),
-            budgets: HashMap::new(),
-        })
+        let groups = Keyed::new(ActorKind::AgentGroup, ctx.metrics.clone())
+            .publishing(ctx.agent_groups.clone());
+        Ok(AgentSupervisorState { ctx, groups })
     }
 
     async fn post_stop(
@@ -51,7 +47,7 @@ impl Actor for AgentSupervisor {
                 Some(state.ctx.config.shutdown_timeout),
             )
             .await;
-        write(&state.ctx.agent_groups).clear();
+        state.groups.clear();
         Ok(())
     }
 
@@ -83,24 +79,12 @@ impl Actor for AgentSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             RactorEvent::ActorTerminated(cell, _, _) => {
-                if let Some(agent_id) = state.ids.remove(&cell.get_id()) {
-                    write(&state.ctx.agent_groups).remove(&agent_id);
-                }
+                state.groups.terminated(&cell);
             }
             RactorEvent::ActorFailed(cell, error) => {
-                let Some(agent_id) = state.ids.remove(&cell.get_id()) else {
-                    return Ok(());
-                };
-                write(&state.ctx.agent_groups).remove(&agent_id);
-                let budget = state.budgets.entry(agent_id.clone()).or_default();
-                let verdict = supervision::judge_failure(
-                    &state.ctx.metrics,
-                    ActorKind::AgentGroup,
-                    Some(agent_id.as_str()),
-                    budget,
-                    error.to_string(),
-                );
-                if verdict.restart {
+                if let Some((agent_id, verdict)) = state.groups.failed(&cell, error.to_string())
+                    && verdict.restart
+                {
                     get_or_spawn(&myself, state, &agent_id).await;
                 }
             }
@@ -115,25 +99,19 @@ async fn get_or_spawn(
     state: &mut AgentSupervisorState,
     agent_id: &AgentId,
 ) -> Option<ActorRef<AgentGroupMsg>> {
-    if let Some(group) = read(&state.ctx.agent_groups).get(agent_id).cloned() {
-        return Some(group);
+    if let Some(group) = state.groups.get(agent_id) {
+        return Some(group.clone());
     }
     let args = AgentGroupArgs {
         ctx: state.ctx.clone(),
         agent_id: agent_id.clone(),
     };
-    match Actor::spawn_linked(None, AgentGroupActor, args, myself.get_cell()).await {
-        Ok((group, _)) => {
-            state.ids.insert(group.get_id(), agent_id.clone());
-            write(&state.ctx.agent_groups).insert(agent_id.clone(), group.clone());
-            supervision::report(
-                &state.ctx.metrics,
-                ActorKind::AgentGroup,
-                Some(agent_id.as_str()),
-                &SupervisionEvent::Started,
-            );
-            Some(group)
-        }
+    let spawned = state
+        .groups
+        .spawn(&myself.get_cell(), agent_id.clone(), AgentGroupActor, args)
+        .await;
+    match spawned {
+        Ok(group) => Some(group),
         Err(error) => {
             tracing::error!(agent.id = %agent_id, error = %error, "agent group could not start");
             None

@@ -28,6 +28,7 @@ impl WakeIndex {
     pub fn remove(&mut self, id: &ExecutionId) {
         if let Some(at) = self.by_id.remove(id) {
             self.by_time.remove(&(at, id.clone()));
+            crate::shrink::relax(&mut self.by_id);
         }
     }
 
@@ -48,6 +49,7 @@ impl WakeIndex {
                 due.push(id);
             }
         }
+        crate::shrink::relax(&mut self.by_id);
         due
     }
 

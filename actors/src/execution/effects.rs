@@ -121,6 +121,7 @@ pub(super) async fn apply(
         let mut sessions = write(&state.ctx.sessions);
         if let Some(old) = &session_before {
             sessions.remove(old);
+            crate::shrink::relax(&mut sessions);
         }
         if let Some(new) = &session_after {
             sessions.insert(new.clone(), state.exec.id.clone());
@@ -169,6 +170,7 @@ pub(super) fn run_effects(
                 let message = AgentGroupMsg::ExecutionPending {
                     execution_id: exec.id.clone(),
                     priority: exec.priority,
+                    labels: exec.labels.clone().map(std::sync::Arc::new),
                     reply: None,
                 };
                 state.ctx.tell_agent_group(&exec.agent_id, message);

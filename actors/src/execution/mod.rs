@@ -38,6 +38,8 @@ mod retry_tests;
 #[cfg(test)]
 mod stall_tests;
 #[cfg(test)]
+mod supervisor_tests;
+#[cfg(test)]
 pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
@@ -46,6 +48,7 @@ mod timer_tests;
 
 pub use actor::{ExecutionActor, ExecutionArgs, StartMode};
 pub use commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome};
+pub use machine::RUNNER_LOST_ERROR;
 pub use messages::ExecutionMsg;
 pub use messages::ExecutionSupervisorMsg;
 pub use rejection::Rejection;

@@ -1,5 +1,5 @@
-//! The verdict on one `invoke_tool`: the policy actor's answer (rule, budget, breaker, rate
-//! limit), then `concurrency.tools` for local calls (docs/guardrails.md, "Concurrency limits"):
+//! The verdict on one `invoke_tool`: the rule and the budget, decided here unless a breaker or a
+//! rate limit needs the policy actor's state (`policy::check`), then `concurrency.tools` for local calls (docs/guardrails.md, "Concurrency limits"):
 //! a tool the agent runs itself cannot wait in the dispatcher's queue, so a local call of a tool
 //! at its `max_concurrent_steps` is denied. The unfinished local steps of the tool are counted
 //! in the store (`Store::active_local_steps`, a partial index), only for tools with a limit.
@@ -9,6 +9,8 @@ use serde_json::Value;
 use super::actor::ExecutionActorState;
 use crate::ids::ToolId;
 use crate::kernel::KernelError;
+use crate::kernel::context::read;
+use crate::policy::check::check_without_actor;
 use crate::policy::{Decision, DenialKind, PolicyDecision, PolicyMsg};
 
 /// Asks the policy actor about a call, then applies the local-call limit.
@@ -19,8 +21,14 @@ pub(super) async fn check_policy(
     remote: bool,
 ) -> Result<PolicyDecision, KernelError> {
     let input = super::hooks::policy_input(state, tool_id, arguments);
-    let mut verdict =
-        super::hooks::ask_policy(state, |reply| PolicyMsg::CheckIntent(input, reply)).await?;
+    let engine = read(&state.ctx.policy_in_force).engine.clone();
+    let decided = check_without_actor(&*engine, &input, &state.ctx.metrics);
+    let mut verdict = match decided {
+        Some(verdict) => verdict,
+        None => {
+            super::hooks::ask_policy(state, |reply| PolicyMsg::CheckIntent(input, reply)).await?
+        }
+    };
     limit_local_call(state, tool_id, remote, &mut verdict).await?;
     Ok(verdict)
 }

@@ -142,6 +142,7 @@ fn resend_landed_assignment(state: &mut ExecutionActorState) {
         AgentGroupMsg::SessionRestored {
             consumer_id: consumer_id.clone(),
             execution_id: exec.id.clone(),
+            labels: exec.labels.clone().map(std::sync::Arc::new),
         },
     );
     state
@@ -192,6 +193,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             AgentGroupMsg::ExecutionPending {
                 execution_id: exec.id.clone(),
                 priority: exec.priority,
+                labels: exec.labels.clone().map(std::sync::Arc::new),
                 reply: None,
             },
         );
@@ -201,6 +203,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             AgentGroupMsg::SessionRestored {
                 consumer_id: session.consumer_id.clone(),
                 execution_id: exec.id.clone(),
+                labels: exec.labels.clone().map(std::sync::Arc::new),
             },
         );
     }

@@ -1,43 +1,39 @@
-//! `ExecutionSupervisor`: owns the id → `ExecutionActor` map. It spawns new executions, rebuilds
-//! passivated or crashed ones from the store through the same path, and past the restart limit
-//! fails the execution with reason `crash_loop` instead of restarting it forever.
+//! `ExecutionSupervisor`: owns the execution actors, by execution id. It spawns new executions,
+//! rebuilds passivated or crashed ones from the store through the same path, and past the
+//! restart limit fails the execution with reason `crash_loop` instead of restarting it forever.
+//! Which actor serves which id, and the restart budgets, are kept by a [`Keyed`]; this file
+//! adds what is particular to executions: passivation (an idle actor drains, then stops, and
+//! activations that arrive meanwhile wait for it) and the wake-ups of passivated executions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ractor::{
-    Actor, ActorProcessingErr, ActorRef, ActorStatus, RpcReplyPort, SupervisionEvent as RactorEvent,
-};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent as RactorEvent};
 
 use super::actor::{ExecutionActor, ExecutionArgs, StartMode};
+use super::dormant::WakeIndex;
 use super::messages::{ExecutionMsg, ExecutionSupervisorMsg};
 use super::rejection::Rejection;
 use crate::ids::ExecutionId;
 use crate::kernel::KernelError;
-use crate::kernel::context::{Ctx, write};
-use crate::supervision::{self, ActorKind, RestartBudget, SupervisionEvent};
+use crate::kernel::context::Ctx;
+use crate::supervision::{self, ActorKind, Keyed, SupervisionEvent};
 use crate::time::Timestamp;
 
-use super::dormant::WakeIndex;
+type ActivationReply = RpcReplyPort<Result<ActorRef<ExecutionMsg>, KernelError>>;
 
-/// What the supervisor knows of one execution's actor.
-enum Entry {
-    /// Running; messages go to it.
-    Live(ActorRef<ExecutionMsg>),
-    /// Told to stop after its queued messages; activations wait for it to end.
-    Draining {
-        actor: ActorRef<ExecutionMsg>,
-        wake_at: Option<Timestamp>,
-        waiters: Vec<RpcReplyPort<Result<ActorRef<ExecutionMsg>, KernelError>>>,
-    },
+/// An actor told to stop after its queued messages; activations wait for it to end.
+struct Draining {
+    actor: ActorRef<ExecutionMsg>,
+    wake_at: Option<Timestamp>,
+    waiters: Vec<ActivationReply>,
 }
 
 /// State of the execution supervisor.
 pub struct ExecutionSupervisorState {
     ctx: Arc<Ctx>,
-    budgets: HashMap<ExecutionId, RestartBudget>,
-    ids: HashMap<ractor::ActorId, ExecutionId>,
-    entries: HashMap<ExecutionId, Entry>,
+    children: Keyed<ExecutionId, ExecutionMsg>,
+    draining: HashMap<ExecutionId, Draining>,
     wakes: WakeIndex,
     /// Time the pending `WakeDue` was armed for.
     wake_armed: Option<Timestamp>,
@@ -59,11 +55,12 @@ impl Actor for ExecutionSupervisor {
         _myself: ActorRef<Self::Msg>,
         ctx: Arc<Ctx>,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let children = Keyed::new(ActorKind::Execution, ctx.metrics.clone())
+            .publishing(ctx.executions.clone());
         Ok(ExecutionSupervisorState {
             ctx,
-            budgets: HashMap::new(),
-            ids: HashMap::new(),
-            entries: HashMap::new(),
+            children,
+            draining: HashMap::new(),
             wakes: WakeIndex::default(),
             wake_armed: None,
             wake_timer: None,
@@ -81,7 +78,7 @@ impl Actor for ExecutionSupervisor {
                 Some(state.ctx.config.shutdown_timeout),
             )
             .await;
-        write(&state.ctx.executions).clear();
+        state.children.clear();
         if let Some(timer) = state.wake_timer.take() {
             timer.abort();
         }
@@ -104,27 +101,17 @@ impl Actor for ExecutionSupervisor {
                 // started meanwhile loads its pending executions). That actor is the execution:
                 // a second one would own a copy that misses what the first one commits.
                 let id = created.id.clone();
-                match state.entries.get_mut(&id) {
-                    Some(Entry::Live(actor)) if is_alive(actor) => {
-                        let _ = reply.send(Ok(actor.clone()));
-                    }
-                    Some(Entry::Draining { waiters, .. }) => waiters.push(reply),
-                    _ => {
-                        let mode = StartMode::Created(created);
-                        let _ = reply.send(spawn(&myself, state, id, mode).await);
-                    }
+                if let Some(reply) = answer_if_known(state, &id, reply) {
+                    let mode = StartMode::Created(created);
+                    let _ = reply.send(spawn(&myself, state, id, mode).await);
                 }
             }
             ExecutionSupervisorMsg::Activate {
                 id,
                 announce,
                 reply,
-            } => match state.entries.get_mut(&id) {
-                Some(Entry::Live(actor)) if is_alive(actor) => {
-                    let _ = reply.send(Ok(actor.clone()));
-                }
-                Some(Entry::Draining { waiters, .. }) => waiters.push(reply),
-                _ => {
+            } => {
+                if let Some(reply) = answer_if_known(state, &id, reply) {
                     let mode = if announce {
                         StartMode::Rehydrate
                     } else {
@@ -132,70 +119,53 @@ impl Actor for ExecutionSupervisor {
                     };
                     let _ = reply.send(spawn(&myself, state, id, mode).await);
                 }
-            },
+            }
             ExecutionSupervisorMsg::Idle {
                 id,
                 actor,
                 epoch,
                 wake_at,
             } => {
-                let Some(Entry::Live(live)) = state.entries.get(&id) else {
-                    return Ok(());
-                };
-                if live.get_id() != actor {
+                if state.children.get(&id).map(|live| live.get_id()) != Some(actor) {
                     return Ok(());
                 }
-                let live = live.clone();
-                forget(state, &id, actor);
-                if live.send_message(ExecutionMsg::Passivate { epoch }).is_ok() {
-                    state.entries.insert(
-                        id,
-                        Entry::Draining {
-                            actor: live,
-                            wake_at,
-                            waiters: Vec::new(),
-                        },
-                    );
+                if let Some(live) = state.children.take(&id)
+                    && live.send_message(ExecutionMsg::Passivate { epoch }).is_ok()
+                {
+                    let draining = Draining {
+                        actor: live,
+                        wake_at,
+                        waiters: Vec::new(),
+                    };
+                    state.draining.insert(id, draining);
                 }
             }
             ExecutionSupervisorMsg::StillBusy { id, actor } => {
-                if let Some(Entry::Draining {
-                    actor: draining, ..
-                }) = state.entries.get(&id)
-                    && draining.get_id() == actor
-                    && let Some(Entry::Draining {
-                        actor: draining,
-                        waiters,
-                        ..
-                    }) = state.entries.remove(&id)
+                if state.draining.get(&id).map(|d| d.actor.get_id()) == Some(actor)
+                    && let Some(draining) = state.draining.remove(&id)
                 {
-                    for waiter in waiters {
-                        let _ = waiter.send(Ok(draining.clone()));
+                    for waiter in draining.waiters {
+                        let _ = waiter.send(Ok(draining.actor.clone()));
                     }
-                    write(&state.ctx.executions).insert(id.clone(), draining.clone());
-                    state.entries.insert(id, Entry::Live(draining));
+                    state.children.admit(id, draining.actor);
                 }
             }
             ExecutionSupervisorMsg::Dormant(found) => {
                 for (id, wake_at) in found {
                     if let Some(at) = wake_at
-                        && !state.entries.contains_key(&id)
+                        && !known(state, &id)
                     {
                         state.wakes.insert(id, at);
                     }
                 }
-                state
-                    .ctx
-                    .metrics
-                    .executions_dormant
-                    .set(state.wakes.len() as i64);
+                show_dormant(state);
                 arm_wake(&myself, state);
             }
             ExecutionSupervisorMsg::WakeDue => {
                 state.wake_armed = None;
                 let due = state.wakes.take_due(state.ctx.now());
                 for id in due {
-                    if state.entries.contains_key(&id) {
+                    if known(state, &id) {
                         continue;
                     }
                     // The deadline is the only timer of a waiting execution; the message also
@@ -209,11 +179,7 @@ impl Actor for ExecutionSupervisor {
                         }
                     }
                 }
-                state
-                    .ctx
-                    .metrics
-                    .executions_dormant
-                    .set(state.wakes.len() as i64);
+                show_dormant(state);
                 arm_wake(&myself, state);
             }
         }
@@ -228,68 +194,45 @@ impl Actor for ExecutionSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             RactorEvent::ActorTerminated(cell, _, reason) => {
-                let Some(id) = state.ids.remove(&cell.get_id()) else {
+                let Some(id) = state.children.terminated(&cell) else {
                     return Ok(());
                 };
-                forget(state, &id, cell.get_id());
-                let reason = reason.unwrap_or_default();
-                let waiters = match state.entries.remove(&id) {
-                    Some(Entry::Draining {
-                        actor,
-                        wake_at,
-                        waiters,
-                    }) if actor.get_id() == cell.get_id() => {
-                        state.ctx.metrics.passivations.inc();
-                        if let Some(at) = wake_at {
-                            state.wakes.insert(id.clone(), at);
-                        }
-                        waiters
+                let mut waiters = Vec::new();
+                if state.draining.get(&id).map(|d| d.actor.get_id()) == Some(cell.get_id())
+                    && let Some(draining) = state.draining.remove(&id)
+                {
+                    state.ctx.metrics.passivations.inc();
+                    if let Some(at) = draining.wake_at {
+                        state.wakes.insert(id.clone(), at);
                     }
-                    Some(other) => {
-                        state.entries.insert(id.clone(), other);
-                        Vec::new()
-                    }
-                    None => Vec::new(),
-                };
+                    waiters = draining.waiters;
+                }
                 supervision::report(
                     &state.ctx.metrics,
                     ActorKind::Execution,
                     Some(id.as_str()),
-                    &SupervisionEvent::Stopped { reason },
+                    &SupervisionEvent::Stopped {
+                        reason: reason.unwrap_or_default(),
+                    },
                 );
                 if !waiters.is_empty() {
                     let result = spawn(&myself, state, id.clone(), StartMode::Wake).await;
                     for waiter in waiters {
-                        let _ = waiter.send(match &result {
-                            Ok(actor) => Ok(actor.clone()),
-                            Err(error) => Err(error.clone()),
-                        });
+                        let _ = waiter.send(result.clone());
                     }
                 }
-                state
-                    .ctx
-                    .metrics
-                    .executions_dormant
-                    .set(state.wakes.len() as i64);
+                show_dormant(state);
                 arm_wake(&myself, state);
             }
             RactorEvent::ActorFailed(cell, error) => {
-                let Some(id) = state.ids.remove(&cell.get_id()) else {
+                let Some((id, verdict)) = state.children.failed(&cell, error.to_string()) else {
                     return Ok(());
                 };
-                forget(state, &id, cell.get_id());
-                let waiters = match state.entries.remove(&id) {
-                    Some(Entry::Draining { waiters, .. }) => waiters,
-                    _ => Vec::new(),
-                };
-                let budget = state.budgets.entry(id.clone()).or_default();
-                let verdict = supervision::judge_failure(
-                    &state.ctx.metrics,
-                    ActorKind::Execution,
-                    Some(id.as_str()),
-                    budget,
-                    error.to_string(),
-                );
+                let waiters = state
+                    .draining
+                    .remove(&id)
+                    .map(|draining| draining.waiters)
+                    .unwrap_or_default();
                 let mode = if verdict.restart {
                     StartMode::Rehydrate
                 } else {
@@ -314,6 +257,34 @@ impl Actor for ExecutionSupervisor {
     }
 }
 
+/// Answers an activation at once when the execution has a running actor, or queues it behind
+/// one that is draining; otherwise gives the reply back (an actor has to be started).
+fn answer_if_known(
+    state: &mut ExecutionSupervisorState,
+    id: &ExecutionId,
+    reply: ActivationReply,
+) -> Option<ActivationReply> {
+    if let Some(actor) = state.children.get(id) {
+        let _ = reply.send(Ok(actor.clone()));
+        None
+    } else if let Some(draining) = state.draining.get_mut(id) {
+        draining.waiters.push(reply);
+        None
+    } else {
+        Some(reply)
+    }
+}
+
+/// Returns whether an execution has an actor, live or draining.
+fn known(state: &ExecutionSupervisorState, id: &ExecutionId) -> bool {
+    state.children.contains(id) || state.draining.contains_key(id)
+}
+
+fn show_dormant(state: &ExecutionSupervisorState) {
+    let dormant = i64::try_from(state.wakes.len()).unwrap_or(i64::MAX);
+    state.ctx.metrics.executions_dormant.set(dormant);
+}
+
 /// Arms one `WakeDue` for the earliest wake-up time, unless one is armed for that time or
 /// earlier already.
 fn arm_wake(myself: &ActorRef<ExecutionSupervisorMsg>, state: &mut ExecutionSupervisorState) {
@@ -331,29 +302,6 @@ fn arm_wake(myself: &ActorRef<ExecutionSupervisorMsg>, state: &mut ExecutionSupe
     }
 }
 
-fn is_alive(actor: &ActorRef<ExecutionMsg>) -> bool {
-    matches!(
-        actor.get_status(),
-        ActorStatus::Running | ActorStatus::Starting | ActorStatus::Upgrading
-    )
-}
-
-/// Removes an actor from the shared directory unless a newer one already replaced it.
-fn forget(state: &mut ExecutionSupervisorState, id: &ExecutionId, actor_id: ractor::ActorId) {
-    if let Some(Entry::Live(actor)) = state.entries.get(id)
-        && actor.get_id() == actor_id
-    {
-        state.entries.remove(id);
-    }
-    let mut executions = write(&state.ctx.executions);
-    if executions
-        .get(id)
-        .is_some_and(|actor| actor.get_id() == actor_id)
-    {
-        executions.remove(id);
-    }
-}
-
 async fn spawn(
     myself: &ActorRef<ExecutionSupervisorMsg>,
     state: &mut ExecutionSupervisorState,
@@ -365,20 +313,13 @@ async fn spawn(
         id: id.clone(),
         mode,
     };
-    match Actor::spawn_linked(None, ExecutionActor, args, myself.get_cell()).await {
-        Ok((actor, _handle)) => {
-            state.ids.insert(actor.get_id(), id.clone());
+    let spawned = state
+        .children
+        .spawn(&myself.get_cell(), id.clone(), ExecutionActor, args)
+        .await;
+    match spawned {
+        Ok(actor) => {
             state.wakes.remove(&id);
-            if is_alive(&actor) {
-                write(&state.ctx.executions).insert(id.clone(), actor.clone());
-                state.entries.insert(id.clone(), Entry::Live(actor.clone()));
-            }
-            supervision::report(
-                &state.ctx.metrics,
-                ActorKind::Execution,
-                Some(id.as_str()),
-                &SupervisionEvent::Started,
-            );
             Ok(actor)
         }
         Err(error) => Err(spawn_error(&id, &error.to_string())),

@@ -125,9 +125,19 @@ impl BreakerSet {
 
     /// Returns how far back tool results matter: the longest `window + cool_down`.
     pub fn horizon(&self) -> Option<Duration> {
+        self.horizon_of(BreakerScope::Tool)
+    }
+
+    /// Returns how far back runner results matter: the longest `window + cool_down` of the
+    /// runner entries.
+    pub fn runner_horizon(&self) -> Option<Duration> {
+        self.horizon_of(BreakerScope::Runner)
+    }
+
+    fn horizon_of(&self, scope: BreakerScope) -> Option<Duration> {
         self.0
             .iter()
-            .filter(|config| config.scope == BreakerScope::Tool)
+            .filter(|config| config.scope == scope)
             .map(|config| config.window + config.cool_down)
             .max()
     }

@@ -1,26 +1,67 @@
 //! Concurrency limits (docs/guardrails.md, "Concurrency limits"): the pure parts.
 //!
 //! - [`RunningSlots`]: the executions of one agent id that hold a running slot (assigned, not
-//!   yet terminal or back to `pending`) against the agent's `max_running`. The agent group asks
-//!   it before each offer; pending executions beyond the limit stay in its queue, in order.
+//!   yet terminal or back to `pending`) against the agent's `max_running` and its limits per
+//!   label value ([`RunningLimits`]). The agent group asks it before each offer; pending
+//!   executions beyond a limit stay in its queue, in order.
 //! - [`ToolLimits`]: `max_concurrent_steps` per tool id, from the policy's
 //!   `concurrency.tools`; the dispatcher holds remote jobs of a tool at its limit in its queue.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::ids::{ExecutionId, ToolId};
 use crate::policy::rules::Glob;
+
+/// The labels of an execution as the agent group keeps them (`None`: it has none).
+pub type Labels = Option<Arc<BTreeMap<String, String>>>;
+
+/// One `concurrency.labels` entry: at most `max_running` executions of the agent hold a running
+/// slot per distinct value of `label`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelLimit {
+    /// Label key.
+    pub label: String,
+    /// Most running executions per value of the label.
+    pub max_running: u32,
+}
+
+/// The running limits of one agent id (`concurrency.max_running` and `concurrency.labels`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunningLimits {
+    /// Most running executions of the agent; `None` is unlimited.
+    pub max_running: Option<u32>,
+    /// Limits per label value, one entry per label key.
+    pub labels: Vec<LabelLimit>,
+}
+
+/// How one limited label key of an agent is used, for the gauges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelUse {
+    /// Label key.
+    pub label: String,
+    /// Its `max_running` per value.
+    pub limit: u32,
+    /// Executions with the label holding a slot (offers in flight included), all values.
+    pub in_use: usize,
+}
 
 /// The running slots of one agent id.
 #[derive(Debug, Default)]
 pub struct RunningSlots {
     /// `max_running` in force; `None` is unlimited.
     limit: Option<u32>,
-    /// Executions assigned and not yet terminal or reset.
-    holding: HashSet<ExecutionId>,
+    /// Limits per label value in force.
+    label_limits: Vec<LabelLimit>,
+    /// Executions assigned and not yet terminal or reset, with their labels.
+    holding: HashMap<ExecutionId, Labels>,
+    /// Executions being offered, with their labels (they count against the label limits).
+    offers: HashMap<ExecutionId, Labels>,
     /// Executions whose session ended while their offer was still being answered: the
     /// assignment that answers it must not take a slot (the end came first).
     ended_in_offer: HashSet<ExecutionId>,
+    /// Slots in use per (limited label key, value): holding and offered executions.
+    usage: HashMap<(String, String), usize>,
 }
 
 impl RunningSlots {
@@ -29,34 +70,99 @@ impl RunningSlots {
         self.limit = limit;
     }
 
+    /// Sets every running limit: `max_running` and the limits per label value (the label
+    /// counts are rebuilt from the executions holding or being offered a slot).
+    pub fn set_limits(&mut self, limits: RunningLimits) {
+        self.limit = limits.max_running;
+        if limits.labels != self.label_limits {
+            self.label_limits = limits.labels;
+            self.usage.clear();
+            let counted: Vec<Labels> = self
+                .holding
+                .values()
+                .chain(self.offers.values())
+                .cloned()
+                .collect();
+            for labels in &counted {
+                self.count(labels, true);
+            }
+        }
+    }
+
     /// Returns `max_running` in force.
     pub fn limit(&self) -> Option<u32> {
         self.limit
     }
 
+    /// Returns whether limits per label value are in force.
+    pub fn has_label_limits(&self) -> bool {
+        !self.label_limits.is_empty()
+    }
+
     /// Adds executions found running or blocked in the store (a group starting).
-    pub fn load(&mut self, running: impl IntoIterator<Item = ExecutionId>) {
-        self.holding.extend(running);
+    pub fn load(&mut self, running: impl IntoIterator<Item = (ExecutionId, Labels)>) {
+        for (execution_id, labels) in running {
+            self.hold(execution_id, labels);
+        }
     }
 
     /// Returns whether one more offer may start while `offering` offers are in flight (each
-    /// offer holds a slot until it is answered).
+    /// offer holds a slot until it is answered), as far as `max_running` goes.
     pub fn admits(&self, offering: usize) -> bool {
         self.limit
             .is_none_or(|limit| self.holding.len() + offering < limit as usize)
     }
 
-    /// An execution was assigned (its offer answered) or holds a session after a restart:
-    /// it takes a slot, unless its session already ended while the offer was answered.
-    pub fn hold(&mut self, execution_id: ExecutionId) {
-        if !self.ended_in_offer.remove(&execution_id) {
-            self.holding.insert(execution_id);
+    /// Returns the first label key whose value in `labels` is at its limit, if any: an
+    /// execution with these labels may not take a slot now.
+    pub fn full_label(&self, labels: &Labels) -> Option<&str> {
+        let labels = labels.as_ref()?;
+        self.label_limits
+            .iter()
+            .find(|limit| {
+                labels.get(&limit.label).is_some_and(|value| {
+                    let key = (limit.label.clone(), value.clone());
+                    self.usage.get(&key).copied().unwrap_or(0) >= limit.max_running as usize
+                })
+            })
+            .map(|limit| limit.label.as_str())
+    }
+
+    /// An offer of `execution_id` starts: it counts against its label values until answered.
+    pub fn offer_started(&mut self, execution_id: ExecutionId, labels: Labels) {
+        self.count(&labels, true);
+        if let Some(previous) = self.offers.insert(execution_id, labels) {
+            self.count(&previous, false);
         }
     }
 
-    /// An offer ended without an assignment.
+    /// An offer was answered with an assignment: the execution keeps its slot, unless its
+    /// session already ended while the offer was answered.
+    pub fn assigned(&mut self, execution_id: ExecutionId) {
+        let labels = self.offers.remove(&execution_id).flatten();
+        if self.ended_in_offer.remove(&execution_id) {
+            self.count(&labels, false);
+        } else if let Some(previous) = self.holding.insert(execution_id, labels) {
+            self.count(&previous, false);
+        }
+    }
+
+    /// An execution holds a session after a restart (or found in the store): it takes a slot
+    /// unless it holds one already (`labels` `None` keeps the ones known).
+    pub fn hold(&mut self, execution_id: ExecutionId, labels: Labels) {
+        if self.ended_in_offer.remove(&execution_id) || self.holding.contains_key(&execution_id) {
+            return;
+        }
+        self.count(&labels, true);
+        self.holding.insert(execution_id, labels);
+    }
+
+    /// An offer ended without an assignment: its label values free.
     pub fn offer_dropped(&mut self, execution_id: &ExecutionId) {
         self.ended_in_offer.remove(execution_id);
+        if let Some(labels) = self.offers.remove(execution_id) {
+            self.count(&labels, false);
+        }
     }
 
     /// An execution's session ended (terminal, or reset to `pending`); `offering` tells
@@ -65,12 +171,56 @@ impl RunningSlots {
         if offering {
             self.ended_in_offer.insert(execution_id.clone());
         }
-        self.holding.remove(execution_id)
+        match self.holding.remove(execution_id) {
+            Some(labels) => {
+                self.count(&labels, false);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Returns the number of executions holding a slot.
     pub fn in_use(&self) -> usize {
         self.holding.len()
+    }
+
+    /// Returns how each limited label key is used (all its values together).
+    pub fn label_use(&self) -> Vec<LabelUse> {
+        self.label_limits
+            .iter()
+            .map(|limit| LabelUse {
+                label: limit.label.clone(),
+                limit: limit.max_running,
+                in_use: self
+                    .usage
+                    .iter()
+                    .filter(|((label, _), _)| label == &limit.label)
+                    .map(|(_, used)| used)
+                    .sum(),
+            })
+            .collect()
+    }
+
+    /// Adds (`up`) or removes one use of each limited label value in `labels`.
+    fn count(&mut self, labels: &Labels, up: bool) {
+        let Some(labels) = labels else {
+            return;
+        };
+        for limit in &self.label_limits {
+            let Some(value) = labels.get(&limit.label) else {
+                continue;
+            };
+            let key = (limit.label.clone(), value.clone());
+            if up {
+                *self.usage.entry(key).or_default() += 1;
+            } else if let Some(used) = self.usage.get_mut(&key) {
+                *used = used.saturating_sub(1);
+                if *used == 0 {
+                    self.usage.remove(&key);
+                }
+            }
+        }
     }
 }
 

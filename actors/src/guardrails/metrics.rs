@@ -34,9 +34,10 @@ pub struct RunnerCircuitLabels {
 /// Labels of the concurrency gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConcurrencyLabels {
-    /// `agent` (running executions of an agent id) or `tool` (steps of a tool id).
+    /// `agent` (running executions of an agent id), `label` (those of an agent id carrying a
+    /// limited label, all values together) or `tool` (steps of a tool id).
     pub scope: String,
-    /// The agent id or tool id.
+    /// The agent id, `<agent id>/<label key>`, or the tool id.
     pub id: String,
 }
 
@@ -89,12 +90,12 @@ impl GuardrailMetrics {
         );
         registry.register(
             "concurrency_slots_in_use",
-            "Slots in use of each agent id (running executions) or tool id (remote steps) that has a concurrency limit",
+            "Slots in use of each agent id (running executions), agent id and limited label key (its running executions with the label) or tool id (remote steps) that has a concurrency limit",
             metrics.concurrency_in_use.clone(),
         );
         registry.register(
             "concurrency_waiting",
-            "Work held back by a concurrency limit: pending executions of an agent id at its max_running, queued jobs of a tool id at its max_concurrent_steps",
+            "Work held back by a concurrency limit: pending executions of an agent id at its max_running or whose label value is full, queued jobs of a tool id at its max_concurrent_steps",
             metrics.concurrency_waiting.clone(),
         );
         registry.register(

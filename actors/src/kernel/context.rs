@@ -20,6 +20,7 @@ use crate::policy::PolicyMsg;
 use crate::runner::DispatcherMsg;
 use crate::store::{Commit, Store};
 use crate::store_writer::StoreWriterMsg;
+use crate::supervision::Directory;
 use crate::time::{Clock, Timestamp};
 
 /// References to the singleton actors; replaced when one is restarted.
@@ -51,10 +52,10 @@ pub struct Ctx {
     pub commits: broadcast::Sender<CommitNotice>,
     /// Singleton actors.
     pub singletons: RwLock<Singletons>,
-    /// Live execution actors.
-    pub executions: RwLock<HashMap<ExecutionId, ActorRef<ExecutionMsg>>>,
-    /// Live agent groups.
-    pub agent_groups: RwLock<HashMap<AgentId, ActorRef<AgentGroupMsg>>>,
+    /// Live execution actors (published by the execution supervisor).
+    pub executions: Directory<ExecutionId, ExecutionMsg>,
+    /// Live agent groups (published by the agent supervisor).
+    pub agent_groups: Directory<AgentId, AgentGroupMsg>,
     /// Session id → execution holding it.
     pub sessions: RwLock<HashMap<SessionId, ExecutionId>>,
     /// `(agent_id, consumer_id)` of consumers whose disconnect grace ran out and that have not
@@ -95,8 +96,8 @@ impl Ctx {
             metrics,
             commits,
             singletons: RwLock::new(Singletons::default()),
-            executions: RwLock::new(HashMap::new()),
-            agent_groups: RwLock::new(HashMap::new()),
+            executions: Directory::default(),
+            agent_groups: Directory::default(),
             sessions: RwLock::new(HashMap::new()),
             lost_consumers: RwLock::new(std::collections::HashSet::new()),
         }
@@ -129,7 +130,7 @@ impl Ctx {
 
     /// Returns the live actor of an execution.
     pub fn execution(&self, id: &ExecutionId) -> Option<ActorRef<ExecutionMsg>> {
-        read(&self.executions).get(id).cloned()
+        self.executions.get(id)
     }
 
     /// Returns the live actor of an execution, rebuilding a passivated one from the store.
@@ -185,7 +186,7 @@ impl Ctx {
 
     /// Sends a message to an agent group, spawning the group if needed.
     pub fn tell_agent_group(&self, agent_id: &AgentId, message: AgentGroupMsg) {
-        let group = read(&self.agent_groups).get(agent_id).cloned();
+        let group = self.agent_groups.get(agent_id);
         let undelivered = match group {
             Some(group) => match group.send_message(message) {
                 Ok(()) => None,

@@ -74,9 +74,11 @@ impl KernelInner {
         )
         .await??;
         let group = self.group(&agent_id).await?;
+        let labels = labels.map(std::sync::Arc::new);
         let pending = |reply| AgentGroupMsg::ExecutionPending {
             execution_id: id.clone(),
             priority,
+            labels,
             reply: Some(reply),
         };
         call(&group, pending, self.timeout(), "agent group").await?;

@@ -97,11 +97,7 @@ impl KernelInner {
             let _ = policy.send_message(crate::policy::PolicyMsg::ReplacePolicy(in_force));
         }
         // Concurrency limits are read by their owners when told.
-        let groups: Vec<_> = super::context::read(&self.ctx.agent_groups)
-            .values()
-            .cloned()
-            .collect();
-        for group in groups {
+        for group in self.ctx.agent_groups.actors() {
             let _ = group.send_message(crate::agent_group::AgentGroupMsg::PolicyReplaced);
         }
         self.ctx.tell_dispatcher(DispatcherMsg::PolicyReplaced);

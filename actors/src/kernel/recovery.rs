@@ -42,6 +42,8 @@ impl KernelInner {
                     AgentGroupMsg::SessionRestored {
                         consumer_id: consumer_id.clone(),
                         execution_id: entry.id.clone(),
+                        // The group read them from the store when it started.
+                        labels: None,
                     },
                 );
             }

@@ -7,7 +7,6 @@ use std::time::Duration;
 use crate::agent_group::AgentGroupMsg;
 use crate::execution::test_support::{allow_all, call, invoke, next_of, running, start};
 use crate::ids::{AgentId, ConsumerId};
-use crate::kernel::context::read;
 use crate::runner::DispatcherMsg;
 use crate::testing::observe;
 
@@ -34,9 +33,12 @@ async fn a_shutdown_leaves_no_grace_timer_of_a_group_or_the_dispatcher_behind() 
     let dispatcher = t.kernel.inner.ctx.dispatcher().expect("dispatcher");
     let orphaned = observe(&dispatcher, DispatcherMsg::Observe).await.orphaned;
     assert_eq!(orphaned.len(), 1, "the runner's grace started");
-    let group = read(&t.kernel.inner.ctx.agent_groups)
+    let group = t
+        .kernel
+        .inner
+        .ctx
+        .agent_groups
         .get(&AgentId::new("a"))
-        .cloned()
         .expect("agent group");
     let away = observe(&group, AgentGroupMsg::Observe).await.away;
     assert_eq!(away, ["c1"], "the consumer's grace started");

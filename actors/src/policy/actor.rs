@@ -89,14 +89,7 @@ impl Actor for PolicyActor {
             PolicyMsg::CheckIntent(input, reply) => {
                 let started = Instant::now();
                 let decision = check(state, &input, started);
-                state
-                    .metrics
-                    .operator
-                    .policy_evaluation
-                    .observe(started.elapsed().as_secs_f64());
-                state
-                    .metrics
-                    .policy_decision(decision.decision.as_str(), &decision.rule_id);
+                super::check::record(&state.metrics, started.into_std(), &decision);
                 let _ = reply.send(decision);
             }
             PolicyMsg::Evaluate(input, reply) => {
@@ -201,13 +194,8 @@ fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDe
         return decision;
     }
     // Budgets, then breakers, then the rate limit: a refused call takes no rate-limit slot.
-    if let Some(budget) = &decision.budget {
-        let elapsed = std::time::Duration::from_millis(input.duration_ms);
-        if let Some(exceeded) = budget.check(&input.usage, &input.tool_id, elapsed) {
-            state.metrics.guardrails.budget_denied(exceeded.limit);
-            decision.deny(DenialKind::BudgetExceeded, exceeded.reason);
-            return decision;
-        }
+    if super::check::deny_over_budget(&mut decision, input, &state.metrics) {
+        return decision;
     }
     if let Some(config) = state.engine.breakers().config(&input.tool_id)
         && let Some(reason) =

@@ -10,7 +10,7 @@ use serde_json::Value;
 pub use super::denial::DenialKind;
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::{Budget, BudgetUsage};
-use crate::guardrails::concurrency::ToolLimits;
+use crate::guardrails::concurrency::{LabelLimit, ToolLimits};
 use crate::ids::{AgentId, ExecutionId, ToolId};
 
 /// The breakers of an engine without any.
@@ -202,6 +202,12 @@ pub trait PolicyEngine: Send + Sync + 'static {
     /// of its policy file, or the global one); `None` is unlimited.
     fn max_running(&self, _agent_id: &AgentId) -> Option<u32> {
         None
+    }
+
+    /// Returns the limits per label value of `agent_id`'s running executions
+    /// (`concurrency.labels` of its policy file, or the global one); empty is none.
+    fn label_limits(&self, _agent_id: &AgentId) -> Vec<LabelLimit> {
+        Vec::new()
     }
 
     /// Returns the kernel-wide `max_concurrent_steps` per tool id (remote jobs wait, local calls are denied).

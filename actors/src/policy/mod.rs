@@ -5,6 +5,9 @@ pub mod actor;
 #[cfg(test)]
 mod actor_tests;
 mod breakers;
+pub mod check;
+#[cfg(test)]
+mod check_tests;
 mod denial;
 pub mod engine;
 pub mod messages;

@@ -38,8 +38,8 @@ pub enum DispatchInput {
         /// Connection number.
         connection: u64,
     },
-    /// The runner actor of a connection failed: the connection is dropped, its job waits for
-    /// its deadline or the runner's result.
+    /// The runner actor of a connection failed: the connection is dropped and a job it held is
+    /// kept for the runner grace, as when a connection closes.
     RunnerFailed(ConnectionKey),
     /// Replaces the capabilities of every connection of a runner.
     SetCapabilities {
@@ -199,17 +199,16 @@ impl Dispatch {
                     && let Some(slot) = self.connections.remove(&key)
                 {
                     effects.push(DispatchEffect::StopRunner(key.clone()));
-                    if let Some(job) = slot.busy {
-                        self.generation += 1;
-                        let generation = self.generation;
-                        tracing::info!(runner.id = %key.0, step.id = %job.step_id, "runner left holding a job, grace started");
-                        self.orphans.insert(key.clone(), (job, generation));
-                        effects.push(DispatchEffect::ArmRunnerGrace { key, generation });
-                    }
+                    self.left_holding(key, slot.busy, &mut effects);
                 }
             }
+            // Its stream ended with the actor, as if the runner had left: a job it held is kept
+            // (and counted against its tool's limit) for the runner grace, since the runner may
+            // still be working on it and come back with it; then it is reported lost.
             DispatchInput::RunnerFailed(key) => {
-                self.connections.remove(&key);
+                if let Some(slot) = self.connections.remove(&key) {
+                    self.left_holding(key, slot.busy, &mut effects);
+                }
             }
             DispatchInput::SetCapabilities { runner_id, tools } => {
                 for ((runner, _), slot) in &mut self.connections {
@@ -293,6 +292,22 @@ impl Dispatch {
             queued: self.queue.iter().map(|job| job.job_id.clone()).collect(),
             held,
             orphaned,
+        }
+    }
+
+    /// A connection left (or its actor failed) holding `job`: it is kept for the runner grace.
+    fn left_holding(
+        &mut self,
+        key: ConnectionKey,
+        job: Option<JobSpec>,
+        effects: &mut Vec<DispatchEffect>,
+    ) {
+        if let Some(job) = job {
+            self.generation += 1;
+            let generation = self.generation;
+            tracing::info!(runner.id = %key.0, step.id = %job.step_id, "runner left holding a job, grace started");
+            self.orphans.insert(key.clone(), (job, generation));
+            effects.push(DispatchEffect::ArmRunnerGrace { key, generation });
         }
     }
 

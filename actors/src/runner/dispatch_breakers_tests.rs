@@ -148,3 +148,69 @@ fn runners_without_a_matching_entry_and_results_of_others_change_nothing() {
     assert_eq!(core.apply(result("flaky", false), at(2)), []);
     assert!(core.runner_breakers_view(at(3)).is_empty());
 }
+
+fn stored(runner: &str, success: bool, second: u32) -> crate::store::RunnerToolResult {
+    crate::store::RunnerToolResult {
+        runner_id: runner.into(),
+        success,
+        at: at(second),
+    }
+}
+
+#[test]
+fn results_replayed_from_the_store_rebuild_an_open_runner_breaker() {
+    // A dispatcher started after a restart: the results before it come from the log.
+    let mut core = guarded();
+    let log = [
+        stored("flaky", false, 1),
+        stored("steady", false, 1),
+        stored("flaky", false, 2),
+        stored("steady", true, 2),
+    ];
+    core.replay_runner_results(&log, at(5));
+    assert_eq!(core.runner_circuits_open(), 1);
+    let view = core.runner_breakers_view(at(5));
+    assert_eq!(view.len(), 2, "{view:?}");
+    assert_eq!(view[0]["runner_id"], "flaky");
+    assert_eq!(view[0]["state"], "open");
+    assert_eq!(view[0]["until"], "2026-01-01T00:00:12.000000Z");
+    assert_eq!(view[1]["runner_id"], "steady");
+    assert_eq!(view[1]["state"], "closed");
+    // The rebuilt breaker steers jobs as the live one did: none for `flaky` until the probe.
+    let effects = core.apply(DispatchInput::Enqueue(job("j1")), at(6));
+    assert_eq!(
+        delivered(&effects),
+        [("steady".to_owned(), "j1".to_owned())]
+    );
+    let effects = core.apply(DispatchInput::Enqueue(job("j2")), at(7));
+    assert_eq!(delivered(&effects), []);
+    let probe = core.apply(DispatchInput::Tick, at(12));
+    assert_eq!(delivered(&probe), [("flaky".to_owned(), "j2".to_owned())]);
+}
+
+#[test]
+fn replayed_results_older_than_the_window_leave_the_breaker_closed_and_forgotten() {
+    let mut core = guarded();
+    // Two failures 61 s apart never fall within one 1m window.
+    core.replay_runner_results(&[stored("flaky", false, 0)], at(0));
+    let mut later = guarded();
+    let minute_on = Utc
+        .with_ymd_and_hms(2026, 1, 1, 0, 1, 1)
+        .single()
+        .unwrap_or_default();
+    let far = crate::store::RunnerToolResult {
+        at: minute_on,
+        ..stored("flaky", false, 0)
+    };
+    later.replay_runner_results(&[stored("flaky", false, 0), far], minute_on);
+    assert_eq!(later.runner_circuits_open(), 0);
+    assert_eq!(later.runner_breakers_view(minute_on)[0]["state"], "closed");
+    // Nothing matches a runner without an entry: a dispatcher without breakers keeps none.
+    let mut plain = Dispatch::default();
+    plain.replay_runner_results(
+        &[stored("flaky", false, 1), stored("flaky", false, 2)],
+        at(3),
+    );
+    assert!(plain.runner_breakers_view(at(3)).is_empty());
+    assert_eq!(core.runner_circuits_open(), 0);
+}

@@ -13,6 +13,7 @@ use super::dispatch::{Dispatch, DispatchEffect};
 use crate::execution::JobSpec;
 use crate::guardrails::breaker::{BreakerSet, Breakers};
 use crate::ids::{RunnerId, ToolId};
+use crate::store::RunnerToolResult;
 use crate::time::Timestamp;
 
 /// The slots of one limited tool id.
@@ -33,6 +34,33 @@ impl Dispatch {
             self.runner_state = Breakers::default();
             self.runner_breakers = set;
         }
+    }
+
+    /// Returns whether `set` differs from the runner breakers in force (a change starts their
+    /// state over, so the shell rebuilds it from the store).
+    pub fn runner_breakers_differ(&self, set: &BreakerSet) -> bool {
+        set != &self.runner_breakers
+    }
+
+    /// Replays runner results read from the store (a restart, or a reload that changed the
+    /// runner entries) through the breakers' state machine, oldest first, then drops those
+    /// closed with nothing left in their window. Changes are not reported: they happened before.
+    pub fn replay_runner_results(&mut self, results: &[RunnerToolResult], now: Timestamp) {
+        for result in results {
+            if let Some(config) = self.runner_breakers.runner_config(&result.runner_id) {
+                self.runner_state.record(
+                    result.runner_id.as_str(),
+                    config,
+                    result.success,
+                    result.at,
+                );
+            }
+        }
+        let set = &self.runner_breakers;
+        self.runner_state.sweep(now, |id| {
+            set.runner_config(&RunnerId::from(id))
+                .map(|config| config.window)
+        });
     }
 
     /// Returns whether `runner_id`'s breaker keeps it from getting a job at `now`.

@@ -171,3 +171,76 @@ fn a_raised_or_removed_limit_lets_queued_jobs_go() {
     assert_eq!(delivered(&effects), ["j2", "j3"]);
     assert!(core.tool_slots().is_empty());
 }
+
+/// Returns the connection holding `job_id`.
+fn holder_of(core: &Dispatch, job_id: &str) -> ConnectionKey {
+    core.snapshot()
+        .connections
+        .into_iter()
+        .find(|(_, held)| held.as_ref().is_some_and(|held| held.as_str() == job_id))
+        .map(|(key, _)| key)
+        .unwrap_or_else(|| panic!("{job_id} is in a runner's hands"))
+}
+
+#[test]
+fn a_failed_runner_actor_keeps_its_tool_slot_for_the_grace_and_frees_it_once() {
+    let mut core = limited(1);
+    core.apply(DispatchInput::Enqueue(job("j1", "pay.charge")), at(1));
+    core.apply(DispatchInput::Enqueue(job("j2", "pay.charge")), at(1));
+    let failed = holder_of(&core, "j1");
+    // The actor failed: the runner may still be running j1, so its slot stays taken and j2
+    // waits, although two connections are idle.
+    let effects = core.apply(DispatchInput::RunnerFailed(failed.clone()), at(2));
+    assert_eq!(
+        effects,
+        [DispatchEffect::ArmRunnerGrace {
+            key: failed.clone(),
+            generation: 1
+        }]
+    );
+    assert_eq!(core.snapshot().queued, ["j2"]);
+    assert_eq!(core.tool_slots()["pay.charge"].in_flight, 1);
+    // Its disconnect arriving later changes nothing (the connection is gone already).
+    let late = DispatchInput::Disconnected {
+        key: failed.clone(),
+        connection: 0,
+    };
+    assert_eq!(core.apply(late, at(3)), []);
+    assert_eq!(core.tool_slots()["pay.charge"].in_flight, 1);
+    // The runner reconnects with the job and reports it: the slot frees once, and j2 goes once.
+    let index = if failed.1.as_str() == "c1" { 0 } else { 1 };
+    core.apply(connect(failed.1.as_str(), 10 + index), at(4));
+    assert_eq!(holder_of(&core, "j1"), failed);
+    let freed = core.apply(DispatchInput::ConnectionFree(failed.clone()), at(5));
+    assert_eq!(delivered(&freed), ["j2"]);
+    let again = core.apply(DispatchInput::ConnectionFree(failed), at(6));
+    assert_eq!(delivered(&again), Vec::<String>::new());
+    assert_eq!(core.tool_slots()["pay.charge"].in_flight, 1, "j2 only");
+}
+
+#[test]
+fn a_failed_runner_actor_that_does_not_come_back_loses_its_job_after_the_grace() {
+    let mut core = limited(1);
+    core.apply(DispatchInput::Enqueue(job("j1", "pay.charge")), at(1));
+    core.apply(DispatchInput::Enqueue(job("j2", "pay.charge")), at(1));
+    let failed = holder_of(&core, "j1");
+    core.apply(DispatchInput::RunnerFailed(failed.clone()), at(2));
+    let expired = DispatchInput::GraceExpired {
+        key: failed,
+        generation: 1,
+    };
+    // The execution is told and the slot frees with the orphan: j2 goes in the same pass.
+    let effects = core.apply(expired, at(30));
+    assert!(
+        matches!(&effects[0], DispatchEffect::RunnerLost(lost) if lost.job_id == "j1"),
+        "{effects:?}"
+    );
+    assert_eq!(delivered(&effects), ["j2"]);
+    // The step's end (its attempt failed) frees nothing a second time.
+    let ended = DispatchInput::StepEnded {
+        step_id: StepId::new("step-j1"),
+        cancel_reason: None,
+    };
+    assert_eq!(core.apply(ended, at(31)), []);
+    assert_eq!(core.tool_slots()["pay.charge"].in_flight, 1, "j2 only");
+}

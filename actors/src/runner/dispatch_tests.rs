@@ -426,11 +426,24 @@ fn every_transition_of_the_dispatch_core() {
             },
         },
         Case {
-            name: "a failed runner actor drops its connection without a grace",
+            name: "a failed runner actor drops its connection; its job is kept for the grace",
             given: vec![
                 connect("r1", "c1", 1, &["web.search"]),
                 DispatchInput::Enqueue(j1.clone()),
             ],
+            when: (DispatchInput::RunnerFailed(key("r1", "c1")), 0),
+            then: vec![DispatchEffect::ArmRunnerGrace {
+                key: key("r1", "c1"),
+                generation: 1,
+            }],
+            state: DispatcherSnapshot {
+                orphaned: vec![(key("r1", "c1"), "j1".into())],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "a failed idle runner actor only drops its connection",
+            given: vec![connect("r1", "c1", 1, &["web.search"])],
             when: (DispatchInput::RunnerFailed(key("r1", "c1")), 0),
             then: vec![],
             state: DispatcherSnapshot::default(),

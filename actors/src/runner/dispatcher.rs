@@ -5,7 +5,7 @@
 //! deadline or the runner's return). It never calls another actor: claims are made by the
 //! runner actors, so no dispatch pass can deadlock an execution.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,14 +18,14 @@ use super::runner_actor::{RunnerActor, RunnerArgs};
 use crate::ids::ToolId;
 use crate::kernel::context::Ctx;
 use crate::push::Push;
-use crate::supervision::{self, ActorKind, SupervisionEvent};
+use crate::supervision::{ActorKind, Keyed};
 use crate::time::PendingTimers;
 
 /// State of the dispatcher: the core and the runner actor of each connection.
 pub struct DispatcherState {
     ctx: Arc<Ctx>,
     pub(super) core: Dispatch,
-    runners: BTreeMap<ConnectionKey, ActorRef<RunnerMsg>>,
+    runners: Keyed<ConnectionKey, RunnerMsg>,
     /// The tick, grace and release timers, aborted when the dispatcher stops.
     timers: PendingTimers,
     /// Tool ids whose concurrency gauges are shown.
@@ -47,15 +47,21 @@ impl Actor for Dispatcher {
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut timers = PendingTimers::default();
         timers.keep(&myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick));
-        myself.send_interval(Duration::from_secs(1), || DispatcherMsg::Tick);
         let mut core = Dispatch::default();
         let (limits, breakers) = policy_guards(&ctx);
         core.apply(DispatchInput::SetToolLimits(limits), ctx.now());
         core.apply(DispatchInput::SetRunnerBreakers(breakers), ctx.now());
+        // Runner breakers open before a restart are still open: rebuilt from the log.
+        rebuild_runner_breakers(&ctx, &mut core).await;
+        let runners = Keyed::labelled(
+            ActorKind::Runner,
+            ctx.metrics.clone(),
+            |key: &ConnectionKey| key.0.to_string(),
+        );
         Ok(DispatcherState {
             ctx,
             core,
-            runners: BTreeMap::new(),
+            runners,
             timers,
             shown: BTreeSet::new(),
         })
@@ -97,16 +103,13 @@ impl Actor for Dispatcher {
                     connection,
                     sender,
                 };
-                let (actor, _) =
-                    Actor::spawn_linked(None, RunnerActor, args, myself.get_cell()).await?;
-                supervision::report(
-                    &state.ctx.metrics,
-                    ActorKind::Runner,
-                    Some(runner_id.as_str()),
-                    &SupervisionEvent::Started,
-                );
                 let key = (runner_id, consumer_id);
-                if let Some(old) = state.runners.insert(key.clone(), actor) {
+                let replaced = state.runners.take(&key);
+                state
+                    .runners
+                    .spawn(&myself.get_cell(), key.clone(), RunnerActor, args)
+                    .await?;
+                if let Some(old) = replaced {
                     old.stop(Some("replaced by a new connection".into()));
                 }
                 DispatchInput::Connected {
@@ -153,9 +156,13 @@ impl Actor for Dispatcher {
             DispatcherMsg::Tick => DispatchInput::Tick,
             DispatcherMsg::PolicyReplaced => {
                 let (limits, breakers) = policy_guards(&state.ctx);
+                let changed = state.core.runner_breakers_differ(&breakers);
                 state
                     .core
                     .apply(DispatchInput::SetRunnerBreakers(breakers), state.ctx.now());
+                if changed {
+                    rebuild_runner_breakers(&state.ctx, &mut state.core).await;
+                }
                 DispatchInput::SetToolLimits(limits)
             }
             DispatcherMsg::RunnerResult { runner_id, success } => {
@@ -184,28 +191,33 @@ impl Actor for Dispatcher {
 
     async fn handle_supervisor_evt(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         event: RactorEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let RactorEvent::ActorFailed(cell, error) = event {
-            let failed = state
-                .runners
-                .iter()
-                .find(|(_, actor)| actor.get_id() == cell.get_id())
-                .map(|(key, _)| key.clone());
-            if let Some(key) = failed {
-                state.runners.remove(&key);
-                state
-                    .core
-                    .apply(DispatchInput::RunnerFailed(key.clone()), state.ctx.now());
-                let event = SupervisionEvent::GaveUp {
-                    error: error.to_string(),
-                    count: 1,
-                };
-                let runner = Some(key.0.as_str());
-                supervision::report(&state.ctx.metrics, ActorKind::Runner, runner, &event);
+        match event {
+            RactorEvent::ActorTerminated(cell, _, _) => {
+                state.runners.terminated(&cell);
             }
+            RactorEvent::ActorFailed(cell, error) => {
+                // A connection replaced meanwhile holds nothing in the core any more.
+                let serving = state.runners.serves(cell.get_id());
+                if let Some((key, _)) = state.runners.failed(&cell, error.to_string())
+                    && serving
+                {
+                    // Its job is kept for the runner grace (a timer), and the pass may hand
+                    // queued jobs to other connections: every effect is carried out, as for
+                    // messages.
+                    let effects = state
+                        .core
+                        .apply(DispatchInput::RunnerFailed(key), state.ctx.now());
+                    for effect in effects {
+                        carry_out(&myself, state, effect);
+                    }
+                    show_tool_slots(state);
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -219,7 +231,7 @@ fn carry_out(
     let grace = state.ctx.config.runner_grace;
     match effect {
         DispatchEffect::StopRunner(key) => {
-            if let Some(actor) = state.runners.remove(&key) {
+            if let Some(actor) = state.runners.take(&key) {
                 actor.stop(Some("runner disconnected".into()));
             }
         }
@@ -267,6 +279,33 @@ fn carry_out(
                     job_id: job.job_id,
                 });
             }
+        }
+    }
+}
+
+/// Rebuilds the runner breakers from the results of their horizon in the store (at start, and
+/// when a reload changed the runner entries, which starts their state over). A store that
+/// cannot answer is logged and the breakers start closed, as before.
+async fn rebuild_runner_breakers(ctx: &Ctx, core: &mut Dispatch) {
+    let gauge = &ctx.metrics.guardrails.runner_circuits_open;
+    let Some(horizon) = core.runner_breakers.runner_horizon() else {
+        gauge.set(0);
+        return;
+    };
+    let now = ctx.now();
+    let since = chrono::Duration::from_std(horizon)
+        .ok()
+        .and_then(|horizon| now.checked_sub_signed(horizon))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    match ctx.store.runner_results_since(since).await {
+        Ok(results) => {
+            core.replay_runner_results(&results, now);
+            let open = core.runner_circuits_open();
+            tracing::info!(results = results.len(), open, since = %crate::time::format(&since), "runner circuit breakers rebuilt from the store");
+            gauge.set(i64::try_from(open).unwrap_or(i64::MAX));
+        }
+        Err(error) => {
+            tracing::error!(error = %error, "cannot read past runner results; runner circuit breakers start closed");
         }
     }
 }

@@ -271,3 +271,33 @@ async fn a_runner_that_leaves_with_a_job_keeps_it_if_back_in_time_else_it_is_rep
     );
     f.probes.finish().await;
 }
+
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_dispatcher_leaves_no_tick_behind() {
+    let mut probes = ProbeContext::start("a", Arc::new(PermissiveEngine)).await;
+    let before = alive_tasks();
+    let dispatcher = probes
+        .spawn("dispatcher", Dispatcher, probes.ctx.clone())
+        .await;
+    dispatcher
+        .stop_and_wait(Some("test".into()), Some(WAIT))
+        .await
+        .expect("stopped");
+    // Time stands still while this task keeps yielding: a tick that outlived the dispatcher
+    // would still be sleeping, not yet failing to send.
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        alive_tasks(),
+        before,
+        "the dispatcher and all its timers are gone"
+    );
+    probes.finish().await;
+}

@@ -82,7 +82,8 @@ impl ProbeContext {
             singletons.policy = Some(policy);
             singletons.dispatcher = Some(dispatcher.actor.clone());
         }
-        write(&ctx.agent_groups).insert(crate::ids::AgentId::new(agent_id), agents.actor.clone());
+        ctx.agent_groups
+            .insert(crate::ids::AgentId::new(agent_id), agents.actor.clone());
         Self {
             ctx,
             agents,
@@ -98,7 +99,7 @@ impl ProbeContext {
         id: &crate::ids::ExecutionId,
         actor: ractor::ActorRef<crate::execution::ExecutionMsg>,
     ) {
-        crate::kernel::context::write(&self.ctx.executions).insert(id.clone(), actor);
+        self.ctx.executions.insert(id.clone(), actor);
     }
 
     /// Makes `actor` the dispatcher in place of the probe (to test the real one).

@@ -1,7 +1,7 @@
 //! Conformance of the creation reads: `Store::execution_by_creation_key` (the key of an
 //! `execution.created` event is unique), `Store::pending_queue` (an agent's pending
-//! executions, oldest first, with their priority), `Store::pending_count` and
-//! `Store::running_executions` (an agent's running and blocked executions).
+//! executions, oldest first, with their priority and labels), `Store::pending_count` and
+//! `Store::running_executions` (an agent's running and blocked executions, with their labels).
 
 use std::sync::Arc;
 
@@ -9,9 +9,9 @@ use keel_actors::error::StoreError;
 use keel_actors::events::{EventBody, NewEvent};
 use keel_actors::ids::ExecutionId;
 use keel_actors::status::ExecutionStatus;
-use keel_actors::store::{Commit, Store};
+use keel_actors::store::{Commit, PendingEntry, RunningEntry, Store};
 
-use super::{advance, at, commit_each, new_execution};
+use super::{advance, at, commit_each, create, new_execution};
 
 /// Returns an `execution.started` event.
 fn started() -> NewEvent {
@@ -85,7 +85,10 @@ pub async fn pending_queue_lists_an_agents_pending_executions_with_priorities(
     );
     store.commit(&[moved]).await.expect("assigned");
     let queue = store.pending_queue(&"a".into()).await.expect("read");
-    let ids: Vec<(&str, i64)> = queue.iter().map(|(id, p)| (id.as_str(), *p)).collect();
+    let ids: Vec<(&str, i64)> = queue
+        .iter()
+        .map(|entry| (entry.id.as_str(), entry.priority))
+        .collect();
     assert_eq!(ids, [("exec-1", 0), ("exec-2", 7), ("exec-5", -2)]);
     assert_eq!(
         store.pending_queue(&"nobody".into()).await.expect("read"),
@@ -119,7 +122,7 @@ pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
     let other = commit_each(&store, &[keyed("exec-o", "b", 5, 0, None)]).await;
     assert_eq!(
         store.running_executions(&"a".into()).await.expect("read"),
-        Vec::<ExecutionId>::new()
+        Vec::<RunningEntry>::new()
     );
     let run = |row, micros| advance(row, at(micros), ExecutionStatus::Running, vec![started()]);
     store
@@ -143,10 +146,10 @@ pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
     store.commit(&[done]).await.expect("assigned");
     let finished = super::finish(&done_row, at(11), ExecutionStatus::Completed);
     store.commit(&[finished]).await.expect("completed");
-    let ids = |found: Vec<ExecutionId>| {
+    let ids = |found: Vec<RunningEntry>| {
         found
             .iter()
-            .map(|id| id.as_str().to_owned())
+            .map(|entry| entry.id.as_str().to_owned())
             .collect::<Vec<_>>()
     };
     assert_eq!(
@@ -162,6 +165,52 @@ pub async fn running_executions_lists_an_agents_running_and_blocked_executions(
             .running_executions(&"nobody".into())
             .await
             .expect("read"),
-        Vec::<ExecutionId>::new()
+        Vec::<RunningEntry>::new()
+    );
+}
+
+pub async fn pending_and_running_executions_carry_their_labels(store: Arc<dyn Store>) {
+    let labelled = |pairs: &[(&str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+        )
+    };
+    let acme = [("tenant", "acme"), ("tier", "gold")];
+    create(&store, "exec-1", "a", &acme, at(1)).await;
+    create(&store, "exec-2", "a", &[], at(2)).await;
+    let running = create(&store, "exec-3", "a", &[("tenant", "bolt")], at(3)).await;
+    create(&store, "exec-4", "a", &[], at(4)).await;
+    let unlabelled = create(&store, "exec-5", "a", &[], at(5)).await;
+    let run = |row, micros| advance(row, at(micros), ExecutionStatus::Running, vec![started()]);
+    store
+        .commit(&[run(&running, 6), run(&unlabelled, 7)])
+        .await
+        .expect("assigned");
+    let entry = |id: &str, labels| PendingEntry {
+        id: ExecutionId::new(id),
+        priority: 0,
+        labels,
+    };
+    assert_eq!(
+        store.pending_queue(&"a".into()).await.expect("read"),
+        [
+            entry("exec-1", labelled(&acme)),
+            entry("exec-2", None),
+            entry("exec-4", None),
+        ]
+    );
+    let running = |id: &str, labels| RunningEntry {
+        id: ExecutionId::new(id),
+        labels,
+    };
+    assert_eq!(
+        store.running_executions(&"a".into()).await.expect("read"),
+        [
+            running("exec-3", labelled(&[("tenant", "bolt")])),
+            running("exec-5", None),
+        ]
     );
 }

@@ -45,7 +45,7 @@ fn step_row(execution: &ExecutionRow, step: &StepId, tool_id: &str, when: Timest
 }
 
 /// Appends one tool call to `row` at `when`: an allowed one, or one waiting for approval.
-async fn call(
+pub(super) async fn call(
     store: &Arc<dyn Store>,
     row: &ExecutionRow,
     step: &str,

@@ -13,28 +13,27 @@ use keel_actors::time;
 
 use super::super::rows::{encode_json, encode_payload};
 use super::super::{
-    TERMINAL_STATUSES_SQL, expected_previous_sequence, sequence_conflict,
-    sqlite_code_is_unavailable,
+    SQLITE_TERMINAL, expected_previous_sequence, sequence_conflict, sqlite_code_is_unavailable,
 };
 use keel_actors::ids::{ConsumerId, JobId, RunnerId, SessionId};
 
-const INSERT_EXECUTION: &str = "INSERT INTO executions (id, agent_id, status, labels, input, \
+pub(super) const INSERT_EXECUTION: &str = "INSERT INTO executions (id, agent_id, status, labels, input, \
      output, created_at, updated_at, session_id, consumer_id, last_sequence) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (id) DO NOTHING";
 
 /// agent_id, labels, input and created_at are fixed at creation and never rewritten.
-const UPDATE_EXECUTION: &str = "UPDATE executions SET status = ?1, output = ?2, \
+pub(super) const UPDATE_EXECUTION: &str = "UPDATE executions SET status = ?1, output = ?2, \
      updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
      WHERE id = ?7 AND last_sequence = ?8";
 
 const INSERT_LABEL: &str =
     "INSERT INTO execution_labels (execution_id, key, value) VALUES (?1, ?2, ?3)";
 
-const INSERT_EVENT: &str = "INSERT INTO events (id, execution_id, sequence, step_id, type, \
+pub(super) const INSERT_EVENT: &str = "INSERT INTO events (id, execution_id, sequence, step_id, type, \
      schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
-const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_id, status, attempt, \
+pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_id, status, attempt, \
      max_attempts, remote, job_id, runner_id, deadline, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
      ON CONFLICT (id) DO UPDATE SET tool_id = excluded.tool_id, status = excluded.status, \
@@ -168,7 +167,7 @@ pub(super) fn delete_terminal_before(
     // the partial index yields the oldest ones directly.
     let select = format!(
         "SELECT id FROM executions INDEXED BY executions_terminal_updated \
-         WHERE status IN {TERMINAL_STATUSES_SQL} AND updated_at < ?1 \
+         WHERE {SQLITE_TERMINAL} AND updated_at < ?1 \
          ORDER BY updated_at, id LIMIT ?2"
     );
     let ids = connection

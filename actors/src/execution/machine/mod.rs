@@ -108,6 +108,6 @@ pub use lifecycle::{
 };
 pub use signals::signal;
 pub use steps::{
-    agent_step_result, claim_job, jittered_retry_delay, retry_delay, runner_lost, runner_result,
-    step_started, tool_error_text,
+    RUNNER_LOST_ERROR, agent_step_result, claim_job, jittered_retry_delay, retry_delay,
+    runner_lost, runner_result, step_started, tool_error_text,
 };

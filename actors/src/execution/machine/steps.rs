@@ -189,6 +189,10 @@ fn retry(
     transition
 }
 
+/// The error of a step whose runner went away holding its job (after the runner grace): it
+/// fails the attempt, but runner circuit breakers do not count it (docs/guardrails.md).
+pub const RUNNER_LOST_ERROR: &str = "runner disconnected";
+
 /// Handles a runner that went away holding `job_id` and did not come back: the job counts as a
 /// retryable failure (re-queued while attempts remain, reported to the agent otherwise).
 pub fn runner_lost(
@@ -207,7 +211,7 @@ pub fn runner_lost(
         step_id: step_id.clone(),
         success: false,
         data: None,
-        error: Some("runner disconnected".to_owned()),
+        error: Some(RUNNER_LOST_ERROR.to_owned()),
         retryable: true,
         cost: None,
     };

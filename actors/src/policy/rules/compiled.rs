@@ -13,7 +13,7 @@ use super::concurrency::Concurrency;
 use super::conditions::Conditions;
 use crate::guardrails::breaker::BreakerSet;
 use crate::guardrails::budget::Budget;
-use crate::guardrails::concurrency::ToolLimits;
+use crate::guardrails::concurrency::{LabelLimit, RunningLimits, ToolLimits};
 use crate::ids::AgentId;
 use crate::policy::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 
@@ -115,8 +115,8 @@ pub struct RuleSet {
     default: PolicyDecision,
     /// Budget of every execution these rules apply to.
     budget: Option<Arc<Budget>>,
-    /// Most running executions of the agent (`concurrency.max_running`).
-    max_running: Option<u32>,
+    /// Running limits of the agent (`concurrency.max_running` and `concurrency.labels`).
+    running: RunningLimits,
 }
 
 impl RuleSet {
@@ -127,7 +127,7 @@ impl RuleSet {
             file.default.clone(),
             file.budget.clone(),
         );
-        set.max_running = file.concurrency.max_running;
+        set.running = file.concurrency.running(None);
         set
     }
 
@@ -172,11 +172,8 @@ impl RuleSet {
             agent.default.clone().or_else(|| global.default.clone()),
             budget,
         );
-        // As budget keys: the agent file's `max_running` wins, else the global one applies.
-        set.max_running = agent
-            .concurrency
-            .max_running
-            .or(global.concurrency.max_running);
+        // As budget keys: the agent file's keys win, else the global ones apply.
+        set.running = agent.concurrency.running(Some(&global.concurrency));
         Ok(set)
     }
 
@@ -202,7 +199,7 @@ impl RuleSet {
             rules,
             default,
             budget: budget.filter(|budget| !budget.is_empty()).map(Arc::new),
-            max_running: None,
+            running: RunningLimits::default(),
         }
     }
 
@@ -374,7 +371,13 @@ impl PolicyEngine for CompiledPolicy {
     }
 
     fn max_running(&self, agent_id: &AgentId) -> Option<u32> {
-        self.routing.rules(agent_id)?.max_running
+        self.routing.rules(agent_id)?.running.max_running
+    }
+
+    fn label_limits(&self, agent_id: &AgentId) -> Vec<LabelLimit> {
+        let set = self.routing.rules(agent_id);
+        set.map(|set| set.running.labels.clone())
+            .unwrap_or_default()
     }
 
     fn tool_limits(&self) -> &ToolLimits {

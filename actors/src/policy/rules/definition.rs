@@ -32,6 +32,17 @@ pub struct ConcurrencyDefinition {
     pub max_running: Option<i64>,
     /// Limits per tool id.
     pub tools: Option<Vec<ToolLimitDefinition>>,
+    /// Limits per label value (per agent id).
+    pub labels: Option<Vec<LabelLimitDefinition>>,
+}
+
+/// One entry of `concurrency.labels:`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LabelLimitDefinition {
+    /// Label key whose values are limited.
+    pub label: String,
+    /// Most running executions of the agent per value of the label.
+    pub max_running: i64,
 }
 
 /// One entry of `concurrency.tools:`.

@@ -232,9 +232,12 @@ impl Store for MemoryStore {
             .count() as u64)
     }
 
-    async fn running_executions(&self, agent_id: &AgentId) -> Result<Vec<ExecutionId>, StoreError> {
+    async fn running_executions(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<Vec<crate::store::RunningEntry>, StoreError> {
         let tables = self.lock();
-        let mut ids: Vec<ExecutionId> = tables
+        let mut found: Vec<crate::store::RunningEntry> = tables
             .executions
             .values()
             .filter(|row| {
@@ -244,16 +247,19 @@ impl Store for MemoryStore {
                         | crate::status::ExecutionStatus::Blocked
                 ) && row.agent_id == *agent_id
             })
-            .map(|row| row.id.clone())
+            .map(|row| crate::store::RunningEntry {
+                id: row.id.clone(),
+                labels: row.labels.clone(),
+            })
             .collect();
-        ids.sort();
-        Ok(ids)
+        found.sort_by(|left, right| left.id.cmp(&right.id));
+        Ok(found)
     }
 
     async fn pending_queue(
         &self,
         agent_id: &AgentId,
-    ) -> Result<Vec<(ExecutionId, i64)>, StoreError> {
+    ) -> Result<Vec<crate::store::PendingEntry>, StoreError> {
         let tables = self.lock();
         let mut rows: Vec<&ExecutionRow> = tables
             .executions
@@ -274,7 +280,11 @@ impl Store for MemoryStore {
                         crate::events::EventBody::ExecutionCreated { priority, .. } => *priority,
                         _ => 0,
                     });
-                (row.id.clone(), priority)
+                crate::store::PendingEntry {
+                    id: row.id.clone(),
+                    priority,
+                    labels: row.labels.clone(),
+                }
             })
             .collect())
     }
@@ -302,6 +312,13 @@ impl Store for MemoryStore {
             tables.events.remove(id);
         }
         Ok(doomed.len() as u64)
+    }
+
+    async fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Result<Vec<crate::store::RunnerToolResult>, StoreError> {
+        Ok(self.lock().runner_results_since(since))
     }
 
     async fn tool_results_since(

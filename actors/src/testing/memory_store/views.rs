@@ -59,6 +59,51 @@ impl Tables {
         results
     }
 
+    pub(super) fn runner_results_since(
+        &self,
+        since: Timestamp,
+    ) -> Vec<crate::store::RunnerToolResult> {
+        let mut results = Vec::new();
+        for events in self.events.values() {
+            for (index, event) in events.iter().enumerate() {
+                let success = match &event.body {
+                    EventBody::StepCompleted { .. } => true,
+                    EventBody::StepFailed { error, .. } => {
+                        if error.starts_with(crate::execution::RUNNER_LOST_ERROR) {
+                            continue;
+                        }
+                        false
+                    }
+                    _ => continue,
+                };
+                if event.timestamp < since {
+                    continue;
+                }
+                let holder = events[..index]
+                    .iter()
+                    .rev()
+                    .find_map(|other| match &other.body {
+                        EventBody::StepDispatched { runner_id, .. }
+                        | EventBody::StepStarted { runner_id }
+                            if other.step_id == event.step_id =>
+                        {
+                            Some(runner_id.clone())
+                        }
+                        _ => None,
+                    });
+                if let Some(runner_id) = holder.filter(|runner| !runner.as_str().is_empty()) {
+                    results.push(crate::store::RunnerToolResult {
+                        runner_id,
+                        success,
+                        at: event.timestamp,
+                    });
+                }
+            }
+        }
+        results.sort_by_key(|result| result.at);
+        results
+    }
+
     pub(super) fn tool_calls_since(&self, since: Timestamp) -> Vec<AllowedToolCall> {
         let mut calls = Vec::new();
         for (id, events) in &self.events {
