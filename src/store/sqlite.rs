@@ -49,7 +49,7 @@ mod write_plan_tests;
 mod writer;
 
 /// Migrations embedded in the binary, applied at open.
-static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// Write transactions take the write lock up front, so a busy database fails (or waits for
 /// `busy_timeout`) at `BEGIN` instead of deadlocking on a lock upgrade halfway through.

@@ -187,7 +187,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_a_clear_message() {
     };
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (6)"
+        "database schema version 9999 is newer than this keel binary supports (7)"
     );
     let pool = raw_pool(&path).await;
     assert_eq!(

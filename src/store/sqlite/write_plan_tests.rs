@@ -1,5 +1,5 @@
 //! What SQLite does per row the writer thread writes: no temporary b-tree for a partial index
-//! predicate (migration 0006). A constant `IN` list of more than two values is evaluated by
+//! predicate or a CHECK (migrations 0006 and 0007). A constant `IN` list of more than two values is evaluated by
 //! building one (`OpenEphemeral`) each time a statement runs; before 0006 every execution cost
 //! the writer about a hundred of them.
 
@@ -29,15 +29,123 @@ async fn the_writers_statements_evaluate_index_predicates_without_temporary_btre
         .await
         .expect("open");
     assert_eq!(temporary_btrees(&store, INSERT_EVENT).await, 0, "events");
-    // At most the `status IN (...)` CHECK of 0001 is left (one on insert, one on update;
-    // changing a CHECK needs a table rebuild). Before 0006: 3, 5 and 5.
-    assert!(
-        temporary_btrees(&store, INSERT_EXECUTION).await <= 1,
+    // Before 0006 and 0007: 3, 5 and 5 (partial indexes and CHECKs with IN lists).
+    assert_eq!(
+        temporary_btrees(&store, INSERT_EXECUTION).await,
+        0,
         "new execution"
     );
-    assert!(
-        temporary_btrees(&store, UPDATE_EXECUTION).await <= 1,
+    assert_eq!(
+        temporary_btrees(&store, UPDATE_EXECUTION).await,
+        0,
         "execution"
     );
-    assert!(temporary_btrees(&store, UPSERT_STEP).await <= 2, "step");
+    assert_eq!(temporary_btrees(&store, UPSERT_STEP).await, 0, "step");
+}
+
+/// A database written by a kernel at schema 6 keeps its rows, tables and indexes through 0007,
+/// which rewrites two CHECKs in place, and its constraints are still enforced.
+#[tokio::test]
+async fn migration_0007_keeps_the_rows_indexes_and_constraints_of_a_schema_6_database() {
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("keel.db");
+    let options = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = SqlitePool::connect_with(options).await.expect("pool");
+    sqlx::raw_sql(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
+         checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .execute(&pool)
+    .await
+    .expect("migrations table");
+    for migration in super::MIGRATOR.iter().filter(|m| m.version <= 6) {
+        sqlx::raw_sql(&migration.sql)
+            .execute(&pool)
+            .await
+            .expect("migration");
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+             execution_time) VALUES (?1, ?2, 1, ?3, 0)",
+        )
+        .bind(migration.version)
+        .bind(&*migration.description)
+        .bind(&*migration.checksum)
+        .execute(&pool)
+        .await
+        .expect("record");
+    }
+    let rows = "INSERT INTO executions VALUES ('e1', 'a', 'blocked', '{\"t\":\"x\"}', '{}', NULL, \
+         '2026-01-01T00:00:00Z', '2026-01-01T00:00:01Z', 's1', 'c1', 3); \
+         INSERT INTO steps VALUES ('st1', 'e1', 'web', 'running', 1, 3, 1, 'j1', 'r1', NULL, \
+         '2026-01-01T00:00:01Z'); \
+         INSERT INTO events (id, execution_id, sequence, step_id, type, schema_version, \
+         timestamp, payload, causation_id, correlation_id) VALUES ('ev1', 'e1', 1, NULL, \
+         'execution.created', 1, '2026-01-01T00:00:00Z', '{}', 'ev1', 'ev1')";
+    sqlx::raw_sql(rows).execute(&pool).await.expect("rows");
+    let schema = "SELECT type, name, tbl_name FROM sqlite_master \
+         WHERE name NOT LIKE 'sqlite_%' ORDER BY name";
+    let before: Vec<(String, String, String)> = sqlx::query_as(schema)
+        .fetch_all(&pool)
+        .await
+        .expect("schema");
+    pool.close().await;
+
+    let store = SqliteStore::open(&path, &StoreOptions::default())
+        .await
+        .expect("0007 runs");
+    let after: Vec<(String, String, String)> = sqlx::query_as(schema)
+        .fetch_all(store.readers())
+        .await
+        .expect("schema");
+    assert_eq!(after, before, "the same tables and indexes");
+    let execution: (String, String, Option<String>, i64) =
+        sqlx::query_as("SELECT id, status, labels, last_sequence FROM executions")
+            .fetch_one(store.readers())
+            .await
+            .expect("execution");
+    assert_eq!(
+        execution,
+        (
+            "e1".into(),
+            "blocked".into(),
+            Some("{\"t\":\"x\"}".into()),
+            3
+        )
+    );
+    let step: (String, String, i64, Option<String>) =
+        sqlx::query_as("SELECT id, status, remote, runner_id FROM steps")
+            .fetch_one(store.readers())
+            .await
+            .expect("step");
+    assert_eq!(step, ("st1".into(), "running".into(), 1, Some("r1".into())));
+    assert_eq!(temporary_btrees(&store, UPSERT_STEP).await, 0);
+
+    let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path))
+        .await
+        .expect("pool");
+    let dangling: Vec<(String,)> = sqlx::query_as("SELECT \"table\" FROM pragma_foreign_key_check")
+        .fetch_all(&pool)
+        .await
+        .expect("check");
+    assert!(dangling.is_empty(), "{dangling:?}");
+    let integrity: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&pool)
+        .await
+        .expect("integrity check");
+    assert_eq!(integrity, "ok");
+    let bad_status = sqlx::query("UPDATE executions SET status = 'lost' WHERE id = 'e1'")
+        .execute(&pool)
+        .await;
+    assert!(bad_status.is_err(), "the status CHECK still holds");
+    let orphan = sqlx::query(
+        "INSERT INTO steps VALUES ('st2', 'nobody', 'web', 'pending', 1, 1, 0, NULL, NULL, \
+         NULL, 'x')",
+    )
+    .execute(&pool)
+    .await;
+    assert!(orphan.is_err(), "the foreign key still holds");
 }
