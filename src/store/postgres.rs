@@ -320,21 +320,14 @@ impl Store for PostgresStore {
     }
 
     async fn pending_queue(&self, agent_id: &AgentId) -> Result<Vec<PendingEntry>, StoreError> {
-        let agent_id = agent_id.as_str();
-        let rows = self
-            .bounded(super::creation::postgres_pending(&self.readers, agent_id))
-            .await?;
+        let read = super::creation::postgres_pending(&self.readers, agent_id.as_str());
+        let rows = self.bounded(read).await?;
         super::creation::into_queue(rows)
     }
 
     async fn active_local_steps(&self, tool_id: &ToolId) -> Result<u64, StoreError> {
-        let tool_id = tool_id.as_str();
-        let count = self
-            .bounded(super::creation::postgres_local_steps(
-                &self.readers,
-                tool_id,
-            ))
-            .await?;
+        let read = super::creation::postgres_local_steps(&self.readers, tool_id.as_str());
+        let count = self.bounded(read).await?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -342,10 +335,8 @@ impl Store for PostgresStore {
         &self,
         agent_id: &AgentId,
     ) -> Result<Vec<RunningEntry>, StoreError> {
-        let agent_id = agent_id.as_str();
-        let rows = self
-            .bounded(super::creation::postgres_running(&self.readers, agent_id))
-            .await?;
+        let read = super::creation::postgres_running(&self.readers, agent_id.as_str());
+        let rows = self.bounded(read).await?;
         super::creation::into_running(rows)
     }
 

@@ -17,7 +17,7 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::{Connection, SqliteConnection};
 
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
@@ -41,6 +41,7 @@ use writer::{WriterOptions, WriterThread};
 mod batch_tests;
 mod checkpoint;
 mod commit_span;
+mod list;
 mod probe;
 mod schema;
 mod write;
@@ -238,48 +239,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_executions(&self, filter: &ListFilter) -> Result<Vec<ExecutionRow>, StoreError> {
-        let mut query = QueryBuilder::<Sqlite>::new(format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions AS e WHERE 1 = 1"
-        ));
-        if let Some(status) = filter.status {
-            query.push(" AND e.status = ").push_bind(status.as_str());
-        }
-        if let Some(agent_id) = &filter.agent_id {
-            query
-                .push(" AND e.agent_id = ")
-                .push_bind(agent_id.as_str());
-        }
-        for (key, value) in &filter.labels {
-            query
-                .push(" AND EXISTS (SELECT 1 FROM execution_labels AS l")
-                .push(" WHERE l.execution_id = e.id AND l.key = ")
-                .push_bind(key.as_str())
-                .push(" AND l.value = ")
-                .push_bind(value.as_str())
-                .push(")");
-        }
-        if let Some((created_at, id)) = &filter.after {
-            // Strictly after (created_at, id) in descending order; written so that the
-            // created_at range alone can drive the index.
-            let created_at = time::format(created_at);
-            query
-                .push(" AND e.created_at <= ")
-                .push_bind(created_at.clone())
-                .push(" AND (e.created_at < ")
-                .push_bind(created_at)
-                .push(" OR e.id < ")
-                .push_bind(id.as_str())
-                .push(")");
-        }
-        query
-            .push(" ORDER BY e.created_at DESC, e.id DESC LIMIT ")
-            .push_bind(filter.limit.max(0));
-        let records = query
-            .build_query_as::<ExecutionRecord>()
-            .fetch_all(&self.readers)
-            .await
-            .map_err(map_sqlx_error)?;
-        records.into_iter().map(ExecutionRecord::into_row).collect()
+        list::list_executions(&self.readers, filter).await
     }
 
     async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError> {

@@ -376,8 +376,7 @@ impl PolicyEngine for CompiledPolicy {
 
     fn label_limits(&self, agent_id: &AgentId) -> Vec<LabelLimit> {
         let set = self.routing.rules(agent_id);
-        set.map(|set| set.running.labels.clone())
-            .unwrap_or_default()
+        set.map_or_else(Vec::new, |set| set.running.labels.clone())
     }
 
     fn tool_limits(&self) -> &ToolLimits {
