@@ -169,18 +169,8 @@ async fn a_runner_whose_jobs_keep_failing_gets_no_job_while_its_breaker_is_open(
     let kernel = TestKernel::start_with(options(runner_breaker)).await;
     let mut flaky = TestRunner::connect(&kernel, "flaky-r", &["index"]).await;
     let (_agent, assignment) = running_execution(&kernel, "indexer").await;
+    fail_remote_jobs(&kernel, &assignment, &mut flaky, "flaky-r", 2).await;
     let remote = json!({"type": "invoke_tool", "tool_id": "index", "remote": true});
-    for _ in 0..2 {
-        let (status, body) = assignment.intent(&kernel, remote.clone()).await;
-        assert_eq!(
-            (status, &body["accepted"]),
-            (StatusCode::OK, &json!(true)),
-            "{body}"
-        );
-        let job = flaky.job().await;
-        let (status, body) = flaky.result(&kernel, &job, false, json!(null)).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-    }
     let listed = breakers(&kernel).await;
     let entry = listed
         .iter()
@@ -215,25 +205,8 @@ async fn an_open_runner_breaker_is_rebuilt_from_the_log_after_a_restart() {
     let kernel = TestKernel::start_with(options(runner_breaker)).await;
     let mut flaky = TestRunner::connect(&kernel, "flaky-r", &["index"]).await;
     let (agent, assignment) = running_execution(&kernel, "indexer").await;
+    fail_remote_jobs(&kernel, &assignment, &mut flaky, "flaky-r", 2).await;
     let remote = json!({"type": "invoke_tool", "tool_id": "index", "remote": true});
-    for _ in 0..2 {
-        let (status, body) = assignment.intent(&kernel, remote.clone()).await;
-        assert_eq!(
-            (status, &body["accepted"]),
-            (StatusCode::OK, &json!(true)),
-            "{body}"
-        );
-        let job = flaky.job().await;
-        // As the SDK's runner (and `keel runner`) does: acknowledge the job, which records
-        // the runner in the log (`step.started`), then report the failure.
-        let step = job["step_id"].as_str().expect("step id");
-        let started = json!({"execution_id": job["execution_id"], "runner_id": "flaky-r"});
-        let path = format!("/v0/runners/steps/{step}/started");
-        let (status, body) = kernel.post(&path, &started).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        let (status, body) = flaky.result(&kernel, &job, false, json!(null)).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-    }
     let runner_entry = |listed: Vec<Value>| {
         listed
             .into_iter()
@@ -269,4 +242,33 @@ async fn an_open_runner_breaker_is_rebuilt_from_the_log_after_a_restart() {
     let mut steady = TestRunner::connect(&kernel, "steady-r", &["index"]).await;
     assert_eq!(steady.job().await["step_id"], json!(step));
     kernel.shutdown().await;
+}
+
+/// Has `runner` take and fail `count` remote `index` jobs of the execution, acknowledging each
+/// first as the SDK's runner (and `keel runner`) does, which records the runner in the log
+/// (`step.started`).
+async fn fail_remote_jobs(
+    kernel: &TestKernel,
+    assignment: &crate::harness::Assignment,
+    runner: &mut crate::harness::TestRunner,
+    runner_id: &str,
+    count: usize,
+) {
+    let remote = json!({"type": "invoke_tool", "tool_id": "index", "remote": true});
+    for _ in 0..count {
+        let (status, body) = assignment.intent(kernel, remote.clone()).await;
+        assert_eq!(
+            (status, &body["accepted"]),
+            (StatusCode::OK, &json!(true)),
+            "{body}"
+        );
+        let job = runner.job().await;
+        let step = job["step_id"].as_str().expect("step id");
+        let started = json!({"execution_id": job["execution_id"], "runner_id": runner_id});
+        let path = format!("/v0/runners/steps/{step}/started");
+        let (status, body) = kernel.post(&path, &started).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let (status, body) = runner.result(kernel, &job, false, json!(null)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
 }
