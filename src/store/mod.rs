@@ -13,6 +13,7 @@
 mod creation;
 mod depths;
 mod feed;
+mod filter;
 mod lock_file;
 mod overview;
 pub mod postgres;

@@ -41,20 +41,7 @@ pub(super) async fn sqlite_counts(
 ) -> Result<Vec<(ExecutionStatus, u64)>, StoreError> {
     let mut query =
         QueryBuilder::<Sqlite>::new("SELECT e.status, COUNT(*) FROM executions AS e WHERE 1 = 1");
-    if let Some(agent_id) = &filter.agent_id {
-        query
-            .push(" AND e.agent_id = ")
-            .push_bind(agent_id.as_str());
-    }
-    for (key, value) in &filter.labels {
-        query
-            .push(" AND EXISTS (SELECT 1 FROM execution_labels AS l")
-            .push(" WHERE l.execution_id = e.id AND l.key = ")
-            .push_bind(key.as_str())
-            .push(" AND l.value = ")
-            .push_bind(value.as_str())
-            .push(")");
-    }
+    super::filter::push_agent_and_labels(&mut query, filter);
     query.push(" GROUP BY e.status");
     let rows = query
         .build_query_as::<CountRow>()
@@ -81,20 +68,7 @@ pub(super) async fn postgres_counts(
     }
     let mut query =
         QueryBuilder::<Postgres>::new("SELECT e.status, COUNT(*) FROM executions AS e WHERE TRUE");
-    if let Some(agent_id) = &filter.agent_id {
-        query
-            .push(" AND e.agent_id = ")
-            .push_bind(agent_id.as_str());
-    }
-    for (key, value) in &filter.labels {
-        query
-            .push(" AND EXISTS (SELECT 1 FROM execution_labels AS l")
-            .push(" WHERE l.execution_id = e.id AND l.key = ")
-            .push_bind(key.as_str())
-            .push(" AND l.value = ")
-            .push_bind(value.as_str())
-            .push(")");
-    }
+    super::filter::push_agent_and_labels(&mut query, filter);
     query.push(" GROUP BY e.status");
     query.build_query_as::<CountRow>().fetch_all(readers).await
 }

@@ -85,20 +85,7 @@ impl PostgresStore {
         if let Some(status) = filter.status {
             query.push(" AND e.status = ").push_bind(status.as_str());
         }
-        if let Some(agent_id) = &filter.agent_id {
-            query
-                .push(" AND e.agent_id = ")
-                .push_bind(agent_id.as_str());
-        }
-        for (key, value) in &filter.labels {
-            query
-                .push(" AND EXISTS (SELECT 1 FROM execution_labels AS l")
-                .push(" WHERE l.execution_id = e.id AND l.key = ")
-                .push_bind(key.as_str())
-                .push(" AND l.value = ")
-                .push_bind(value.as_str())
-                .push(")");
-        }
+        super::super::filter::push_agent_and_labels(&mut query, filter);
         if let Some((created_at, id)) = &filter.after {
             // Strictly after (created_at, id) in descending order, as a row comparison the
             // (created_at DESC, id DESC) indexes answer directly.
