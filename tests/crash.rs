@@ -63,6 +63,8 @@ struct Kernel {
     child: Child,
     url: String,
     log: Arc<Mutex<Vec<String>>>,
+    /// The task copying stderr into `log`; it ends at the process's end of output.
+    reader: tokio::task::JoinHandle<()>,
 }
 
 impl Kernel {
@@ -102,7 +104,7 @@ impl Kernel {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (address_tx, address_rx) = tokio::sync::oneshot::channel();
         let sink = log.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             let mut address_tx = Some(address_tx);
             while let Ok(Some(line)) = lines.next_line().await {
@@ -132,6 +134,7 @@ impl Kernel {
             child,
             url: format!("http://{address}"),
             log,
+            reader,
         }
     }
 
@@ -157,6 +160,11 @@ impl Kernel {
             .await
             .expect("kernel did not stop within 15 s of SIGTERM")
             .expect("wait for kernel");
+        // The process has exited; its last lines may still be on their way through the pipe.
+        tokio::time::timeout(Duration::from_secs(5), self.reader)
+            .await
+            .expect("stderr reaches its end after the kernel exited")
+            .expect("log reader");
         let log = self.log.lock().unwrap().join("\n");
         assert!(
             exit.success(),
