@@ -130,6 +130,20 @@ impl Kernel {
         format!("http://{}{path}", self.address)
     }
 
+    /// Creates an execution with `body` under a client `traceparent`; returns the answer.
+    async fn create_traced(&self, traceparent: &str, body: serde_json::Value) -> serde_json::Value {
+        reqwest::Client::new()
+            .post(self.url("/v0/executions"))
+            .header("traceparent", traceparent)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     async fn post(&self, path: &str, body: &serde_json::Value) -> serde_json::Value {
         let response = reqwest::Client::new()
             .post(self.url(path))
@@ -232,16 +246,12 @@ async fn a_client_traceparent_is_joined_and_spans_are_exported_over_otlp_http() 
     let address = &kernel.address;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let parent_id = "00f067aa0ba902b7";
-    let created: serde_json::Value = reqwest::Client::new()
-        .post(format!("http://{address}/v0/executions"))
-        .header("traceparent", format!("00-{trace_id}-{parent_id}-01"))
-        .json(&serde_json::json!({"agent_id": "traced-agent"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = kernel
+        .create_traced(
+            &format!("00-{trace_id}-{parent_id}-01"),
+            serde_json::json!({"agent_id": "traced-agent"}),
+        )
+        .await;
     let execution_id = created["id"].as_str().unwrap().to_owned();
     let untraced = reqwest::get(format!("http://{address}/v0/executions/{execution_id}"))
         .await
@@ -368,16 +378,12 @@ async fn one_execution_is_one_span_tree_and_its_pushes_carry_its_trace() {
         .await;
 
     let trace_id = "0af7651916cd43dd8448eb211c80319c";
-    let created: serde_json::Value = reqwest::Client::new()
-        .post(kernel.url("/v0/executions"))
-        .header("traceparent", format!("00-{trace_id}-b7ad6b7169203331-01"))
-        .json(&serde_json::json!({"agent_id": "traced", "input": {"q": 1}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = kernel
+        .create_traced(
+            &format!("00-{trace_id}-b7ad6b7169203331-01"),
+            serde_json::json!({"agent_id": "traced", "input": {"q": 1}}),
+        )
+        .await;
     let execution_id = created["id"].as_str().unwrap().to_owned();
     let assigned = agent.next_of("execution.assigned").await;
     let session_id = assigned["session_id"].as_str().unwrap().to_owned();
@@ -633,19 +639,12 @@ async fn without_an_endpoint_nothing_of_a_trace_is_recorded_or_pushed() {
     let mut agent = kernel
         .stream("/v0/agents/stream?agent_id=plain&consumer_id=plain-1")
         .await;
-    let created: serde_json::Value = reqwest::Client::new()
-        .post(kernel.url("/v0/executions"))
-        .header(
-            "traceparent",
+    let created = kernel
+        .create_traced(
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            serde_json::json!({"agent_id": "plain"}),
         )
-        .json(&serde_json::json!({"agent_id": "plain"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .await;
     let assigned = agent.next_of("execution.assigned").await;
     assert!(assigned.get("traceparent").is_none(), "{assigned}");
     let events = kernel
@@ -666,16 +665,12 @@ async fn a_passivated_execution_continues_its_trace_when_rebuilt() {
     let (endpoint, mut spans) = receiver().await;
     let kernel = Kernel::start_with(Some(&endpoint), &["--passivate-after", "100ms"]).await;
     let trace_id = "5b8efff798038103d269b633813fc60c";
-    let created: serde_json::Value = reqwest::Client::new()
-        .post(kernel.url("/v0/executions"))
-        .header("traceparent", format!("00-{trace_id}-eee19b7ec3c1b174-01"))
-        .json(&serde_json::json!({"agent_id": "later"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = kernel
+        .create_traced(
+            &format!("00-{trace_id}-eee19b7ec3c1b174-01"),
+            serde_json::json!({"agent_id": "later"}),
+        )
+        .await;
     let execution_id = created["id"].as_str().unwrap().to_owned();
     // No consumer: the pending execution's actor is stopped, its state left in the store.
     kernel.passivated(1).await;

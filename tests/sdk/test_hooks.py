@@ -15,14 +15,18 @@ from rebuno.types import ExecutionStatus
 from harness import Sandbox, run, unique
 
 
-class _Hook(BaseHTTPRequestHandler):
-    calls: list[dict] = []
+class _JsonHook(BaseHTTPRequestHandler):
+    """A hook endpoint: records each call in the subclass's `calls`, answers `answer(call)`."""
+
+    calls: list[dict]
+
+    def answer(self, call: dict) -> dict:
+        raise NotImplementedError
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Hook.calls.append(call)
-        answer = {"decision": "modify", "result": call["result"] - 1}
-        body = json.dumps(answer).encode()
+        type(self).calls.append(call)
+        body = json.dumps(self.answer(call)).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -31,6 +35,15 @@ class _Hook(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:  # quiet
         pass
+
+
+class _Hook(_JsonHook):
+    """A post_tool hook: takes one off every result."""
+
+    calls: list[dict] = []
+
+    def answer(self, call: dict) -> dict:
+        return {"decision": "modify", "result": call["result"] - 1}
 
 
 def test_a_post_tool_hook_modifies_the_result_the_agent_sees(sandbox: Sandbox) -> None:
@@ -81,27 +94,15 @@ def test_a_post_tool_hook_modifies_the_result_the_agent_sees(sandbox: Sandbox) -
     assert types.index("hook.decided") < events.index(completed)
 
 
-class _Admit(BaseHTTPRequestHandler):
+class _Admit(_JsonHook):
     """A pre_create hook: refuses creations whose input asks for it, adds a label otherwise."""
 
     calls: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        _Admit.calls.append(call)
+    def answer(self, call: dict) -> dict:
         if (call.get("input") or {}).get("refuse"):
-            answer = {"decision": "abort", "reason": "tenant over quota"}
-        else:
-            answer = {"decision": "modify", "labels": {"tenant": "acme"}}
-        body = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
+            return {"decision": "abort", "reason": "tenant over quota"}
+        return {"decision": "modify", "labels": {"tenant": "acme"}}
 
 
 def test_a_pre_create_hook_refuses_a_client_create_or_adds_labels(sandbox: Sandbox) -> None:

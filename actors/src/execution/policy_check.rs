@@ -10,7 +10,7 @@ use super::actor::ExecutionActorState;
 use crate::ids::ToolId;
 use crate::kernel::KernelError;
 use crate::kernel::context::read;
-use crate::policy::check::check_without_actor;
+use crate::policy::check::{Checked, check_without_actor};
 use crate::policy::{Decision, DenialKind, PolicyDecision, PolicyMsg};
 
 /// Asks the policy actor about a call, then applies the local-call limit.
@@ -22,11 +22,17 @@ pub(super) async fn check_policy(
 ) -> Result<PolicyDecision, KernelError> {
     let input = super::hooks::policy_input(state, tool_id, arguments);
     let engine = read(&state.ctx.policy_in_force).engine.clone();
-    let decided = check_without_actor(&*engine, &input, &state.ctx.metrics);
-    let mut verdict = match decided {
-        Some(verdict) => verdict,
-        None => {
-            super::hooks::ask_policy(state, |reply| PolicyMsg::CheckIntent(input, reply)).await?
+    let started = std::time::Instant::now();
+    let mut verdict = match check_without_actor(&*engine, &input, &state.ctx.metrics) {
+        Checked::Decided(verdict) => verdict,
+        Checked::NeedsActor(decision) => {
+            let admit = |reply| PolicyMsg::Admit {
+                input,
+                decision: Box::new(decision),
+                started,
+                reply,
+            };
+            super::hooks::ask_policy(state, admit).await?
         }
     };
     limit_local_call(state, tool_id, remote, &mut verdict).await?;

@@ -88,8 +88,19 @@ impl Actor for PolicyActor {
         match message {
             PolicyMsg::CheckIntent(input, reply) => {
                 let started = Instant::now();
-                let decision = check(state, &input, started);
+                let decision = state.engine.evaluate(&input);
+                let decision = admit(state, &input, decision, started);
                 super::check::record(&state.metrics, started.into_std(), &decision);
+                let _ = reply.send(decision);
+            }
+            PolicyMsg::Admit {
+                input,
+                decision,
+                started,
+                reply,
+            } => {
+                let decision = admit(state, &input, *decision, Instant::now());
+                super::check::record(&state.metrics, started, &decision);
                 let _ = reply.send(decision);
             }
             PolicyMsg::Evaluate(input, reply) => {
@@ -188,8 +199,13 @@ async fn load_history(state: &mut PolicyState, horizon: Option<std::time::Durati
     }
 }
 
-fn check(state: &mut PolicyState, input: &PolicyInput, now: Instant) -> PolicyDecision {
-    let mut decision = state.engine.evaluate(input);
+/// Applies the budget, the breaker and the rate limit to the engine's `decision` on `input`.
+fn admit(
+    state: &mut PolicyState,
+    input: &PolicyInput,
+    mut decision: PolicyDecision,
+    now: Instant,
+) -> PolicyDecision {
     if decision.decision == Decision::Deny {
         return decision;
     }

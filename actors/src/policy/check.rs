@@ -5,7 +5,9 @@
 //! execution's usage travels in the input. Only a rate limit (its sliding windows) and a circuit
 //! breaker (its state) live in the policy actor. An execution therefore evaluates the policy in
 //! force itself ([`check_without_actor`]) and asks the actor only when the call meets one of
-//! those two, which saves a round trip per tool call on the common path.
+//! those two, which saves a round trip per tool call on the common path; the actor then
+//! finishes the check from the verdict it is given (`PolicyMsg::Admit`), without evaluating
+//! the rules again.
 
 use std::time::{Duration, Instant};
 
@@ -13,21 +15,29 @@ use super::DenialKind;
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput};
 use crate::metrics::Metrics;
 
-/// Decides a call without the policy actor, or returns `None` when its answer depends on the
-/// actor's state: the tool has a circuit breaker, or the call would be allowed under a rule rate
-/// limit. The answer is the one the actor would give, and is counted the same way.
+/// What an execution's own check of a call came to.
+#[derive(Debug, PartialEq)]
+pub enum Checked {
+    /// Decided here, as the policy actor would have (and counted the same way).
+    Decided(PolicyDecision),
+    /// The engine's verdict, which the policy actor must finish (`PolicyMsg::Admit`): the tool
+    /// has a circuit breaker, or the call would be allowed under a rule rate limit.
+    NeedsActor(PolicyDecision),
+}
+
+/// Evaluates a call once and decides it without the policy actor unless its answer depends on
+/// the actor's state.
 pub fn check_without_actor(
     engine: &dyn PolicyEngine,
     input: &PolicyInput,
     metrics: &Metrics,
-) -> Option<PolicyDecision> {
-    if engine.breakers().config(&input.tool_id).is_some() {
-        return None;
-    }
+) -> Checked {
     let started = Instant::now();
     let mut decision = engine.evaluate(input);
-    if decision.decision == Decision::Allow && decision.rate_limit.is_some() {
-        return None;
+    let stateful = engine.breakers().config(&input.tool_id).is_some()
+        || (decision.decision == Decision::Allow && decision.rate_limit.is_some());
+    if decision.decision != Decision::Deny && stateful {
+        return Checked::NeedsActor(decision);
     }
     let within_budget =
         decision.decision != Decision::Deny && !deny_over_budget(&mut decision, input, metrics);
@@ -35,7 +45,7 @@ pub fn check_without_actor(
         decision.max_concurrent_steps = engine.tool_limits().limit(&input.tool_id);
     }
     record(metrics, started, &decision);
-    Some(decision)
+    Checked::Decided(decision)
 }
 
 /// Turns `decision` into a denial naming the budget when the call would exceed the execution's

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::check::check_without_actor;
+use super::check::{Checked, check_without_actor};
 use super::engine::{Decision, PolicyDecision, PolicyEngine, PolicyInput, RateLimit};
 use super::{PolicyActor, PolicyArgs, PolicyMsg};
 use crate::guardrails::breaker::{BreakerConfig, BreakerScope, BreakerSet};
@@ -93,8 +93,13 @@ fn input(tool: &str, steps: u64, clock: &Clock) -> PolicyInput {
     }
 }
 
-/// What the policy actor answers for `input` under `engine`.
-async fn actor_answer(engine: Arc<Fixed>, input: PolicyInput) -> PolicyDecision {
+/// What a fresh policy actor answers for `input` under `engine`: to `CheckIntent`, or to
+/// `Admit` with the engine's verdict `evaluated`.
+async fn actor_answer(
+    engine: Arc<Fixed>,
+    input: PolicyInput,
+    evaluated: Option<PolicyDecision>,
+) -> PolicyDecision {
     let clock = Clock::tokio();
     let mut actors = LeakCheck::new();
     let args = PolicyArgs {
@@ -105,14 +110,18 @@ async fn actor_answer(engine: Arc<Fixed>, input: PolicyInput) -> PolicyDecision 
         clock,
     };
     let policy = actors.spawn("policy", PolicyActor, args).await;
-    let answer = call(
-        &policy,
-        |reply| PolicyMsg::CheckIntent(input, reply),
-        Duration::from_secs(5),
-        "policy",
-    )
-    .await
-    .expect("the policy actor answers");
+    let message = |reply| match evaluated {
+        Some(decision) => PolicyMsg::Admit {
+            input,
+            decision: Box::new(decision),
+            started: std::time::Instant::now(),
+            reply,
+        },
+        None => PolicyMsg::CheckIntent(input, reply),
+    };
+    let answer = call(&policy, message, Duration::from_secs(5), "policy")
+        .await
+        .expect("the policy actor answers");
     actors.finish().await;
     answer
 }
@@ -153,9 +162,11 @@ async fn calls_without_a_breaker_or_a_rate_limit_are_decided_as_the_actor_would(
             breakers: shell_breaker(),
         });
         let metrics = Metrics::new();
-        let here = check_without_actor(&*engine, &input("web", steps, &clock), &metrics)
-            .unwrap_or_else(|| panic!("{name}: decided without the actor"));
-        let there = actor_answer(engine, input("web", steps, &clock)).await;
+        let here = match check_without_actor(&*engine, &input("web", steps, &clock), &metrics) {
+            Checked::Decided(decision) => decision,
+            other => panic!("{name}: decided without the actor, not {other:?}"),
+        };
+        let there = actor_answer(engine, input("web", steps, &clock), None).await;
         assert_eq!(here, there, "{name}");
     }
     let over = with_budget(Decision::Allow, 3);
@@ -163,30 +174,56 @@ async fn calls_without_a_breaker_or_a_rate_limit_are_decided_as_the_actor_would(
         decision: over,
         breakers: BreakerSet::default(),
     };
-    let denied =
-        check_without_actor(&engine, &input("web", 3, &clock), &Metrics::new()).expect("decided");
+    let Checked::Decided(denied) =
+        check_without_actor(&engine, &input("web", 3, &clock), &Metrics::new())
+    else {
+        panic!("an over-budget call is decided without the actor");
+    };
     assert_eq!(denied.decision, Decision::Deny);
     assert!(denied.reason.contains("max_steps"), "{}", denied.reason);
 }
 
 #[tokio::test]
-async fn a_tool_with_a_breaker_or_an_allow_under_a_rate_limit_goes_to_the_actor() {
+async fn a_tool_with_a_breaker_or_an_allow_under_a_rate_limit_is_finished_by_the_actor() {
     let clock = Clock::tokio();
-    let metrics = Metrics::new();
-    let breaker = Fixed {
-        decision: decision(Decision::Allow),
-        breakers: shell_breaker(),
-    };
-    assert_eq!(
-        check_without_actor(&breaker, &input("shell", 0, &clock), &metrics),
-        None
-    );
-    let limited = Fixed {
-        decision: with_rate_limit(Decision::Allow),
-        breakers: BreakerSet::default(),
-    };
-    assert_eq!(
-        check_without_actor(&limited, &input("web", 0, &clock), &metrics),
-        None
-    );
+    let cases = [
+        (
+            "a tool with a breaker",
+            "shell",
+            decision(Decision::Allow),
+            0,
+        ),
+        (
+            "a breaker, over budget",
+            "shell",
+            with_budget(Decision::Allow, 1),
+            1,
+        ),
+        (
+            "an allow under a rate limit",
+            "web",
+            with_rate_limit(Decision::Allow),
+            0,
+        ),
+    ];
+    for (name, tool, answer, steps) in cases {
+        let engine = Arc::new(Fixed {
+            decision: answer,
+            breakers: shell_breaker(),
+        });
+        let here = check_without_actor(&*engine, &input(tool, steps, &clock), &Metrics::new());
+        let Checked::NeedsActor(evaluated) = here else {
+            panic!("{name}: goes to the actor, not {here:?}");
+        };
+        let finished =
+            actor_answer(engine.clone(), input(tool, steps, &clock), Some(evaluated)).await;
+        let checked = actor_answer(engine, input(tool, steps, &clock), None).await;
+        assert_eq!(finished.decision, checked.decision, "{name}");
+        assert_eq!(finished.reason, checked.reason, "{name}");
+        assert_eq!(
+            finished.rate_slot.is_some(),
+            checked.rate_slot.is_some(),
+            "{name}"
+        );
+    }
 }

@@ -14,6 +14,19 @@ use crate::store::ToolResult;
 pub enum PolicyMsg {
     /// Decides about one tool call (rate limits included).
     CheckIntent(PolicyInput, RpcReplyPort<PolicyDecision>),
+    /// Finishes a check the caller began: `decision` is the engine's verdict on `input` (not a
+    /// denial), evaluated since `started`; the actor applies the budget, the breaker and the
+    /// rate limit as `CheckIntent` does after its own evaluation.
+    Admit {
+        /// The call.
+        input: PolicyInput,
+        /// The engine's verdict.
+        decision: Box<PolicyDecision>,
+        /// When the caller began evaluating (for `keel_policy_evaluation_seconds`).
+        started: std::time::Instant,
+        /// The final decision.
+        reply: RpcReplyPort<PolicyDecision>,
+    },
     /// Replaces the engine and its hooks (hot reload); rate-limit windows are kept.
     ReplacePolicy(super::InForce),
     /// Decides about one tool call without counting it toward rate limits (a re-check of

@@ -142,16 +142,6 @@ where
             .is_some_and(|live| live.get_id() == actor)
     }
 
-    /// Returns the live children.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &ActorRef<M>)> {
-        self.live.iter()
-    }
-
-    /// Returns the key a child serves, while it has not ended.
-    pub fn key_of(&self, actor: ActorId) -> Option<&K> {
-        self.keys.get(&actor)
-    }
-
     /// Starts `actor` linked to `supervisor` as the child of `key` and reports it. A previous
     /// child of the key stays tracked until it ends but no longer receives messages. A child
     /// that stopped inside its own start (nothing to do) is returned but not made live.
