@@ -10,7 +10,7 @@ use super::state::ExecutionState;
 use super::watchdog;
 use crate::agent_group::AgentGroupMsg;
 use crate::events::seal;
-use crate::ids::{ConsumerId, RunnerId, StepId};
+use crate::ids::{ConsumerId, RunnerId, SessionId, StepId};
 use crate::kernel::KernelError;
 use crate::kernel::context::{read, write};
 use crate::runner::DispatcherMsg;
@@ -59,11 +59,7 @@ pub(super) async fn apply(
         .session
         .as_ref()
         .map(|session| session.consumer_id.clone());
-    let session_before = state
-        .exec
-        .session
-        .as_ref()
-        .map(|session| session.id.clone());
+    let session_before = indexed_session(&state.exec);
     let mut results = Vec::new();
     if !transition.events.is_empty() {
         let events = seal(
@@ -112,11 +108,7 @@ pub(super) async fn apply(
             .metrics
             .execution_moved(Some(before), state.exec.status);
     }
-    let session_after = state
-        .exec
-        .session
-        .as_ref()
-        .map(|session| session.id.clone());
+    let session_after = indexed_session(&state.exec);
     if session_before != session_after {
         let mut sessions = write(&state.ctx.sessions);
         if let Some(old) = &session_before {
@@ -135,6 +127,17 @@ pub(super) async fn apply(
         Box::pin(apply(state, transition)).await?;
     }
     Ok(())
+}
+
+/// The session `ctx.sessions` maps to this execution: its session while it is not terminal.
+/// A terminal execution keeps its session in its state (and projection) but leaves the map,
+/// as recovery never puts it there; otherwise every completed execution would keep an entry
+/// for the life of the process.
+fn indexed_session(exec: &ExecutionState) -> Option<SessionId> {
+    match &exec.session {
+        Some(session) if !exec.status.is_terminal() => Some(session.id.clone()),
+        _ => None,
+    }
 }
 
 pub(super) fn run_effects(

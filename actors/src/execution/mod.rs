@@ -36,6 +36,8 @@ mod restart_tests;
 #[cfg(test)]
 mod retry_tests;
 #[cfg(test)]
+mod session_index_tests;
+#[cfg(test)]
 mod stall_tests;
 #[cfg(test)]
 mod supervisor_tests;

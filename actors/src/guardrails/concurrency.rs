@@ -140,7 +140,9 @@ impl RunningSlots {
     /// session already ended while the offer was answered.
     pub fn assigned(&mut self, execution_id: ExecutionId) {
         let labels = self.offers.remove(&execution_id).flatten();
+        crate::shrink::relax(&mut self.offers);
         if self.ended_in_offer.remove(&execution_id) {
+            crate::shrink::relax_set(&mut self.ended_in_offer);
             self.count(&labels, false);
         } else if let Some(previous) = self.holding.insert(execution_id, labels) {
             self.count(&previous, false);
@@ -159,8 +161,11 @@ impl RunningSlots {
 
     /// An offer ended without an assignment: its label values free.
     pub fn offer_dropped(&mut self, execution_id: &ExecutionId) {
-        self.ended_in_offer.remove(execution_id);
+        if self.ended_in_offer.remove(execution_id) {
+            crate::shrink::relax_set(&mut self.ended_in_offer);
+        }
         if let Some(labels) = self.offers.remove(execution_id) {
+            crate::shrink::relax(&mut self.offers);
             self.count(&labels, false);
         }
     }
@@ -173,6 +178,7 @@ impl RunningSlots {
         }
         match self.holding.remove(execution_id) {
             Some(labels) => {
+                crate::shrink::relax(&mut self.holding);
                 self.count(&labels, false);
                 true
             }
