@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::core::{Group, GroupEffect, OfferOutcome};
 use super::messages::AgentGroupMsg;
 use crate::execution::{ExecutionMsg, Rejection};
-use crate::guardrails::concurrency::RunningLimits;
+use crate::guardrails::concurrency::{LabelSet, RunningLimits};
 use crate::ids::{AgentId, ConsumerId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
@@ -96,7 +96,7 @@ impl Actor for AgentGroupActor {
             Ok(found) => state.core.load_pending(
                 found
                     .into_iter()
-                    .map(|entry| (entry.id, entry.priority, entry.labels.map(Arc::new))),
+                    .map(|entry| (entry.id, entry.priority, entry.labels.map(LabelSet::from))),
             ),
             Err(error) => {
                 tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions");
@@ -108,7 +108,7 @@ impl Actor for AgentGroupActor {
             Ok(running) => state.core.load_running(
                 running
                     .into_iter()
-                    .map(|entry| (entry.id, entry.labels.map(Arc::new))),
+                    .map(|entry| (entry.id, entry.labels.map(LabelSet::from))),
             ),
             Err(error) => {
                 tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load running executions; concurrency limits count only new assignments");

@@ -3,14 +3,13 @@
 //! first once its value frees; executions without the label are not limited by it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::core::{Group, GroupEffect, OfferOutcome, Outlet, Refused};
-use crate::guardrails::concurrency::{LabelLimit, LabelUse, Labels, RunningLimits};
+use crate::guardrails::concurrency::{LabelLimit, LabelSet, LabelUse, Labels, RunningLimits};
 use crate::ids::{AgentId, ExecutionId};
 use crate::push::Push;
 
@@ -29,7 +28,7 @@ fn id(name: &str) -> ExecutionId {
 }
 
 fn tenant(value: &str) -> Labels {
-    Some(Arc::new(BTreeMap::from([(
+    Some(LabelSet::from(BTreeMap::from([(
         "tenant".to_owned(),
         value.to_owned(),
     )])))

@@ -10,6 +10,7 @@ use super::state::ExecutionState;
 use super::watchdog;
 use crate::agent_group::AgentGroupMsg;
 use crate::events::seal;
+use crate::guardrails::concurrency::LabelSet;
 use crate::ids::{ConsumerId, RunnerId, SessionId, StepId};
 use crate::kernel::KernelError;
 use crate::kernel::context::{read, write};
@@ -173,7 +174,7 @@ pub(super) fn run_effects(
                 let message = AgentGroupMsg::ExecutionPending {
                     execution_id: exec.id.clone(),
                     priority: exec.priority,
-                    labels: exec.labels.clone().map(std::sync::Arc::new),
+                    labels: exec.labels.as_ref().map(LabelSet::new),
                     reply: None,
                 };
                 state.ctx.tell_agent_group(&exec.agent_id, message);

@@ -10,6 +10,7 @@ use super::state::ExecutionState;
 use crate::agent_group::AgentGroupMsg;
 use crate::events::{Event, NewEvent, seal};
 use crate::guardrails::CreateOptions;
+use crate::guardrails::concurrency::LabelSet;
 use crate::ids::{AgentId, ExecutionId};
 use crate::kernel::KernelError;
 use crate::kernel::context::Ctx;
@@ -142,7 +143,7 @@ fn resend_landed_assignment(state: &mut ExecutionActorState) {
         AgentGroupMsg::SessionRestored {
             consumer_id: consumer_id.clone(),
             execution_id: exec.id.clone(),
-            labels: exec.labels.clone().map(std::sync::Arc::new),
+            labels: exec.labels.as_ref().map(LabelSet::new),
         },
     );
     state
@@ -193,7 +194,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             AgentGroupMsg::ExecutionPending {
                 execution_id: exec.id.clone(),
                 priority: exec.priority,
-                labels: exec.labels.clone().map(std::sync::Arc::new),
+                labels: exec.labels.as_ref().map(LabelSet::new),
                 reply: None,
             },
         );
@@ -203,7 +204,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             AgentGroupMsg::SessionRestored {
                 consumer_id: session.consumer_id.clone(),
                 execution_id: exec.id.clone(),
-                labels: exec.labels.clone().map(std::sync::Arc::new),
+                labels: exec.labels.as_ref().map(LabelSet::new),
             },
         );
     }

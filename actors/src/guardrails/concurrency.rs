@@ -14,7 +14,41 @@ use crate::ids::{ExecutionId, ToolId};
 use crate::policy::rules::Glob;
 
 /// The labels of an execution as the agent group keeps them (`None`: it has none).
-pub type Labels = Option<Arc<BTreeMap<String, String>>>;
+pub type Labels = Option<LabelSet>;
+
+/// An execution's labels in one shared allocation, sorted by key. The agent group keeps the
+/// labels of every pending, running and blocked execution of its agent; a `BTreeMap` allocates
+/// a whole node (544 bytes) even for one label, a third of the kernel's memory per blocked
+/// execution (docs/benchmarks.md, T5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelSet(Arc<[(Box<str>, Box<str>)]>);
+
+impl LabelSet {
+    /// Copies `labels`.
+    pub fn new(labels: &BTreeMap<String, String>) -> Self {
+        Self(
+            labels
+                .iter()
+                .map(|(key, value)| (key.as_str().into(), value.as_str().into()))
+                .collect(),
+        )
+    }
+
+    /// Returns the value of label `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let pairs = &self.0;
+        pairs
+            .binary_search_by(|(candidate, _)| candidate.as_ref().cmp(key))
+            .ok()
+            .map(|index| pairs[index].1.as_ref())
+    }
+}
+
+impl From<BTreeMap<String, String>> for LabelSet {
+    fn from(labels: BTreeMap<String, String>) -> Self {
+        Self::new(&labels)
+    }
+}
 
 /// One `concurrency.labels` entry: at most `max_running` executions of the agent hold a running
 /// slot per distinct value of `label`.
@@ -121,7 +155,7 @@ impl RunningSlots {
             .iter()
             .find(|limit| {
                 labels.get(&limit.label).is_some_and(|value| {
-                    let key = (limit.label.clone(), value.clone());
+                    let key = (limit.label.clone(), value.to_owned());
                     self.usage.get(&key).copied().unwrap_or(0) >= limit.max_running as usize
                 })
             })
@@ -217,7 +251,7 @@ impl RunningSlots {
             let Some(value) = labels.get(&limit.label) else {
                 continue;
             };
-            let key = (limit.label.clone(), value.clone());
+            let key = (limit.label.clone(), value.to_owned());
             if up {
                 *self.usage.entry(key).or_default() += 1;
             } else if let Some(used) = self.usage.get_mut(&key) {
@@ -271,5 +305,29 @@ impl ToolLimits {
     /// Returns whether there are no limits.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod label_set_tests {
+    use std::collections::BTreeMap;
+
+    use super::LabelSet;
+
+    #[test]
+    fn a_label_set_answers_every_key_of_its_map_and_no_other() {
+        let map: BTreeMap<String, String> = [("tenant", "acme"), ("env", "prod"), ("b", "")]
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .collect();
+        let set = LabelSet::new(&map);
+        for (key, value) in &map {
+            assert_eq!(set.get(key), Some(value.as_str()), "{key}");
+        }
+        for missing in ["", "a", "tenants", "zz"] {
+            assert_eq!(set.get(missing), None, "{missing}");
+        }
+        assert_eq!(LabelSet::new(&BTreeMap::new()).get("tenant"), None);
+        assert_eq!(set, LabelSet::from(map));
     }
 }

@@ -1,8 +1,7 @@
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use super::{Cursor, PendingQueue};
-use crate::guardrails::concurrency::Labels;
+use crate::guardrails::concurrency::{LabelSet, Labels};
 use crate::ids::ExecutionId;
 
 fn id(name: &str) -> ExecutionId {
@@ -73,7 +72,7 @@ fn forget_removes_a_waiting_execution() {
 }
 
 fn tenant(value: &str) -> Labels {
-    Some(Arc::new(BTreeMap::from([(
+    Some(LabelSet::from(BTreeMap::from([(
         "tenant".to_owned(),
         value.to_owned(),
     )])))

@@ -74,7 +74,7 @@ impl KernelInner {
         )
         .await??;
         let group = self.group(&agent_id).await?;
-        let labels = labels.map(std::sync::Arc::new);
+        let labels = labels.map(crate::guardrails::concurrency::LabelSet::from);
         let pending = |reply| AgentGroupMsg::ExecutionPending {
             execution_id: id.clone(),
             priority,
