@@ -78,6 +78,10 @@ pub struct Commit {
     pub events: Vec<Event>,
     /// Steps whose projection changed.
     pub steps: Vec<StepRow>,
+    /// The execution's status before these events, when the caller knows it (`None`: not
+    /// known). A store may leave an unchanged status unwritten; it must not trust the hint
+    /// further than that (SQLite's update matches it against the stored status).
+    pub previous_status: Option<ExecutionStatus>,
 }
 
 /// Filter and page of `GET /v0/executions`.

@@ -22,8 +22,10 @@ mod runner_results;
 mod tool_calls;
 pub use batch::{
     MANY, a_clean_group_answers_ok_for_each_commit,
-    a_group_writes_every_commit_but_the_failing_ones, a_reused_event_id_fails_only_its_commit,
-    creations, many_executions_in_one_batch_are_all_or_nothing, resume,
+    a_group_writes_every_commit_but_the_failing_ones,
+    a_groups_events_take_positions_in_commit_order, a_reused_event_id_fails_only_its_commit,
+    a_wrong_previous_status_still_writes_the_new_status, creations,
+    many_executions_in_one_batch_are_all_or_nothing, resume,
 };
 pub use creation::{
     a_creation_key_names_one_execution, pending_and_running_executions_carry_their_labels,
@@ -92,6 +94,7 @@ pub fn new_execution(
         execution,
         events,
         steps: Vec::new(),
+        previous_status: None,
     }
 }
 
@@ -113,6 +116,7 @@ pub fn advance(
         execution,
         events,
         steps: Vec::new(),
+        previous_status: Some(row.status),
     }
 }
 

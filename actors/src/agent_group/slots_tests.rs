@@ -75,6 +75,7 @@ async fn stored(store: &dyn Store, id: &ExecutionId, status: ExecutionStatus) {
         execution: row,
         events,
         steps: Vec::new(),
+        previous_status: None,
     };
     store.commit(&[commit]).await.expect("stored");
 }

@@ -97,6 +97,7 @@ pub(super) async fn apply(
             execution: exec.row(),
             events,
             steps,
+            previous_status: Some(before),
         };
         if let Err(error) = state.ctx.commit(commit).await {
             state.stale = true;

@@ -74,6 +74,7 @@ pub async fn record_creation_decided(
         execution: exec.row(),
         events,
         steps: Vec::new(),
+        previous_status: None,
     })
     .await?;
     ctx.metrics.execution_outcome("created");

@@ -299,6 +299,7 @@ async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Cloc
         execution: state.row(),
         events,
         steps: Vec::new(),
+        previous_status: None,
     };
     store.commit(&[commit]).await.expect("seeded");
 }

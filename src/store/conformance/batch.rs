@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use keel_actors::error::StoreError;
 use keel_actors::events::{EventBody, NewEvent};
+use keel_actors::feed::FeedQuery;
 use keel_actors::ids::ExecutionId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
@@ -173,4 +174,77 @@ pub async fn a_reused_event_id_fails_only_its_commit(store: Arc<dyn Store>) {
     }
     assert_eq!(labelled(&store, "dup").await, 9);
     assert!(sequences(&store, "dup-7").await.is_empty());
+}
+
+/// The events of one group take positions in the order of its commits, and within a commit in
+/// sequence order, across more events than one statement of a batched writer takes.
+pub async fn a_groups_events_take_positions_in_commit_order(store: Arc<dyn Store>) {
+    let created = creations("order", 12);
+    let rows: Vec<ExecutionRow> = created.iter().map(|c| c.execution.clone()).collect();
+    store.commit(&created).await.expect("creations");
+    let signal = |kind: String| {
+        NewEvent::execution(EventBody::SignalReceived {
+            signal_type: kind,
+            payload: serde_json::Value::Null,
+        })
+    };
+    // Every other execution in reverse, three events each: 18 events in one group.
+    let group: Vec<Commit> = rows
+        .iter()
+        .rev()
+        .step_by(2)
+        .map(|row| {
+            let events = (0..3).map(|n| signal(format!("s{n}"))).collect();
+            advance(row, at(50), ExecutionStatus::Pending, events)
+        })
+        .collect();
+    let expected: Vec<(String, i64)> = group
+        .iter()
+        .flat_map(|commit| commit.events.iter())
+        .map(|event| (event.execution_id.as_str().to_owned(), event.sequence))
+        .collect();
+    let head = store.head_position().await.expect("head");
+    let results = store.commit_group(group).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let query = FeedQuery {
+        after_position: head,
+        limit: 100,
+        ..FeedQuery::default()
+    };
+    let fed: Vec<(String, i64)> = store
+        .feed(&query)
+        .await
+        .expect("feed")
+        .iter()
+        .map(|fed| {
+            (
+                fed.event.execution_id.as_str().to_owned(),
+                fed.event.sequence,
+            )
+        })
+        .collect();
+    assert_eq!(fed, expected);
+}
+
+/// `Commit::previous_status` is a hint: a commit that names the wrong previous status still
+/// moves the execution to its new one.
+pub async fn a_wrong_previous_status_still_writes_the_new_status(store: Arc<dyn Store>) {
+    let created = creations("hint", 1);
+    let row = created[0].execution.clone();
+    store.commit(&created).await.expect("created");
+    let mut resumed = resume(&row, 10);
+    assert_eq!(row.status, ExecutionStatus::Pending);
+    resumed.previous_status = Some(ExecutionStatus::Running);
+    store.commit(&[resumed]).await.expect("resumed");
+    let stored = store.execution(&row.id).await.expect("read").expect("row");
+    assert_eq!(stored.status, ExecutionStatus::Running);
+    assert_eq!(stored.last_sequence, 2);
+    let filter = ListFilter {
+        status: Some(ExecutionStatus::Running),
+        labels: vec![("batch".into(), "hint".into())],
+        limit: 10,
+        ..ListFilter::default()
+    };
+    let listed = store.list_executions(&filter).await.expect("list");
+    assert_eq!(listed.len(), 1, "listed by its new status: {listed:?}");
 }

@@ -75,6 +75,8 @@ conformance_on_postgres!(
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
     a_reused_event_id_fails_only_its_commit,
+    a_groups_events_take_positions_in_commit_order,
+    a_wrong_previous_status_still_writes_the_new_status,
     a_creation_key_names_one_execution,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
     pending_and_running_executions_carry_their_labels,

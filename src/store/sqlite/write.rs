@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 
 use keel_actors::error::StoreError;
+use keel_actors::events::Event;
 use keel_actors::store::Commit;
 use keel_actors::time;
 
@@ -26,6 +27,14 @@ pub(super) const UPDATE_EXECUTION: &str = "UPDATE executions SET status = ?1, ou
      updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
      WHERE id = ?7 AND last_sequence = ?8";
 
+/// `UPDATE_EXECUTION` for a commit that leaves the status as it was (most of them): the
+/// status is not in the `SET` list, so SQLite leaves the three indexes over it alone instead of
+/// deleting and reinserting their entries. It matches only a row whose status is `?1`, so a
+/// wrong `Commit::previous_status` finds nothing and the full update runs.
+pub(super) const UPDATE_EXECUTION_SAME_STATUS: &str = "UPDATE executions SET output = ?2, \
+     updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
+     WHERE id = ?7 AND last_sequence = ?8 AND status = ?1";
+
 const INSERT_LABEL: &str =
     "INSERT INTO execution_labels (execution_id, key, value) VALUES (?1, ?2, ?3)";
 
@@ -42,11 +51,13 @@ pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_
      deadline = excluded.deadline, updated_at = excluded.updated_at";
 
 /// Writes one execution's checked commit: the projection row (which checks that the events
-/// follow the stored ones), its labels on first insert, the events and the steps.
-pub(super) fn write_commit(
+/// follow the stored ones), its labels on first insert, the events and the steps. With
+/// `deferred`, the events are appended there for the caller to insert (`event_rows`) instead.
+pub(super) fn write_commit<'a>(
     connection: &Connection,
-    commit: &Commit,
+    commit: &'a Commit,
     previous_sequence: i64,
+    deferred: Option<&mut Vec<(&'a str, &'a Event)>>,
 ) -> Result<(), StoreError> {
     let execution = &commit.execution;
     let id = execution.id.as_str();
@@ -91,25 +102,37 @@ pub(super) fn write_commit(
         }
     }
     if !written {
-        let updated = connection
-            .prepare_cached(UPDATE_EXECUTION)
-            .map_err(map_rusqlite_error)?
-            .execute(params![
-                execution.status.as_str(),
-                output,
-                updated_at,
-                execution.session_id.as_ref().map(SessionId::as_str),
-                execution.consumer_id.as_ref().map(ConsumerId::as_str),
-                execution.last_sequence,
-                id,
-                previous_sequence,
-            ])
-            .map_err(map_rusqlite_error)?;
+        let update = |sql: &str| {
+            connection
+                .prepare_cached(sql)
+                .map_err(map_rusqlite_error)?
+                .execute(params![
+                    execution.status.as_str(),
+                    output,
+                    updated_at,
+                    execution.session_id.as_ref().map(SessionId::as_str),
+                    execution.consumer_id.as_ref().map(ConsumerId::as_str),
+                    execution.last_sequence,
+                    id,
+                    previous_sequence,
+                ])
+                .map_err(map_rusqlite_error)
+        };
+        let same_status = commit.previous_status == Some(execution.status);
+        let updated = match same_status {
+            true => match update(UPDATE_EXECUTION_SAME_STATUS)? {
+                0 => update(UPDATE_EXECUTION)?,
+                updated => updated,
+            },
+            false => update(UPDATE_EXECUTION)?,
+        };
         if updated == 0 {
             return Err(sequence_conflict(&execution.id, previous_sequence + 1));
         }
     }
-    if !commit.events.is_empty() {
+    if let Some(deferred) = deferred {
+        deferred.extend(commit.events.iter().map(|event| (id, event)));
+    } else if !commit.events.is_empty() {
         let mut insert_event = connection
             .prepare_cached(INSERT_EVENT)
             .map_err(map_rusqlite_error)?;
@@ -261,19 +284,34 @@ pub(super) fn commit_group(
             Err(error) => results.push(Err(error)),
         }
     }
+    // The events of the whole transaction go in multi-row inserts after the projection rows;
+    // when one of those fails, the transaction is written again commit by commit to find the
+    // commit it belongs to.
+    let mut batched = true;
     while !pending.is_empty() {
         let mut failed_at = None;
         let outcome = in_transaction(connection, transactions, |connection| {
+            let mut events = batched.then(Vec::new);
             for (position, &(index, previous)) in pending.iter().enumerate() {
-                if let Err(error) = write_commit(connection, &group[index], previous) {
+                if let Err(error) =
+                    write_commit(connection, &group[index], previous, events.as_mut())
+                {
                     failed_at = Some(position);
                     return Err(error);
                 }
             }
-            Ok(())
+            match events {
+                Some(events) => super::event_rows::insert(connection, &events),
+                None => Ok(()),
+            }
         });
         match (outcome, failed_at) {
             (Ok(()), _) => break,
+            (Err(error), None)
+                if batched && !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>
+            {
+                batched = false;
+            }
             (Err(error), Some(position))
                 if !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>
             {

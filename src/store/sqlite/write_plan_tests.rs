@@ -5,20 +5,24 @@
 
 use super::super::StoreOptions;
 use super::SqliteStore;
-use super::write::{INSERT_EVENT, INSERT_EXECUTION, UPDATE_EXECUTION, UPSERT_STEP};
+use super::write::{
+    INSERT_EVENT, INSERT_EXECUTION, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS, UPSERT_STEP,
+};
 
 /// Counts the temporary b-trees a statement's program opens.
 async fn temporary_btrees(store: &SqliteStore, sql: &str) -> usize {
+    opcodes(store, sql, "OpenEphemeral").await
+}
+
+/// Counts the instructions `opcode` in a statement's program.
+async fn opcodes(store: &SqliteStore, sql: &str, opcode: &str) -> usize {
     use sqlx::Row;
     let rows = sqlx::query(&format!("EXPLAIN {sql}"))
         .fetch_all(store.readers())
         .await
         .unwrap_or_else(|error| panic!("explain {sql}: {error}"));
     rows.iter()
-        .filter(|row| {
-            row.try_get::<String, _>(1)
-                .is_ok_and(|op| op == "OpenEphemeral")
-        })
+        .filter(|row| row.try_get::<String, _>(1).is_ok_and(|op| op == opcode))
         .count()
 }
 
@@ -41,6 +45,33 @@ async fn the_writers_statements_evaluate_index_predicates_without_temporary_btre
         "execution"
     );
     assert_eq!(temporary_btrees(&store, UPSERT_STEP).await, 0, "step");
+    assert_eq!(
+        temporary_btrees(&store, UPDATE_EXECUTION_SAME_STATUS).await,
+        0,
+        "execution, same status"
+    );
+    let rows = super::event_rows::ROWS;
+    assert_eq!(
+        temporary_btrees(&store, super::event_rows::sql(rows)).await,
+        0,
+        "{rows} events"
+    );
+}
+
+/// An update that keeps the status leaves the indexes over it alone: only
+/// `executions_terminal_updated` (over `updated_at`) is maintained, where the full update
+/// deletes and reinserts an entry in four.
+#[tokio::test]
+async fn an_update_that_keeps_the_status_maintains_one_index_instead_of_four() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    assert_eq!(opcodes(&store, UPDATE_EXECUTION, "IdxDelete").await, 4);
+    assert_eq!(
+        opcodes(&store, UPDATE_EXECUTION_SAME_STATUS, "IdxDelete").await,
+        1
+    );
 }
 
 /// A database written by a kernel at schema 6 keeps its rows, tables and indexes through 0007,
