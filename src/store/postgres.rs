@@ -30,8 +30,6 @@ mod writer;
 #[cfg(test)]
 mod batch_tests;
 #[cfg(test)]
-mod hot_tests;
-#[cfg(test)]
 mod outage_tests;
 #[cfg(test)]
 mod test_db;

@@ -22,7 +22,9 @@ use sqlx::postgres::PgConnection;
 use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 
-use super::super::{expected_previous_sequence, map_sqlx_error, sequence_conflict};
+use super::super::{
+    TERMINAL_STATUSES_SQL, expected_previous_sequence, map_sqlx_error, sequence_conflict,
+};
 use super::columns::{EventColumns, ExecutionColumns, LabelColumns, StepColumns};
 
 /// The statement that writes one round; its 37 parameters are bound by [`write_round`].
@@ -31,16 +33,13 @@ const WRITE_ROUND: &str = "WITH b AS (SELECT * FROM UNNEST($1::text[], $2::text[
      $10::text[], $11::int8[], $12::int8[]) AS b (id, agent_id, status, labels, input, output, \
      created_at, updated_at, session_id, consumer_id, last_sequence, previous)), \
      inserted AS (INSERT INTO executions (id, agent_id, status, labels, input, output, \
-     created_at, updated_at, session_id, consumer_id, last_sequence, finished_at) \
+     created_at, updated_at, session_id, consumer_id, last_sequence) \
      SELECT id, agent_id, status, labels::json, input::json, output::json, \
-     created_at::timestamptz, updated_at::timestamptz, session_id, consumer_id, last_sequence, \
-     CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN updated_at::timestamptz END \
+     created_at::timestamptz, updated_at::timestamptz, session_id, consumer_id, last_sequence \
      FROM b WHERE previous = 0 ON CONFLICT (id) DO NOTHING RETURNING id), \
      updated AS (UPDATE executions AS e SET status = b.status, output = b.output::json, \
      updated_at = b.updated_at::timestamptz, session_id = b.session_id, \
-     consumer_id = b.consumer_id, last_sequence = b.last_sequence, finished_at = \
-     CASE WHEN b.status IN ('completed', 'failed', 'cancelled') \
-     THEN b.updated_at::timestamptz END FROM b \
+     consumer_id = b.consumer_id, last_sequence = b.last_sequence FROM b \
      WHERE b.previous <> 0 AND e.id = b.id AND e.last_sequence = b.previous RETURNING e.id), \
      written AS (SELECT id FROM inserted UNION ALL SELECT id FROM updated), \
      new_labels AS (INSERT INTO execution_labels (execution_id, key, value) \
@@ -260,8 +259,8 @@ pub(super) async fn delete_terminal_before(
     limit: i64,
 ) -> Result<u64, StoreError> {
     let select = format!(
-        "SELECT id FROM executions WHERE finished_at IS NOT NULL \
-         AND finished_at < $1::timestamptz ORDER BY finished_at, id LIMIT $2"
+        "SELECT id FROM executions WHERE status IN {TERMINAL_STATUSES_SQL} \
+         AND updated_at < $1::timestamptz ORDER BY updated_at, id LIMIT $2"
     );
     let mut transaction = connection.begin().await.map_err(map_sqlx_error)?;
     let ids = sqlx::query_scalar::<_, String>(&select)
