@@ -41,7 +41,6 @@ use writer::{WriterOptions, WriterThread};
 mod batch_tests;
 mod checkpoint;
 mod commit_span;
-mod event_rows;
 mod list;
 mod probe;
 mod schema;

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 
 use keel_actors::error::StoreError;
-use keel_actors::events::Event;
 use keel_actors::store::Commit;
 use keel_actors::time;
 
@@ -51,13 +50,11 @@ pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_
      deadline = excluded.deadline, updated_at = excluded.updated_at";
 
 /// Writes one execution's checked commit: the projection row (which checks that the events
-/// follow the stored ones), its labels on first insert, the events and the steps. With
-/// `deferred`, the events are appended there for the caller to insert (`event_rows`) instead.
-pub(super) fn write_commit<'a>(
+/// follow the stored ones), its labels on first insert, the events and the steps.
+pub(super) fn write_commit(
     connection: &Connection,
-    commit: &'a Commit,
+    commit: &Commit,
     previous_sequence: i64,
-    deferred: Option<&mut Vec<(&'a str, &'a Event)>>,
 ) -> Result<(), StoreError> {
     let execution = &commit.execution;
     let id = execution.id.as_str();
@@ -130,9 +127,7 @@ pub(super) fn write_commit<'a>(
             return Err(sequence_conflict(&execution.id, previous_sequence + 1));
         }
     }
-    if let Some(deferred) = deferred {
-        deferred.extend(commit.events.iter().map(|event| (id, event)));
-    } else if !commit.events.is_empty() {
+    if !commit.events.is_empty() {
         let mut insert_event = connection
             .prepare_cached(INSERT_EVENT)
             .map_err(map_rusqlite_error)?;
@@ -284,34 +279,19 @@ pub(super) fn commit_group(
             Err(error) => results.push(Err(error)),
         }
     }
-    // The events of the whole transaction go in multi-row inserts after the projection rows;
-    // when one of those fails, the transaction is written again commit by commit to find the
-    // commit it belongs to.
-    let mut batched = true;
     while !pending.is_empty() {
         let mut failed_at = None;
         let outcome = in_transaction(connection, transactions, |connection| {
-            let mut events = batched.then(Vec::new);
             for (position, &(index, previous)) in pending.iter().enumerate() {
-                if let Err(error) =
-                    write_commit(connection, &group[index], previous, events.as_mut())
-                {
+                if let Err(error) = write_commit(connection, &group[index], previous) {
                     failed_at = Some(position);
                     return Err(error);
                 }
             }
-            match events {
-                Some(events) => super::event_rows::insert(connection, &events),
-                None => Ok(()),
-            }
+            Ok(())
         });
         match (outcome, failed_at) {
             (Ok(()), _) => break,
-            (Err(error), None)
-                if batched && !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>
-            {
-                batched = false;
-            }
             (Err(error), Some(position))
                 if !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>
             {

@@ -50,12 +50,6 @@ async fn the_writers_statements_evaluate_index_predicates_without_temporary_btre
         0,
         "execution, same status"
     );
-    let rows = super::event_rows::ROWS;
-    assert_eq!(
-        temporary_btrees(&store, super::event_rows::sql(rows)).await,
-        0,
-        "{rows} events"
-    );
 }
 
 /// An update that keeps the status leaves the indexes over it alone: only

@@ -23,9 +23,9 @@ use keel_actors::store::Commit;
 use super::checkpoint::{Checkpointer, WRITER_AUTOCHECKPOINT};
 use super::write::{self, commit_group, in_transaction, map_rusqlite_error};
 
-/// Prepared statements kept per connection: the commit's six, the events inserts of 1 to
-/// `event_rows::ROWS` rows, retention's five and the webhook position's.
-const STATEMENT_CACHE: usize = 48;
+/// Prepared statements kept per connection: the commit's six, retention's five and the
+/// webhook position's.
+const STATEMENT_CACHE: usize = 32;
 
 /// Most commits one transaction takes from groups waiting in the channel (see `fold_and_commit`).
 const MAX_FOLDED: usize = 512;
