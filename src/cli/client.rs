@@ -231,44 +231,6 @@ pub fn path_segment(segment: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tls_tests {
-    use tokio::io::AsyncReadExt;
-
-    use super::*;
-
-    fn config(url: String) -> ClientConfig {
-        ClientConfig::new(url, None)
-    }
-
-    #[tokio::test]
-    async fn https_urls_are_accepted_and_spoken_over_tls() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let client = Client::new(&config(format!("https://{address}"))).unwrap();
-        let request = tokio::spawn(async move { client.get("/v0/health", &[]).await });
-        let (mut socket, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
-            .await
-            .unwrap()
-            .unwrap();
-        let mut first = [0u8; 3];
-        tokio::time::timeout(Duration::from_secs(10), socket.read_exact(&mut first))
-            .await
-            .unwrap()
-            .unwrap();
-        // A TLS handshake record (0x16), version 3.x: a ClientHello, not plain HTTP.
-        assert_eq!((first[0], first[1]), (0x16, 0x03), "{first:?}");
-        drop(socket);
-        assert!(request.await.unwrap().is_err(), "no TLS server answered");
-    }
-
-    #[test]
-    fn other_schemes_are_refused() {
-        let error = Client::new(&config("ftp://kernel".to_owned())).unwrap_err();
-        assert!(error.to_string().contains("http:// or https://"), "{error}");
-    }
-}
-
 /// Reads one SSE connection of `path` and hands `each` every event whose `field` (`sequence` on
 /// an execution stream, `position` on the feed) is past `cursor`, moving the cursor on. `each`
 /// answers whether to stop; the result says whether it did (otherwise the connection ended).
@@ -305,4 +267,42 @@ pub async fn read_stream_after(
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tls_tests {
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    fn config(url: String) -> ClientConfig {
+        ClientConfig::new(url, None)
+    }
+
+    #[tokio::test]
+    async fn https_urls_are_accepted_and_spoken_over_tls() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let client = Client::new(&config(format!("https://{address}"))).unwrap();
+        let request = tokio::spawn(async move { client.get("/v0/health", &[]).await });
+        let (mut socket, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut first = [0u8; 3];
+        tokio::time::timeout(Duration::from_secs(10), socket.read_exact(&mut first))
+            .await
+            .unwrap()
+            .unwrap();
+        // A TLS handshake record (0x16), version 3.x: a ClientHello, not plain HTTP.
+        assert_eq!((first[0], first[1]), (0x16, 0x03), "{first:?}");
+        drop(socket);
+        assert!(request.await.unwrap().is_err(), "no TLS server answered");
+    }
+
+    #[test]
+    fn other_schemes_are_refused() {
+        let error = Client::new(&config("ftp://kernel".to_owned())).unwrap_err();
+        assert!(error.to_string().contains("http:// or https://"), "{error}");
+    }
 }

@@ -227,10 +227,10 @@ pub(crate) async fn list_page(
     let limit = filter.limit;
     filter.limit = limit + 1;
     let mut rows = state.kernel.list_executions(&filter).await?;
-    if let Some(since) = created_after {
-        if let Some(older) = rows.iter().position(|row| row.created_at < since) {
-            rows.truncate(older);
-        }
+    if let Some(since) = created_after
+        && let Some(older) = rows.iter().position(|row| row.created_at < since)
+    {
+        rows.truncate(older);
     }
     let mut next_cursor = String::new();
     if rows.len() as i64 > limit {

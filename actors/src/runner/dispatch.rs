@@ -332,7 +332,7 @@ impl Dispatch {
         self.orphans.retain(|_, (job, _)| job.step_id != step_id);
         self.held.retain(|_, job| job.step_id != step_id);
         for (key, slot) in &mut self.connections {
-            if !slot.busy.as_ref().is_some_and(|job| job.step_id == step_id) {
+            if slot.busy.as_ref().is_none_or(|job| job.step_id != step_id) {
                 continue;
             }
             if let (Some(job), Some(reason)) = (slot.busy.take(), cancel_reason.clone()) {

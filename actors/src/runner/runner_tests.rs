@@ -97,10 +97,10 @@ async fn freed(probes: &mut ProbeContext) {
             DispatcherMsg::ConnectionFree {
                 runner_id,
                 consumer_id,
-            } => Some(assert_eq!(
-                (runner_id.as_str(), consumer_id.as_str()),
-                ("r1", "c1")
-            )),
+            } => {
+                assert_eq!((runner_id.as_str(), consumer_id.as_str()), ("r1", "c1"));
+                Some(())
+            }
             _ => None,
         })
         .await;
