@@ -32,6 +32,8 @@ mod batch_tests;
 #[cfg(test)]
 mod outage_tests;
 #[cfg(test)]
+mod plan_tests;
+#[cfg(test)]
 mod test_db;
 #[cfg(test)]
 mod tests;
@@ -84,7 +86,7 @@ impl PostgresStore {
         let base = PgConnectOptions::from_str(url)
             .map_err(|error| StoreError::Unavailable(format!("invalid postgres url: {error}")))?;
         let base = with_session_settings(base, options);
-        let writer = Writer::new(base.clone(), options);
+        let writer = Writer::new(schema::writer_settings(base.clone()), options);
         let mut connection = writer.connect_and_lock().await?;
         migrate(&mut connection).await?;
         writer.install(connection).await;

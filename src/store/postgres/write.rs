@@ -28,7 +28,7 @@ use super::super::{
 use super::columns::{EventColumns, ExecutionColumns, LabelColumns, StepColumns};
 
 /// The statement that writes one round; its 37 parameters are bound by [`write_round`].
-const WRITE_ROUND: &str = "WITH b AS (SELECT * FROM UNNEST($1::text[], $2::text[], \
+pub(super) const WRITE_ROUND: &str = "WITH b AS (SELECT * FROM UNNEST($1::text[], $2::text[], \
      $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], \
      $10::text[], $11::int8[], $12::int8[]) AS b (id, agent_id, status, labels, input, output, \
      created_at, updated_at, session_id, consumer_id, last_sequence, previous)), \
