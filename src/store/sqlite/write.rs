@@ -115,14 +115,13 @@ pub(super) fn write_commit(
                 ])
                 .map_err(map_rusqlite_error)
         };
-        let same_status = commit.previous_status == Some(execution.status);
-        let updated = match same_status {
-            true => match update(UPDATE_EXECUTION_SAME_STATUS)? {
-                0 => update(UPDATE_EXECUTION)?,
-                updated => updated,
-            },
-            false => update(UPDATE_EXECUTION)?,
-        };
+        let mut updated = 0;
+        if commit.previous_status == Some(execution.status) {
+            updated = update(UPDATE_EXECUTION_SAME_STATUS)?;
+        }
+        if updated == 0 {
+            updated = update(UPDATE_EXECUTION)?;
+        }
         if updated == 0 {
             return Err(sequence_conflict(&execution.id, previous_sequence + 1));
         }
