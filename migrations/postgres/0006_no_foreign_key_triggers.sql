@@ -1,7 +1,7 @@
 -- Keel schema v6 (PostgreSQL only; SQLite keeps its REFERENCES, see below).
 -- PostgreSQL checks a foreign key with a trigger per inserted row that runs
 -- `SELECT 1 FROM executions WHERE id = $1 FOR KEY SHARE`: one query and one row lock for each
--- event, step and label written, about 40 per execution of the K=5 benchmark job and 17 % of
+-- event, step and label written, about 40 per execution of the K=5 benchmark job and 15–23 % of
 -- the server's CPU under it (docs/benchmarks.md). Every row of these tables is written by the
 -- store writer's group statement (src/store/postgres/write.rs), which inserts children only for
 -- executions whose row the same statement inserted or updated, after `Commit` validation has

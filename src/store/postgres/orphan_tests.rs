@@ -1,5 +1,5 @@
 //! PostgreSQL has no foreign keys on `events`, `steps` and `execution_labels` (migration 0006:
-//! their per-row trigger queries were 17 % of the server's CPU under the K=5 job). What they
+//! their per-row trigger queries were 15–23 % of the server's CPU under the K=5 job). What they
 //! guaranteed is kept by the writer: children are written only with their execution's row, in
 //! the same statement, and retention deletes them with it. These tests look for orphans after
 //! the cases that could make one. Skips (and passes) without `KEEL_TEST_POSTGRES_URL`.
