@@ -35,7 +35,7 @@ pub use creation::{
 pub use feed::{the_feed_reads_every_execution_in_position_order, webhook_positions_round_trip};
 pub use runner_results::runner_results_since_names_the_runner_of_each_remote_result;
 pub use tool_calls::{
-    active_local_steps_counts_unfinished_local_steps_of_a_tool,
+    active_local_steps_counts_unfinished_local_steps_of_a_tool, step_row,
     tool_calls_since_lists_allowed_calls_oldest_first,
     tool_results_since_lists_step_results_oldest_first,
 };

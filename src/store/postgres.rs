@@ -30,8 +30,6 @@ mod writer;
 #[cfg(test)]
 mod batch_tests;
 #[cfg(test)]
-mod orphan_tests;
-#[cfg(test)]
 mod outage_tests;
 #[cfg(test)]
 mod plan_tests;

@@ -27,8 +27,13 @@ fn step_created(step: &StepId, tool_id: &str) -> NewEvent {
     NewEvent::step(step, body)
 }
 
-/// Returns the projection row of a new step.
-fn step_row(execution: &ExecutionRow, step: &StepId, tool_id: &str, when: Timestamp) -> StepRow {
+/// Returns the projection row of a new local step (pending, one attempt).
+pub fn step_row(
+    execution: &ExecutionRow,
+    step: &StepId,
+    tool_id: &str,
+    when: Timestamp,
+) -> StepRow {
     StepRow {
         id: step.clone(),
         execution_id: execution.id.clone(),

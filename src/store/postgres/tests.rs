@@ -127,7 +127,7 @@ async fn two_kernels_starting_at_once_on_an_empty_database_migrate_it_once() {
             .expect("migrations read");
     assert_eq!(
         migrations,
-        vec![(1, true), (2, true), (3, true), (4, true), (5, true), (6, true)]
+        (1..=6).map(|version| (version, true)).collect::<Vec<_>>()
     );
     let store: Arc<dyn Store> = Arc::new(winner);
     conformance::create(&store, "exec-1", "agent-a", &[], at(1)).await;
