@@ -19,10 +19,11 @@ const BY_KEY: &str = "SELECT execution_id FROM events \
      WHERE type = 'execution.created' AND idempotency_key IS NOT NULL AND idempotency_key = {key}";
 
 /// Pending executions of an agent, oldest first, with their labels (JSON text, or NULL);
-/// `{priority}` reads the payload's priority and `{labels}` the labels column as text.
+/// `{priority}` reads the payload's priority, `{labels}` the labels column as text and
+/// `{pending}` is the backend's spelling of pending.
 const PENDING: &str = "SELECT x.id, {priority} AS priority, {labels} AS labels \
      FROM executions AS x JOIN events AS e ON e.execution_id = x.id AND e.sequence = 1 \
-     WHERE x.status = 'pending' AND x.agent_id = {agent} ORDER BY x.created_at, x.id";
+     WHERE x.{pending} AND x.agent_id = {agent} ORDER BY x.created_at, x.id";
 
 /// SQLite: the execution created with `key`.
 pub(super) async fn sqlite_by_key(
@@ -52,6 +53,7 @@ pub(super) async fn sqlite_pending(
             "COALESCE(CAST(json_extract(e.payload, '$.priority') AS INTEGER), 0)",
         )
         .replace("{labels}", "x.labels")
+        .replace("{pending}", SQLITE_PENDING)
         .replace("{agent}", "?");
     let rows = sqlx::query_as::<_, PendingRow>(&sql)
         .bind(agent_id)
@@ -84,6 +86,7 @@ pub(super) async fn postgres_pending(
             "COALESCE((e.payload ->> 'priority')::BIGINT, 0)",
         )
         .replace("{labels}", "x.labels::text")
+        .replace("{pending}", PG_PENDING)
         .replace("{agent}", "$1");
     sqlx::query_as::<_, PendingRow>(&sql)
         .bind(agent_id)
@@ -92,10 +95,23 @@ pub(super) async fn postgres_pending(
 }
 
 /// Pending executions, of one agent when `{agent}` is bound (the `executions_pending_agent`
-/// index of migration 0003), else kernel-wide (`executions_status_list`).
-const COUNT_AGENT: &str =
-    "SELECT COUNT(*) FROM executions WHERE status = 'pending' AND agent_id = {agent}";
-const COUNT_ALL: &str = "SELECT COUNT(*) FROM executions WHERE status = 'pending'";
+/// index of migration 0003), else kernel-wide (`executions_status_list`; on PostgreSQL
+/// `executions_phase_list`, migration 0007); `{pending}` is the backend's spelling of pending.
+const COUNT_AGENT: &str = "SELECT COUNT(*) FROM executions WHERE {pending} AND agent_id = {agent}";
+const COUNT_ALL: &str = "SELECT COUNT(*) FROM executions WHERE {pending}";
+
+/// Pending, as SQLite's indexes read it.
+pub(super) const SQLITE_PENDING: &str = "status = 'pending'";
+/// Pending, as PostgreSQL's indexes read it (`phase`, migration 0007).
+pub(super) const PG_PENDING: &str = "phase = 'pending'";
+
+/// One of the count queries in a backend's words: its spelling of pending and of the first
+/// parameter.
+fn count_sql(template: &str, pending: &str, parameter: &str) -> String {
+    template
+        .replace("{pending}", pending)
+        .replace("{agent}", parameter)
+}
 
 /// SQLite: the number of pending executions.
 pub(super) async fn sqlite_count(
@@ -104,13 +120,13 @@ pub(super) async fn sqlite_count(
 ) -> Result<u64, StoreError> {
     let count = match agent_id {
         Some(agent) => {
-            sqlx::query_scalar::<_, i64>(&COUNT_AGENT.replace("{agent}", "?"))
+            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_AGENT, SQLITE_PENDING, "?"))
                 .bind(agent)
                 .fetch_one(readers)
                 .await
         }
         None => {
-            sqlx::query_scalar::<_, i64>(COUNT_ALL)
+            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_ALL, SQLITE_PENDING, "?"))
                 .fetch_one(readers)
                 .await
         }
@@ -126,13 +142,13 @@ pub(super) async fn postgres_count(
 ) -> Result<i64, sqlx::Error> {
     match agent_id {
         Some(agent) => {
-            sqlx::query_scalar::<_, i64>(&COUNT_AGENT.replace("{agent}", "$1"))
+            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_AGENT, PG_PENDING, "$1"))
                 .bind(agent)
                 .fetch_one(readers)
                 .await
         }
         None => {
-            sqlx::query_scalar::<_, i64>(COUNT_ALL)
+            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_ALL, PG_PENDING, "$1"))
                 .fetch_one(readers)
                 .await
         }

@@ -11,9 +11,10 @@ use keel_actors::time::Timestamp;
 use super::map_sqlx_error;
 use keel_actors::ids::{AgentId, ToolId};
 
-/// Pending executions per agent; `{oldest}` renders the oldest creation time.
+/// Pending executions per agent; `{oldest}` renders the oldest creation time, `{pending}` is
+/// the backend's spelling of pending.
 const PENDING: &str = "SELECT agent_id, COUNT(*), {oldest} FROM executions \
-     WHERE status = 'pending' GROUP BY agent_id";
+     WHERE {pending} GROUP BY agent_id";
 /// Remote steps no runner has started yet, per tool: waiting in the dispatcher's queue (status
 /// `dispatched` with no runner; a delivered job gets its runner with `step.started`), for a
 /// retry delay or for an approval (`pending`).
@@ -23,11 +24,13 @@ pub(super) const QUEUED: &str = "SELECT tool_id, COUNT(*) FROM steps \
 
 /// SQLite (timestamps are RFC 3339 text).
 pub(super) async fn sqlite(readers: &SqlitePool) -> Result<QueueDepths, StoreError> {
-    let pending =
-        sqlx::query_as::<_, (String, i64, String)>(&PENDING.replace("{oldest}", "MIN(created_at)"))
-            .fetch_all(readers)
-            .await
-            .map_err(map_sqlx_error)?;
+    let pending = sqlx::query_as::<_, (String, i64, String)>(&pending_sql(
+        "MIN(created_at)",
+        super::creation::SQLITE_PENDING,
+    ))
+    .fetch_all(readers)
+    .await
+    .map_err(map_sqlx_error)?;
     let queued = sqlx::query_as::<_, (String, i64)>(&QUEUED.replace("{remote}", "remote = 1"))
         .fetch_all(readers)
         .await
@@ -52,9 +55,10 @@ pub(super) async fn sqlite(readers: &SqlitePool) -> Result<QueueDepths, StoreErr
 /// PostgreSQL (the caller bounds the read); the oldest creation time in microseconds.
 pub(super) async fn postgres(readers: &PgPool) -> Result<QueueDepths, sqlx::Error> {
     let oldest = "(EXTRACT(EPOCH FROM MIN(created_at)) * 1000000)::BIGINT";
-    let pending = sqlx::query_as::<_, (String, i64, i64)>(&PENDING.replace("{oldest}", oldest))
-        .fetch_all(readers)
-        .await?;
+    let pending =
+        sqlx::query_as::<_, (String, i64, i64)>(&pending_sql(oldest, super::creation::PG_PENDING))
+            .fetch_all(readers)
+            .await?;
     let queued = sqlx::query_as::<_, (String, i64)>(&QUEUED.replace("{remote}", "remote"))
         .fetch_all(readers)
         .await?;
@@ -68,6 +72,14 @@ pub(super) async fn postgres(readers: &PgPool) -> Result<QueueDepths, sqlx::Erro
             .collect(),
         queued_by_tool: counts(queued),
     })
+}
+
+/// The pending query in a backend's words: how it renders the oldest creation time and how
+/// its indexes spell pending (`phase` on PostgreSQL, migration 0007).
+fn pending_sql(oldest: &str, pending: &str) -> String {
+    PENDING
+        .replace("{oldest}", oldest)
+        .replace("{pending}", pending)
 }
 
 fn count_of(count: i64) -> u64 {

@@ -43,8 +43,9 @@ pub use sqlite::SqliteStore;
 /// that a running kernel holds.
 pub const ANOTHER_KERNEL: &str = "another keel kernel is using this database";
 
-/// SQL list of the terminal execution statuses, for `status IN` / `status NOT IN` filters.
-/// It must match the partial indexes of the migrations word for word so the planner uses them.
+/// SQL list of the terminal execution statuses, as the migrations spell it (PostgreSQL's 0001
+/// and 0007); a test checks it names exactly the terminal statuses.
+#[cfg(test)]
 pub(crate) const TERMINAL_STATUSES_SQL: &str = "('completed', 'failed', 'cancelled')";
 
 /// SQLite: `status` is terminal, as comparisons. SQLite evaluates a constant `IN` list of more
@@ -57,6 +58,21 @@ pub(crate) const SQLITE_TERMINAL: &str =
 /// SQLite: `status` is not terminal, as comparisons (see [`SQLITE_TERMINAL`]).
 pub(crate) const SQLITE_NON_TERMINAL: &str =
     "status <> 'completed' AND status <> 'failed' AND status <> 'cancelled'";
+
+/// PostgreSQL: the execution is not terminal. The indexes of `executions` read its generated
+/// `phase` column, never `status`, so that the flips between `running` and `blocked` leave
+/// them alone (migration 0007); queries must use the same words to be answered by them.
+pub(crate) const PG_NON_TERMINAL: &str = "phase IN ('pending', 'active')";
+
+/// PostgreSQL: the `phase` column value of a status (migration 0007): running and blocked
+/// executions are `active`, every other status is its own phase.
+pub(crate) fn pg_phase(status: keel_actors::status::ExecutionStatus) -> &'static str {
+    use keel_actors::status::ExecutionStatus;
+    match status {
+        ExecutionStatus::Running | ExecutionStatus::Blocked => "active",
+        other => other.as_str(),
+    }
+}
 
 /// How a store is opened.
 #[derive(Clone, Debug, PartialEq, Eq)]

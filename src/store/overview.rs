@@ -2,7 +2,8 @@
 //! and the approvals nobody answered yet (`GET /v0/approvals`). Both are read-only queries on
 //! the projection and the log; neither needs an index of its own: counts scan the status
 //! column (one row per execution), and approvals start from the `blocked` executions
-//! (`executions_status_list`) and read their events by `(execution_id, sequence)`.
+//! (`executions_status_list`; on PostgreSQL the `active` entries of `executions_phase_list`,
+//! migration 0007) and read their events by `(execution_id, sequence)`.
 
 use std::str::FromStr;
 
@@ -18,11 +19,12 @@ use super::rows::parse_time;
 
 /// Pending approvals: the `step.approval_required` events of blocked executions that no later
 /// event of the same step follows (a grant dispatches the step, a denial fails it, a cancel
-/// cancels it). `{time}` stands for the selected time, `{limit}` for the bound limit.
+/// cancels it). `{time}` stands for the selected time, `{limit}` for the bound limit and
+/// `{blocked}` for the backend's spelling of a blocked execution.
 const APPROVALS: &str = "SELECT x.id, x.agent_id, e.step_id, {time} AS at, e.payload{text} \
      FROM executions AS x \
      JOIN events AS e ON e.execution_id = x.id \
-     WHERE x.status = 'blocked' AND e.type = 'step.approval_required' \
+     WHERE {blocked} AND e.type = 'step.approval_required' \
      AND e.step_id IS NOT NULL \
      AND NOT EXISTS (SELECT 1 FROM events AS r WHERE r.execution_id = e.execution_id \
      AND r.sequence > e.sequence AND r.step_id = e.step_id) \
@@ -93,6 +95,7 @@ pub(super) async fn sqlite_approvals(
     let sql = APPROVALS
         .replace("{time}", "e.timestamp")
         .replace("{text}", "")
+        .replace("{blocked}", "x.status = 'blocked'")
         .replace("{limit}", "?");
     let rows = sqlx::query_as::<_, ApprovalRow>(&sql)
         .bind(limit.max(0))
@@ -113,6 +116,7 @@ pub(super) async fn postgres_approvals(
             "to_char(e.timestamp AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
         )
         .replace("{text}", "::text")
+        .replace("{blocked}", "x.phase = 'active' AND x.status = 'blocked'")
         .replace("{limit}", "$1");
     sqlx::query_as::<_, ApprovalRow>(&sql)
         .bind(limit.max(0))

@@ -30,6 +30,8 @@ mod writer;
 #[cfg(test)]
 mod batch_tests;
 #[cfg(test)]
+mod hot_tests;
+#[cfg(test)]
 mod outage_tests;
 #[cfg(test)]
 mod plan_tests;
@@ -56,7 +58,7 @@ use keel_actors::store::{
 };
 use keel_actors::time::{self, Timestamp};
 
-use super::{StoreOptions, TERMINAL_STATUSES_SQL, map_sqlx_error};
+use super::{PG_NON_TERMINAL, StoreOptions, map_sqlx_error};
 use schema::{EVENT_COLUMNS, migrate, with_session_settings};
 #[cfg(test)]
 use schema::{MIGRATOR, STEP_COLUMNS};
@@ -218,10 +220,8 @@ impl Store for PostgresStore {
     }
 
     async fn non_terminal_executions(&self) -> Result<Vec<ExecutionId>, StoreError> {
-        let sql = format!(
-            "SELECT id FROM executions WHERE status NOT IN {TERMINAL_STATUSES_SQL} \
-             ORDER BY created_at, id"
-        );
+        let sql =
+            format!("SELECT id FROM executions WHERE {PG_NON_TERMINAL} ORDER BY created_at, id");
         let ids = self
             .bounded(sqlx::query_scalar::<_, String>(&sql).fetch_all(&self.readers))
             .await?;
@@ -229,7 +229,7 @@ impl Store for PostgresStore {
     }
 
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
-        let non_terminal = format!("e.status NOT IN {}", super::TERMINAL_STATUSES_SQL);
+        let non_terminal = format!("e.{PG_NON_TERMINAL}");
         let sql = super::recovery::query(schema::RECOVERY_CREATED_AT, &non_terminal);
         let records = self
             .bounded(

@@ -527,6 +527,24 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
     assert_eq!(SQLITE_NON_TERMINAL, unequal.join(" AND "));
     let sqlite_0006 = include_str!("../../migrations/sqlite/0006_comparison_predicates.sql");
     assert!(sqlite_0006.contains(SQLITE_TERMINAL) && sqlite_0006.contains(SQLITE_NON_TERMINAL));
+    // PostgreSQL's phases (migration 0007): the index predicates the readers repeat, and which
+    // phases are not terminal.
+    let postgres_0007 = include_str!("../../migrations/postgres/0007_hot_execution_updates.sql");
+    for words in [
+        TERMINAL_STATUSES_SQL,
+        super::PG_NON_TERMINAL,
+        super::creation::PG_PENDING,
+        "CASE WHEN status IN ('running', 'blocked') THEN 'active' ELSE status END",
+    ] {
+        assert!(postgres_0007.contains(words), "{words}");
+    }
+    for status in ExecutionStatus::ALL {
+        assert_eq!(
+            super::PG_NON_TERMINAL.contains(&format!("'{}'", super::pg_phase(status))),
+            !status.is_terminal(),
+            "{status}"
+        );
+    }
 }
 
 /// The in-memory test store answers the running-slot and queue reads as the backends do (agent

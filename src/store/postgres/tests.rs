@@ -127,7 +127,7 @@ async fn two_kernels_starting_at_once_on_an_empty_database_migrate_it_once() {
             .expect("migrations read");
     assert_eq!(
         migrations,
-        (1..=6).map(|version| (version, true)).collect::<Vec<_>>()
+        (1..=7).map(|version| (version, true)).collect::<Vec<_>>()
     );
     let store: Arc<dyn Store> = Arc::new(winner);
     conformance::create(&store, "exec-1", "agent-a", &[], at(1)).await;
@@ -153,7 +153,7 @@ async fn concurrent_migrators_serialise_on_the_migration_lock() {
         .fetch_all(store.readers())
         .await
         .expect("migrations read");
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
 }
 
 #[tokio::test]
@@ -187,7 +187,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_the_sqlite_message() {
     .expect("the dropped store releases its lock");
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (6)"
+        "database schema version 9999 is newer than this keel binary supports (7)"
     );
     let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
         .fetch_one(&mut connection)

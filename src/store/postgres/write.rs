@@ -22,9 +22,7 @@ use sqlx::postgres::PgConnection;
 use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 
-use super::super::{
-    TERMINAL_STATUSES_SQL, expected_previous_sequence, map_sqlx_error, sequence_conflict,
-};
+use super::super::{expected_previous_sequence, map_sqlx_error, sequence_conflict};
 use super::columns::{EventColumns, ExecutionColumns, LabelColumns, StepColumns};
 
 /// The statement that writes one round; its 37 parameters are bound by [`write_round`].
@@ -259,8 +257,8 @@ pub(super) async fn delete_terminal_before(
     limit: i64,
 ) -> Result<u64, StoreError> {
     let select = format!(
-        "SELECT id FROM executions WHERE status IN {TERMINAL_STATUSES_SQL} \
-         AND updated_at < $1::timestamptz ORDER BY updated_at, id LIMIT $2"
+        "SELECT id FROM executions WHERE finished_at IS NOT NULL \
+         AND finished_at < $1::timestamptz ORDER BY finished_at, id LIMIT $2"
     );
     let mut transaction = connection.begin().await.map_err(map_sqlx_error)?;
     let ids = sqlx::query_scalar::<_, String>(&select)
