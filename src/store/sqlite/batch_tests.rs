@@ -155,3 +155,26 @@ async fn the_wal_is_checkpointed_in_the_background_and_the_writer_only_falls_bac
         "WAL removed at close"
     );
 }
+
+/// The bundled SQLite is built with `.cargo/config.toml`'s flags: no allocation statistics (a
+/// global mutex around every allocation) and 300 lookaside slots per connection, so that the
+/// writer's statements allocate their cursors and bound values from the slots its cached
+/// statements leave free instead of from `malloc` (docs/benchmarks.md).
+#[tokio::test]
+async fn sqlite_is_built_without_memory_statistics_and_with_a_larger_lookaside() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    let options: Vec<String> =
+        sqlx::query_scalar("SELECT compile_options FROM pragma_compile_options")
+            .fetch_all(store.readers())
+            .await
+            .expect("compile options");
+    for expected in ["DEFAULT_MEMSTATUS=0", "DEFAULT_LOOKASIDE=1200,300"] {
+        assert!(
+            options.iter().any(|option| option == expected),
+            "{expected} in {options:?}"
+        );
+    }
+}
