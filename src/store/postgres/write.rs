@@ -256,12 +256,11 @@ pub(super) async fn delete_terminal_before(
     before: &str,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let select = format!(
-        "SELECT id FROM executions WHERE finished_at IS NOT NULL \
-         AND finished_at < $1::timestamptz ORDER BY finished_at, id LIMIT $2"
-    );
+    // `finished_at` is `updated_at` once terminal (migration 0007), over `executions_finished`.
+    let select = "SELECT id FROM executions WHERE finished_at IS NOT NULL \
+         AND finished_at < $1::timestamptz ORDER BY finished_at, id LIMIT $2";
     let mut transaction = connection.begin().await.map_err(map_sqlx_error)?;
-    let ids = sqlx::query_scalar::<_, String>(&select)
+    let ids = sqlx::query_scalar::<_, String>(select)
         .bind(before)
         .bind(limit)
         .fetch_all(&mut *transaction)
