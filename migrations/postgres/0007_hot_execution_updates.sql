@@ -4,7 +4,7 @@
 -- 10 of them such a flip). PostgreSQL can keep an update on the row's own page without touching
 -- any index (a heap-only tuple, HOT) only when no column that an index reads, in its keys or its
 -- predicate, changes. Four indexes read `status` and one `updated_at`, so no update was HOT and
--- each one inserted an entry into all seven indexes of the table.
+-- each one inserted an entry into every index of the table whose predicate the row met.
 --
 -- The indexes now read two generated columns instead, which change only when an execution
 -- changes phase (pending → active → terminal), not when it flips between running and blocked:
