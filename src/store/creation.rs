@@ -11,8 +11,8 @@ use keel_actors::error::StoreError;
 use keel_actors::ids::ExecutionId;
 use keel_actors::store::{PendingEntry, RunningEntry};
 
-use super::map_sqlx_error;
 use super::rows::decode_labels;
+use super::{PG_PENDING, SQLITE_PENDING, map_sqlx_error};
 
 /// The execution of a creation key; `{key}` stands for the bound key.
 const BY_KEY: &str = "SELECT execution_id FROM events \
@@ -99,11 +99,6 @@ pub(super) async fn postgres_pending(
 /// `executions_phase_list`, migration 0007); `{pending}` is the backend's spelling of pending.
 const COUNT_AGENT: &str = "SELECT COUNT(*) FROM executions WHERE {pending} AND agent_id = {agent}";
 const COUNT_ALL: &str = "SELECT COUNT(*) FROM executions WHERE {pending}";
-
-/// Pending, as SQLite's indexes read it.
-pub(super) const SQLITE_PENDING: &str = "status = 'pending'";
-/// Pending, as PostgreSQL's indexes read it (`phase`, migration 0007).
-pub(super) const PG_PENDING: &str = "phase = 'pending'";
 
 /// One of the count queries in a backend's words: its spelling of pending and of the first
 /// parameter.

@@ -26,7 +26,7 @@ pub(super) const QUEUED: &str = "SELECT tool_id, COUNT(*) FROM steps \
 pub(super) async fn sqlite(readers: &SqlitePool) -> Result<QueueDepths, StoreError> {
     let pending = sqlx::query_as::<_, (String, i64, String)>(&pending_sql(
         "MIN(created_at)",
-        super::creation::SQLITE_PENDING,
+        super::SQLITE_PENDING,
     ))
     .fetch_all(readers)
     .await
@@ -55,10 +55,9 @@ pub(super) async fn sqlite(readers: &SqlitePool) -> Result<QueueDepths, StoreErr
 /// PostgreSQL (the caller bounds the read); the oldest creation time in microseconds.
 pub(super) async fn postgres(readers: &PgPool) -> Result<QueueDepths, sqlx::Error> {
     let oldest = "(EXTRACT(EPOCH FROM MIN(created_at)) * 1000000)::BIGINT";
-    let pending =
-        sqlx::query_as::<_, (String, i64, i64)>(&pending_sql(oldest, super::creation::PG_PENDING))
-            .fetch_all(readers)
-            .await?;
+    let pending = sqlx::query_as::<_, (String, i64, i64)>(&pending_sql(oldest, super::PG_PENDING))
+        .fetch_all(readers)
+        .await?;
     let queued = sqlx::query_as::<_, (String, i64)>(&QUEUED.replace("{remote}", "remote"))
         .fetch_all(readers)
         .await?;

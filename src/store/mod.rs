@@ -64,6 +64,11 @@ pub(crate) const SQLITE_NON_TERMINAL: &str =
 /// them alone (migration 0007); queries must use the same words to be answered by them.
 pub(crate) const PG_NON_TERMINAL: &str = "phase IN ('pending', 'active')";
 
+/// SQLite: the execution is pending, as its indexes read it.
+pub(crate) const SQLITE_PENDING: &str = "status = 'pending'";
+/// PostgreSQL: the execution is pending, as its indexes read it (`phase`, migration 0007).
+pub(crate) const PG_PENDING: &str = "phase = 'pending'";
+
 /// PostgreSQL: the `phase` column value of a status (migration 0007): running and blocked
 /// executions are `active`, every other status is its own phase.
 pub(crate) fn pg_phase(status: keel_actors::status::ExecutionStatus) -> &'static str {

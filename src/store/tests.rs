@@ -533,7 +533,7 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
     for words in [
         TERMINAL_STATUSES_SQL,
         super::PG_NON_TERMINAL,
-        super::creation::PG_PENDING,
+        super::PG_PENDING,
         "CASE WHEN status IN ('running', 'blocked') THEN 'active' ELSE status END",
     ] {
         assert!(postgres_0007.contains(words), "{words}");

@@ -28,10 +28,16 @@ pub fn creations(prefix: &str, count: usize) -> Vec<Commit> {
 
 /// Returns the commit moving `row` to running with one `execution.resumed` event.
 pub fn resume(row: &ExecutionRow, micros: i64) -> Commit {
+    resumed_to(row, ExecutionStatus::Running, micros)
+}
+
+/// Returns the commit moving `row` to `status` with one `execution.resumed` event (the store
+/// does not check that an event fits the status).
+pub fn resumed_to(row: &ExecutionRow, status: ExecutionStatus, micros: i64) -> Commit {
     advance(
         row,
         at(micros),
-        ExecutionStatus::Running,
+        status,
         vec![NewEvent::execution(EventBody::ExecutionResumed {
             reason: "batch".into(),
         })],

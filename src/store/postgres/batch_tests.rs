@@ -8,14 +8,13 @@
 
 use std::sync::Arc;
 
-use keel_actors::events::{EventBody, NewEvent};
 use keel_actors::ids::StepId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, Store};
 
 use super::super::StoreOptions;
 use super::super::conformance::{
-    MANY, advance, at, creations, finish, new_execution, resume, step_row,
+    MANY, at, creations, finish, new_execution, resume, resumed_to, step_row,
 };
 use super::PostgresStore;
 use super::test_db;
@@ -90,14 +89,7 @@ fn no_orphans() -> Vec<(String, i64)> {
 
 /// A commit that starts the local step `step` of `row`.
 fn with_step(row: &ExecutionRow, step: &str, micros: i64) -> Commit {
-    let mut commit = advance(
-        row,
-        at(micros),
-        ExecutionStatus::Blocked,
-        vec![NewEvent::execution(EventBody::ExecutionResumed {
-            reason: "r".into(),
-        })],
-    );
+    let mut commit = resumed_to(row, ExecutionStatus::Blocked, micros);
     commit.steps = vec![step_row(row, &StepId::new(step), "web", at(micros))];
     commit
 }

@@ -7,26 +7,13 @@
 
 use sqlx::{Connection, PgConnection};
 
-use keel_actors::events::{EventBody, NewEvent};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
 
 use super::super::StoreOptions;
-use super::super::conformance::{advance, at, finish, new_execution};
+use super::super::conformance::{at, finish, new_execution, resumed_to};
 use super::write::{check, commit_all};
 use super::{PostgresStore, test_db};
-
-/// A commit moving `row` to `status`.
-fn to(row: &ExecutionRow, status: ExecutionStatus, micros: i64) -> Commit {
-    advance(
-        row,
-        at(micros),
-        status,
-        vec![NewEvent::execution(EventBody::ExecutionResumed {
-            reason: "r".into(),
-        })],
-    )
-}
 
 /// Updates and heap-only updates of `executions` in the current transaction.
 async fn updates(connection: &mut PgConnection) -> (i64, i64) {
@@ -64,7 +51,7 @@ async fn running_and_blocked_flips_update_no_index_and_finishing_does() {
         .expect("open");
     let created = new_execution("hot", "agent-a", &[("team", "x")], at(1));
     let row = created.execution.clone();
-    let started = to(&row, ExecutionStatus::Running, 2);
+    let started = resumed_to(&row, ExecutionStatus::Running, 2);
     let row = started.execution.clone();
     for commit in [created, started] {
         let results = store.commit_group(vec![commit]).await;
@@ -73,11 +60,27 @@ async fn running_and_blocked_flips_update_no_index_and_finishing_does() {
 
     let mut connection = PgConnection::connect(&db.url).await.expect("connect");
     let mut transaction = connection.begin().await.expect("begin");
-    let row = write(&mut transaction, to(&row, ExecutionStatus::Blocked, 3)).await;
-    let row = write(&mut transaction, to(&row, ExecutionStatus::Running, 4)).await;
-    let row = write(&mut transaction, to(&row, ExecutionStatus::Blocked, 5)).await;
+    let row = write(
+        &mut transaction,
+        resumed_to(&row, ExecutionStatus::Blocked, 3),
+    )
+    .await;
+    let row = write(
+        &mut transaction,
+        resumed_to(&row, ExecutionStatus::Running, 4),
+    )
+    .await;
+    let row = write(
+        &mut transaction,
+        resumed_to(&row, ExecutionStatus::Blocked, 5),
+    )
+    .await;
     assert_eq!(updates(&mut transaction).await, (3, 3), "the flips are HOT");
-    let row = write(&mut transaction, to(&row, ExecutionStatus::Running, 6)).await;
+    let row = write(
+        &mut transaction,
+        resumed_to(&row, ExecutionStatus::Running, 6),
+    )
+    .await;
     write(
         &mut transaction,
         finish(&row, at(7), ExecutionStatus::Completed),
