@@ -11,6 +11,7 @@
 # (127.0.0.1, free port, fresh data directory, SQLite synchronous=FULL):
 #   T1/T2  keel bench run --local-steps K --concurrency CONC --duration DUR s --warmup 3s
 #   T3     the same with --concurrency 1
+#   floor  keel bench floor --local-steps K --concurrency CONC --duration 5s --sync-dir <its work dir>
 #   T4     keel bench create --concurrency CONC --duration CREATE_DUR s
 #   T5/T6  keel bench blocked --executions PARK_N
 #   T7     keel bench restart --executions RESTART_N   (starts and kill -9s its own kernel)
@@ -131,6 +132,8 @@ for round in $(seq 1 "$rounds"); do
         --executions 1000000000 --duration "${dur}s" --warmup 3s
     keel_step "$round" t3 "" run --local-steps "$steps" --concurrency 1 \
         --executions 1000000000 --duration "${dur}s" --warmup 3s
+    keel_step "$round" floor "" floor --local-steps "$steps" --concurrency "$conc" --duration 5s \
+        --sync-dir "$work"
     keel_step "$round" t4 "" create --concurrency "$conc" --duration "${create_dur}s"
     keel_step "$round" t5 "" blocked --executions "$park_n" --concurrency "$conc"
     echo "-- round $round t7: keel bench restart --executions $restart_n" >&2
@@ -196,6 +199,10 @@ t6 = med("keel", "t5", lambda r: r["memory"]["completed_over_baseline_kib"])
 ready, first = med("keel", "t7", lambda r: r["ready_ms"]), med("keel", "t7", lambda r: r["first_execution_ms"])
 rss7 = med("keel", "t7", lambda r: r["memory"]["at_ready_rss_kib"])
 t8 = med("keel", "t8", rate)
+floor_ms = med("keel", "floor", lambda r: r["floor"]["execution_ms"])
+floor_rtt = med("keel", "floor", lambda r: r["floor"]["round_trip_p50_ms"])
+floor_sync = med("keel", "floor", lambda r: r["floor"]["sync_p50_ms"])
+floor_cpu = med("keel", "floor", lambda r: r["floor"]["kernel_cpu_ms_per_execution"])
 park_r = med("restate", "park", lambda r: r["kib_per_parked"])
 ready_r, first_r = med("restate", "park", lambda r: r["ready_ms"]), med("restate", "park", lambda r: r["first_execution_ms"])
 n = len({r["round"] for r in rows if r["system"] == "keel"})
@@ -215,4 +222,7 @@ print(f"| T7 | kill -9 with {restart_n} non-terminal → /v0/ready | {fmt(ready,
 print(f"| T7 | … → first new execution completed | {fmt(first, ' ms', 0)} | {fmt(first_r, ' ms', 0)} | | ≤ 1 s |")
 print(f"| T7 | RSS at ready after the restart | {fmt(None if rss7 is None else rss7 / 1024, ' MiB')} | — | | |")
 print(f"| T8 | T1 on PostgreSQL, executions/s | {fmt(t8)} | {fmt(r64)} | {ratio(t8, r64)} | ≥ 3× |")
+third = None if p50_r is None else p50_r / 3
+print(f"| floor | C=1 execution at least: {fmt(floor_rtt, ' ms', 3)} round trip, {fmt(floor_sync, ' ms', 3)} append + fsync | {fmt(floor_ms, ' ms', 2)} | {fmt(p50_r, ' ms', 2)} | {ratio(floor_ms, p50_r)} of Restate's | T3 asks ≤ {fmt(third, ' ms', 2)} |")
+print(f"| floor | kernel CPU of an execution's requests, doing nothing (T1) | {fmt(floor_cpu, ' ms', 3)} | — | | T2 asks ≤ 0.5 ms |")
 EOF

@@ -332,3 +332,71 @@ async fn restart_kills_its_kernel_and_the_old_executions_go_on() {
         "the restart scenario left its kernel running"
     );
 }
+
+#[tokio::test]
+async fn floor_times_round_trips_and_syncs_and_derives_the_least_an_execution_takes() {
+    let kernel = Kernel::start(None).await;
+    let pid = kernel.pid();
+    let probe = tempfile::tempdir().expect("probe directory");
+    let sync_dir = probe.path().to_string_lossy().into_owned();
+    let (ok, report) = bench(&[
+        "floor",
+        "--url",
+        &kernel.url,
+        "--pid",
+        &pid,
+        "--duration",
+        "1s",
+        "--concurrency",
+        "4",
+        "--local-steps",
+        "3",
+        "--sync-dir",
+        &sync_dir,
+        "--syncs",
+        "20",
+    ])
+    .await;
+    assert!(ok, "{report}");
+    assert_common(&report, "floor");
+    let latency = &report["latency"];
+    let single = latency["round_trip"]["count"].as_u64().unwrap_or(0);
+    let loaded = latency["round_trip_loaded"]["count"].as_u64().unwrap_or(0);
+    assert!(single > 0 && loaded > 0, "{report}");
+    assert_eq!(report["requests"].as_u64(), Some(loaded), "{report}");
+    assert_eq!(latency["sync"]["count"], 20, "{report}");
+    let floor = &report["floor"];
+    assert_eq!(floor["requests_per_execution"], 8, "{report}");
+    assert_eq!(floor["durable_commits_per_execution"], 9, "{report}");
+    let number = |value: &Value| value.as_f64().unwrap_or(f64::NAN);
+    let expected =
+        8.0 * number(&latency["round_trip"]["p50_ms"]) + 9.0 * number(&latency["sync"]["p50_ms"]);
+    assert!(
+        (number(&floor["execution_ms"]) - expected).abs() < 0.01,
+        "{report}"
+    );
+    assert!(
+        number(&floor["kernel_cpu_ms_per_execution"]) >= 0.0,
+        "{report}"
+    );
+    // The probe file is gone and the kernel was only asked for its health.
+    let left = std::fs::read_dir(probe.path()).map(Iterator::count).ok();
+    assert_eq!(left, Some(0));
+    for status in ["pending", "running", "completed"] {
+        assert_eq!(kernel.count(status).await, 0, "{status}");
+    }
+}
+
+#[tokio::test]
+async fn floor_refuses_a_missing_sync_directory_before_measuring() {
+    let kernel = Kernel::start(None).await;
+    let output = Command::new(KEEL)
+        .args(["bench", "floor", "--url", &kernel.url])
+        .args(["--sync-dir", "/nonexistent/keel-floor", "--output", "json"])
+        .output()
+        .await
+        .expect("keel bench ran");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--sync-dir"), "{stderr}");
+}

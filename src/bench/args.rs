@@ -34,6 +34,9 @@ pub enum Scenario {
     Restart(RestartArgs),
     /// Creates executions with no agent connected and reports creates/s.
     Create(CreateArgs),
+    /// Measures what the machine charges an execution before the kernel works: the HTTP
+    /// round trip, the kernel's CPU per request and, with --sync-dir, an append + fsync.
+    Floor(FloorArgs),
 }
 
 /// The kernel under test, for the scenarios that use a running one.
@@ -130,6 +133,30 @@ pub struct CreateArgs {
     pub target: TargetArgs,
 }
 
+/// Flags of `keel bench floor`.
+#[derive(Debug, Args)]
+pub struct FloorArgs {
+    /// Local steps K of the execution whose floor is reported (as `run --local-steps K`).
+    #[arg(long, value_name = "K", default_value = "5")]
+    pub local_steps: u32,
+    /// Connections of the loaded phase, which measures the kernel's CPU per request.
+    #[arg(long, value_name = "C", default_value = "64")]
+    pub concurrency: usize,
+    /// Length of each phase (C=1, then C=--concurrency).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Directory on the kernel's data disk where a probe file is appended to and fsynced
+    /// (then removed) [default: no fsync probe].
+    #[arg(long, value_name = "DIR")]
+    pub sync_dir: Option<PathBuf>,
+    /// Appends + fsyncs of the probe.
+    #[arg(long, value_name = "N", default_value = "1000")]
+    pub syncs: u32,
+    /// The kernel under test.
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
 /// Flags of `keel bench restart`.
 #[derive(Debug, Args)]
 pub struct RestartArgs {
@@ -177,6 +204,7 @@ impl BenchArgs {
             Some(Scenario::Run(args)) => args.target.client.log_filter(),
             Some(Scenario::Blocked(args)) => args.target.client.log_filter(),
             Some(Scenario::Create(args)) => args.target.client.log_filter(),
+            Some(Scenario::Floor(args)) => args.target.client.log_filter(),
             Some(Scenario::Restart(args)) => match &args.rust_log {
                 Some(filter) if !filter.trim().is_empty() => filter,
                 _ => "warn",

@@ -61,7 +61,7 @@ impl Conn {
         body: &B,
     ) -> Result<R, String> {
         let bytes = serde_json::to_vec(body).map_err(|error| error.to_string())?;
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.send(path, bytes)).await {
+        match tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::POST, path, bytes)).await {
             Ok(Ok(answer)) => serde_json::from_slice(&answer)
                 .map_err(|error| format!("POST {path}: bad answer: {error}")),
             Ok(Err(error)) => Err(format!("POST {path}: {error}")),
@@ -72,13 +72,27 @@ impl Conn {
         }
     }
 
-    /// Sends one request and returns the body of a 2xx answer.
-    async fn send(&mut self, path: &str, body: Vec<u8>) -> Result<Bytes, String> {
+    /// GETs `path` and returns the body of a 2xx answer.
+    pub async fn get(&mut self, path: &str) -> Result<Bytes, String> {
+        match tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::GET, path, Vec::new())).await
+        {
+            Ok(answer) => answer.map_err(|error| format!("GET {path}: {error}")),
+            Err(_) => {
+                self.sender = None;
+                Err(format!("GET {path}: no answer within {REQUEST_TIMEOUT:?}"))
+            }
+        }
+    }
+
+    /// Sends one request (a JSON body unless it is empty) and returns the body of a 2xx answer.
+    async fn send(&mut self, method: Method, path: &str, body: Vec<u8>) -> Result<Bytes, String> {
         let mut request = Request::builder()
-            .method(Method::POST)
+            .method(method)
             .uri(path)
-            .header(HOST, self.host.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            .header(HOST, self.host.clone());
+        if !body.is_empty() {
+            request = request.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
         if let Some(auth) = &self.auth {
             request = request.header(AUTHORIZATION, auth.clone());
         }

@@ -11,6 +11,8 @@
 //! - `restart`: starts a kernel, leaves N executions pending or blocked, `kill -9`s it,
 //!   restarts it and times readiness and a first new execution ([`restart`]).
 //! - `create`: creations only, no agent connected ([`create`]).
+//! - `floor`: the HTTP round trip, the kernel's CPU per request and an append + `fsync` on
+//!   the data disk, and from them the least an execution of K steps can take ([`floor`]).
 //!
 //! Every scenario reports throughput, latency percentiles, the kernel's CPU per execution and
 //! memory (with `--pid`), the bench's own CPU per execution and the errors; `--output json`
@@ -23,6 +25,7 @@ mod conn;
 mod create;
 mod embedded;
 mod fanout;
+mod floor;
 mod http;
 mod kernel_process;
 mod latency;
@@ -39,7 +42,9 @@ mod wire;
 
 use crate::cli::CliError;
 use crate::config::{ClientConfig, OutputFormat};
-pub use args::{BenchArgs, BlockedArgs, CreateArgs, RestartArgs, RunArgs, Scenario, TargetArgs};
+pub use args::{
+    BenchArgs, BlockedArgs, CreateArgs, FloorArgs, RestartArgs, RunArgs, Scenario, TargetArgs,
+};
 pub use embedded::EmbeddedKernel;
 pub use latency::{Latency, LatencySummary};
 pub use procfs::{CpuUsage, Memory, read_memory};
@@ -61,6 +66,7 @@ pub async fn run(args: BenchArgs) -> Result<(), CliError> {
         Some(Scenario::Blocked(args)) => blocked::run(args).await,
         Some(Scenario::Create(args)) => create::run(args).await,
         Some(Scenario::Restart(args)) => restart::run(args).await,
+        Some(Scenario::Floor(args)) => floor::run(args).await,
     }
 }
 
