@@ -223,6 +223,6 @@ print(f"| T7 | … → first new execution completed | {fmt(first, ' ms', 0)} | 
 print(f"| T7 | RSS at ready after the restart | {fmt(None if rss7 is None else rss7 / 1024, ' MiB')} | — | | |")
 print(f"| T8 | T1 on PostgreSQL, executions/s | {fmt(t8)} | {fmt(r64)} | {ratio(t8, r64)} | ≥ 3× |")
 third = None if p50_r is None else p50_r / 3
-print(f"| floor | C=1 execution at least: {fmt(floor_rtt, ' ms', 3)} round trip, {fmt(floor_sync, ' ms', 3)} append + fsync | {fmt(floor_ms, ' ms', 2)} | {fmt(p50_r, ' ms', 2)} | {ratio(floor_ms, p50_r)} of Restate's | T3 asks ≤ {fmt(third, ' ms', 2)} |")
+print(f"| floor | C=1 execution at least: {fmt(floor_rtt, ' ms', 3)} round trip, {fmt(floor_sync, ' ms', 3)} write + fsync | {fmt(floor_ms, ' ms', 2)} | {fmt(p50_r, ' ms', 2)} | {ratio(floor_ms, p50_r)} of Restate's | T3 asks ≤ {fmt(third, ' ms', 2)} |")
 print(f"| floor | kernel CPU of an execution's requests, doing nothing (T1) | {fmt(floor_cpu, ' ms', 3)} | — | | T2 asks ≤ 0.5 ms |")
 EOF

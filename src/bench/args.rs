@@ -35,7 +35,7 @@ pub enum Scenario {
     /// Creates executions with no agent connected and reports creates/s.
     Create(CreateArgs),
     /// Measures what the machine charges an execution before the kernel works: the HTTP
-    /// round trip, the kernel's CPU per request and, with --sync-dir, an append + fsync.
+    /// round trip, the kernel's CPU per request and, with --sync-dir, a write + fsync.
     Floor(FloorArgs),
 }
 
@@ -145,11 +145,11 @@ pub struct FloorArgs {
     /// Length of each phase (C=1, then C=--concurrency).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Directory on the kernel's data disk where a probe file is appended to and fsynced
-    /// (then removed) [default: no fsync probe].
+    /// Directory on the kernel's data disk where a probe file is written and fsynced (then
+    /// removed) [default: no fsync probe].
     #[arg(long, value_name = "DIR")]
     pub sync_dir: Option<PathBuf>,
-    /// Appends + fsyncs of the probe.
+    /// Writes + fsyncs of the probe.
     #[arg(long, value_name = "N", default_value = "1000")]
     pub syncs: u32,
     /// The kernel under test.

@@ -11,7 +11,7 @@
 //! - `restart`: starts a kernel, leaves N executions pending or blocked, `kill -9`s it,
 //!   restarts it and times readiness and a first new execution ([`restart`]).
 //! - `create`: creations only, no agent connected ([`create`]).
-//! - `floor`: the HTTP round trip, the kernel's CPU per request and an append + `fsync` on
+//! - `floor`: the HTTP round trip, the kernel's CPU per request and a write + `fsync` on
 //!   the data disk, and from them the least an execution of K steps can take ([`floor`]).
 //!
 //! Every scenario reports throughput, latency percentiles, the kernel's CPU per execution and
