@@ -43,6 +43,7 @@ mod checkpoint;
 mod commit_span;
 mod list;
 mod probe;
+mod ready;
 mod schema;
 mod write;
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The SQL of SQLite writes, run on the writer thread's rusqlite connection (`writer.rs`):
 //! a group of commits in one transaction, one execution's commit, and retention. Statements are prepared once
-//! per connection (`prepare_cached`) and bind the commit's own fields where they are text
-//! already, so a row costs a reset, its binds and a step, with no round trip to another thread.
+//! per connection (`prepare_cached`) and bind text prepared before the commit was queued
+//! (`ready.rs`), so a row costs a reset, its binds and a step, with no round trip to another
+//! thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,10 +12,8 @@ use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 use keel_actors::time;
 
-use super::super::rows::{encode_json, encode_payload};
-use super::super::{
-    SQLITE_TERMINAL, expected_previous_sequence, sequence_conflict, sqlite_code_is_unavailable,
-};
+use super::super::{SQLITE_TERMINAL, sequence_conflict, sqlite_code_is_unavailable};
+use super::ready::{Encoded, ReadyCommit};
 use keel_actors::ids::{ConsumerId, JobId, RunnerId, SessionId};
 
 pub(super) const INSERT_EXECUTION: &str = "INSERT INTO executions (id, agent_id, status, labels, input, \
@@ -49,26 +48,21 @@ pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_
      remote = excluded.remote, job_id = excluded.job_id, runner_id = excluded.runner_id, \
      deadline = excluded.deadline, updated_at = excluded.updated_at";
 
-/// Writes one execution's checked commit: the projection row (which checks that the events
-/// follow the stored ones), its labels on first insert, the events and the steps.
+/// Writes one execution's checked commit with its encoded text: the projection row (which
+/// checks that the events follow the stored ones), its labels on first insert, the events and
+/// the steps.
 pub(super) fn write_commit(
     connection: &Connection,
     commit: &Commit,
-    previous_sequence: i64,
+    encoded: &Encoded,
 ) -> Result<(), StoreError> {
     let execution = &commit.execution;
     let id = execution.id.as_str();
-    let output = match &execution.output {
-        Some(output) => Some(encode_json("executions.output", output)?),
-        None => None,
-    };
-    let updated_at = time::format(&execution.updated_at);
+    let previous_sequence = encoded.previous_sequence;
+    let output = encoded.output.as_deref();
+    let updated_at = encoded.updated_at.as_str();
     let mut written = false;
-    if previous_sequence == 0 {
-        let labels = match &execution.labels {
-            Some(labels) => Some(encode_json("executions.labels", labels)?),
-            None => None,
-        };
+    if let Some(creation) = &encoded.creation {
         let inserted = connection
             .prepare_cached(INSERT_EXECUTION)
             .map_err(map_rusqlite_error)?
@@ -76,10 +70,10 @@ pub(super) fn write_commit(
                 id,
                 execution.agent_id.as_str(),
                 execution.status.as_str(),
-                labels,
-                encode_json("executions.input", &execution.input)?,
+                creation.labels.as_deref(),
+                creation.input.as_str(),
                 output,
-                time::format(&execution.created_at),
+                creation.created_at.as_str(),
                 updated_at,
                 execution.session_id.as_ref().map(SessionId::as_str),
                 execution.consumer_id.as_ref().map(ConsumerId::as_str),
@@ -130,7 +124,7 @@ pub(super) fn write_commit(
         let mut insert_event = connection
             .prepare_cached(INSERT_EVENT)
             .map_err(map_rusqlite_error)?;
-        for event in &commit.events {
+        for (event, (timestamp, payload)) in commit.events.iter().zip(&encoded.events) {
             insert_event
                 .execute(params![
                     event.id,
@@ -139,8 +133,8 @@ pub(super) fn write_commit(
                     event.step_id.as_ref().map(|step| step.as_str()),
                     event.body.type_name(),
                     event.schema_version,
-                    time::format(&event.timestamp),
-                    encode_payload(&event.body)?,
+                    timestamp,
+                    payload,
                     event.causation_id,
                     event.correlation_id,
                     event.idempotency_key,
@@ -152,7 +146,7 @@ pub(super) fn write_commit(
         let mut upsert_step = connection
             .prepare_cached(UPSERT_STEP)
             .map_err(map_rusqlite_error)?;
-        for step in &commit.steps {
+        for (step, (deadline, step_updated_at)) in commit.steps.iter().zip(&encoded.steps) {
             upsert_step
                 .execute(params![
                     step.id.as_str(),
@@ -164,8 +158,8 @@ pub(super) fn write_commit(
                     step.remote,
                     step.job_id.as_ref().map(JobId::as_str),
                     step.runner_id.as_ref().map(RunnerId::as_str),
-                    step.deadline.as_ref().map(time::format),
-                    time::format(&step.updated_at),
+                    deadline,
+                    step_updated_at,
                 ])
                 .map_err(map_rusqlite_error)?;
         }
@@ -262,27 +256,27 @@ pub(super) fn set_webhook_position(
 /// fails every commit that is not already failed.
 pub(super) fn commit_group(
     connection: &mut Connection,
-    group: &[Commit],
+    group: &[ReadyCommit],
     all_or_nothing: bool,
     transactions: &AtomicU64,
 ) -> Vec<Result<(), StoreError>> {
     let mut results: Vec<Result<(), StoreError>> = Vec::with_capacity(group.len());
-    let mut pending: Vec<(usize, i64)> = Vec::with_capacity(group.len());
-    for (index, commit) in group.iter().enumerate() {
-        match expected_previous_sequence(commit) {
-            Ok(previous) => {
-                pending.push((index, previous));
+    let mut pending: Vec<(&Commit, &Encoded, usize)> = Vec::with_capacity(group.len());
+    for (index, ready) in group.iter().enumerate() {
+        match &ready.encoded {
+            Ok(encoded) => {
+                pending.push((&ready.commit, encoded, index));
                 results.push(Ok(()));
             }
-            Err(error) if all_or_nothing => return vec![Err(error); group.len()],
-            Err(error) => results.push(Err(error)),
+            Err(error) if all_or_nothing => return vec![Err(error.clone()); group.len()],
+            Err(error) => results.push(Err(error.clone())),
         }
     }
     while !pending.is_empty() {
         let mut failed_at = None;
         let outcome = in_transaction(connection, transactions, |connection| {
-            for (position, &(index, previous)) in pending.iter().enumerate() {
-                if let Err(error) = write_commit(connection, &group[index], previous) {
+            for (position, &(commit, encoded, _)) in pending.iter().enumerate() {
+                if let Err(error) = write_commit(connection, commit, encoded) {
                     failed_at = Some(position);
                     return Err(error);
                 }
@@ -294,11 +288,11 @@ pub(super) fn commit_group(
             (Err(error), Some(position))
                 if !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>
             {
-                let (index, _) = pending.remove(position);
+                let (_, _, index) = pending.remove(position);
                 results[index] = Err(error);
             }
             (Err(error), _) => {
-                for (index, _) in pending {
+                for (_, _, index) in pending {
                     results[index] = Err(error.clone());
                 }
                 if all_or_nothing {

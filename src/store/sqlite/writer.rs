@@ -21,6 +21,7 @@ use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 
 use super::checkpoint::{Checkpointer, WRITER_AUTOCHECKPOINT};
+use super::ready::ReadyCommit;
 use super::write::{self, commit_group, in_transaction, map_rusqlite_error};
 
 /// Prepared statements kept per connection: the commit's six, retention's five and the
@@ -35,7 +36,7 @@ enum Request {
     /// Commit a group; `all_or_nothing` fails the whole group on the first failing commit
     /// (`Store::commit`), otherwise a failing commit fails alone (`Store::commit_group`).
     Commit {
-        group: Vec<Commit>,
+        group: Vec<ReadyCommit>,
         all_or_nothing: bool,
         reply: oneshot::Sender<Vec<Result<(), StoreError>>>,
         /// The caller's span when traces are exported (docs/tracing.md), else a disabled one.
@@ -120,13 +121,15 @@ impl WriterThread {
         })
     }
 
-    /// Commits `group` in one transaction; see [`Request::Commit`].
+    /// Commits `group` in one transaction; see [`Request::Commit`]. The commits are checked
+    /// and encoded here, on the caller's task, before they are queued (`ready.rs`).
     pub async fn commit(
         &self,
         group: Vec<Commit>,
         all_or_nothing: bool,
     ) -> Vec<Result<(), StoreError>> {
         let size = group.len();
+        let group: Vec<ReadyCommit> = group.into_iter().map(ReadyCommit::new).collect();
         let (reply, answer) = oneshot::channel();
         // Checked at the callsite: a constant `false` when no exporter enables the target.
         let caller = if tracing::enabled!(target: keel_actors::trace::TARGET, tracing::Level::INFO)
@@ -354,7 +357,7 @@ fn serve(
 fn fold_and_commit(
     connection: &mut Connection,
     requests: &mpsc::Receiver<Request>,
-    (group, reply, caller): (Vec<Commit>, CommitReply, tracing::Span),
+    (group, reply, caller): (Vec<ReadyCommit>, CommitReply, tracing::Span),
     transactions: &AtomicU64,
 ) -> Option<Request> {
     let mut sizes = vec![group.len()];
