@@ -3,24 +3,24 @@
 //!
 //! Kernel-generated ids (executions, sessions, steps, jobs, events) are UUIDv7 strings in
 //! canonical hyphenated form; client-chosen ids (agents, consumers, runners) are kept verbatim.
+//! An id is shared, not copied, when cloned (`Arc<str>`): an execution's id is cloned into each of
+//! its events, rows and messages.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(
-            Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-        )]
-        #[serde(transparent)]
-        pub struct $name(String);
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Wraps an existing id string.
             pub fn new(value: impl Into<String>) -> Self {
-                Self(value.into())
+                Self(Arc::from(value.into()))
             }
 
             /// Returns the id as a string slice.
@@ -28,9 +28,22 @@ macro_rules! string_id {
                 &self.0
             }
 
-            /// Consumes the id and returns the owned string.
+            /// Returns the id as an owned string.
             pub fn into_string(self) -> String {
-                self.0
+                self.0.to_string()
+            }
+        }
+
+        // Serialized as the bare string, as `#[serde(transparent)]` over a `String` would.
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                String::deserialize(deserializer).map(Self::from)
             }
         }
 
@@ -42,19 +55,19 @@ macro_rules! string_id {
 
         impl From<&str> for $name {
             fn from(value: &str) -> Self {
-                Self(value.to_owned())
+                Self(Arc::from(value))
             }
         }
 
         impl From<String> for $name {
             fn from(value: String) -> Self {
-                Self(value)
+                Self(Arc::from(value))
             }
         }
 
         impl From<&String> for $name {
             fn from(value: &String) -> Self {
-                Self(value.clone())
+                Self(Arc::from(value.as_str()))
             }
         }
 
@@ -73,13 +86,13 @@ macro_rules! string_id {
 
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
-                self.0 == other
+                *self.0 == *other
             }
         }
 
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
+                *self.0 == **other
             }
         }
 
@@ -91,7 +104,7 @@ macro_rules! string_id {
 
         impl PartialEq<String> for $name {
             fn eq(&self, other: &String) -> bool {
-                &self.0 == other
+                *self.0 == *other.as_str()
             }
         }
     };
@@ -138,28 +151,28 @@ pub fn new_uuid_v7() -> String {
 impl ExecutionId {
     /// Returns a fresh, time-ordered execution id.
     pub fn generate() -> Self {
-        Self(new_uuid_v7())
+        Self::from(new_uuid_v7())
     }
 }
 
 impl SessionId {
     /// Returns a fresh session id.
     pub fn generate() -> Self {
-        Self(new_uuid_v7())
+        Self::from(new_uuid_v7())
     }
 }
 
 impl StepId {
     /// Returns a fresh step id.
     pub fn generate() -> Self {
-        Self(new_uuid_v7())
+        Self::from(new_uuid_v7())
     }
 }
 
 impl JobId {
     /// Returns a fresh job id.
     pub fn generate() -> Self {
-        Self(new_uuid_v7())
+        Self::from(new_uuid_v7())
     }
 }
 
@@ -213,5 +226,27 @@ mod tests {
             IdProblem::TooLong.to_string(),
             "exceeds maximum length of 256 characters"
         );
+    }
+
+    #[test]
+    fn an_id_is_a_bare_json_string_and_its_clones_share_one_allocation() {
+        let id = ExecutionId::new("exec-1");
+        assert_eq!(
+            serde_json::to_string(&id).ok(),
+            Some(r#""exec-1""#.to_owned())
+        );
+        let decoded: Result<ExecutionId, _> = serde_json::from_str(r#""exec-1""#);
+        assert_eq!(decoded.ok(), Some(id.clone()));
+        assert!(serde_json::from_str::<ExecutionId>("5").is_err());
+        assert!(serde_json::from_str::<ExecutionId>("null").is_err());
+        let clone = id.clone();
+        assert!(
+            std::ptr::eq(id.as_str(), clone.as_str()),
+            "a clone copies no bytes"
+        );
+        assert_eq!(id, "exec-1");
+        assert_eq!(id, *"exec-1");
+        assert_eq!(id, "exec-1".to_owned());
+        assert_eq!(clone.into_string(), "exec-1");
     }
 }
