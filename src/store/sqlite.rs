@@ -45,6 +45,7 @@ mod list;
 mod probe;
 mod ready;
 mod schema;
+mod statements;
 mod write;
 #[cfg(test)]
 mod write_plan_tests;

@@ -14,6 +14,7 @@ use keel_actors::time;
 
 use super::super::{SQLITE_TERMINAL, sequence_conflict, sqlite_code_is_unavailable};
 use super::ready::{Encoded, ReadyCommit};
+use super::statements::{Sql, Statements};
 use keel_actors::ids::{ConsumerId, JobId, RunnerId, SessionId};
 
 pub(super) const INSERT_EXECUTION: &str = "INSERT INTO executions (id, agent_id, status, labels, input, \
@@ -33,7 +34,7 @@ pub(super) const UPDATE_EXECUTION_SAME_STATUS: &str = "UPDATE executions SET out
      updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
      WHERE id = ?7 AND last_sequence = ?8 AND status = ?1";
 
-const INSERT_LABEL: &str =
+pub(super) const INSERT_LABEL: &str =
     "INSERT INTO execution_labels (execution_id, key, value) VALUES (?1, ?2, ?3)";
 
 pub(super) const INSERT_EVENT: &str = "INSERT INTO events (id, execution_id, sequence, step_id, type, \
@@ -52,7 +53,7 @@ pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_
 /// checks that the events follow the stored ones), its labels on first insert, the events and
 /// the steps.
 pub(super) fn write_commit(
-    connection: &Connection,
+    statements: &mut Statements<'_>,
     commit: &Commit,
     encoded: &Encoded,
 ) -> Result<(), StoreError> {
@@ -63,9 +64,8 @@ pub(super) fn write_commit(
     let updated_at = encoded.updated_at.as_str();
     let mut written = false;
     if let Some(creation) = &encoded.creation {
-        let inserted = connection
-            .prepare_cached(INSERT_EXECUTION)
-            .map_err(map_rusqlite_error)?
+        let inserted = statements
+            .get(Sql::InsertExecution)?
             .execute(params![
                 id,
                 execution.agent_id.as_str(),
@@ -82,9 +82,7 @@ pub(super) fn write_commit(
             .map_err(map_rusqlite_error)?;
         if inserted == 1 {
             written = true;
-            let mut insert_label = connection
-                .prepare_cached(INSERT_LABEL)
-                .map_err(map_rusqlite_error)?;
+            let insert_label = statements.get(Sql::InsertLabel)?;
             for (key, value) in execution.labels.iter().flatten() {
                 insert_label
                     .execute(params![id, key, value])
@@ -93,10 +91,9 @@ pub(super) fn write_commit(
         }
     }
     if !written {
-        let update = |sql: &str| {
-            connection
-                .prepare_cached(sql)
-                .map_err(map_rusqlite_error)?
+        let mut update = |sql: Sql| {
+            statements
+                .get(sql)?
                 .execute(params![
                     execution.status.as_str(),
                     output,
@@ -111,19 +108,17 @@ pub(super) fn write_commit(
         };
         let mut updated = 0;
         if commit.previous_status == Some(execution.status) {
-            updated = update(UPDATE_EXECUTION_SAME_STATUS)?;
+            updated = update(Sql::UpdateExecutionSameStatus)?;
         }
         if updated == 0 {
-            updated = update(UPDATE_EXECUTION)?;
+            updated = update(Sql::UpdateExecution)?;
         }
         if updated == 0 {
             return Err(sequence_conflict(&execution.id, previous_sequence + 1));
         }
     }
     if !commit.events.is_empty() {
-        let mut insert_event = connection
-            .prepare_cached(INSERT_EVENT)
-            .map_err(map_rusqlite_error)?;
+        let insert_event = statements.get(Sql::InsertEvent)?;
         for (event, (timestamp, payload)) in commit.events.iter().zip(&encoded.events) {
             insert_event
                 .execute(params![
@@ -143,9 +138,7 @@ pub(super) fn write_commit(
         }
     }
     if !commit.steps.is_empty() {
-        let mut upsert_step = connection
-            .prepare_cached(UPSERT_STEP)
-            .map_err(map_rusqlite_error)?;
+        let upsert_step = statements.get(Sql::UpsertStep)?;
         for (step, (deadline, step_updated_at)) in commit.steps.iter().zip(&encoded.steps) {
             upsert_step
                 .execute(params![
@@ -275,8 +268,9 @@ pub(super) fn commit_group(
     while !pending.is_empty() {
         let mut failed_at = None;
         let outcome = in_transaction(connection, transactions, |connection| {
+            let mut statements = Statements::new(connection);
             for (position, &(commit, encoded, _)) in pending.iter().enumerate() {
-                if let Err(error) = write_commit(connection, commit, encoded) {
+                if let Err(error) = write_commit(&mut statements, commit, encoded) {
                     failed_at = Some(position);
                     return Err(error);
                 }
