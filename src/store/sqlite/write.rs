@@ -1,8 +1,8 @@
 //! The SQL of SQLite writes, run on the writer thread's rusqlite connection (`writer.rs`):
-//! a group of commits in one transaction, one execution's commit, and retention. Statements are prepared once
-//! per connection (`prepare_cached`) and bind text prepared before the commit was queued
-//! (`ready.rs`), so a row costs a reset, its binds and a step, with no round trip to another
-//! thread.
+//! a group of commits in one transaction, one execution's commit, and retention. Statements are
+//! prepared once per connection (`prepare_cached`), taken from that cache once per transaction
+//! (`statements.rs`) and bind text prepared before the commit was queued (`ready.rs`), so a row
+//! costs its binds, a step and a reset, with no round trip to another thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
