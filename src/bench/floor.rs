@@ -217,7 +217,11 @@ fn write_and_sync(path: &Path, count: u32) -> std::io::Result<Latency> {
         .write(true)
         .open(path)?;
     let frame_bytes = FRAME_BYTES as u64;
-    file.write_all(&vec![0_u8; FRAME_BYTES * count as usize])?;
+    // Written a frame at a time: --syncs bounds the file's size, not one buffer's.
+    let zeros = vec![0_u8; FRAME_BYTES];
+    for _ in 0..count {
+        file.write_all(&zeros)?;
+    }
     file.sync_all()?;
     let frame = vec![0x5a_u8; FRAME_BYTES];
     let latency = Latency::new();
