@@ -61,25 +61,26 @@ impl Conn {
         body: &B,
     ) -> Result<R, String> {
         let bytes = serde_json::to_vec(body).map_err(|error| error.to_string())?;
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::POST, path, bytes)).await {
-            Ok(Ok(answer)) => serde_json::from_slice(&answer)
-                .map_err(|error| format!("POST {path}: bad answer: {error}")),
-            Ok(Err(error)) => Err(format!("POST {path}: {error}")),
-            Err(_) => {
-                self.sender = None;
-                Err(format!("POST {path}: no answer within {REQUEST_TIMEOUT:?}"))
-            }
-        }
+        let answer = self.call(Method::POST, path, bytes).await?;
+        serde_json::from_slice(&answer).map_err(|error| format!("POST {path}: bad answer: {error}"))
     }
 
     /// GETs `path` and returns the body of a 2xx answer.
     pub async fn get(&mut self, path: &str) -> Result<Bytes, String> {
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.send(Method::GET, path, Vec::new())).await
-        {
-            Ok(answer) => answer.map_err(|error| format!("GET {path}: {error}")),
+        self.call(Method::GET, path, Vec::new()).await
+    }
+
+    /// Sends one request within `REQUEST_TIMEOUT`; errors name the method and path, and a
+    /// request left unanswered drops the connection.
+    async fn call(&mut self, method: Method, path: &str, body: Vec<u8>) -> Result<Bytes, String> {
+        let name = method.clone();
+        match tokio::time::timeout(REQUEST_TIMEOUT, self.send(method, path, body)).await {
+            Ok(answer) => answer.map_err(|error| format!("{name} {path}: {error}")),
             Err(_) => {
                 self.sender = None;
-                Err(format!("GET {path}: no answer within {REQUEST_TIMEOUT:?}"))
+                Err(format!(
+                    "{name} {path}: no answer within {REQUEST_TIMEOUT:?}"
+                ))
             }
         }
     }

@@ -27,7 +27,7 @@ use serde_json::json;
 
 use super::http::Http;
 use super::latency::{Latency, round3};
-use super::procfs::{CpuMeter, read_memory};
+use super::procfs::{CpuMeter, per_execution, read_memory};
 use super::progress::Progress;
 use super::report::{Errors, Report};
 use super::{FloorArgs, Target, emit, invalid, verdict};
@@ -89,8 +89,7 @@ pub async fn run(args: FloorArgs) -> Result<(), CliError> {
 
     let single = single.summary();
     let sync = syncs.as_ref().map(Latency::summary);
-    let requests = requests_per_execution(args.local_steps);
-    let cpu_per_request = usage.kernel_ms.and_then(|ms| per_request(ms, done));
+    let cpu_per_request = usage.kernel_ms.and_then(|ms| per_execution(ms, done));
     let floor = Floor::of(
         args.local_steps,
         single.p50,
@@ -124,7 +123,7 @@ pub async fn run(args: FloorArgs) -> Result<(), CliError> {
     // Per execution = per 2K+2 requests: the floor of the kernel's and the bench's CPU.
     report.resources(
         usage,
-        done / u64::from(requests),
+        done / u64::from(floor.requests()),
         memory,
         target.embedded.is_some(),
     );
@@ -234,25 +233,10 @@ fn write_and_sync(path: &Path, count: u32) -> std::io::Result<Latency> {
     Ok(latency)
 }
 
-/// Requests one execution of `steps` local steps makes: create, an intent and a step result
-/// per step, complete.
-fn requests_per_execution(steps: u32) -> u32 {
-    steps.saturating_mul(2).saturating_add(2)
-}
-
-/// Milliseconds of CPU per request; `None` when none was answered.
-fn per_request(total_ms: u64, requests: u64) -> Option<f64> {
-    (requests > 0).then(|| total_ms as f64 / requests as f64)
-}
-
 /// The floor of one execution of K local steps on this machine.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Floor {
     steps: u32,
-    /// Sequential HTTP round trips (2K+2).
-    requests: u32,
-    /// Sequential acknowledged writes (2K+3): each request's, and the assignment's.
-    commits: u32,
     round_trip_ms: f64,
     sync_ms: Option<f64>,
     cpu_ms_per_request: Option<f64>,
@@ -265,25 +249,33 @@ impl Floor {
         sync_ms: Option<f64>,
         cpu_ms_per_request: Option<f64>,
     ) -> Self {
-        let requests = requests_per_execution(steps);
         Self {
             steps,
-            requests,
-            commits: requests.saturating_add(1),
             round_trip_ms,
             sync_ms,
             cpu_ms_per_request,
         }
     }
 
+    /// Sequential HTTP round trips (2K+2): create, an intent and a step result per step,
+    /// complete.
+    fn requests(&self) -> u32 {
+        self.steps.saturating_mul(2).saturating_add(2)
+    }
+
+    /// Sequential acknowledged writes (2K+3): each request's, and the assignment's.
+    fn commits(&self) -> u32 {
+        self.requests().saturating_add(1)
+    }
+
     /// The round trips alone, one after another.
     fn round_trips_ms(&self) -> f64 {
-        f64::from(self.requests) * self.round_trip_ms
+        f64::from(self.requests()) * self.round_trip_ms
     }
 
     /// The `fsync`s alone, one after another.
     fn syncs_ms(&self) -> Option<f64> {
-        self.sync_ms.map(|sync| f64::from(self.commits) * sync)
+        self.sync_ms.map(|sync| f64::from(self.commits()) * sync)
     }
 
     /// The shortest execution: its round trips and its `fsync`s.
@@ -294,14 +286,14 @@ impl Floor {
     /// The kernel CPU of the execution's requests.
     fn kernel_cpu_ms(&self) -> Option<f64> {
         self.cpu_ms_per_request
-            .map(|cpu| f64::from(self.requests) * cpu)
+            .map(|cpu| f64::from(self.requests()) * cpu)
     }
 
     fn to_json(self) -> serde_json::Value {
         json!({
             "local_steps": self.steps,
-            "requests_per_execution": self.requests,
-            "durable_commits_per_execution": self.commits,
+            "requests_per_execution": self.requests(),
+            "durable_commits_per_execution": self.commits(),
             "round_trip_p50_ms": round3(self.round_trip_ms),
             "sync_p50_ms": self.sync_ms.map(round3),
             "round_trips_ms": round3(self.round_trips_ms()),
@@ -314,7 +306,7 @@ impl Floor {
 
     fn to_text(self) -> String {
         let syncs = match self.syncs_ms() {
-            Some(syncs) => format!(" + {} fsyncs {syncs:.2} ms", self.commits),
+            Some(syncs) => format!(" + {} fsyncs {syncs:.2} ms", self.commits()),
             None => " (no fsync probe: pass --sync-dir)".to_owned(),
         };
         let cpu = match self.kernel_cpu_ms() {
@@ -324,7 +316,7 @@ impl Floor {
         format!(
             "K={}: {} round trips {:.2} ms{syncs} = execution {:.2} ms at least{cpu}",
             self.steps,
-            self.requests,
+            self.requests(),
             self.round_trips_ms(),
             self.execution_ms()
         )
@@ -338,7 +330,7 @@ mod tests {
     #[test]
     fn an_execution_of_k_steps_is_2k_plus_2_round_trips_and_2k_plus_3_syncs() {
         let floor = Floor::of(5, 0.05, Some(0.1), Some(0.008));
-        assert_eq!((floor.requests, floor.commits), (12, 13));
+        assert_eq!((floor.requests(), floor.commits()), (12, 13));
         let json = floor.to_json();
         assert_eq!(json["round_trips_ms"], 0.6);
         assert_eq!(json["syncs_ms"], 1.3);
@@ -355,7 +347,7 @@ mod tests {
     #[test]
     fn without_a_sync_probe_or_a_pid_the_floor_is_the_round_trips_alone() {
         let floor = Floor::of(0, 0.25, None, None);
-        assert_eq!((floor.requests, floor.commits), (2, 3));
+        assert_eq!((floor.requests(), floor.commits()), (2, 3));
         let json = floor.to_json();
         assert_eq!(json["execution_ms"], 0.5);
         assert!(json["syncs_ms"].is_null());
@@ -379,11 +371,5 @@ mod tests {
             write_and_sync(&path, 1).is_err(),
             "an existing file is not reused"
         );
-    }
-
-    #[test]
-    fn cpu_per_request_is_unknown_without_requests() {
-        assert_eq!(per_request(10, 0), None);
-        assert_eq!(per_request(10, 4), Some(2.5));
     }
 }
