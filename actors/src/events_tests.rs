@@ -39,6 +39,41 @@ fn a_batch_shares_one_correlation_and_chains_causation() {
     assert_eq!((events[0].sequence, events[1].sequence), (1, 2));
 }
 
+/// The stores keep no index on event ids (migrations 0008): their uniqueness is the kernel's,
+/// every sealed event gets a fresh UUIDv7, in the order the events are sealed.
+#[test]
+fn every_sealed_event_gets_its_own_increasing_uuid_v7() {
+    let batch = |last| {
+        let bodies = (0..100)
+            .map(|n| {
+                NewEvent::execution(EventBody::ExecutionResumed {
+                    reason: format!("{n}").into(),
+                })
+            })
+            .collect();
+        seal(
+            &ExecutionId::new("e"),
+            last,
+            crate::time::now(),
+            None,
+            bodies,
+        )
+    };
+    let ids: Vec<String> = [batch(0), batch(100)]
+        .concat()
+        .into_iter()
+        .map(|event| event.id)
+        .collect();
+    for id in &ids {
+        let parsed = uuid::Uuid::parse_str(id).expect("a UUID");
+        assert_eq!(parsed.get_version_num(), 7, "{id}");
+    }
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, ids, "distinct and increasing");
+}
+
 #[test]
 fn from_parts_rebuilds_every_body_from_its_payload() {
     let body = EventBody::StepTimedOut {};

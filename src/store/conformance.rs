@@ -23,7 +23,7 @@ mod tool_calls;
 pub use batch::{
     MANY, a_clean_group_answers_ok_for_each_commit,
     a_group_writes_every_commit_but_the_failing_ones,
-    a_groups_events_take_positions_in_commit_order, a_reused_event_id_fails_only_its_commit,
+    a_groups_events_take_positions_in_commit_order, a_reused_creation_key_fails_only_its_commit,
     a_wrong_previous_status_still_writes_the_new_status, creations,
     many_executions_in_one_batch_are_all_or_nothing, resume, resumed_to,
 };
@@ -439,29 +439,6 @@ pub async fn sequences_stay_contiguous_and_unique(store: Arc<dyn Store>) {
         .await
         .expect("the right next sequence commits");
     assert_eq!(sequences(&store, "exec-seq").await, vec![1, 2, 3, 4, 5]);
-}
-
-/// A reused event id violates uniqueness and is a conflict.
-pub async fn duplicate_event_id_is_a_conflict(store: Arc<dyn Store>) {
-    let first = new_execution("exec-a", "agent-a", &[], at(1));
-    store
-        .commit(std::slice::from_ref(&first))
-        .await
-        .expect("first commits");
-    let mut second = new_execution("exec-b", "agent-a", &[], at(2));
-    second.events[0].id = first.events[0].id.clone();
-    let result = store.commit(&[second]).await;
-    assert!(
-        matches!(result, Err(StoreError::Conflict(_))),
-        "got {result:?}"
-    );
-    assert_eq!(
-        store
-            .execution(&ExecutionId::new("exec-b"))
-            .await
-            .expect("row read"),
-        None
-    );
 }
 
 /// Inconsistent commits (foreign events, gaps inside one commit, a wrong last_sequence) are

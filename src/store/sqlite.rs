@@ -42,6 +42,9 @@ mod batch_tests;
 mod checkpoint;
 mod commit_span;
 mod list;
+#[cfg(test)]
+mod migration_tests;
+mod positions;
 mod probe;
 mod ready;
 mod schema;

@@ -79,7 +79,6 @@ conformance_on_sqlite!(
     unknown_execution_reads_as_none,
     batch_is_all_or_nothing,
     sequences_stay_contiguous_and_unique,
-    duplicate_event_id_is_a_conflict,
     inconsistent_commits_are_refused,
     execution_row_follows_commits,
     concurrent_commits_all_land,
@@ -97,7 +96,7 @@ conformance_on_sqlite!(
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
-    a_reused_event_id_fails_only_its_commit,
+    a_reused_creation_key_fails_only_its_commit,
     a_groups_events_take_positions_in_commit_order,
     a_wrong_previous_status_still_writes_the_new_status,
     a_creation_key_names_one_execution,
@@ -189,7 +188,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_a_clear_message() {
     };
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (7)"
+        "database schema version 9999 is newer than this keel binary supports (8)"
     );
     let pool = raw_pool(&path).await;
     assert_eq!(

@@ -161,18 +161,19 @@ pub async fn a_clean_group_answers_ok_for_each_commit(store: Arc<dyn Store>) {
     }
 }
 
-/// A reused event id in a group (a uniqueness violation the database reports, not a sequence
-/// check) fails that commit alone; the rest of the group lands.
-pub async fn a_reused_event_id_fails_only_its_commit(store: Arc<dyn Store>) {
+/// A reused creation key in a group (a uniqueness violation the database reports, not a
+/// sequence check) fails that commit alone; the rest of the group lands.
+pub async fn a_reused_creation_key_fails_only_its_commit(store: Arc<dyn Store>) {
     let mut group = creations("dup", 10);
-    let reused = group[2].events[0].id.clone();
-    group[7].events[0].id = reused;
+    for index in [2, 7] {
+        group[index].events[0].idempotency_key = Some("dup-key".to_owned());
+    }
     let results = store.commit_group(group).await;
     for (index, result) in results.iter().enumerate() {
         if index == 7 {
             assert!(
                 matches!(result, Err(StoreError::Conflict(_))),
-                "reused id: {result:?}"
+                "reused key: {result:?}"
             );
         } else {
             assert!(result.is_ok(), "commit {index}: {result:?}");
@@ -180,6 +181,13 @@ pub async fn a_reused_event_id_fails_only_its_commit(store: Arc<dyn Store>) {
     }
     assert_eq!(labelled(&store, "dup").await, 9);
     assert!(sequences(&store, "dup-7").await.is_empty());
+    assert_eq!(
+        store
+            .execution_by_creation_key("dup-key")
+            .await
+            .expect("read"),
+        Some(ExecutionId::new("dup-2"))
+    );
 }
 
 /// The events of one group take positions in the order of its commits, and within a commit in

@@ -56,7 +56,6 @@ conformance_on_postgres!(
     unknown_execution_reads_as_none,
     batch_is_all_or_nothing,
     sequences_stay_contiguous_and_unique,
-    duplicate_event_id_is_a_conflict,
     inconsistent_commits_are_refused,
     execution_row_follows_commits,
     concurrent_commits_all_land,
@@ -74,7 +73,7 @@ conformance_on_postgres!(
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
-    a_reused_event_id_fails_only_its_commit,
+    a_reused_creation_key_fails_only_its_commit,
     a_groups_events_take_positions_in_commit_order,
     a_wrong_previous_status_still_writes_the_new_status,
     a_creation_key_names_one_execution,
@@ -127,7 +126,7 @@ async fn two_kernels_starting_at_once_on_an_empty_database_migrate_it_once() {
             .expect("migrations read");
     assert_eq!(
         migrations,
-        (1..=7).map(|version| (version, true)).collect::<Vec<_>>()
+        (1..=8).map(|version| (version, true)).collect::<Vec<_>>()
     );
     let store: Arc<dyn Store> = Arc::new(winner);
     conformance::create(&store, "exec-1", "agent-a", &[], at(1)).await;
@@ -153,7 +152,25 @@ async fn concurrent_migrators_serialise_on_the_migration_lock() {
         .fetch_all(store.readers())
         .await
         .expect("migrations read");
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
+/// Migration 0008: no index on `events.id` (no query reads one; the kernel makes the ids), the
+/// per-execution uniqueness of sequences stays.
+#[tokio::test]
+async fn events_keep_their_sequence_uniqueness_and_lose_the_index_on_id() {
+    let Some(db) = test_db::fresh().await else {
+        return;
+    };
+    let store = open_store(&db).await;
+    let unique: Vec<String> = sqlx::query_scalar(
+        "SELECT conname::text FROM pg_constraint \
+         WHERE conrelid = 'events'::regclass AND contype = 'u' ORDER BY 1",
+    )
+    .fetch_all(store.readers())
+    .await
+    .expect("constraints");
+    assert_eq!(unique, vec!["events_execution_id_sequence_key"]);
 }
 
 #[tokio::test]
@@ -187,7 +204,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_the_sqlite_message() {
     .expect("the dropped store releases its lock");
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (7)"
+        "database schema version 9999 is newer than this keel binary supports (8)"
     );
     let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
         .fetch_one(&mut connection)

@@ -13,6 +13,7 @@ use keel_actors::store::Commit;
 use keel_actors::time;
 
 use super::super::{SQLITE_TERMINAL, sequence_conflict, sqlite_code_is_unavailable};
+use super::positions::{EventPositions, RAISE_HIGH_WATER};
 use super::ready::{Encoded, ReadyCommit};
 use super::statements::{Sql, Statements};
 use keel_actors::ids::{ConsumerId, JobId, RunnerId, SessionId};
@@ -37,9 +38,10 @@ pub(super) const UPDATE_EXECUTION_SAME_STATUS: &str = "UPDATE executions SET out
 pub(super) const INSERT_LABEL: &str =
     "INSERT INTO execution_labels (execution_id, key, value) VALUES (?1, ?2, ?3)";
 
+/// `position` is handed out by the writer thread (`positions.rs`, migration 0008).
 pub(super) const INSERT_EVENT: &str = "INSERT INTO events (id, execution_id, sequence, step_id, type, \
-     schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+     schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key, position) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_id, status, attempt, \
      max_attempts, remote, job_id, runner_id, deadline, updated_at) \
@@ -50,12 +52,13 @@ pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_
      deadline = excluded.deadline, updated_at = excluded.updated_at";
 
 /// Writes one execution's checked commit with its encoded text: the projection row (which
-/// checks that the events follow the stored ones), its labels on first insert, the events and
-/// the steps.
+/// checks that the events follow the stored ones), its labels on first insert, the events (at
+/// the next positions) and the steps.
 pub(super) fn write_commit(
     statements: &mut Statements<'_>,
     commit: &Commit,
     encoded: &Encoded,
+    positions: &mut EventPositions,
 ) -> Result<(), StoreError> {
     let execution = &commit.execution;
     let id = execution.id.as_str();
@@ -133,6 +136,7 @@ pub(super) fn write_commit(
                     event.causation_id,
                     event.correlation_id,
                     event.idempotency_key,
+                    positions.next(),
                 ])
                 .map_err(map_rusqlite_error)?;
         }
@@ -181,6 +185,14 @@ pub(super) fn delete_terminal_before(
                 .query_map(params![before, limit.max(0)], |row| row.get::<_, String>(0))?
                 .collect::<Result<Vec<String>, _>>()
         })
+        .map_err(map_rusqlite_error)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    // The newest events may be among those deleted; their positions stay handed out.
+    connection
+        .prepare_cached(RAISE_HIGH_WATER)
+        .and_then(|mut statement| statement.execute([]))
         .map_err(map_rusqlite_error)?;
     // Children first: the foreign keys point at `executions`.
     let deletes = [
@@ -252,6 +264,7 @@ pub(super) fn commit_group(
     group: &[ReadyCommit],
     all_or_nothing: bool,
     transactions: &AtomicU64,
+    positions: &mut EventPositions,
 ) -> Vec<Result<(), StoreError>> {
     let mut results: Vec<Result<(), StoreError>> = Vec::with_capacity(group.len());
     let mut pending: Vec<(&Commit, &Encoded, usize)> = Vec::with_capacity(group.len());
@@ -270,13 +283,22 @@ pub(super) fn commit_group(
         let outcome = in_transaction(connection, transactions, |connection| {
             let mut statements = Statements::new(connection);
             for (position, &(commit, encoded, _)) in pending.iter().enumerate() {
-                if let Err(error) = write_commit(&mut statements, commit, encoded) {
+                if let Err(error) = write_commit(&mut statements, commit, encoded, positions) {
                     failed_at = Some(position);
                     return Err(error);
                 }
             }
             Ok(())
         });
+        if outcome.is_err()
+            && let Err(error) = positions.reload(connection)
+        {
+            // Without a trusted counter nothing more is written in this group.
+            for (_, _, index) in pending {
+                results[index] = Err(error.clone());
+            }
+            return results;
+        }
         match (outcome, failed_at) {
             (Ok(()), _) => break,
             (Err(error), Some(position))

@@ -21,6 +21,7 @@ use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 
 use super::checkpoint::{Checkpointer, WRITER_AUTOCHECKPOINT};
+use super::positions::EventPositions;
 use super::ready::ReadyCommit;
 use super::write::{self, commit_group, in_transaction, map_rusqlite_error};
 
@@ -98,13 +99,19 @@ impl WriterThread {
             .name("keel-sqlite-writer".to_owned())
             .spawn(move || {
                 let started = open(&path, &options).and_then(|connection| {
+                    let positions = EventPositions::load(&connection)?;
                     let checkpointer = Checkpointer::start(&path, counter.clone())?;
-                    Ok((connection, checkpointer))
+                    Ok((connection, checkpointer, positions))
                 });
                 match started {
-                    Ok((connection, checkpointer)) => {
+                    Ok((connection, checkpointer, positions)) => {
                         let _ = opened.send(Ok(()));
-                        serve(connection, checkpointer, &receiver, &counter);
+                        let writer = Writer {
+                            connection,
+                            positions,
+                            transactions: counter,
+                        };
+                        serve(writer, checkpointer, &receiver);
                     }
                     Err(error) => {
                         let _ = opened.send(Err(error));
@@ -262,12 +269,7 @@ fn open(path: &Path, options: &WriterOptions) -> Result<Connection, StoreError> 
 
 /// Serves requests until `Close` or until every handle is dropped. The checkpointer is stopped
 /// before the connection is closed either way, so the writer's is the file's last connection.
-fn serve(
-    mut connection: Connection,
-    checkpointer: Checkpointer,
-    requests: &mpsc::Receiver<Request>,
-    transactions: &AtomicU64,
-) {
+fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiver<Request>) {
     let mut next: Option<Request> = None;
     loop {
         let request = match next.take() {
@@ -285,7 +287,7 @@ fn serve(
                 caller,
             } => {
                 let first = (group, reply, caller);
-                next = fold_and_commit(&mut connection, requests, first, transactions);
+                next = fold_and_commit(&mut writer, requests, first);
             }
             Request::Commit {
                 group,
@@ -295,9 +297,7 @@ fn serve(
             } => {
                 let span =
                     super::commit_span::store_commit_span(&group, std::slice::from_ref(&caller));
-                let results = span.in_scope(|| {
-                    commit_group(&mut connection, &group, all_or_nothing, transactions)
-                });
+                let results = span.in_scope(|| writer.commit_group(&group, all_or_nothing));
                 let _ = reply.send(results);
             }
             Request::DeleteTerminal {
@@ -305,7 +305,7 @@ fn serve(
                 limit,
                 reply,
             } => {
-                let result = in_transaction(&mut connection, transactions, |connection| {
+                let result = writer.in_transaction(|connection| {
                     write::delete_terminal_before(connection, &before, limit)
                 });
                 let _ = reply.send(result);
@@ -315,14 +315,15 @@ fn serve(
                 position,
                 reply,
             } => {
-                let result = in_transaction(&mut connection, transactions, |connection| {
+                let result = writer.in_transaction(|connection| {
                     write::set_webhook_position(connection, &id, position)
                 });
                 let _ = reply.send(result);
             }
             #[cfg(test)]
             Request::Pragma { name, reply } => {
-                let result = connection
+                let result = writer
+                    .connection
                     .query_row(&format!("PRAGMA {name}"), [], |row| row.get(0))
                     .map_err(map_rusqlite_error);
                 let _ = reply.send(result);
@@ -339,14 +340,14 @@ fn serve(
                 // Closing the last connection checkpoints the WAL; it must finish before the
                 // caller releases the kernel lock.
                 drop(checkpointer);
-                drop(connection);
+                drop(writer);
                 let _ = reply.send(());
                 return;
             }
         }
     }
     drop(checkpointer);
-    drop(connection);
+    drop(writer);
 }
 
 /// Commits `group` and the independent groups already waiting behind it in the channel (up to
@@ -355,10 +356,9 @@ fn serve(
 /// Returns the request that stopped the folding (not a group, or an all-or-nothing one), to be
 /// served next.
 fn fold_and_commit(
-    connection: &mut Connection,
+    writer: &mut Writer,
     requests: &mpsc::Receiver<Request>,
     (group, reply, caller): (Vec<ReadyCommit>, CommitReply, tracing::Span),
-    transactions: &AtomicU64,
 ) -> Option<Request> {
     let mut sizes = vec![group.len()];
     let mut replies = vec![reply];
@@ -387,12 +387,43 @@ fn fold_and_commit(
     }
     let span = super::commit_span::store_commit_span(&folded, &callers);
     let mut results = span
-        .in_scope(|| commit_group(connection, &folded, false, transactions))
+        .in_scope(|| writer.commit_group(&folded, false))
         .into_iter();
     for (size, reply) in sizes.into_iter().zip(replies) {
         let _ = reply.send(results.by_ref().take(size).collect());
     }
     stopped
+}
+
+/// What the thread writes with: its connection, the event positions it hands out and the count
+/// of its transactions.
+struct Writer {
+    connection: Connection,
+    positions: EventPositions,
+    transactions: Arc<AtomicU64>,
+}
+
+impl Writer {
+    fn commit_group(
+        &mut self,
+        group: &[ReadyCommit],
+        all_or_nothing: bool,
+    ) -> Vec<Result<(), StoreError>> {
+        commit_group(
+            &mut self.connection,
+            group,
+            all_or_nothing,
+            &self.transactions,
+            &mut self.positions,
+        )
+    }
+
+    fn in_transaction<T>(
+        &mut self,
+        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        in_transaction(&mut self.connection, &self.transactions, work)
+    }
 }
 
 /// Answer of a commit request.
