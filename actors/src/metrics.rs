@@ -65,6 +65,13 @@ pub struct SupervisionLabels {
     pub event: String,
 }
 
+/// The statuses `executions` counts (the terminal ones are counted by `executions_total`).
+const LIVE_STATUSES: [ExecutionStatus; 3] = [
+    ExecutionStatus::Pending,
+    ExecutionStatus::Running,
+    ExecutionStatus::Blocked,
+];
+
 /// Every metric the kernel exposes.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -72,6 +79,9 @@ pub struct Metrics {
     pub supervision_log: crate::supervision::SupervisionLog,
     /// Executions currently in each status.
     pub executions: Family<StatusLabel, Gauge>,
+    /// `executions`' gauges of the three non-terminal statuses, taken from the family once:
+    /// every commit that changes a status moves one (no label allocated, hashed and looked up).
+    live: [Gauge; 3],
     /// Executions created and ended, by outcome.
     pub executions_total: Family<StatusLabel, Counter>,
     /// Intents processed, by type and decision.
@@ -212,7 +222,15 @@ impl Metrics {
         );
         let operator = OperatorMetrics::register(&mut registry);
         let guardrails = crate::guardrails::metrics::GuardrailMetrics::register(&mut registry);
+        let live = LIVE_STATUSES.map(|status| {
+            executions
+                .get_or_create(&StatusLabel {
+                    status: status.as_str().to_owned(),
+                })
+                .clone()
+        });
         Self {
+            live,
             operator,
             guardrails,
             registry: Mutex::new(registry),
@@ -270,20 +288,18 @@ impl Metrics {
         if from == Some(to) {
             return;
         }
-        if let Some(from) = from.filter(|from| !from.is_terminal()) {
-            self.executions
-                .get_or_create(&StatusLabel {
-                    status: from.as_str().to_owned(),
-                })
-                .dec();
+        if let Some(gauge) = from.and_then(|from| self.live_gauge(from)) {
+            gauge.dec();
         }
-        if !to.is_terminal() {
-            self.executions
-                .get_or_create(&StatusLabel {
-                    status: to.as_str().to_owned(),
-                })
-                .inc();
+        if let Some(gauge) = self.live_gauge(to) {
+            gauge.inc();
         }
+    }
+
+    /// Returns the `executions` gauge of a non-terminal status.
+    fn live_gauge(&self, status: ExecutionStatus) -> Option<&Gauge> {
+        let index = LIVE_STATUSES.iter().position(|live| *live == status)?;
+        self.live.get(index)
     }
 
     /// Counts an execution lifecycle outcome (`created`, `completed`, ...).
@@ -371,5 +387,45 @@ impl Metrics {
     pub fn commit(&self, latency: Duration, executions: usize) {
         self.commit_seconds.observe(latency.as_secs_f64());
         self.commit_batch.observe(executions as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(metrics: &Metrics, status: &str) -> i64 {
+        metrics
+            .executions
+            .get_or_create(&StatusLabel {
+                status: status.to_owned(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn moving_an_execution_moves_the_gauges_of_its_live_statuses_only() {
+        let metrics = Metrics::new();
+        metrics.execution_moved(None, ExecutionStatus::Pending);
+        metrics.execution_moved(None, ExecutionStatus::Pending);
+        metrics.execution_moved(Some(ExecutionStatus::Pending), ExecutionStatus::Running);
+        metrics.execution_moved(Some(ExecutionStatus::Running), ExecutionStatus::Blocked);
+        metrics.execution_moved(Some(ExecutionStatus::Blocked), ExecutionStatus::Blocked);
+        assert_eq!(
+            ["pending", "running", "blocked"].map(|status| live(&metrics, status)),
+            [1, 0, 1]
+        );
+        metrics.execution_moved(Some(ExecutionStatus::Blocked), ExecutionStatus::Completed);
+        metrics.execution_moved(Some(ExecutionStatus::Completed), ExecutionStatus::Failed);
+        assert_eq!(
+            ["pending", "running", "blocked", "completed", "failed"]
+                .map(|status| live(&metrics, status)),
+            [1, 0, 0, 0, 0]
+        );
+        let text = metrics.encode();
+        assert!(
+            text.contains("keel_live_executions{status=\"pending\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -3,10 +3,14 @@
 
 use std::sync::Arc;
 
+use keel_actors::ids::StepId;
+use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, Store};
 
 use super::super::StoreOptions;
-use super::super::conformance::{MANY, creations, resume};
+use super::super::conformance::{
+    MANY, at, creations, finish, new_execution, resume, resumed_to, step_row,
+};
 use super::SqliteStore;
 
 #[tokio::test]
@@ -176,5 +180,81 @@ async fn sqlite_is_built_without_memory_statistics_and_with_a_larger_lookaside()
             options.iter().any(|option| option == expected),
             "{expected} in {options:?}"
         );
+    }
+}
+
+/// A commit that starts the local step `step` of `row`.
+fn with_step(row: &ExecutionRow, step: &str, micros: i64) -> Commit {
+    let mut commit = resumed_to(row, ExecutionStatus::Blocked, micros);
+    commit.steps = vec![step_row(row, &StepId::new(step), "web", at(micros))];
+    commit
+}
+
+/// Rows `PRAGMA foreign_key_check` reports: children whose execution row does not exist.
+async fn dangling(store: &SqliteStore) -> Vec<(String, i64)> {
+    sqlx::query_as("SELECT \"table\", rowid FROM pragma_foreign_key_check")
+        .fetch_all(store.readers())
+        .await
+        .expect("foreign key check")
+}
+
+/// The writer enforces no foreign keys (writer.rs): it keeps them itself. Commits whose
+/// execution row is not written (never created, a stale sequence, a second creation) leave no
+/// label, event or step behind, and retention deletes an execution with all its children.
+#[tokio::test]
+async fn the_writer_leaves_no_orphans_without_enforcing_foreign_keys() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    assert_eq!(
+        store.writer_pragma("foreign_keys").await.expect("pragma"),
+        0
+    );
+    let kept = new_execution("kept", "agent-a", &[("team", "x")], at(1));
+    let kept_row = kept.execution.clone();
+    let results = store.commit_group(vec![kept]).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+
+    let never_created = with_step(
+        &new_execution("ghost", "agent-a", &[("team", "y")], at(1)).execution,
+        "ghost-step",
+        2,
+    );
+    let stale = with_step(&kept_row, "stale-step", 3);
+    let twice = new_execution("kept", "agent-a", &[("team", "z")], at(4));
+    let follows = with_step(&kept_row, "kept-step", 2);
+    let results = store
+        .commit_group(vec![follows.clone(), never_created, stale, twice])
+        .await;
+    assert!(results[0].is_ok(), "{results:?}");
+    assert!(results[1..].iter().all(Result::is_err), "{results:?}");
+    assert_eq!(dangling(&store).await, vec![]);
+    let labels: Vec<String> = sqlx::query_scalar("SELECT value FROM execution_labels")
+        .fetch_all(store.readers())
+        .await
+        .expect("labels");
+    assert_eq!(labels, ["x"], "only the first creation's labels");
+    let steps: Vec<String> = sqlx::query_scalar("SELECT id FROM steps")
+        .fetch_all(store.readers())
+        .await
+        .expect("steps");
+    assert_eq!(steps, ["kept-step"], "only the written commit's step");
+
+    let done = finish(&follows.execution, at(5), ExecutionStatus::Completed);
+    let results = store.commit_group(vec![done]).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let deleted = store
+        .delete_terminal_before(at(6), 10)
+        .await
+        .expect("retention");
+    assert_eq!(deleted, 1);
+    assert_eq!(dangling(&store).await, vec![]);
+    for table in ["executions", "events", "steps", "execution_labels"] {
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(store.readers())
+            .await
+            .expect("count");
+        assert_eq!(rows, 0, "{table} emptied");
     }
 }

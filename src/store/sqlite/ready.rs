@@ -66,10 +66,11 @@ impl Encoded {
         } else {
             None
         };
+        let mut times = Times::default();
         let events = commit
             .events
             .iter()
-            .map(|event| Ok((time::format(&event.timestamp), encode_payload(&event.body)?)))
+            .map(|event| Ok((times.format(&event.timestamp), encode_payload(&event.body)?)))
             .collect::<Result<_, StoreError>>()?;
         let steps = commit
             .steps
@@ -77,7 +78,7 @@ impl Encoded {
             .map(|step| {
                 (
                     step.deadline.as_ref().map(time::format),
-                    time::format(&step.updated_at),
+                    times.format(&step.updated_at),
                 )
             })
             .collect();
@@ -89,10 +90,30 @@ impl Encoded {
                 .as_ref()
                 .map(|output| encode_json("executions.output", output))
                 .transpose()?,
-            updated_at: time::format(&execution.updated_at),
+            updated_at: times.format(&execution.updated_at),
             events,
             steps,
         })
+    }
+}
+
+/// Formats the timestamps of one commit. Its events, its row's `updated_at` and its steps'
+/// usually carry the same instant (the commit's), which is formatted once and copied after.
+#[derive(Default)]
+struct Times {
+    last: Option<(time::Timestamp, String)>,
+}
+
+impl Times {
+    fn format(&mut self, at: &time::Timestamp) -> String {
+        match &self.last {
+            Some((last, text)) if last == at => text.clone(),
+            _ => {
+                let text = time::format(at);
+                self.last = Some((*at, text.clone()));
+                text
+            }
+        }
     }
 }
 
@@ -141,5 +162,14 @@ mod tests {
             "{:?}",
             ready.encoded
         );
+    }
+
+    #[test]
+    fn each_instant_of_a_commit_is_written_as_its_own_text() {
+        use crate::store::conformance::at;
+        let mut times = Times::default();
+        for micros in [1, 1, 2, 1, 1_500_000, 1_500_000] {
+            assert_eq!(times.format(&at(micros)), time::format(&at(micros)));
+        }
     }
 }
