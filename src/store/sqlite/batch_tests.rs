@@ -258,3 +258,55 @@ async fn the_writer_leaves_no_orphans_without_enforcing_foreign_keys() {
         assert_eq!(rows, 0, "{table} emptied");
     }
 }
+
+/// With nothing queued for the writer thread and its connection free, a commit runs its
+/// transaction on the caller's thread (no hop to the thread and back); while the thread
+/// serves a request, commits queue for it as before and are folded there.
+#[tokio::test]
+async fn an_idle_writer_lets_the_caller_commit_and_a_busy_one_takes_the_queue() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let created = creations("inline", 3);
+    let before = store.transactions();
+    let results = shared.commit_group(vec![created[0].clone()]).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(store.writer_counts(), (0, 1), "committed by the caller");
+    assert_eq!(store.transactions() - before, 1);
+
+    let release = store.hold_writer().expect("hold");
+    let mut waiting = Vec::new();
+    for commit in &created[1..] {
+        let mut answer = shared.commit_group(vec![commit.clone()]);
+        assert!(futures::poll!(answer.as_mut()).is_pending(), "queued");
+        waiting.push(answer);
+    }
+    release.send(()).expect("release");
+    for answer in waiting {
+        let results = tokio::time::timeout(std::time::Duration::from_secs(10), answer)
+            .await
+            .expect("answered in time");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+    assert_eq!(
+        store.writer_counts(),
+        (0, 1),
+        "the thread committed the queued two"
+    );
+    assert_eq!(
+        store.transactions() - before,
+        2,
+        "folded into one transaction"
+    );
+    let results = shared
+        .commit_group(vec![resume(&created[1].execution, 9)])
+        .await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(
+        store.writer_counts(),
+        (0, 2),
+        "idle again: the caller commits"
+    );
+}

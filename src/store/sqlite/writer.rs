@@ -23,7 +23,8 @@ use keel_actors::store::Commit;
 use super::checkpoint::{Checkpointer, WRITER_AUTOCHECKPOINT};
 use super::positions::EventPositions;
 use super::ready::ReadyCommit;
-use super::write::{self, commit_group, in_transaction, map_rusqlite_error};
+use super::shared::{Shared, Writer};
+use super::write::{self, map_rusqlite_error};
 
 /// Prepared statements kept per connection: the commit's six, retention's five and the
 /// webhook position's.
@@ -76,6 +77,8 @@ enum Request {
 #[derive(Debug)]
 pub(super) struct WriterThread {
     requests: mpsc::Sender<Request>,
+    /// The connection (shared with the thread) and the count of requests queued for it.
+    shared: Arc<Shared>,
     /// Transactions committed, for tests that count them.
     #[cfg_attr(not(test), allow(dead_code))]
     transactions: Arc<AtomicU64>,
@@ -105,13 +108,14 @@ impl WriterThread {
                 });
                 match started {
                     Ok((connection, checkpointer, positions)) => {
-                        let _ = opened.send(Ok(()));
                         let writer = Writer {
                             connection,
                             positions,
                             transactions: counter,
                         };
-                        serve(writer, checkpointer, &receiver);
+                        let shared = Arc::new(Shared::new(writer));
+                        let _ = opened.send(Ok(shared.clone()));
+                        serve(&shared, checkpointer, &receiver);
                     }
                     Err(error) => {
                         let _ = opened.send(Err(error));
@@ -121,9 +125,10 @@ impl WriterThread {
             .map_err(|error| {
                 StoreError::Unavailable(format!("starting the sqlite writer thread: {error}"))
             })?;
-        opened_reply.await.map_err(|_| stopped())??;
+        let shared = opened_reply.await.map_err(|_| stopped())??;
         Ok(Self {
             requests,
+            shared,
             transactions,
         })
     }
@@ -137,7 +142,6 @@ impl WriterThread {
     ) -> Vec<Result<(), StoreError>> {
         let size = group.len();
         let group: Vec<ReadyCommit> = group.into_iter().map(ReadyCommit::new).collect();
-        let (reply, answer) = oneshot::channel();
         // Checked at the callsite: a constant `false` when no exporter enables the target.
         let caller = if tracing::enabled!(target: keel_actors::trace::TARGET, tracing::Level::INFO)
         {
@@ -145,6 +149,13 @@ impl WriterThread {
         } else {
             tracing::Span::none()
         };
+        // Nothing queued and the connection free: commit here, on the caller's thread, rather
+        // than wake the writer thread and be woken by it (`shared.rs`).
+        let group = match self.shared.try_commit(group, all_or_nothing, &caller) {
+            Ok(results) => return results,
+            Err(group) => group,
+        };
+        let (reply, answer) = oneshot::channel();
         let request = Request::Commit {
             group,
             all_or_nothing,
@@ -202,6 +213,7 @@ impl WriterThread {
     #[cfg(test)]
     pub fn hold(&self) -> Result<mpsc::Sender<()>, StoreError> {
         let (release, held) = mpsc::channel();
+        self.shared.queued();
         self.requests
             .send(Request::Hold { release: held })
             .map_err(|_| stopped())?;
@@ -213,6 +225,12 @@ impl WriterThread {
     pub async fn checkpoints(&self) -> Result<u64, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.ask(Request::Checkpoints { reply }, answer).await
+    }
+
+    /// Returns the requests queued for the thread and the groups committed by their callers.
+    #[cfg(test)]
+    pub fn counts(&self) -> (usize, usize) {
+        self.shared.counts()
     }
 
     /// Returns how many transactions the thread has committed.
@@ -234,6 +252,7 @@ impl WriterThread {
         request: Request,
         answer: oneshot::Receiver<T>,
     ) -> Result<T, StoreError> {
+        self.shared.queued();
         self.requests.send(request).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())
     }
@@ -280,15 +299,25 @@ fn open(path: &Path, options: &WriterOptions) -> Result<Connection, StoreError> 
 
 /// Serves requests until `Close` or until every handle is dropped. The checkpointer is stopped
 /// before the connection is closed either way, so the writer's is the file's last connection.
-fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiver<Request>) {
+fn serve(shared: &Shared, checkpointer: Checkpointer, requests: &mpsc::Receiver<Request>) {
     let mut next: Option<Request> = None;
     loop {
-        let request = match next.take() {
-            Some(request) => request,
+        let (request, received) = match next.take() {
+            Some(request) => (request, false),
             None => match requests.recv() {
-                Ok(request) => request,
+                Ok(request) => (request, true),
                 Err(_) => break,
             },
+        };
+        // Held while the request is served, so no caller commits beside it. The request stays
+        // counted as queued until the lock is held: a caller that sees nothing queued finds the
+        // lock taken, and none starts a transaction between this one's turn and its lock.
+        let mut guard = shared.lock();
+        if received {
+            shared.taken();
+        }
+        let Some(writer) = guard.as_mut() else {
+            break;
         };
         match request {
             Request::Commit {
@@ -298,7 +327,13 @@ fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiv
                 caller,
             } => {
                 let first = (group, reply, caller);
-                next = fold_and_commit(&mut writer, requests, first);
+                let answers;
+                (next, answers) = fold_and_commit(writer, shared, requests, first);
+                // Answered once the lock is free, so a woken caller can commit by itself.
+                drop(guard);
+                for (reply, answer) in answers {
+                    let _ = reply.send(answer);
+                }
             }
             Request::Commit {
                 group,
@@ -309,6 +344,7 @@ fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiv
                 let span =
                     super::commit_span::store_commit_span(&group, std::slice::from_ref(&caller));
                 let results = span.in_scope(|| writer.commit_group(&group, all_or_nothing));
+                drop(guard);
                 let _ = reply.send((results, group));
             }
             Request::DeleteTerminal {
@@ -351,33 +387,38 @@ fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiv
                 // Closing the last connection checkpoints the WAL; it must finish before the
                 // caller releases the kernel lock.
                 drop(checkpointer);
-                drop(writer);
+                guard.take();
                 let _ = reply.send(());
                 return;
             }
         }
     }
     drop(checkpointer);
-    drop(writer);
+    shared.lock().take();
 }
 
 /// Commits `group` and the independent groups already waiting behind it in the channel (up to
 /// `MAX_FOLDED` commits) in one transaction, and answers each group its own results: a commit
 /// that fails still fails alone, so folding changes nothing but the number of transactions.
 /// Returns the request that stopped the folding (not a group, or an all-or-nothing one), to be
-/// served next.
+/// served next, and the answers to send.
 fn fold_and_commit(
     writer: &mut Writer,
+    shared: &Shared,
     requests: &mpsc::Receiver<Request>,
     (group, reply, caller): (Vec<ReadyCommit>, CommitReply, tracing::Span),
-) -> Option<Request> {
+) -> (Option<Request>, Vec<(CommitReply, CommitAnswer)>) {
     let mut sizes = vec![group.len()];
     let mut replies = vec![reply];
     let mut callers = vec![caller];
     let mut folded = group;
     let mut stopped = None;
     while folded.len() < MAX_FOLDED {
-        match requests.try_recv() {
+        let request = requests.try_recv();
+        if request.is_ok() {
+            shared.taken();
+        }
+        match request {
             Ok(Request::Commit {
                 group,
                 all_or_nothing: false,
@@ -401,48 +442,22 @@ fn fold_and_commit(
         .in_scope(|| writer.commit_group(&folded, false))
         .into_iter();
     let mut spent = folded.into_iter();
-    for (size, reply) in sizes.into_iter().zip(replies) {
-        let answer = (
-            results.by_ref().take(size).collect(),
-            spent.by_ref().take(size).collect(),
-        );
-        let _ = reply.send(answer);
-    }
-    stopped
-}
-
-/// What the thread writes with: its connection, the event positions it hands out and the count
-/// of its transactions.
-struct Writer {
-    connection: Connection,
-    positions: EventPositions,
-    transactions: Arc<AtomicU64>,
-}
-
-impl Writer {
-    fn commit_group(
-        &mut self,
-        group: &[ReadyCommit],
-        all_or_nothing: bool,
-    ) -> Vec<Result<(), StoreError>> {
-        commit_group(
-            &mut self.connection,
-            group,
-            all_or_nothing,
-            &self.transactions,
-            &mut self.positions,
-        )
-    }
-
-    fn in_transaction<T>(
-        &mut self,
-        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        in_transaction(&mut self.connection, &self.transactions, work)
-    }
+    let answers = sizes
+        .into_iter()
+        .zip(replies)
+        .map(|(size, reply)| {
+            let answer = (
+                results.by_ref().take(size).collect(),
+                spent.by_ref().take(size).collect(),
+            );
+            (reply, answer)
+        })
+        .collect();
+    (stopped, answers)
 }
 
 /// Answer of a commit request: each commit's result, and the commits themselves, handed back
 /// so that the caller's task drops them (dropping a commit's events and rows was 4 % of the
 /// writer thread's instructions under T1).
-type CommitReply = oneshot::Sender<(Vec<Result<(), StoreError>>, Vec<ReadyCommit>)>;
+type CommitReply = oneshot::Sender<CommitAnswer>;
+type CommitAnswer = (Vec<Result<(), StoreError>>, Vec<ReadyCommit>);
