@@ -1,9 +1,10 @@
-//! The SQLite writer thread: one OS thread owning the store's only writing connection (a
+//! The SQLite writer thread: one OS thread serving the store's only writing connection (a
 //! rusqlite connection on the same SQLite library as sqlx). The async side sends it whole
 //! groups of commits over a channel; it runs each group in one `BEGIN IMMEDIATE … COMMIT`
 //! transaction with cached prepared statements and answers through a oneshot once `COMMIT`
-//! has returned (with `synchronous=FULL`, once the WAL is on disk). A group costs one thread
-//! hop there and one back, however many rows it writes.
+//! has returned (with `synchronous=FULL`, once the WAL is on disk). A queued group costs one
+//! thread hop there and one back, however many rows it writes; a group that finds nothing
+//! queued and the connection free is committed by its caller instead (`shared.rs`).
 //!
 //! Retention deletes run here too, since only this connection writes. WAL checkpoints run
 //! beside it, on the checkpoint thread (`checkpoint.rs`), which this thread starts and stops.
