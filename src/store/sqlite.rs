@@ -48,7 +48,6 @@ mod positions;
 mod probe;
 mod ready;
 mod schema;
-mod shared;
 mod statements;
 mod write;
 #[cfg(test)]
@@ -187,12 +186,6 @@ impl SqliteStore {
     #[cfg(test)]
     pub(crate) fn transactions(&self) -> u64 {
         self.writer.transactions()
-    }
-
-    /// Requests queued for the writer thread, and groups committed by their callers (tests).
-    #[cfg(test)]
-    pub(crate) fn writer_counts(&self) -> (usize, usize) {
-        self.writer.counts()
     }
 }
 

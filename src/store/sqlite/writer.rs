@@ -1,10 +1,9 @@
-//! The SQLite writer thread: one OS thread serving the store's only writing connection (a
+//! The SQLite writer thread: one OS thread owning the store's only writing connection (a
 //! rusqlite connection on the same SQLite library as sqlx). The async side sends it whole
 //! groups of commits over a channel; it runs each group in one `BEGIN IMMEDIATE … COMMIT`
 //! transaction with cached prepared statements and answers through a oneshot once `COMMIT`
-//! has returned (with `synchronous=FULL`, once the WAL is on disk). A queued group costs one
-//! thread hop there and one back, however many rows it writes; a group that finds nothing
-//! queued and the connection free is committed by its caller instead (`shared.rs`).
+//! has returned (with `synchronous=FULL`, once the WAL is on disk). A group costs one thread
+//! hop there and one back, however many rows it writes.
 //!
 //! Retention deletes run here too, since only this connection writes. WAL checkpoints run
 //! beside it, on the checkpoint thread (`checkpoint.rs`), which this thread starts and stops.
@@ -24,8 +23,7 @@ use keel_actors::store::Commit;
 use super::checkpoint::{Checkpointer, WRITER_AUTOCHECKPOINT};
 use super::positions::EventPositions;
 use super::ready::ReadyCommit;
-use super::shared::{Shared, Writer};
-use super::write::{self, map_rusqlite_error};
+use super::write::{self, commit_group, in_transaction, map_rusqlite_error};
 
 /// Prepared statements kept per connection: the commit's six, retention's five and the
 /// webhook position's.
@@ -78,8 +76,6 @@ enum Request {
 #[derive(Debug)]
 pub(super) struct WriterThread {
     requests: mpsc::Sender<Request>,
-    /// The connection (shared with the thread) and the count of requests queued for it.
-    shared: Arc<Shared>,
     /// Transactions committed, for tests that count them.
     #[cfg_attr(not(test), allow(dead_code))]
     transactions: Arc<AtomicU64>,
@@ -109,14 +105,13 @@ impl WriterThread {
                 });
                 match started {
                     Ok((connection, checkpointer, positions)) => {
+                        let _ = opened.send(Ok(()));
                         let writer = Writer {
                             connection,
                             positions,
                             transactions: counter,
                         };
-                        let shared = Arc::new(Shared::new(writer));
-                        let _ = opened.send(Ok(shared.clone()));
-                        serve(&shared, checkpointer, &receiver);
+                        serve(writer, checkpointer, &receiver);
                     }
                     Err(error) => {
                         let _ = opened.send(Err(error));
@@ -126,10 +121,9 @@ impl WriterThread {
             .map_err(|error| {
                 StoreError::Unavailable(format!("starting the sqlite writer thread: {error}"))
             })?;
-        let shared = opened_reply.await.map_err(|_| stopped())??;
+        opened_reply.await.map_err(|_| stopped())??;
         Ok(Self {
             requests,
-            shared,
             transactions,
         })
     }
@@ -143,6 +137,7 @@ impl WriterThread {
     ) -> Vec<Result<(), StoreError>> {
         let size = group.len();
         let group: Vec<ReadyCommit> = group.into_iter().map(ReadyCommit::new).collect();
+        let (reply, answer) = oneshot::channel();
         // Checked at the callsite: a constant `false` when no exporter enables the target.
         let caller = if tracing::enabled!(target: keel_actors::trace::TARGET, tracing::Level::INFO)
         {
@@ -150,13 +145,6 @@ impl WriterThread {
         } else {
             tracing::Span::none()
         };
-        // Nothing queued and the connection free: commit here, on the caller's thread, rather
-        // than wake the writer thread and be woken by it (`shared.rs`).
-        let group = match self.shared.try_commit(group, all_or_nothing, &caller) {
-            Ok(results) => return results,
-            Err(group) => group,
-        };
-        let (reply, answer) = oneshot::channel();
         let request = Request::Commit {
             group,
             all_or_nothing,
@@ -214,7 +202,6 @@ impl WriterThread {
     #[cfg(test)]
     pub fn hold(&self) -> Result<mpsc::Sender<()>, StoreError> {
         let (release, held) = mpsc::channel();
-        self.shared.queued();
         self.requests
             .send(Request::Hold { release: held })
             .map_err(|_| stopped())?;
@@ -226,12 +213,6 @@ impl WriterThread {
     pub async fn checkpoints(&self) -> Result<u64, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.ask(Request::Checkpoints { reply }, answer).await
-    }
-
-    /// Returns the requests queued for the thread and the groups committed by their callers.
-    #[cfg(test)]
-    pub fn counts(&self) -> (usize, usize) {
-        self.shared.counts()
     }
 
     /// Returns how many transactions the thread has committed.
@@ -253,7 +234,6 @@ impl WriterThread {
         request: Request,
         answer: oneshot::Receiver<T>,
     ) -> Result<T, StoreError> {
-        self.shared.queued();
         self.requests.send(request).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())
     }
@@ -300,25 +280,15 @@ fn open(path: &Path, options: &WriterOptions) -> Result<Connection, StoreError> 
 
 /// Serves requests until `Close` or until every handle is dropped. The checkpointer is stopped
 /// before the connection is closed either way, so the writer's is the file's last connection.
-fn serve(shared: &Shared, checkpointer: Checkpointer, requests: &mpsc::Receiver<Request>) {
+fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiver<Request>) {
     let mut next: Option<Request> = None;
     loop {
-        let (request, received) = match next.take() {
-            Some(request) => (request, false),
+        let request = match next.take() {
+            Some(request) => request,
             None => match requests.recv() {
-                Ok(request) => (request, true),
+                Ok(request) => request,
                 Err(_) => break,
             },
-        };
-        // Held while the request is served, so no caller commits beside it. The request stays
-        // counted as queued until the lock is held: a caller that sees nothing queued finds the
-        // lock taken, and none starts a transaction between this one's turn and its lock.
-        let mut guard = shared.lock();
-        if received {
-            shared.taken();
-        }
-        let Some(writer) = guard.as_mut() else {
-            break;
         };
         match request {
             Request::Commit {
@@ -328,13 +298,7 @@ fn serve(shared: &Shared, checkpointer: Checkpointer, requests: &mpsc::Receiver<
                 caller,
             } => {
                 let first = (group, reply, caller);
-                let answers;
-                (next, answers) = fold_and_commit(writer, shared, requests, first);
-                // Answered once the lock is free, so a woken caller can commit by itself.
-                drop(guard);
-                for (reply, answer) in answers {
-                    let _ = reply.send(answer);
-                }
+                next = fold_and_commit(&mut writer, requests, first);
             }
             Request::Commit {
                 group,
@@ -345,7 +309,6 @@ fn serve(shared: &Shared, checkpointer: Checkpointer, requests: &mpsc::Receiver<
                 let span =
                     super::commit_span::store_commit_span(&group, std::slice::from_ref(&caller));
                 let results = span.in_scope(|| writer.commit_group(&group, all_or_nothing));
-                drop(guard);
                 let _ = reply.send((results, group));
             }
             Request::DeleteTerminal {
@@ -388,38 +351,33 @@ fn serve(shared: &Shared, checkpointer: Checkpointer, requests: &mpsc::Receiver<
                 // Closing the last connection checkpoints the WAL; it must finish before the
                 // caller releases the kernel lock.
                 drop(checkpointer);
-                guard.take();
+                drop(writer);
                 let _ = reply.send(());
                 return;
             }
         }
     }
     drop(checkpointer);
-    shared.lock().take();
+    drop(writer);
 }
 
 /// Commits `group` and the independent groups already waiting behind it in the channel (up to
 /// `MAX_FOLDED` commits) in one transaction, and answers each group its own results: a commit
 /// that fails still fails alone, so folding changes nothing but the number of transactions.
 /// Returns the request that stopped the folding (not a group, or an all-or-nothing one), to be
-/// served next, and the answers to send.
+/// served next.
 fn fold_and_commit(
     writer: &mut Writer,
-    shared: &Shared,
     requests: &mpsc::Receiver<Request>,
     (group, reply, caller): (Vec<ReadyCommit>, CommitReply, tracing::Span),
-) -> (Option<Request>, Vec<(CommitReply, CommitAnswer)>) {
+) -> Option<Request> {
     let mut sizes = vec![group.len()];
     let mut replies = vec![reply];
     let mut callers = vec![caller];
     let mut folded = group;
     let mut stopped = None;
     while folded.len() < MAX_FOLDED {
-        let request = requests.try_recv();
-        if request.is_ok() {
-            shared.taken();
-        }
-        match request {
+        match requests.try_recv() {
             Ok(Request::Commit {
                 group,
                 all_or_nothing: false,
@@ -443,22 +401,48 @@ fn fold_and_commit(
         .in_scope(|| writer.commit_group(&folded, false))
         .into_iter();
     let mut spent = folded.into_iter();
-    let answers = sizes
-        .into_iter()
-        .zip(replies)
-        .map(|(size, reply)| {
-            let answer = (
-                results.by_ref().take(size).collect(),
-                spent.by_ref().take(size).collect(),
-            );
-            (reply, answer)
-        })
-        .collect();
-    (stopped, answers)
+    for (size, reply) in sizes.into_iter().zip(replies) {
+        let answer = (
+            results.by_ref().take(size).collect(),
+            spent.by_ref().take(size).collect(),
+        );
+        let _ = reply.send(answer);
+    }
+    stopped
+}
+
+/// What the thread writes with: its connection, the event positions it hands out and the count
+/// of its transactions.
+struct Writer {
+    connection: Connection,
+    positions: EventPositions,
+    transactions: Arc<AtomicU64>,
+}
+
+impl Writer {
+    fn commit_group(
+        &mut self,
+        group: &[ReadyCommit],
+        all_or_nothing: bool,
+    ) -> Vec<Result<(), StoreError>> {
+        commit_group(
+            &mut self.connection,
+            group,
+            all_or_nothing,
+            &self.transactions,
+            &mut self.positions,
+        )
+    }
+
+    fn in_transaction<T>(
+        &mut self,
+        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        in_transaction(&mut self.connection, &self.transactions, work)
+    }
 }
 
 /// Answer of a commit request: each commit's result, and the commits themselves, handed back
 /// so that the caller's task drops them (dropping a commit's events and rows was 4 % of the
 /// writer thread's instructions under T1).
-type CommitReply = oneshot::Sender<CommitAnswer>;
-type CommitAnswer = (Vec<Result<(), StoreError>>, Vec<ReadyCommit>);
+type CommitReply = oneshot::Sender<(Vec<Result<(), StoreError>>, Vec<ReadyCommit>)>;
