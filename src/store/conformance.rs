@@ -25,7 +25,7 @@ pub use batch::{
     a_group_writes_every_commit_but_the_failing_ones,
     a_groups_events_take_positions_in_commit_order, a_reused_creation_key_fails_only_its_commit,
     a_wrong_previous_status_still_writes_the_new_status, creations,
-    many_executions_in_one_batch_are_all_or_nothing, resume, resumed_to,
+    many_executions_in_one_batch_are_all_or_nothing, resume, resumed_to, with_step,
 };
 pub use creation::{
     a_creation_key_names_one_execution, pending_and_running_executions_carry_their_labels,

@@ -35,12 +35,14 @@ use super::{
     SQLITE_NON_TERMINAL, StoreOptions, lock_file, map_sqlx_error, migrate_error,
     refuse_newer_schema, with_context,
 };
-use writer::{WriterOptions, WriterThread};
+use connection::WriterOptions;
+use writer::WriterThread;
 
 #[cfg(test)]
 mod batch_tests;
 mod checkpoint;
 mod commit_span;
+mod connection;
 mod list;
 #[cfg(test)]
 mod migration_tests;

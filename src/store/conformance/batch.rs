@@ -31,6 +31,18 @@ pub fn resume(row: &ExecutionRow, micros: i64) -> Commit {
     resumed_to(row, ExecutionStatus::Running, micros)
 }
 
+/// Returns the commit that blocks `row` on the local step `step` (tool `web`).
+pub fn with_step(row: &ExecutionRow, step: &str, micros: i64) -> Commit {
+    let mut commit = resumed_to(row, ExecutionStatus::Blocked, micros);
+    commit.steps = vec![super::step_row(
+        row,
+        &keel_actors::ids::StepId::new(step),
+        "web",
+        at(micros),
+    )];
+    commit
+}
+
 /// Returns the commit moving `row` to `status` with one `execution.resumed` event (the store
 /// does not check that an event fits the status).
 pub fn resumed_to(row: &ExecutionRow, status: ExecutionStatus, micros: i64) -> Commit {

@@ -8,14 +8,11 @@
 
 use std::sync::Arc;
 
-use keel_actors::ids::StepId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, Store};
 
 use super::super::StoreOptions;
-use super::super::conformance::{
-    MANY, at, creations, finish, new_execution, resume, resumed_to, step_row,
-};
+use super::super::conformance::{MANY, at, creations, finish, new_execution, resume, with_step};
 use super::PostgresStore;
 use super::test_db;
 
@@ -85,13 +82,6 @@ fn no_orphans() -> Vec<(String, i64)> {
         .into_iter()
         .map(|table| (table.to_owned(), 0))
         .collect()
-}
-
-/// A commit that starts the local step `step` of `row`.
-fn with_step(row: &ExecutionRow, step: &str, micros: i64) -> Commit {
-    let mut commit = resumed_to(row, ExecutionStatus::Blocked, micros);
-    commit.steps = vec![step_row(row, &StepId::new(step), "web", at(micros))];
-    commit
 }
 
 #[tokio::test]

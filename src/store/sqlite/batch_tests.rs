@@ -3,14 +3,11 @@
 
 use std::sync::Arc;
 
-use keel_actors::ids::StepId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, Store};
 
 use super::super::StoreOptions;
-use super::super::conformance::{
-    MANY, at, creations, finish, new_execution, resume, resumed_to, step_row,
-};
+use super::super::conformance::{MANY, at, creations, finish, new_execution, resume, with_step};
 use super::SqliteStore;
 
 #[tokio::test]
@@ -181,13 +178,6 @@ async fn sqlite_is_built_without_memory_statistics_and_with_a_larger_lookaside()
             "{expected} in {options:?}"
         );
     }
-}
-
-/// A commit that starts the local step `step` of `row`.
-fn with_step(row: &ExecutionRow, step: &str, micros: i64) -> Commit {
-    let mut commit = resumed_to(row, ExecutionStatus::Blocked, micros);
-    commit.steps = vec![step_row(row, &StepId::new(step), "web", at(micros))];
-    commit
 }
 
 /// Rows `PRAGMA foreign_key_check` reports: children whose execution row does not exist.

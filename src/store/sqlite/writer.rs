@@ -12,22 +12,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
-use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 
-use super::checkpoint::{Checkpointer, WRITER_AUTOCHECKPOINT};
-use super::positions::EventPositions;
+use super::checkpoint::Checkpointer;
+use super::connection::{Writer, WriterOptions};
 use super::ready::ReadyCommit;
-use super::write::{self, commit_group, in_transaction, map_rusqlite_error};
-
-/// Prepared statements kept per connection: the commit's six, retention's five and the
-/// webhook position's.
-const STATEMENT_CACHE: usize = 32;
+use super::write;
 
 /// Most commits one transaction takes from groups waiting in the channel (see `fold_and_commit`).
 const MAX_FOLDED: usize = 512;
@@ -81,11 +75,6 @@ pub(super) struct WriterThread {
     transactions: Arc<AtomicU64>,
 }
 
-/// How the writer connection is opened.
-pub(super) struct WriterOptions {
-    pub busy_timeout: Duration,
-}
-
 impl WriterThread {
     /// Opens the writer connection to the (existing, migrated) database at `path` on a new
     /// thread. Fails with `Unavailable` when the file cannot be opened for writing.
@@ -98,19 +87,13 @@ impl WriterThread {
         std::thread::Builder::new()
             .name("keel-sqlite-writer".to_owned())
             .spawn(move || {
-                let started = open(&path, &options).and_then(|connection| {
-                    let positions = EventPositions::load(&connection)?;
-                    let checkpointer = Checkpointer::start(&path, counter.clone())?;
-                    Ok((connection, checkpointer, positions))
+                let started = Writer::open(&path, &options, counter.clone()).and_then(|writer| {
+                    let checkpointer = Checkpointer::start(&path, counter)?;
+                    Ok((writer, checkpointer))
                 });
                 match started {
-                    Ok((connection, checkpointer, positions)) => {
+                    Ok((writer, checkpointer)) => {
                         let _ = opened.send(Ok(()));
-                        let writer = Writer {
-                            connection,
-                            positions,
-                            transactions: counter,
-                        };
                         serve(writer, checkpointer, &receiver);
                     }
                     Err(error) => {
@@ -244,40 +227,6 @@ fn stopped() -> StoreError {
     StoreError::Unavailable("the sqlite writer is closed".to_owned())
 }
 
-/// Opens the writer connection with the store's settings: WAL (already set on the file by the
-/// migrating connection), `synchronous=FULL`, `busy_timeout`, and its own automatic checkpoint
-/// only as a fallback for the checkpoint thread.
-///
-/// Foreign keys are not enforced on this connection, as PostgreSQL has none (its migration
-/// 0006): checking them cost an index probe of `executions` for every event, step and label
-/// written, 2–3 % of the kernel's instructions (docs/benchmarks.md), and they cannot fire. The
-/// writer writes a child only after its execution's row in the same commit (a commit whose row
-/// is not written fails before its children are), `Commit` validation refuses children of
-/// another execution, and retention deletes children before their execution in one
-/// transaction. The schema keeps its `REFERENCES`, so `PRAGMA foreign_key_check` still
-/// verifies a database (`batch_tests.rs` does, after the cases that could leave an orphan).
-fn open(path: &Path, options: &WriterOptions) -> Result<Connection, StoreError> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let connection = Connection::open_with_flags(path, flags).map_err(|error| {
-        StoreError::Unavailable(format!(
-            "opening sqlite database {} for writing: {}",
-            path.display(),
-            map_rusqlite_error(error)
-        ))
-    })?;
-    connection
-        .busy_timeout(options.busy_timeout)
-        .map_err(map_rusqlite_error)?;
-    connection
-        .execute_batch(&format!(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF; \
-             PRAGMA wal_autocheckpoint = {WRITER_AUTOCHECKPOINT};"
-        ))
-        .map_err(map_rusqlite_error)?;
-    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-    Ok(connection)
-}
-
 /// Serves requests until `Close` or until every handle is dropped. The checkpointer is stopped
 /// before the connection is closed either way, so the writer's is the file's last connection.
 fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiver<Request>) {
@@ -336,7 +285,7 @@ fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiv
                 let result = writer
                     .connection
                     .query_row(&format!("PRAGMA {name}"), [], |row| row.get(0))
-                    .map_err(map_rusqlite_error);
+                    .map_err(write::map_rusqlite_error);
                 let _ = reply.send(result);
             }
             #[cfg(test)]
@@ -409,37 +358,6 @@ fn fold_and_commit(
         let _ = reply.send(answer);
     }
     stopped
-}
-
-/// What the thread writes with: its connection, the event positions it hands out and the count
-/// of its transactions.
-struct Writer {
-    connection: Connection,
-    positions: EventPositions,
-    transactions: Arc<AtomicU64>,
-}
-
-impl Writer {
-    fn commit_group(
-        &mut self,
-        group: &[ReadyCommit],
-        all_or_nothing: bool,
-    ) -> Vec<Result<(), StoreError>> {
-        commit_group(
-            &mut self.connection,
-            group,
-            all_or_nothing,
-            &self.transactions,
-            &mut self.positions,
-        )
-    }
-
-    fn in_transaction<T>(
-        &mut self,
-        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        in_transaction(&mut self.connection, &self.transactions, work)
-    }
 }
 
 /// Answer of a commit request: each commit's result, and the commits themselves, handed back
