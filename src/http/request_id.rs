@@ -45,19 +45,7 @@ pub async fn request_id(
         .get::<MatchedPath>()
         .map_or_else(|| UNMATCHED.to_owned(), |path| path.as_str().to_owned());
     let method = request.method().clone();
-    let span = tracing::info_span!(
-        "request",
-        otel.name = %format_args!("{} {route}", request.method()),
-        otel.kind = "server",
-        http.method = %request.method(),
-        http.route = %route,
-        http.response.status_code = tracing::field::Empty,
-        request.id = %String::from_utf8_lossy(id.as_bytes()),
-        execution.id = tracing::field::Empty,
-        agent.id = tracing::field::Empty,
-        step.id = tracing::field::Empty,
-        tool.id = tracing::field::Empty,
-    );
+    let span = request_span(request.method(), &route, &id);
     if request.headers().contains_key(TRACEPARENT) {
         // A client's trace: this request's span joins it (W3C trace context).
         let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
@@ -74,15 +62,55 @@ pub async fn request_id(
         started.elapsed().as_secs_f64(),
     );
     span.record("http.response.status_code", response.status().as_u16());
-    span.in_scope(|| {
-        tracing::debug!(
-            http.status = response.status().as_u16(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "request answered"
-        );
-    });
+    // An explicit parent: entering the span to log at a level that is usually off cost an
+    // enter and an exit of the span per request.
+    tracing::debug!(
+        parent: &span,
+        http.status = response.status().as_u16(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "request answered"
+    );
     response.headers_mut().insert(X_REQUEST_ID.clone(), id);
     response
+}
+
+/// The span of one request: with the names an exported trace needs when spans are exported
+/// ([`exported`]), else with only what log lines show.
+fn request_span(method: &axum::http::Method, route: &str, id: &HeaderValue) -> tracing::Span {
+    if exported() {
+        tracing::info_span!(
+            "request",
+            otel.name = %format_args!("{} {route}", method),
+            otel.kind = "server",
+            http.method = %method,
+            http.route = %route,
+            http.response.status_code = tracing::field::Empty,
+            request.id = %String::from_utf8_lossy(id.as_bytes()),
+            execution.id = tracing::field::Empty,
+            agent.id = tracing::field::Empty,
+            step.id = tracing::field::Empty,
+            tool.id = tracing::field::Empty,
+        )
+    } else {
+        // Only log lines read this span: no export names, and the status code (logged by
+        // "request answered" at debug) is not recorded.
+        tracing::info_span!(
+            "request",
+            http.method = %method,
+            http.route = %route,
+            request.id = %String::from_utf8_lossy(id.as_bytes()),
+            execution.id = tracing::field::Empty,
+            agent.id = tracing::field::Empty,
+            step.id = tracing::field::Empty,
+            tool.id = tracing::field::Empty,
+        )
+    }
+}
+
+/// Returns whether spans are exported as traces (an OpenTelemetry layer enables the actors'
+/// trace target; the log layer never does). A cached callsite check.
+fn exported() -> bool {
+    tracing::enabled!(target: keel_actors::trace::TARGET, tracing::Level::INFO)
 }
 
 /// W3C trace context header.
@@ -132,5 +160,42 @@ mod tests {
         assert!(!acceptable(b""));
         assert!(!acceptable(b"a\nb"));
         assert_eq!(fresh_id().len(), 36);
+    }
+
+    #[test]
+    fn the_export_names_are_on_the_span_only_when_traces_are_exported() {
+        let id = HeaderValue::from_static("r-1");
+        let fields = |dispatch: &tracing::Dispatch| {
+            tracing::dispatcher::with_default(dispatch, || {
+                let span = request_span(&axum::http::Method::POST, "/v0/agents/intent", &id);
+                let metadata = span.metadata().expect("the request span is enabled");
+                metadata
+                    .fields()
+                    .iter()
+                    .map(|field| field.name())
+                    .collect::<Vec<_>>()
+            })
+        };
+        let logs_only = crate::telemetry::subscriber("info", crate::config::LogFormat::Text, None)
+            .expect("subscriber");
+        let logged = fields(&logs_only);
+        assert!(logged.contains(&"request.id") && logged.contains(&"http.route"));
+        assert!(
+            !logged.iter().any(|name| name.starts_with("otel.")),
+            "{logged:?}"
+        );
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let exporting =
+            crate::telemetry::subscriber("info", crate::config::LogFormat::Text, Some(&provider))
+                .expect("subscriber");
+        let exported = fields(&exporting);
+        for name in [
+            "otel.name",
+            "otel.kind",
+            "http.response.status_code",
+            "request.id",
+        ] {
+            assert!(exported.contains(&name), "{name} missing from {exported:?}");
+        }
     }
 }
