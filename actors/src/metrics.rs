@@ -98,7 +98,7 @@ pub struct Metrics {
     pub supervision: Family<SupervisionLabels, Counter>,
     /// Store commit latency in seconds.
     pub commit_seconds: Histogram,
-    /// Executions per store commit.
+    /// Executions per store transaction (group commit).
     pub commit_batch: Histogram,
     /// Terminal executions deleted by retention.
     pub retention_deleted: Counter,
@@ -197,7 +197,7 @@ impl Metrics {
         );
         registry.register(
             "store_commit_batch_size",
-            "Executions per store commit",
+            "Executions per store transaction (group commit)",
             commit_batch.clone(),
         );
         registry.register(
@@ -383,9 +383,20 @@ impl Metrics {
             .inc();
     }
 
-    /// Records one store commit.
+    /// Records one store commit: its latency and how many executions its transaction wrote.
     pub fn commit(&self, latency: Duration, executions: usize) {
+        self.commit_wait(latency);
+        self.commit_transaction(executions);
+    }
+
+    /// Records one commit's latency, as its caller waited for it.
+    pub fn commit_wait(&self, latency: Duration) {
         self.commit_seconds.observe(latency.as_secs_f64());
+    }
+
+    /// Records one store transaction and the executions it wrote (a store that folds
+    /// concurrent commits itself reports this per transaction: [`crate::store::Store::observe_transactions`]).
+    pub fn commit_transaction(&self, executions: usize) {
         self.commit_batch.observe(executions as f64);
     }
 }

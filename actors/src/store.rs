@@ -3,6 +3,7 @@
 //! projections written in the same transaction as the events that change them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -231,6 +232,15 @@ pub trait Store: Send + Sync + 'static {
     /// ends. The default, `false`, leaves the batching to the `StoreWriter`.
     fn folds_groups(&self) -> bool {
         false
+    }
+
+    /// Hands a store that folds groups itself ([`Store::folds_groups`]) the metrics its
+    /// transactions are counted in: it observes `keel_store_commit_batch_size` once per
+    /// transaction, with the commits that transaction took, since only it knows how many it
+    /// folded (each caller then times only its own wait). The default ignores them: the
+    /// `StoreWriter` counts its groups itself.
+    fn observe_transactions(&self, metrics: Arc<crate::metrics::Metrics>) {
+        let _ = metrics;
     }
 
     /// Returns up to `limit` events of an execution with `sequence > after_sequence`, oldest first.

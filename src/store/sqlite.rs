@@ -23,6 +23,7 @@ use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::{AgentId, ExecutionId, ToolId};
+use keel_actors::metrics::Metrics;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
     AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
@@ -213,6 +214,10 @@ impl Store for SqliteStore {
     /// next transaction.
     fn folds_groups(&self) -> bool {
         true
+    }
+
+    fn observe_transactions(&self, metrics: Arc<Metrics>) {
+        self.writer.observe(metrics);
     }
 
     async fn events(

@@ -200,5 +200,25 @@ async fn the_reference_table_matches_the_exposition() {
         .find(|line| line.starts_with("keel_policy_evaluation_seconds_count"))
         .expect("policy latency exposed");
     assert!(!policy_count.ends_with(" 0"), "{policy_count}");
+    // Store transactions are counted on both backends (SQLite's writer thread counts its own
+    // folded transactions), each with the executions it wrote.
+    let transactions = sample(&text, "keel_store_commit_batch_size_count");
+    assert!(transactions >= 1.0, "{text}");
+    assert!(
+        sample(&text, "keel_store_commit_batch_size_sum") >= transactions,
+        "{text}"
+    );
     kernel.shutdown().await;
+}
+
+/// The value of the sample without labels named `name`.
+fn sample(text: &str, name: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' '))
+        })
+        .unwrap_or_else(|| panic!("{name} exposed"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
 }

@@ -85,6 +85,8 @@ impl Ctx {
         metrics: Arc<Metrics>,
         commits: broadcast::Sender<CommitNotice>,
     ) -> Self {
+        // A store that folds commits itself is the only one that knows its transactions.
+        config.store.observe_transactions(metrics.clone());
         Self {
             policy_in_force: RwLock::new(crate::policy::InForce {
                 engine: config.policy.clone(),
@@ -280,7 +282,8 @@ impl Ctx {
             }),
             Err(_) => Err(StoreError::Unavailable("commit timed out".into())),
         };
-        self.metrics.commit(started.elapsed(), 1);
+        // The store counts its transactions' sizes itself (`Store::observe_transactions`).
+        self.metrics.commit_wait(started.elapsed());
         if result.is_ok() {
             // No receiver is fine: nobody is streaming right now.
             let _ = self.commits.send(notice);

@@ -75,6 +75,8 @@ async fn groups_waiting_for_the_writer_are_folded_into_one_transaction_and_answe
     // Three groups queue behind a busy writer: a new creation, a creation of an execution that
     // another group of the same fold creates too (its sequence 1 is taken: it fails alone),
     // and two creations.
+    let metrics = Arc::new(keel_actors::metrics::Metrics::new());
+    shared.observe_transactions(metrics.clone());
     let release = store.hold_writer().expect("hold");
     let before = store.transactions();
     let mut waiting = Vec::new();
@@ -112,6 +114,14 @@ async fn groups_waiting_for_the_writer_are_folded_into_one_transaction_and_answe
         1,
         "one transaction for the three groups"
     );
+    // The metrics count that one transaction and the four commits folded into it.
+    let exposition = metrics.encode();
+    for line in [
+        "keel_store_commit_batch_size_count 1",
+        "keel_store_commit_batch_size_sum 4.0",
+    ] {
+        assert!(exposition.contains(line), "{line} in {exposition}");
+    }
     let stored = shared
         .execution(&first.id)
         .await

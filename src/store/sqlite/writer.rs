@@ -16,6 +16,7 @@ use std::sync::mpsc;
 use tokio::sync::oneshot;
 
 use keel_actors::error::StoreError;
+use keel_actors::metrics::Metrics;
 use keel_actors::store::Commit;
 
 use super::checkpoint::Checkpointer;
@@ -61,6 +62,8 @@ enum Request {
     /// Keeps the thread busy until `release` is signalled or dropped (tests queue work behind it).
     #[cfg(test)]
     Hold { release: mpsc::Receiver<()> },
+    /// From now on, observe each commit transaction's size in these metrics.
+    Observe(Arc<Metrics>),
     /// Stop: close the connection, then answer.
     Close { reply: oneshot::Sender<()> },
 }
@@ -204,6 +207,13 @@ impl WriterThread {
         self.transactions.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Has the thread observe each commit transaction's size (the commits it folded) in
+    /// `metrics` from its next request on; the kernel's last call wins.
+    pub fn observe(&self, metrics: Arc<Metrics>) {
+        // A closed thread has nothing left to observe.
+        let _ = self.requests.send(Request::Observe(metrics));
+    }
+
     /// Closes the connection and waits until it is closed. Later requests fail with
     /// `Unavailable`.
     pub async fn close(&self) {
@@ -231,6 +241,7 @@ fn stopped() -> StoreError {
 /// before the connection is closed either way, so the writer's is the file's last connection.
 fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiver<Request>) {
     let mut next: Option<Request> = None;
+    let mut metrics: Option<Arc<Metrics>> = None;
     loop {
         let request = match next.take() {
             Some(request) => request,
@@ -247,7 +258,7 @@ fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiv
                 caller,
             } => {
                 let first = (group, reply, caller);
-                next = fold_and_commit(&mut writer, requests, first);
+                next = fold_and_commit(&mut writer, requests, first, metrics.as_deref());
             }
             Request::Commit {
                 group,
@@ -258,6 +269,9 @@ fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiv
                 let span =
                     super::commit_span::store_commit_span(&group, std::slice::from_ref(&caller));
                 let results = span.in_scope(|| writer.commit_group(&group, all_or_nothing));
+                if let Some(metrics) = &metrics {
+                    metrics.commit_transaction(group.len());
+                }
                 let _ = reply.send((results, group));
             }
             Request::DeleteTerminal {
@@ -296,6 +310,7 @@ fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiv
             Request::Checkpoints { reply } => {
                 let _ = reply.send(checkpointer.complete());
             }
+            Request::Observe(observer) => metrics = Some(observer),
             Request::Close { reply } => {
                 // Closing the last connection checkpoints the WAL; it must finish before the
                 // caller releases the kernel lock.
@@ -319,6 +334,7 @@ fn fold_and_commit(
     writer: &mut Writer,
     requests: &mpsc::Receiver<Request>,
     (group, reply, caller): (Vec<ReadyCommit>, CommitReply, tracing::Span),
+    metrics: Option<&Metrics>,
 ) -> Option<Request> {
     let mut sizes = vec![group.len()];
     let mut replies = vec![reply];
@@ -349,6 +365,9 @@ fn fold_and_commit(
     let mut results = span
         .in_scope(|| writer.commit_group(&folded, false))
         .into_iter();
+    if let Some(metrics) = metrics {
+        metrics.commit_transaction(folded.len());
+    }
     let mut spent = folded.into_iter();
     for (size, reply) in sizes.into_iter().zip(replies) {
         let answer = (
