@@ -17,7 +17,7 @@ use crate::kernel::context::{call, read};
 #[tokio::test]
 async fn an_execution_assigned_before_its_actor_was_spawned_keeps_its_session() {
     let t = start(allow_all(), |_| {}).await;
-    let ctx = t.kernel.inner.ctx.clone();
+    let ctx = t.kernel.ctx.clone();
     let id = ExecutionId::generate();
     let options = CreateOptions::default();
     let created = record_creation_with(&ctx, &id, &"a".into(), json!({"n": 1}), None, options)

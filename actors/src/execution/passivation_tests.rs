@@ -28,7 +28,7 @@ fn passivating(config: &mut KernelConfig) {
 }
 
 fn resident(t: &TestKernel, id: &ExecutionId) -> bool {
-    t.kernel.inner.ctx.execution(id).is_some()
+    t.kernel.ctx.execution(id).is_some()
 }
 
 fn passivations(t: &TestKernel) -> u64 {

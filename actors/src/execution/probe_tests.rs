@@ -142,9 +142,9 @@ async fn the_supervision_log_records_a_restart_with_its_count() {
         .create_execution("a".into(), json!(null), None)
         .await
         .expect("create");
-    let actor = t.kernel.inner.ctx.execution(&row.id).expect("live");
+    let actor = t.kernel.ctx.execution(&row.id).expect("live");
     actor.send_message(ExecutionMsg::Crash).expect("sent");
-    let metrics = t.kernel.inner.ctx.metrics.clone();
+    let metrics = t.kernel.ctx.metrics.clone();
     let restarted = eventually(Duration::from_secs(5), || {
         let metrics = metrics.clone();
         let id = row.id.to_string();

@@ -14,7 +14,7 @@ use crate::kernel::KernelError;
 #[tokio::test]
 async fn a_finished_execution_leaves_the_session_index() {
     let t = start(allow_all(), |_| {}).await;
-    let ctx = t.kernel.inner.ctx.clone();
+    let ctx = t.kernel.ctx.clone();
     let first = running(&t, "c1").await;
     assert_eq!(ctx.session_owner(&first.session), Some(first.id.clone()));
 

@@ -160,13 +160,12 @@ async fn an_execution_actor_that_keeps_crashing_is_failed_with_crash_loop() {
     let t = start(allow_all(), |_| {}).await;
     let mut run = running(&t, "c1").await;
     for crash in 1..=4 {
-        let actor = t.kernel.inner.ctx.execution(&run.id).expect("live actor");
+        let actor = t.kernel.ctx.execution(&run.id).expect("live actor");
         actor.send_message(ExecutionMsg::Crash).expect("sent");
         let old = actor.get_id();
         let replaced = eventually(Duration::from_secs(5), || {
             let live = t
                 .kernel
-                .inner
                 .ctx
                 .execution(&run.id)
                 .filter(|new| new.get_id() != old);

@@ -624,10 +624,10 @@ mod actors {
             .create_execution(AgentId::new("a"), json!(null), None)
             .await
             .expect("create");
-        let actor = t.kernel.inner.ctx.execution(&row.id).expect("live");
+        let actor = t.kernel.ctx.execution(&row.id).expect("live");
         actor.send_message(ExecutionMsg::Crash).expect("sent");
         let rebuilt = eventually(Duration::from_secs(5), || {
-            let ctx = t.kernel.inner.ctx.clone();
+            let ctx = t.kernel.ctx.clone();
             let old = actor.get_id();
             let id = row.id.clone();
             async move { ctx.execution(&id).filter(|new| new.get_id() != old) }
@@ -928,7 +928,7 @@ mod actors {
             .expect("connect");
         drop(first);
         let lost = eventually(Duration::from_secs(5), || {
-            let ctx = t.kernel.inner.ctx.clone();
+            let ctx = t.kernel.ctx.clone();
             async move {
                 ctx.consumer_lost(&AgentId::new("a"), &"c1".into())
                     .then_some(())

@@ -5,15 +5,17 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc;
 
-use super::inner::KernelInner;
-use super::types::{KernelError, PushStream, ToolSchema};
+use super::handle::Kernel;
+use super::types::{KernelError, PushStream, ToolEntry, ToolSchema};
 use crate::agent_group::AgentGroupMsg;
 use crate::execution::{ExecutionMsg, Rejection, StepOutcome};
 use crate::ids::{AgentId, ConsumerId, ExecutionId, RunnerId, StepId, ToolId};
 use crate::runner::DispatcherMsg;
 
-impl KernelInner {
-    pub(crate) async fn runner_result(
+impl Kernel {
+    /// Records a runner's result; always frees the runner connection named by
+    /// `(runner_id, consumer_id)` afterwards, whatever the outcome.
+    pub async fn runner_result(
         &self,
         runner_id: &RunnerId,
         consumer_id: Option<&ConsumerId>,
@@ -35,7 +37,18 @@ impl KernelInner {
         result
     }
 
-    pub(crate) fn release_runner(&self, runner_id: &RunnerId, consumer_id: &ConsumerId) {
+    /// Checks that a runner's result or `started` comes from the connection holding the job;
+    /// `Ok(Err(reason))` when another connection holds it (nothing is recorded then).
+    pub async fn check_job_report(
+        &self,
+        report: crate::runner::JobReport,
+    ) -> Result<Result<(), String>, KernelError> {
+        crate::runner::holders::check(&self.ctx, report).await
+    }
+
+    /// Frees a runner connection without recording anything (a result that could not be
+    /// parsed still means the runner is done with its job).
+    pub fn release_runner(&self, runner_id: &RunnerId, consumer_id: &ConsumerId) {
         if runner_id.as_str().is_empty() || consumer_id.as_str().is_empty() {
             return;
         }
@@ -45,7 +58,8 @@ impl KernelInner {
         });
     }
 
-    pub(crate) async fn step_started(
+    /// Records that a runner started a step.
+    pub async fn step_started(
         &self,
         execution_id: &ExecutionId,
         step_id: &StepId,
@@ -60,14 +74,15 @@ impl KernelInner {
         .map_err(|error| unknown_step(error, step_id))
     }
 
-    pub(crate) async fn connect_agent(
+    /// Registers an agent connection; its pushes arrive on the returned stream.
+    pub async fn connect_agent(
         &self,
         agent_id: AgentId,
         consumer_id: ConsumerId,
     ) -> Result<PushStream, KernelError> {
         let group = self.group(&agent_id).await?;
         let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
-        let connection = self.connections.fetch_add(1, Ordering::Relaxed);
+        let connection = self.ctx.connections.fetch_add(1, Ordering::Relaxed);
         let consumer = consumer_id.clone();
         group
             .send_message(AgentGroupMsg::ConsumerConnected {
@@ -85,7 +100,8 @@ impl KernelInner {
         Ok(PushStream::new(receiver, on_close))
     }
 
-    pub(crate) async fn connect_runner(
+    /// Registers a runner connection offering `capabilities` (tool ids).
+    pub async fn connect_runner(
         &self,
         runner_id: RunnerId,
         consumer_id: ConsumerId,
@@ -96,7 +112,7 @@ impl KernelInner {
             .dispatcher()
             .ok_or_else(|| KernelError::Unavailable("dispatcher is not running".into()))?;
         let (sender, receiver) = mpsc::channel(self.ctx.config.push_buffer.max(1));
-        let connection = self.connections.fetch_add(1, Ordering::Relaxed);
+        let connection = self.ctx.connections.fetch_add(1, Ordering::Relaxed);
         let (runner, consumer) = (runner_id.clone(), consumer_id.clone());
         dispatcher
             .send_message(DispatcherMsg::RunnerConnected {
@@ -117,13 +133,14 @@ impl KernelInner {
         Ok(PushStream::new(receiver, on_close))
     }
 
-    pub(crate) async fn publish_tools(
+    /// Replaces the tool schemas published by a runner.
+    pub async fn publish_tools(
         &self,
         runner_id: &RunnerId,
         tools: Vec<ToolSchema>,
     ) -> Result<(), KernelError> {
         let ids: Vec<ToolId> = tools.iter().map(|tool| tool.id.clone()).collect();
-        self.tools.publish(runner_id, tools);
+        self.ctx.tools.publish(runner_id, tools);
         self.ctx.tell_dispatcher(DispatcherMsg::SetCapabilities {
             runner_id: runner_id.clone(),
             tools: ids,
@@ -131,7 +148,13 @@ impl KernelInner {
         Ok(())
     }
 
-    pub(crate) async fn update_capabilities(
+    /// Returns the tool directory filtered by prefix (WIRE.md §13.7 plus `prefix.`).
+    pub fn tools(&self, prefix: &str) -> Vec<ToolEntry> {
+        self.ctx.tools.list(prefix)
+    }
+
+    /// Replaces the capabilities of every connection of a runner.
+    pub async fn update_capabilities(
         &self,
         runner_id: &RunnerId,
         tools: Vec<ToolId>,
@@ -143,8 +166,9 @@ impl KernelInner {
         Ok(())
     }
 
-    pub(crate) async fn unregister_runner(&self, runner_id: &RunnerId) -> Result<(), KernelError> {
-        self.tools.remove_runner(runner_id);
+    /// Drops a runner's published schemas.
+    pub async fn unregister_runner(&self, runner_id: &RunnerId) -> Result<(), KernelError> {
+        self.ctx.tools.remove_runner(runner_id);
         Ok(())
     }
 }

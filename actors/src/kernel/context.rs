@@ -1,9 +1,12 @@
-//! Shared context of the actor tree: the directory of live actors (owned and updated by the
-//! supervisors, read by everyone), the session index and the settings. Locks here are never
-//! held across an `.await`.
+//! Shared context of the actor tree, and the whole state of the [`Kernel`](super::Kernel)
+//! handle: the directory of live actors (owned and updated by the supervisors, read by
+//! everyone), the session index, the tool directory, the settings, and what the handle needs to
+//! stop the tree (the root, the retention janitor). Locks here are never held across an
+//! `.await`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use ractor::{ActorRef, MessagingErr, RpcReplyPort, rpc::CallResult};
@@ -17,7 +20,7 @@ use crate::execution::{ExecutionMsg, ExecutionSupervisorMsg};
 use crate::ids::{AgentId, ConsumerId, ExecutionId, SessionId};
 use crate::metrics::Metrics;
 use crate::policy::PolicyMsg;
-use crate::runner::DispatcherMsg;
+use crate::runner::{DispatcherMsg, ToolDirectory};
 use crate::store::{Commit, Store};
 use crate::store_writer::StoreWriterMsg;
 use crate::supervision::Directory;
@@ -34,11 +37,11 @@ pub struct Singletons {
     pub dispatcher: Option<ActorRef<DispatcherMsg>>,
     /// Agent supervisor.
     pub agents: Option<ActorRef<AgentSupervisorMsg>>,
-    /// Execution supervisor.
+    /// Execution supervisor (never restarted: its failure stops the root).
     pub executions: Option<ActorRef<ExecutionSupervisorMsg>>,
 }
 
-/// Everything actors share.
+/// Everything actors share, and the state of the [`Kernel`](super::Kernel) handle.
 pub struct Ctx {
     /// Settings.
     pub config: KernelConfig,
@@ -64,6 +67,16 @@ pub struct Ctx {
     /// Policy in force: engine and hooks (the policy actor is restarted with it; creations
     /// read their `pre_create` hooks here).
     pub policy_in_force: RwLock<crate::policy::InForce>,
+    /// Tool schemas published by runners (WIRE.md §13.7).
+    pub tools: ToolDirectory,
+    /// Numbers agent and runner connections, so a disconnect names the stream that ended.
+    pub(crate) connections: AtomicU64,
+    /// The root supervisor, set once by [`start`](super::start).
+    pub(crate) root: OnceLock<ActorRef<()>>,
+    /// The retention clean-up task, when a retention period is set; aborted on shutdown.
+    pub(crate) janitor: OnceLock<tokio::task::JoinHandle<()>>,
+    /// Set by the first shutdown; later ones return at once.
+    pub(crate) stopped: AtomicBool,
 }
 
 /// Reads a lock, recovering from poisoning (a panicking actor must not wedge the kernel).
@@ -102,6 +115,11 @@ impl Ctx {
             agent_groups: Directory::default(),
             sessions: RwLock::new(HashMap::new()),
             lost_consumers: RwLock::new(std::collections::HashSet::new()),
+            tools: ToolDirectory::default(),
+            connections: AtomicU64::new(0),
+            root: OnceLock::new(),
+            janitor: OnceLock::new(),
+            stopped: AtomicBool::new(false),
         }
     }
 
@@ -130,6 +148,11 @@ impl Ctx {
         read(&self.singletons).agents.clone()
     }
 
+    /// Returns the execution supervisor.
+    pub fn execution_supervisor(&self) -> Option<ActorRef<ExecutionSupervisorMsg>> {
+        read(&self.singletons).executions.clone()
+    }
+
     /// Returns the live actor of an execution.
     pub fn execution(&self, id: &ExecutionId) -> Option<ActorRef<ExecutionMsg>> {
         self.executions.get(id)
@@ -140,7 +163,7 @@ impl Ctx {
         if let Some(actor) = self.execution(id) {
             return Ok(actor);
         }
-        let supervisor = read(&self.singletons).executions.clone().ok_or_else(|| {
+        let supervisor = self.execution_supervisor().ok_or_else(|| {
             KernelError::Unavailable("execution supervisor is not running".into())
         })?;
         let message = |reply| ExecutionSupervisorMsg::Activate {

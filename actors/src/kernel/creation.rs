@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::context::{call, read};
-use super::inner::KernelInner;
+use super::handle::Kernel;
 use super::settle;
 use super::types::KernelError;
 use crate::agent_group::AgentGroupMsg;
@@ -26,8 +26,22 @@ use crate::hooks::creation::{CreationOutcome, CreationRequest, run_creation_chai
 use crate::ids::{AgentId, ExecutionId};
 use crate::store::ExecutionRow;
 
-impl KernelInner {
-    pub(crate) async fn create_execution(
+impl Kernel {
+    /// Creates an execution and tries to assign it at once; returns its projection.
+    pub async fn create_execution(
+        &self,
+        agent_id: AgentId,
+        input: Value,
+        labels: Option<BTreeMap<String, String>>,
+    ) -> Result<ExecutionRow, KernelError> {
+        self.create_execution_with(agent_id, input, labels, CreateOptions::default())
+            .await
+    }
+
+    /// Creates an execution with a queue priority and/or an idempotency key (a repeated key
+    /// fails with a store `Conflict`: look the first one up with
+    /// [`Kernel::execution_by_creation_key`]).
+    pub async fn create_execution_with(
         &self,
         agent_id: AgentId,
         input: Value,
@@ -51,10 +65,12 @@ impl KernelInner {
             Ok(created) => created,
             Err(error) => {
                 // The commit may have landed anyway: make sure a stored execution reaches its agent.
-                if settle::in_doubt(&error) {
+                if settle::in_doubt(&error)
+                    && let Ok(executions) = self.execution_supervisor()
+                {
                     tokio::spawn(settle::settle_creation(
-                        self.store.clone(),
-                        self.executions.clone(),
+                        self.ctx.store.clone(),
+                        executions,
                         self.timeout(),
                         id,
                     ));
@@ -67,7 +83,7 @@ impl KernelInner {
             reply,
         };
         call(
-            &self.executions,
+            &self.execution_supervisor()?,
             message,
             self.timeout(),
             "execution supervisor",

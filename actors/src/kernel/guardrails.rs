@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 
 use super::context::call;
 use super::handle::Kernel;
-use super::inner::KernelInner;
 use super::types::KernelError;
 use crate::guardrails::budget::BudgetUsage;
 use crate::policy::PolicyMsg;
@@ -21,7 +20,7 @@ impl Kernel {
     /// Returns the circuit breakers that are open, half-open or counting recent failures:
     /// those of tool ids (the policy actor's), then those of runner ids (the dispatcher's).
     pub async fn breakers(&self) -> Result<Vec<Value>, KernelError> {
-        let ctx = &self.inner.ctx;
+        let ctx = &self.ctx;
         let policy = ctx
             .policy()
             .ok_or_else(|| KernelError::Unavailable("policy actor is not running".into()))?;
@@ -39,15 +38,15 @@ impl Kernel {
     /// policy in force gives its agent a budget, else `None`. Usage is folded from the
     /// execution's events, the same way the execution counts it.
     pub async fn execution_budget(&self, row: &ExecutionRow) -> Result<Option<Value>, KernelError> {
-        let inner = &self.inner;
-        let Some(policy) = inner.ctx.policy() else {
+        let ctx = &self.ctx;
+        let Some(policy) = ctx.policy() else {
             return Ok(None);
         };
         let agent_id = row.agent_id.clone();
         let budget = call(
             &policy,
             |reply| PolicyMsg::AgentBudget(agent_id.clone(), reply),
-            inner.ctx.config.call_timeout,
+            ctx.config.call_timeout,
             "policy actor",
         )
         .await?;
@@ -57,7 +56,7 @@ impl Kernel {
         let mut usage = BudgetUsage::default();
         let mut after = 0;
         loop {
-            let events = inner.store.events(&row.id, after, USAGE_PAGE).await?;
+            let events = ctx.store.events(&row.id, after, USAGE_PAGE).await?;
             for event in &events {
                 usage.apply(&event.body);
             }
@@ -69,7 +68,7 @@ impl Kernel {
         let end = if row.status.is_terminal() {
             row.updated_at
         } else {
-            inner.ctx.now()
+            ctx.now()
         };
         let elapsed = (end - row.created_at).to_std().unwrap_or_default();
         Ok(Some(json!({
@@ -78,12 +77,12 @@ impl Kernel {
             "remaining": budget.remaining_json(&usage, elapsed),
         })))
     }
-}
 
-impl KernelInner {
-    /// Puts `engine` in force: the policy actor swaps it, and the owners of concurrency limits
+    /// Replaces the policy engine and its hooks (hot reload). Rate-limit windows are kept. A
+    /// restarted policy actor also uses the new engine; creations from now on use the new
+    /// `pre_create` hooks. The policy actor swaps it, and the owners of concurrency limits
     /// (agent groups, the dispatcher) read their limits from it again.
-    pub(crate) fn replace_policy(
+    pub fn replace_policy(
         &self,
         engine: Arc<dyn crate::policy::PolicyEngine>,
         hooks: Vec<crate::hooks::HookSpec>,
@@ -105,7 +104,7 @@ impl KernelInner {
 
     /// Tells the dispatcher's runner breakers about a result a runner reported (`None`: the
     /// execution did not take it, so it counts for nothing).
-    pub(crate) fn count_runner_result(
+    pub(super) fn count_runner_result(
         &self,
         runner_id: &crate::ids::RunnerId,
         success: Option<bool>,

@@ -1,25 +1,29 @@
 //! Startup recovery: rebuilds the world from one index query of the store.
 
-use super::inner::KernelInner;
+use ractor::ActorRef;
+
+use super::context::call;
+use super::handle::Kernel;
 use super::types::KernelError;
 use crate::agent_group::AgentGroupMsg;
-use crate::execution::ExecutionSupervisorMsg;
+use crate::execution::{ExecutionMsg, ExecutionSupervisorMsg};
+use crate::ids::ExecutionId;
 use crate::status::ExecutionStatus;
 
-impl KernelInner {
+impl Kernel {
     /// Startup recovery from an index scan: executions with work in flight (a session that
     /// runs, tool steps) get their actor back and re-announce themselves; those that only wait
     /// stay in the store — a pending one is found by its agent group when a consumer connects,
     /// a blocked one keeps its session binding — and only their deadline is indexed.
     pub(super) async fn recover(&self) -> Result<(), KernelError> {
         let started = std::time::Instant::now();
-        let entries = self.store.recovery_index().await?;
+        let entries = self.ctx.store.recovery_index().await?;
         let count = entries.len();
         let timeout = self.ctx.config.execution.execution_timeout;
         let mut dormant = Vec::new();
         let mut active = 0usize;
         for entry in entries {
-            self.metrics.execution_moved(None, entry.status);
+            self.ctx.metrics.execution_moved(None, entry.status);
             let waits = match entry.status {
                 ExecutionStatus::Pending => true,
                 ExecutionStatus::Blocked => !entry.live_steps,
@@ -52,7 +56,7 @@ impl KernelInner {
         }
         let waiting = dormant.len();
         if !dormant.is_empty() {
-            self.executions
+            self.execution_supervisor()?
                 .send_message(ExecutionSupervisorMsg::Dormant(dormant))
                 .map_err(|_| {
                     KernelError::Unavailable("execution supervisor is not running".into())
@@ -66,5 +70,24 @@ impl KernelInner {
             "startup recovery done"
         );
         Ok(())
+    }
+
+    /// Activates an execution and has it re-announce itself (startup recovery).
+    async fn activate(&self, id: &ExecutionId) -> Result<ActorRef<ExecutionMsg>, KernelError> {
+        if let Some(actor) = self.ctx.execution(id) {
+            return Ok(actor);
+        }
+        let message = |reply| ExecutionSupervisorMsg::Activate {
+            id: id.clone(),
+            announce: true,
+            reply,
+        };
+        call(
+            &self.execution_supervisor()?,
+            message,
+            self.timeout(),
+            "execution supervisor",
+        )
+        .await?
     }
 }

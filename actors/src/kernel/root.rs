@@ -9,7 +9,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent as
 
 use super::context::{Ctx, write};
 use crate::agent_group::AgentSupervisor;
-use crate::execution::{ExecutionSupervisor, ExecutionSupervisorMsg};
+use crate::execution::ExecutionSupervisor;
 use crate::policy::{PolicyActor, PolicyArgs};
 use crate::runner::Dispatcher;
 use crate::store_writer::{StoreWriter, StoreWriterArgs};
@@ -19,8 +19,9 @@ use crate::supervision::{self, ActorKind, RestartBudget, SupervisionEvent};
 pub struct RootArgs {
     /// Shared context.
     pub ctx: Arc<Ctx>,
-    /// Where the execution supervisor's reference is handed back.
-    pub ready: tokio::sync::oneshot::Sender<ActorRef<ExecutionSupervisorMsg>>,
+    /// Signalled once every child is started (the execution supervisor is then in
+    /// `Ctx::singletons`).
+    pub ready: tokio::sync::oneshot::Sender<()>,
 }
 
 /// State of the root supervisor.
@@ -66,8 +67,8 @@ impl Actor for KernelSupervisor {
         state
             .kinds
             .insert(executions.get_id(), ActorKind::ExecutionSupervisor);
-        write(&state.ctx.singletons).executions = Some(executions.clone());
-        let _ = args.ready.send(executions);
+        write(&state.ctx.singletons).executions = Some(executions);
+        let _ = args.ready.send(());
         Ok(state)
     }
 

@@ -30,12 +30,11 @@ async fn a_shutdown_leaves_no_grace_timer_of_a_group_or_the_dispatcher_behind() 
     // Both leave: the runner holding its job (runner grace), the agent's consumer (its grace).
     drop(runner);
     drop(run.agent);
-    let dispatcher = t.kernel.inner.ctx.dispatcher().expect("dispatcher");
+    let dispatcher = t.kernel.ctx.dispatcher().expect("dispatcher");
     let orphaned = observe(&dispatcher, DispatcherMsg::Observe).await.orphaned;
     assert_eq!(orphaned.len(), 1, "the runner's grace started");
     let group = t
         .kernel
-        .inner
         .ctx
         .agent_groups
         .get(&AgentId::new("a"))

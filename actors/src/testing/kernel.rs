@@ -80,9 +80,15 @@ impl TestKernel {
     /// have ended by then.
     pub async fn shutdown(self) {
         let mut tree = Vec::new();
-        super::leak::walk("kernel", &self.kernel.inner.root.get_cell(), &mut tree);
+        let root = self
+            .kernel
+            .ctx
+            .root
+            .get()
+            .expect("a started kernel has its root");
+        super::leak::walk("kernel", &root.get_cell(), &mut tree);
         self.kernel.shutdown().await;
-        let wait = self.kernel.inner.ctx.config.shutdown_timeout;
+        let wait = self.kernel.ctx.config.shutdown_timeout;
         let baseline = self.baseline;
         drop(self);
         super::leak::assert_stopped(&tree, baseline, wait).await;

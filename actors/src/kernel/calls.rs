@@ -1,0 +1,127 @@
+//! Calls into the actors on behalf of a request: an execution actor (rebuilt from the store
+//! if it is passivated) or an agent group, each with the call timeout. The session errors of
+//! WIRE.md §9.2 are mapped here.
+
+use ractor::{ActorRef, RpcReplyPort};
+use serde_json::Value;
+
+use super::context::call;
+use super::handle::Kernel;
+use super::types::KernelError;
+use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
+use crate::execution::{ExecutionMsg, Intent, IntentReply, Rejection, StepOutcome};
+use crate::ids::{AgentId, ExecutionId, SessionId};
+use crate::store::ExecutionRow;
+
+impl Kernel {
+    /// Returns an execution's projection (`Rejected(ExecutionNotFound)` when unknown).
+    pub async fn execution(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
+        self.ctx
+            .store
+            .execution(id)
+            .await?
+            .ok_or_else(|| Rejection::ExecutionNotFound(id.to_string()).into())
+    }
+
+    /// Cancels an execution; returns its projection afterwards.
+    pub async fn cancel(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
+        self.ask(id, |reply| ExecutionMsg::Cancel { reply }).await
+    }
+
+    /// Sends a signal to an execution.
+    pub async fn signal(
+        &self,
+        id: &ExecutionId,
+        signal_type: String,
+        payload: Value,
+    ) -> Result<(), KernelError> {
+        self.ask(id, |reply| ExecutionMsg::DeliverSignal {
+            signal_type: signal_type.clone(),
+            payload: payload.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Submits an agent intent.
+    pub async fn submit_intent(
+        &self,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+        intent: Intent,
+    ) -> Result<IntentReply, KernelError> {
+        let owner = self.ctx.session_owner(session_id);
+        self.ask(execution_id, |reply| ExecutionMsg::SubmitIntent {
+            session_id: session_id.clone(),
+            session_owner: owner.clone(),
+            intent: intent.clone(),
+            reply,
+        })
+        .await
+        .map_err(|error| self.session_error(error, execution_id, session_id))
+    }
+
+    /// Records a step result reported by the agent holding the session.
+    pub async fn agent_step_result(
+        &self,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+        outcome: StepOutcome,
+    ) -> Result<(), KernelError> {
+        let owner = self.ctx.session_owner(session_id);
+        self.ask(execution_id, |reply| ExecutionMsg::ReportStepResult {
+            session_id: session_id.clone(),
+            session_owner: owner.clone(),
+            outcome: outcome.clone(),
+            reply,
+        })
+        .await
+        .map_err(|error| self.session_error(error, execution_id, session_id))
+    }
+
+    /// Calls an execution actor, rebuilding it from the store if it is passivated.
+    pub(super) async fn ask<T: Send + 'static>(
+        &self,
+        id: &ExecutionId,
+        build: impl Fn(RpcReplyPort<Result<T, KernelError>>) -> ExecutionMsg,
+    ) -> Result<T, KernelError> {
+        self.ctx.ask_execution(id, build).await?
+    }
+
+    /// Returns the agent group of `agent_id`, spawning it if needed.
+    pub(super) async fn group(
+        &self,
+        agent_id: &AgentId,
+    ) -> Result<ActorRef<AgentGroupMsg>, KernelError> {
+        let agents = self
+            .ctx
+            .agents()
+            .ok_or_else(|| KernelError::Unavailable("agent supervisor is not running".into()))?;
+        let message = |reply| AgentSupervisorMsg::GetOrSpawn(agent_id.clone(), reply);
+        call(&agents, message, self.timeout(), "agent supervisor")
+            .await?
+            .ok_or_else(|| KernelError::Unavailable("agent group could not start".into()))
+    }
+
+    /// Maps an unknown execution addressed with a session into the session error of WIRE.md §9.2.
+    fn session_error(
+        &self,
+        error: KernelError,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+    ) -> KernelError {
+        match error {
+            KernelError::Rejected(Rejection::ExecutionNotFound(_)) => {
+                match self.ctx.session_owner(session_id) {
+                    Some(_) => Rejection::SessionMismatch {
+                        session: session_id.to_string(),
+                        execution: execution_id.to_string(),
+                    }
+                    .into(),
+                    None => Rejection::SessionNotFound(session_id.to_string()).into(),
+                }
+            }
+            other => other,
+        }
+    }
+}
