@@ -59,7 +59,7 @@ pub fn format(ts: &Timestamp) -> String {
     ts.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
-/// Serde adapter writing timestamps with [`format`].
+/// Serde adapter writing timestamps with [`format()`].
 pub mod serde_micros {
     use serde::{Deserialize, Deserializer, Serializer};
 
