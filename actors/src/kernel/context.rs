@@ -160,24 +160,42 @@ impl Ctx {
 
     /// Returns the live actor of an execution, rebuilding a passivated one from the store.
     pub async fn activate(&self, id: &ExecutionId) -> Result<ActorRef<ExecutionMsg>, KernelError> {
+        self.activate_with(id, false).await
+    }
+
+    /// [`Ctx::activate`]; with `announce`, a rebuilt execution offers itself to its agent
+    /// again (startup recovery).
+    pub(crate) async fn activate_with(
+        &self,
+        id: &ExecutionId,
+        announce: bool,
+    ) -> Result<ActorRef<ExecutionMsg>, KernelError> {
         if let Some(actor) = self.execution(id) {
             return Ok(actor);
         }
+        self.ask_execution_supervisor(|reply| ExecutionSupervisorMsg::Activate {
+            id: id.clone(),
+            announce,
+            reply,
+        })
+        .await?
+    }
+
+    /// Calls the execution supervisor with the call timeout.
+    pub(crate) async fn ask_execution_supervisor<R: Send + 'static>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<R>) -> ExecutionSupervisorMsg,
+    ) -> Result<R, KernelError> {
         let supervisor = self.execution_supervisor().ok_or_else(|| {
             KernelError::Unavailable("execution supervisor is not running".into())
         })?;
-        let message = |reply| ExecutionSupervisorMsg::Activate {
-            id: id.clone(),
-            announce: false,
-            reply,
-        };
         call(
             &supervisor,
-            message,
+            build,
             self.config.call_timeout,
             "execution supervisor",
         )
-        .await?
+        .await
     }
 
     /// Calls an execution actor, activating it first; an actor that stopped in between

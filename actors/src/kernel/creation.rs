@@ -78,17 +78,12 @@ impl Kernel {
                 return Err(error);
             }
         };
-        let message = |reply| ExecutionSupervisorMsg::Create {
-            state: Box::new(created),
-            reply,
-        };
-        call(
-            &self.execution_supervisor()?,
-            message,
-            self.timeout(),
-            "execution supervisor",
-        )
-        .await??;
+        self.ctx
+            .ask_execution_supervisor(|reply| ExecutionSupervisorMsg::Create {
+                state: Box::new(created),
+                reply,
+            })
+            .await??;
         let group = self.group(&agent_id).await?;
         let labels = labels.map(crate::guardrails::concurrency::LabelSet::from);
         let pending = |reply| AgentGroupMsg::ExecutionPending {

@@ -2,7 +2,6 @@
 
 use ractor::ActorRef;
 
-use super::context::call;
 use super::handle::Kernel;
 use super::types::KernelError;
 use crate::agent_group::AgentGroupMsg;
@@ -74,20 +73,6 @@ impl Kernel {
 
     /// Activates an execution and has it re-announce itself (startup recovery).
     async fn activate(&self, id: &ExecutionId) -> Result<ActorRef<ExecutionMsg>, KernelError> {
-        if let Some(actor) = self.ctx.execution(id) {
-            return Ok(actor);
-        }
-        let message = |reply| ExecutionSupervisorMsg::Activate {
-            id: id.clone(),
-            announce: true,
-            reply,
-        };
-        call(
-            &self.execution_supervisor()?,
-            message,
-            self.timeout(),
-            "execution supervisor",
-        )
-        .await?
+        self.ctx.activate_with(id, true).await
     }
 }
