@@ -383,19 +383,13 @@ impl Metrics {
             .inc();
     }
 
-    /// Records one store commit: its latency and how many executions its transaction wrote.
-    pub fn commit(&self, latency: Duration, executions: usize) {
-        self.commit_wait(latency);
-        self.commit_transaction(executions);
-    }
-
     /// Records one commit's latency, as its caller waited for it.
     pub fn commit_wait(&self, latency: Duration) {
         self.commit_seconds.observe(latency.as_secs_f64());
     }
 
-    /// Records one store transaction and the executions it wrote (a store that folds
-    /// concurrent commits itself reports this per transaction: [`crate::store::Store::observe_transactions`]).
+    /// Records one store transaction and the executions it wrote (a store that folds commits
+    /// itself reports this: [`crate::store::Store::observe_transactions`]).
     pub fn commit_transaction(&self, executions: usize) {
         self.commit_batch.observe(executions as f64);
     }

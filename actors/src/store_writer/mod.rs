@@ -90,7 +90,8 @@ impl Actor for StoreWriter {
             }
             StoreWriterMsg::Flushed(results, latency) => {
                 let done = std::mem::take(&mut state.in_flight);
-                state.args.metrics.commit(latency, done.len());
+                state.args.metrics.commit_wait(latency);
+                state.args.metrics.commit_transaction(done.len());
                 for ((notice, reply), result) in done.into_iter().zip(results) {
                     if result.is_ok() {
                         // No receiver is fine: nobody is streaming right now.
