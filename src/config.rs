@@ -94,6 +94,8 @@ pub struct Config {
     )]
     pub data_dir: PathBuf,
 
+    // Help text for `--help`: its <placeholders> are not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// Database URL: `sqlite://PATH` or `postgres://USER:PASSWORD@HOST/DB`
     /// [default: sqlite://<data-dir>/keel.db].
     #[arg(long, env = "KEEL_DB_URL", value_name = "URL", hide_env_values = true)]

@@ -1,6 +1,9 @@
 //! The `keel` crate: adapters around the actor system (HTTP/SSE, storage, policy loading,
 //! configuration, telemetry) and the `run` entry point used by `main` and by tests.
 #![forbid(unsafe_code)]
+// Module docs link to the private modules that do the work: read them with
+// `cargo doc --document-private-items`, where those links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod app;
 pub mod bench;

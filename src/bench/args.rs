@@ -84,6 +84,8 @@ pub struct RunArgs {
     /// With --local-steps: run this long first without measuring.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
     pub warmup: Duration,
+    // Help text for `--help`: its <placeholders> are not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// Agent id of the executions [default: bench-<random>, so other agents are not disturbed;
     /// with --local-steps agent i uses <AGENT>-<i>].
     #[arg(long, value_name = "AGENT")]

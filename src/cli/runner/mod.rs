@@ -50,6 +50,8 @@ pub struct RunnerArgs {
     /// Runner id (tools are published under it).
     #[arg(long, value_name = "ID")]
     pub runner_id: String,
+    // Help text for `--help`: its <placeholders> are not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     /// Consumer id of the connection [default: <runner-id>-<8 hex>]; with --parallel N the
     /// connections are <consumer-id>-0 … <consumer-id>-(N-1).
     #[arg(long, value_name = "ID")]
