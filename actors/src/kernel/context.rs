@@ -153,6 +153,14 @@ impl Ctx {
         read(&self.singletons).executions.clone()
     }
 
+    /// Returns the execution supervisor, or `Unavailable` when the tree is not running.
+    pub(crate) fn running_execution_supervisor(
+        &self,
+    ) -> Result<ActorRef<ExecutionSupervisorMsg>, KernelError> {
+        self.execution_supervisor()
+            .ok_or_else(|| KernelError::Unavailable("execution supervisor is not running".into()))
+    }
+
     /// Returns the live actor of an execution.
     pub fn execution(&self, id: &ExecutionId) -> Option<ActorRef<ExecutionMsg>> {
         self.executions.get(id)
@@ -186,11 +194,8 @@ impl Ctx {
         &self,
         build: impl FnOnce(RpcReplyPort<R>) -> ExecutionSupervisorMsg,
     ) -> Result<R, KernelError> {
-        let supervisor = self.execution_supervisor().ok_or_else(|| {
-            KernelError::Unavailable("execution supervisor is not running".into())
-        })?;
         call(
-            &supervisor,
+            &self.running_execution_supervisor()?,
             build,
             self.config.call_timeout,
             "execution supervisor",

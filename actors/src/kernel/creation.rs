@@ -66,7 +66,7 @@ impl Kernel {
             Err(error) => {
                 // The commit may have landed anyway: make sure a stored execution reaches its agent.
                 if settle::in_doubt(&error)
-                    && let Ok(executions) = self.execution_supervisor()
+                    && let Some(executions) = self.ctx.execution_supervisor()
                 {
                     tokio::spawn(settle::settle_creation(
                         self.ctx.store.clone(),

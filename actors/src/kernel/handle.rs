@@ -7,13 +7,11 @@
 
 use std::sync::Arc;
 
-use ractor::ActorRef;
 use tokio::sync::broadcast;
 
 use super::context::Ctx;
 use super::types::{CommitNotice, KernelError};
 use crate::events::Event;
-use crate::execution::ExecutionSupervisorMsg;
 use crate::ids::{AgentId, ExecutionId};
 use crate::store::{ExecutionRow, ListFilter};
 
@@ -141,14 +139,5 @@ impl Kernel {
     /// Returns the call timeout of the actors.
     pub(super) fn timeout(&self) -> std::time::Duration {
         self.ctx.config.call_timeout
-    }
-
-    /// Returns the execution supervisor.
-    pub(super) fn execution_supervisor(
-        &self,
-    ) -> Result<ActorRef<ExecutionSupervisorMsg>, KernelError> {
-        self.ctx
-            .execution_supervisor()
-            .ok_or_else(|| KernelError::Unavailable("execution supervisor is not running".into()))
     }
 }

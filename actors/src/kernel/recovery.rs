@@ -55,7 +55,8 @@ impl Kernel {
         }
         let waiting = dormant.len();
         if !dormant.is_empty() {
-            self.execution_supervisor()?
+            self.ctx
+                .running_execution_supervisor()?
                 .send_message(ExecutionSupervisorMsg::Dormant(dormant))
                 .map_err(|_| {
                     KernelError::Unavailable("execution supervisor is not running".into())
