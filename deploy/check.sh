@@ -349,7 +349,7 @@ if [[ $BUILD -eq 1 ]]; then
   fi
 fi
 KEEL=""
-for candidate in "${KEEL_BIN:-}" "$REPO/target/debug/keel" "$REPO/target/release/keel"; do
+for candidate in "${KEEL_BIN:-}" "$REPO/target/debug/keel" "$REPO/target/release/keel" "$REPO/target/production/keel"; do
   [[ -n "$candidate" && -x "$candidate" ]] || continue
   # A stub or half-built binary prints no version or lacks the serve command.
   if "$candidate" --version 2>/dev/null | grep -q '^keel ' && "$candidate" serve --help >/dev/null 2>&1; then

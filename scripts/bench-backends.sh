@@ -3,11 +3,11 @@
 # the bench report and the store commit latency and batch size from the kernel's /metrics.
 # The numbers in docs/benchmarks.md come from this script.
 #
-#   cargo build --release --bin keel
+#   cargo build --profile production --bin keel
 #   KEEL_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test bash scripts/bench-backends.sh
 #
 # Environment:
-#   KEEL                    kernel binary (default target/release/keel)
+#   KEEL                    kernel binary (default target/production/keel)
 #   KEEL_TEST_POSTGRES_URL  admin URL of a PostgreSQL server; a database keel_bench_<random> is
 #                           created there for the run and dropped after (needs psql). Without
 #                           it only SQLite runs.
@@ -18,7 +18,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-keel=${KEEL:-target/release/keel}
+keel=${KEEL:-target/production/keel}
 bench_args=${BENCH_ARGS:-"--executions 2000 --concurrency 32 --tools-per-execution 4 --agents 2 --runners 4 --duration 120s"}
 rounds=${ROUNDS:-3}
 work=$(mktemp -d)

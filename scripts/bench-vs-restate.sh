@@ -2,7 +2,7 @@
 # Reproduces the T1–T8 table of docs/benchmarks.md (issue 8): Keel and Restate doing the same
 # job in the same sitting, ROUNDS rounds, median of the rounds, Keel/Restate ratios.
 #
-#   cargo build --release --bin keel
+#   cargo build --profile production --bin keel
 #   bash scripts/bench-vs-restate.sh
 #   KEEL_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test ROUNDS=3 bash scripts/bench-vs-restate.sh
 #
@@ -20,7 +20,7 @@
 # Every report is one JSON line, appended to RESULTS with the system, round and test added.
 #
 # Environment (defaults in brackets):
-#   KEEL [target/release/keel]  ROUNDS [3]  K [5]  CONC [64]  DUR [15]  CREATE_DUR [10]
+#   KEEL [target/production/keel]  ROUNDS [3]  K [5]  CONC [64]  DUR [15]  CREATE_DUR [10]
 #   PARK_N [100000]  RESTART_N [100000]
 #   RESTATE [1]          0 skips the Restate side (the ratios are then left out)
 #   RESTATE_DIR          the peer's scripts [../shared/bench/restate]
@@ -31,7 +31,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-keel=$(realpath "${KEEL:-target/release/keel}")
+keel=$(realpath "${KEEL:-target/production/keel}")
 rounds=${ROUNDS:-3}
 steps=${K:-5}
 conc=${CONC:-64}
@@ -55,7 +55,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-[ -x "$keel" ] || { echo "no kernel binary at $keel (cargo build --release --bin keel)" >&2; exit 1; }
+[ -x "$keel" ] || { echo "no kernel binary at $keel (cargo build --profile production --bin keel)" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # Appends a JSON report line with system, round and test added.

@@ -5,12 +5,12 @@
 # database and its WAL, kill -9s the kernel, then attributes every WAL frame of each committed
 # transaction to its table or index with SQLite's `dbstat` (Python's sqlite3 module).
 #
-#   cargo build --release --bin keel
-#   bash scripts/wal-pages.sh            # KEEL [target/release/keel]  LOAD [5.5]
+#   cargo build --profile production --bin keel
+#   bash scripts/wal-pages.sh            # KEEL [target/production/keel]  LOAD [5.5]
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-keel=$(realpath "${KEEL:-target/release/keel}")
+keel=$(realpath "${KEEL:-target/production/keel}")
 load=${LOAD:-5.5}
 work=$(mktemp -d)
 kernel_pid="" bench_pid=""
