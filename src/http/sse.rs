@@ -153,8 +153,23 @@ pub(super) fn frame(id: Option<i64>, event: &str, data: &str) -> Bytes {
     Bytes::from(text)
 }
 
+/// Frames a push with its JSON written straight into the frame, as one `data:` line: compact
+/// JSON has no line breaks (`\n` in a string is escaped). `Value::to_string` would format
+/// through `Display`, an `io::Write` adapter over `fmt`, and then be copied into the frame.
 fn push_frame(push: &Push) -> Bytes {
-    frame(None, push.event, &push.data.to_string())
+    let mut text = Vec::with_capacity(push.event.len() + 256);
+    text.extend_from_slice(b"event: ");
+    text.extend_from_slice(push.event.as_bytes());
+    text.extend_from_slice(b"\ndata: ");
+    // A `Value` cannot fail to serialize (its map keys are strings) and a `Vec` cannot fail
+    // to grow short of an allocation failure, which aborts; should it fail anyway, the event
+    // still goes out, with `null` for its data, and the log says why.
+    if let Err(error) = serde_json::to_writer(&mut text, &push.data) {
+        tracing::error!(event = push.event, %error, "could not serialize a push");
+        return frame(None, push.event, "null");
+    }
+    text.extend_from_slice(b"\n\n");
+    Bytes::from(text)
 }
 
 /// Relays an agent or runner connection's pushes as an SSE response.
