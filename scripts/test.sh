@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: build, Rust tests, then the SDK compatibility scenarios that drive
-# the kernel binary with the real rebuno==0.4.8 Python SDK. When KEEL_TEST_POSTGRES_URL is set,
+# The whole test suite: build, Rust tests, the deploy/ checks (deploy/check.sh --no-install),
+# then the SDK compatibility scenarios that drive the kernel binary with the real rebuno==0.4.8
+# Python SDK. When KEEL_TEST_POSTGRES_URL is set,
 # the HTTP/SSE suite (tests/api), the kill -9 crash test and the SDK scenarios run a second
 # time with every kernel on a fresh PostgreSQL database (KEEL_TEST_BACKEND=postgres); without
 # it those PostgreSQL passes are skipped, and the script says so.
@@ -62,6 +63,14 @@ if [ -n "$postgres" ]; then
 else
     echo "SKIPPED: KEEL_TEST_POSTGRES_URL is not set"
 fi
+
+# --- deploy/ against the kernel ----------------------------------------------------------
+# deploy/check.sh checks the artefacts (env example, unit, compose file, manifests, Dockerfile)
+# against the kernel just built: every server setting listed, every environment accepted, a
+# smoke run. --no-install: only the validators already on the machine run, the others are
+# reported as skipped (deploy/check.sh without it installs them).
+step "deploy/check.sh --no-install"
+KEEL_BIN="$target_dir/debug/keel" bash "$root/deploy/check.sh" --no-install || failures+=("deploy checks")
 
 # --- SDK compatibility tests --------------------------------------------------------
 
