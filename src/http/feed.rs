@@ -24,7 +24,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::AppState;
 use super::error::ApiError;
 use super::query::QueryParams;
-use super::sse::{ConnectionGuard, HEARTBEAT, PREAMBLE, StreamKind, frame, sse_response};
+use super::sse::{ConnectionGuard, HEARTBEAT, PREAMBLE, StreamKind, json_frame, sse_response};
 use crate::feed::reader::read_page;
 use crate::feed::{FeedFilter, FeedReader, TypePatterns, event_json};
 use keel_actors::ids::{AgentId, ExecutionId};
@@ -251,8 +251,8 @@ impl Producer {
 
     /// Hands one event to the connection, waiting at most the cut-off for buffer space.
     async fn send(&self, event: &FeedEvent) -> Result<(), Stop> {
-        let data = event_json(event).to_string();
-        let chunk = frame(Some(event.position), event.event.body.type_name(), &data);
+        let data = event_json(event);
+        let chunk = json_frame(Some(event.position), event.event.body.type_name(), &data);
         tokio::select! {
             biased;
             () = self.shutdown.cancelled() => Err(Stop::Gone),

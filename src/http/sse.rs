@@ -23,7 +23,6 @@ use futures::Stream;
 use keel_actors::events::{Event, is_terminal_type};
 use keel_actors::ids::ExecutionId;
 use keel_actors::kernel::{CommitNotice, Kernel, KernelError, PushStream};
-use keel_actors::push::Push;
 use tokio::sync::broadcast;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -153,20 +152,22 @@ pub(super) fn frame(id: Option<i64>, event: &str, data: &str) -> Bytes {
     Bytes::from(text)
 }
 
-/// Frames a push with its JSON written straight into the frame, as one `data:` line: compact
-/// JSON has no line breaks (`\n` in a string is escaped). `Value::to_string` would format
-/// through `Display`, an `io::Write` adapter over `fmt`, and then be copied into the frame.
-fn push_frame(push: &Push) -> Bytes {
-    let mut text = Vec::with_capacity(push.event.len() + 256);
+/// Frames one message whose data is `data` as compact JSON, written straight into the frame
+/// on one `data:` line (compact JSON has no line breaks: `\n` in a string is escaped).
+/// Serializing to a `String` first, or through `Display`, would copy it once more.
+pub(super) fn json_frame(id: Option<i64>, event: &str, data: &impl serde::Serialize) -> Bytes {
+    let mut text = Vec::with_capacity(event.len() + 256);
+    if let Some(id) = id {
+        text.extend_from_slice(format!("id: {id}\n").as_bytes());
+    }
     text.extend_from_slice(b"event: ");
-    text.extend_from_slice(push.event.as_bytes());
+    text.extend_from_slice(event.as_bytes());
     text.extend_from_slice(b"\ndata: ");
-    // A `Value` cannot fail to serialize (its map keys are strings) and a `Vec` cannot fail
-    // to grow short of an allocation failure, which aborts; should it fail anyway, the event
-    // still goes out, with `null` for its data, and the log says why.
-    if let Err(error) = serde_json::to_writer(&mut text, &push.data) {
-        tracing::error!(event = push.event, %error, "could not serialize a push");
-        return frame(None, push.event, "null");
+    // The kernel's events and pushes always serialize (their map keys are strings); should
+    // one fail anyway, the message still goes out with `{}` for its data, and the log says why.
+    if let Err(error) = serde_json::to_writer(&mut text, data) {
+        tracing::error!(event, id, %error, "SSE data not serializable");
+        return frame(id, event, "{}");
     }
     text.extend_from_slice(b"\n\n");
     Bytes::from(text)
@@ -197,7 +198,7 @@ pub fn push_response(
         let chunk = tokio::select! {
             biased;
             () = relay.common.shutdown.cancelled() => None,
-            push = relay.pushes.next() => push.map(|push| push_frame(&push)),
+            push = relay.pushes.next() => push.map(|push| json_frame(None, push.event, &push.data)),
             _ = relay.common.heartbeat.tick() => Some(Bytes::from_static(HEARTBEAT)),
         };
         chunk.map(|chunk| (Ok(chunk), relay))
@@ -320,11 +321,7 @@ impl Tail {
         if is_terminal_type(type_name) {
             self.done = true;
         }
-        let data = serde_json::to_string(event).unwrap_or_else(|error| {
-            tracing::error!(execution.id = %self.id, error = %error, "event not serializable");
-            "{}".to_owned()
-        });
-        frame(Some(event.sequence), type_name, &data)
+        json_frame(Some(event.sequence), type_name, event)
     }
 }
 

@@ -13,30 +13,26 @@ fn frames_carry_id_event_and_one_data_line_per_line() {
 }
 
 #[test]
-fn a_push_is_framed_as_its_compact_json_on_one_data_line() {
+fn json_is_framed_compact_on_one_data_line_as_frame_would() {
     let data = serde_json::json!({
         "execution_id": "e-1",
         "arguments": {"text": "two\nlines", "quote": "say \"hi\"", "emoji": "\u{1F600}"},
         "list": [1, 2.5, null, true],
     });
-    let push = Push {
-        event: "execution.assigned",
-        data: data.clone(),
-    };
-    let framed = push_frame(&push);
-    assert_eq!(framed, frame(None, "execution.assigned", &data.to_string()));
-    let text = std::str::from_utf8(&framed).expect("utf-8");
-    let lines: Vec<&str> = text.split('\n').collect();
-    assert_eq!(
-        lines,
-        ["event: execution.assigned", lines[1], "", ""],
-        "{text:?}"
-    );
-    let json = lines[1].strip_prefix("data: ").expect("a data line");
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(json).expect("json"),
-        data
-    );
+    for id in [None, Some(7)] {
+        let framed = json_frame(id, "execution.assigned", &data);
+        assert_eq!(framed, frame(id, "execution.assigned", &data.to_string()));
+        let text = std::str::from_utf8(&framed).expect("utf-8");
+        let lines: Vec<&str> = text.lines().skip(usize::from(id.is_some())).collect();
+        assert_eq!(lines.len(), 3, "event, data, blank line: {text:?}");
+        assert_eq!(lines[2], "");
+        assert_eq!(lines[0], "event: execution.assigned");
+        let json = lines[1].strip_prefix("data: ").expect("a data line");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(json).expect("json"),
+            data
+        );
+    }
 }
 
 /// A log whose terminal commit lands right after the stream's events read, before its
