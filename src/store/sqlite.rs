@@ -45,6 +45,7 @@ mod checkpoint;
 mod commit_span;
 mod connection;
 mod list;
+mod many_rows;
 #[cfg(test)]
 mod migration_tests;
 mod positions;

@@ -3,11 +3,15 @@
 
 use std::sync::Arc;
 
+use keel_actors::error::StoreError;
+use keel_actors::ids::ExecutionId;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{Commit, ExecutionRow, Store};
 
 use super::super::StoreOptions;
-use super::super::conformance::{MANY, at, creations, finish, new_execution, resume, with_step};
+use super::super::conformance::{
+    MANY, at, creations, finish, new_execution, resume, resumed_to, with_step,
+};
 use super::SqliteStore;
 
 #[tokio::test]
@@ -56,6 +60,127 @@ async fn a_failing_commit_is_left_out_and_the_rest_commit_in_one_transaction() {
         1,
         "the rest in one transaction"
     );
+}
+
+/// Two new executions created with one idempotency key: both rows are new, so only the unique
+/// index over creation keys refuses the second, while the events are inserted. The multi-row
+/// insert cannot say whose event that was (`event_rows.rs`); the group is written again one
+/// event per statement, the second creation fails alone, and the positions the failed tries
+/// handed out are taken back: the stored ones follow the group's order without a gap.
+#[tokio::test]
+async fn a_creation_key_repeated_in_one_group_fails_the_later_commit_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let mut group = creations("key", MANY);
+    for index in [3, 150] {
+        group[index].events[0].idempotency_key = Some("one-key".to_owned());
+    }
+    let ids: Vec<String> = group
+        .iter()
+        .map(|commit| commit.execution.id.as_str().to_owned())
+        .collect();
+
+    let before = store.transactions();
+    let results = shared.commit_group(group).await;
+    assert!(
+        matches!(results[150], Err(StoreError::Conflict(_))),
+        "{:?}",
+        results[150]
+    );
+    for (index, result) in results.iter().enumerate().filter(|(i, _)| *i != 150) {
+        assert!(result.is_ok(), "{index}: {result:?}");
+    }
+    assert_eq!(
+        store.transactions() - before,
+        1,
+        "one transaction committed"
+    );
+
+    let stored: Vec<(i64, String)> =
+        sqlx::query_as("SELECT position, execution_id FROM events ORDER BY position")
+            .fetch_all(store.readers())
+            .await
+            .expect("events");
+    let expected: Vec<(i64, String)> = ids
+        .into_iter()
+        .enumerate()
+        .filter(|(index, _)| *index != 150)
+        .enumerate()
+        .map(|(position, (_, id))| (position as i64 + 1, id))
+        .collect();
+    assert_eq!(stored, expected);
+    let refused = shared
+        .execution(&ExecutionId::new("key-150"))
+        .await
+        .expect("read");
+    assert!(
+        refused.is_none(),
+        "its row went with its event: {refused:?}"
+    );
+}
+
+/// In a group whose events and steps are written with multi-row statements (`many_rows.rs`),
+/// an update whose execution moves on earlier in the same group fails alone, one whose status
+/// hint is wrong is written by the full update, and everything else commits in one transaction.
+#[tokio::test]
+async fn an_update_that_does_not_apply_fails_alone_and_a_wrong_status_hint_is_overruled() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let created = creations("update", MANY);
+    let rows: Vec<ExecutionRow> = created.iter().map(|c| c.execution.clone()).collect();
+    shared.commit(&created).await.expect("created");
+    // Execution 9 is running; the group's commit for it claims it was pending.
+    let running = resumed_to(&rows[9], ExecutionStatus::Running, 100);
+    shared
+        .commit(std::slice::from_ref(&running))
+        .await
+        .expect("running");
+    let mut group: Vec<Commit> = rows
+        .iter()
+        .map(|row| resumed_to(row, ExecutionStatus::Pending, 200))
+        .collect();
+    group[9] = resumed_to(&running.execution, ExecutionStatus::Pending, 200);
+    group[9].previous_status = Some(ExecutionStatus::Pending);
+    // The same update twice: the second follows a sequence the first takes.
+    group.push(group[5].clone());
+
+    let before = store.transactions();
+    let results = shared.commit_group(group).await;
+    assert!(
+        matches!(results[MANY], Err(StoreError::Conflict(_))),
+        "{:?}",
+        results[MANY]
+    );
+    for (index, result) in results.iter().enumerate().take(MANY) {
+        assert!(result.is_ok(), "{index}: {result:?}");
+    }
+    assert_eq!(
+        store.transactions() - before,
+        1,
+        "one transaction committed"
+    );
+    for (index, status, last_sequence) in [
+        (9, ExecutionStatus::Pending, 3),
+        (5, ExecutionStatus::Pending, 2),
+    ] {
+        let row = shared
+            .execution(&rows[index].id)
+            .await
+            .expect("read")
+            .expect("row");
+        assert_eq!((row.status, row.last_sequence), (status, last_sequence));
+    }
+    let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
+        .fetch_one(store.readers())
+        .await
+        .expect("count");
+    assert_eq!(events, 2 * MANY as i64 + 1);
 }
 
 #[tokio::test]

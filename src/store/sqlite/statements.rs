@@ -9,6 +9,7 @@ use rusqlite::{CachedStatement, Connection};
 
 use keel_actors::error::StoreError;
 
+use super::many_rows::{ROWS, Table};
 use super::write::{
     INSERT_EVENT, INSERT_EXECUTION, INSERT_LABEL, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS,
     UPSERT_STEP, map_rusqlite_error,
@@ -52,6 +53,8 @@ impl Sql {
 pub(super) struct Statements<'c> {
     connection: &'c Connection,
     taken: [Option<CachedStatement<'c>>; Sql::ALL.len()],
+    /// The multi-row statements (`many_rows.rs`), by table and index into its `ROWS`.
+    many: [[Option<CachedStatement<'c>>; ROWS.len()]; Table::ALL.len()],
 }
 
 impl<'c> Statements<'c> {
@@ -60,6 +63,7 @@ impl<'c> Statements<'c> {
         Self {
             connection,
             taken: Default::default(),
+            many: Default::default(),
         }
     }
 
@@ -77,10 +81,35 @@ impl<'c> Statements<'c> {
             .ok_or_else(|| StoreError::Internal(format!("{sql:?} was not prepared")))
     }
 
+    /// Returns `table`'s statement writing `ROWS[index]` rows, taking it on first use.
+    pub fn many(
+        &mut self,
+        table: Table,
+        index: usize,
+    ) -> Result<&mut CachedStatement<'c>, StoreError> {
+        let missing = || StoreError::Internal(format!("no {table:?} statement of index {index}"));
+        let sql = table.sql(index).ok_or_else(missing)?;
+        let slot = self.many[table as usize]
+            .get_mut(index)
+            .ok_or_else(missing)?;
+        if slot.is_none() {
+            *slot = Some(
+                self.connection
+                    .prepare_cached(sql)
+                    .map_err(map_rusqlite_error)?,
+            );
+        }
+        slot.as_mut().ok_or_else(missing)
+    }
+
     /// How many different statements have been taken (tests).
     #[cfg(test)]
     pub fn taken(&self) -> usize {
-        self.taken.iter().flatten().count()
+        self.taken
+            .iter()
+            .chain(self.many.iter().flatten())
+            .flatten()
+            .count()
     }
 }
 

@@ -13,6 +13,7 @@ use keel_actors::store::Commit;
 use keel_actors::time;
 
 use super::super::{SQLITE_TERMINAL, sequence_conflict, sqlite_code_is_unavailable};
+use super::many_rows::{EventRow, Later, StepRow};
 use super::positions::{EventPositions, RAISE_HIGH_WATER};
 use super::ready::{Encoded, ReadyCommit};
 use super::statements::{Sql, Statements};
@@ -27,7 +28,8 @@ pub(super) const UPDATE_EXECUTION: &str = "UPDATE executions SET status = ?1, ou
      updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
      WHERE id = ?7 AND last_sequence = ?8";
 
-/// `UPDATE_EXECUTION` for a commit that leaves the status as it was (most of them): the
+/// `UPDATE_EXECUTION` for a commit that leaves the status as it was (none of T1's job, whose
+/// commits each move the execution between `running` and `blocked`, but others do): the
 /// status is not in the `SET` list, so SQLite leaves the three indexes over it alone instead of
 /// deleting and reinserting their entries. It matches only a row whose status is `?1`, so a
 /// wrong `Commit::previous_status` finds nothing and the full update runs.
@@ -53,12 +55,15 @@ pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_
 
 /// Writes one execution's checked commit with its encoded text: the projection row (which
 /// checks that the events follow the stored ones), its labels on first insert, the events (at
-/// the next positions) and the steps.
-pub(super) fn write_commit(
+/// the next positions) and the steps. With `later`, the events (given their positions) and
+/// the steps are added to it instead, to be written with multi-row statements
+/// (`many_rows.rs`).
+pub(super) fn write_commit<'a>(
     statements: &mut Statements<'_>,
-    commit: &Commit,
-    encoded: &Encoded,
+    commit: &'a Commit,
+    encoded: &'a Encoded,
     positions: &mut EventPositions,
+    later: Option<&mut Later<'a>>,
 ) -> Result<(), StoreError> {
     let execution = &commit.execution;
     let id = execution.id.as_str();
@@ -119,6 +124,40 @@ pub(super) fn write_commit(
         if updated == 0 {
             return Err(sequence_conflict(&execution.id, previous_sequence + 1));
         }
+    }
+    if let Some(later) = later {
+        for (event, (timestamp, payload)) in commit.events.iter().zip(&encoded.events) {
+            later.events.push(EventRow {
+                id: &event.id,
+                execution_id: id,
+                sequence: event.sequence,
+                step_id: event.step_id.as_ref().map(|step| step.as_str()),
+                type_name: event.body.type_name(),
+                schema_version: event.schema_version,
+                timestamp,
+                payload,
+                causation_id: &event.causation_id,
+                correlation_id: &event.correlation_id,
+                idempotency_key: event.idempotency_key.as_deref(),
+                position: positions.next(),
+            });
+        }
+        for (step, (deadline, step_updated_at)) in commit.steps.iter().zip(&encoded.steps) {
+            later.steps.push(StepRow {
+                id: step.id.as_str(),
+                execution_id: step.execution_id.as_str(),
+                tool_id: step.tool_id.as_str(),
+                status: step.status.as_str(),
+                attempt: step.attempt,
+                max_attempts: step.max_attempts,
+                remote: step.remote,
+                job_id: step.job_id.as_ref().map(JobId::as_str),
+                runner_id: step.runner_id.as_ref().map(RunnerId::as_str),
+                deadline: deadline.as_deref(),
+                updated_at: step_updated_at,
+            });
+        }
+        return Ok(());
     }
     if !commit.events.is_empty() {
         let insert_event = statements.get(Sql::InsertEvent)?;
@@ -255,7 +294,9 @@ pub(super) fn set_webhook_position(
 }
 
 /// Commits a group: checks every commit, then writes the ones that pass in one transaction.
-/// When a commit fails while being written, the transaction is rolled back and, unless the
+/// The events and steps are first written with multi-row statements (`many_rows.rs`); if one
+/// fails, the transaction is rolled back and the group written again one row per statement.
+/// When a commit fails while being written so, the transaction is rolled back and, unless the
 /// group is all or nothing, that commit fails alone and the others are written again in a new
 /// transaction (as if it had been submitted alone, after the ones before it). `Unavailable`
 /// fails every commit that is not already failed.
@@ -278,17 +319,25 @@ pub(super) fn commit_group(
             Err(error) => results.push(Err(error.clone())),
         }
     }
+    // Multi-row statements until one fails; then one row per statement, which tells which
+    // commit failed (`many_rows.rs`).
+    let mut many_rows = true;
     while !pending.is_empty() {
         let mut failed_at = None;
+        let mut rows_failed = false;
         let outcome = in_transaction(connection, transactions, |connection| {
             let mut statements = Statements::new(connection);
+            let mut rows = Later::default();
             for (position, &(commit, encoded, _)) in pending.iter().enumerate() {
-                if let Err(error) = write_commit(&mut statements, commit, encoded, positions) {
+                let later = many_rows.then_some(&mut rows);
+                if let Err(error) = write_commit(&mut statements, commit, encoded, positions, later)
+                {
                     failed_at = Some(position);
                     return Err(error);
                 }
             }
-            Ok(())
+            rows.write(&mut statements)
+                .inspect_err(|_| rows_failed = true)
         });
         if outcome.is_err()
             && let Err(error) = positions.reload(connection)
@@ -301,6 +350,9 @@ pub(super) fn commit_group(
         }
         match (outcome, failed_at) {
             (Ok(()), _) => break,
+            (Err(error), _) if rows_failed && !matches!(error, StoreError::Unavailable(_)) => {
+                many_rows = false;
+            }
             (Err(error), Some(position))
                 if !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>
             {
