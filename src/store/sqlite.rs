@@ -44,8 +44,8 @@ mod batch_tests;
 mod checkpoint;
 mod commit_span;
 mod connection;
+mod event_rows;
 mod list;
-mod many_rows;
 #[cfg(test)]
 mod migration_tests;
 mod positions;

@@ -122,7 +122,7 @@ async fn a_creation_key_repeated_in_one_group_fails_the_later_commit_alone() {
     );
 }
 
-/// In a group whose events and steps are written with multi-row statements (`many_rows.rs`),
+/// In a group whose events are inserted with multi-row statements (`event_rows.rs`),
 /// an update whose execution moves on earlier in the same group fails alone, one whose status
 /// hint is wrong is written by the full update, and everything else commits in one transaction.
 #[tokio::test]

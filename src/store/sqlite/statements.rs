@@ -9,7 +9,7 @@ use rusqlite::{CachedStatement, Connection};
 
 use keel_actors::error::StoreError;
 
-use super::many_rows::{ROWS, Table};
+use super::event_rows::{self, ROWS};
 use super::write::{
     INSERT_EVENT, INSERT_EXECUTION, INSERT_LABEL, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS,
     UPSERT_STEP, map_rusqlite_error,
@@ -53,8 +53,8 @@ impl Sql {
 pub(super) struct Statements<'c> {
     connection: &'c Connection,
     taken: [Option<CachedStatement<'c>>; Sql::ALL.len()],
-    /// The multi-row statements (`many_rows.rs`), by table and index into its `ROWS`.
-    many: [[Option<CachedStatement<'c>>; ROWS.len()]; Table::ALL.len()],
+    /// The multi-row event inserts (`event_rows.rs`), by index into its `ROWS`.
+    events: [Option<CachedStatement<'c>>; ROWS.len()],
 }
 
 impl<'c> Statements<'c> {
@@ -63,7 +63,7 @@ impl<'c> Statements<'c> {
         Self {
             connection,
             taken: Default::default(),
-            many: Default::default(),
+            events: Default::default(),
         }
     }
 
@@ -81,17 +81,11 @@ impl<'c> Statements<'c> {
             .ok_or_else(|| StoreError::Internal(format!("{sql:?} was not prepared")))
     }
 
-    /// Returns `table`'s statement writing `ROWS[index]` rows, taking it on first use.
-    pub fn many(
-        &mut self,
-        table: Table,
-        index: usize,
-    ) -> Result<&mut CachedStatement<'c>, StoreError> {
-        let missing = || StoreError::Internal(format!("no {table:?} statement of index {index}"));
-        let sql = table.sql(index).ok_or_else(missing)?;
-        let slot = self.many[table as usize]
-            .get_mut(index)
-            .ok_or_else(missing)?;
+    /// Returns the statement inserting `ROWS[index]` events, taking it on first use.
+    pub fn events(&mut self, index: usize) -> Result<&mut CachedStatement<'c>, StoreError> {
+        let missing = || StoreError::Internal(format!("no event insert of index {index}"));
+        let sql = event_rows::sql(index).ok_or_else(missing)?;
+        let slot = self.events.get_mut(index).ok_or_else(missing)?;
         if slot.is_none() {
             *slot = Some(
                 self.connection
@@ -105,11 +99,7 @@ impl<'c> Statements<'c> {
     /// How many different statements have been taken (tests).
     #[cfg(test)]
     pub fn taken(&self) -> usize {
-        self.taken
-            .iter()
-            .chain(self.many.iter().flatten())
-            .flatten()
-            .count()
+        self.taken.iter().chain(&self.events).flatten().count()
     }
 }
 

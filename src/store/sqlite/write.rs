@@ -13,7 +13,7 @@ use keel_actors::store::Commit;
 use keel_actors::time;
 
 use super::super::{SQLITE_TERMINAL, sequence_conflict, sqlite_code_is_unavailable};
-use super::many_rows::{EventRow, Later, StepRow};
+use super::event_rows::{self, EventRow};
 use super::positions::{EventPositions, RAISE_HIGH_WATER};
 use super::ready::{Encoded, ReadyCommit};
 use super::statements::{Sql, Statements};
@@ -55,15 +55,14 @@ pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_
 
 /// Writes one execution's checked commit with its encoded text: the projection row (which
 /// checks that the events follow the stored ones), its labels on first insert, the events (at
-/// the next positions) and the steps. With `later`, the events (given their positions) and
-/// the steps are added to it instead, to be written with multi-row statements
-/// (`many_rows.rs`).
+/// the next positions) and the steps. With `later`, the events are given their positions and
+/// added to it instead, to be inserted with multi-row statements (`event_rows.rs`).
 pub(super) fn write_commit<'a>(
     statements: &mut Statements<'_>,
     commit: &'a Commit,
     encoded: &'a Encoded,
     positions: &mut EventPositions,
-    later: Option<&mut Later<'a>>,
+    later: Option<&mut Vec<EventRow<'a>>>,
 ) -> Result<(), StoreError> {
     let execution = &commit.execution;
     let id = execution.id.as_str();
@@ -127,7 +126,7 @@ pub(super) fn write_commit<'a>(
     }
     if let Some(later) = later {
         for (event, (timestamp, payload)) in commit.events.iter().zip(&encoded.events) {
-            later.events.push(EventRow {
+            later.push(EventRow {
                 id: &event.id,
                 execution_id: id,
                 sequence: event.sequence,
@@ -142,24 +141,7 @@ pub(super) fn write_commit<'a>(
                 position: positions.next(),
             });
         }
-        for (step, (deadline, step_updated_at)) in commit.steps.iter().zip(&encoded.steps) {
-            later.steps.push(StepRow {
-                id: step.id.as_str(),
-                execution_id: step.execution_id.as_str(),
-                tool_id: step.tool_id.as_str(),
-                status: step.status.as_str(),
-                attempt: step.attempt,
-                max_attempts: step.max_attempts,
-                remote: step.remote,
-                job_id: step.job_id.as_ref().map(JobId::as_str),
-                runner_id: step.runner_id.as_ref().map(RunnerId::as_str),
-                deadline: deadline.as_deref(),
-                updated_at: step_updated_at,
-            });
-        }
-        return Ok(());
-    }
-    if !commit.events.is_empty() {
+    } else if !commit.events.is_empty() {
         let insert_event = statements.get(Sql::InsertEvent)?;
         for (event, (timestamp, payload)) in commit.events.iter().zip(&encoded.events) {
             insert_event
@@ -294,8 +276,8 @@ pub(super) fn set_webhook_position(
 }
 
 /// Commits a group: checks every commit, then writes the ones that pass in one transaction.
-/// The events and steps are first written with multi-row statements (`many_rows.rs`); if one
-/// fails, the transaction is rolled back and the group written again one row per statement.
+/// The events are first inserted with multi-row statements (`event_rows.rs`); if one fails,
+/// the transaction is rolled back and the group written again one event per statement.
 /// When a commit fails while being written so, the transaction is rolled back and, unless the
 /// group is all or nothing, that commit fails alone and the others are written again in a new
 /// transaction (as if it had been submitted alone, after the ones before it). `Unavailable`
@@ -319,25 +301,24 @@ pub(super) fn commit_group(
             Err(error) => results.push(Err(error.clone())),
         }
     }
-    // Multi-row statements until one fails; then one row per statement, which tells which
-    // commit failed (`many_rows.rs`).
-    let mut many_rows = true;
+    // Multi-row event inserts until one fails; then one event per statement, which tells
+    // which commit failed (`event_rows.rs`).
+    let mut many_events = true;
     while !pending.is_empty() {
         let mut failed_at = None;
         let mut rows_failed = false;
         let outcome = in_transaction(connection, transactions, |connection| {
             let mut statements = Statements::new(connection);
-            let mut rows = Later::default();
+            let mut rows = Vec::new();
             for (position, &(commit, encoded, _)) in pending.iter().enumerate() {
-                let later = many_rows.then_some(&mut rows);
+                let later = many_events.then_some(&mut rows);
                 if let Err(error) = write_commit(&mut statements, commit, encoded, positions, later)
                 {
                     failed_at = Some(position);
                     return Err(error);
                 }
             }
-            rows.write(&mut statements)
-                .inspect_err(|_| rows_failed = true)
+            event_rows::insert(&mut statements, &rows).inspect_err(|_| rows_failed = true)
         });
         if outcome.is_err()
             && let Err(error) = positions.reload(connection)
@@ -351,7 +332,7 @@ pub(super) fn commit_group(
         match (outcome, failed_at) {
             (Ok(()), _) => break,
             (Err(error), _) if rows_failed && !matches!(error, StoreError::Unavailable(_)) => {
-                many_rows = false;
+                many_events = false;
             }
             (Err(error), Some(position))
                 if !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>

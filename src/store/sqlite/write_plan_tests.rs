@@ -152,3 +152,38 @@ async fn migration_0007_keeps_the_rows_indexes_and_constraints_of_a_schema_6_dat
     .await;
     assert!(orphan.is_err(), "the foreign key still holds");
 }
+
+/// Counts the instructions of a statement's program that stop it with `ABORT` (`Halt` or
+/// `HaltIfNull` with P2 = 2, SQLite's `OE_Abort`). A program that writes several rows and has
+/// any of them is run with a statement journal.
+async fn aborting_halts(store: &SqliteStore, sql: &str) -> usize {
+    use sqlx::Row;
+    let rows = sqlx::query(&format!("EXPLAIN {sql}"))
+        .fetch_all(store.readers())
+        .await
+        .unwrap_or_else(|error| panic!("explain {sql}: {error}"));
+    rows.iter()
+        .filter(|row| {
+            row.try_get::<String, _>(1)
+                .is_ok_and(|op| op == "Halt" || op == "HaltIfNull")
+                && row.try_get::<i64, _>(3).is_ok_and(|p2| p2 == 2)
+        })
+        .count()
+}
+
+/// The multi-row event inserts (`event_rows.rs`) never stop with `ABORT`, so SQLite keeps no
+/// statement journal for them (at C=64 it spilled to a temporary file); the commit path's
+/// single-row insert does, and needs none, since it writes one row.
+#[tokio::test]
+async fn the_multi_row_statements_keep_no_statement_journal() {
+    use super::event_rows::{ROWS, sql};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    assert!(aborting_halts(&store, INSERT_EVENT).await > 0, "one row");
+    for index in (0..ROWS.len()).filter(|&index| ROWS[index] > 1) {
+        let sql = sql(index).expect("a statement");
+        assert_eq!(aborting_halts(&store, sql).await, 0, "{} rows", ROWS[index]);
+    }
+}
