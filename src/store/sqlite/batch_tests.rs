@@ -14,13 +14,20 @@ use super::super::conformance::{
 };
 use super::SqliteStore;
 
-#[tokio::test]
-async fn a_group_of_many_executions_commits_in_one_transaction() {
+/// A store on a new database in a temporary directory (kept as long as the first value), and
+/// the same store as the kernel holds it.
+async fn fresh() -> (tempfile::TempDir, SqliteStore, Arc<dyn Store>) {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
         .await
         .expect("open");
     let shared: Arc<dyn Store> = Arc::new(store.clone());
+    (dir, store, shared)
+}
+
+#[tokio::test]
+async fn a_group_of_many_executions_commits_in_one_transaction() {
+    let (_dir, store, shared) = fresh().await;
 
     let created = creations("tx", MANY);
     let rows: Vec<ExecutionRow> = created.iter().map(|c| c.execution.clone()).collect();
@@ -42,11 +49,7 @@ async fn a_group_of_many_executions_commits_in_one_transaction() {
 
 #[tokio::test]
 async fn a_failing_commit_is_left_out_and_the_rest_commit_in_one_transaction() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
-        .await
-        .expect("open");
-    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let (_dir, store, shared) = fresh().await;
     let mut group = creations("retry", MANY);
     // A second creation of the same execution: its sequence 1 is taken by the first.
     group.push(group[0].clone());
@@ -69,11 +72,7 @@ async fn a_failing_commit_is_left_out_and_the_rest_commit_in_one_transaction() {
 /// handed out are taken back: the stored ones follow the group's order without a gap.
 #[tokio::test]
 async fn a_creation_key_repeated_in_one_group_fails_the_later_commit_alone() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
-        .await
-        .expect("open");
-    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let (_dir, store, shared) = fresh().await;
     let mut group = creations("key", MANY);
     for index in [3, 150] {
         group[index].events[0].idempotency_key = Some("one-key".to_owned());
@@ -127,11 +126,7 @@ async fn a_creation_key_repeated_in_one_group_fails_the_later_commit_alone() {
 /// hint is wrong is written by the full update, and everything else commits in one transaction.
 #[tokio::test]
 async fn an_update_that_does_not_apply_fails_alone_and_a_wrong_status_hint_is_overruled() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
-        .await
-        .expect("open");
-    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let (_dir, store, shared) = fresh().await;
     let created = creations("update", MANY);
     let rows: Vec<ExecutionRow> = created.iter().map(|c| c.execution.clone()).collect();
     shared.commit(&created).await.expect("created");
@@ -185,11 +180,7 @@ async fn an_update_that_does_not_apply_fails_alone_and_a_wrong_status_hint_is_ov
 
 #[tokio::test]
 async fn groups_waiting_for_the_writer_are_folded_into_one_transaction_and_answered_apart() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
-        .await
-        .expect("open");
-    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let (_dir, store, shared) = fresh().await;
     assert!(
         shared.folds_groups(),
         "commits are handed over without the StoreWriter"

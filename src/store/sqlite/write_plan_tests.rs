@@ -16,14 +16,26 @@ async fn temporary_btrees(store: &SqliteStore, sql: &str) -> usize {
 
 /// Counts the instructions `opcode` in a statement's program.
 async fn opcodes(store: &SqliteStore, sql: &str, opcode: &str) -> usize {
+    program(store, sql)
+        .await
+        .iter()
+        .filter(|(op, _)| op == opcode)
+        .count()
+}
+
+/// A statement's program: each instruction's opcode and P2 operand (`EXPLAIN`).
+async fn program(store: &SqliteStore, sql: &str) -> Vec<(String, i64)> {
     use sqlx::Row;
     let rows = sqlx::query(&format!("EXPLAIN {sql}"))
         .fetch_all(store.readers())
         .await
         .unwrap_or_else(|error| panic!("explain {sql}: {error}"));
     rows.iter()
-        .filter(|row| row.try_get::<String, _>(1).is_ok_and(|op| op == opcode))
-        .count()
+        .map(|row| {
+            let opcode = row.try_get::<String, _>(1).unwrap_or_default();
+            (opcode, row.try_get::<i64, _>(3).unwrap_or(-1))
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -157,17 +169,10 @@ async fn migration_0007_keeps_the_rows_indexes_and_constraints_of_a_schema_6_dat
 /// `HaltIfNull` with P2 = 2, SQLite's `OE_Abort`). A program that writes several rows and has
 /// any of them is run with a statement journal.
 async fn aborting_halts(store: &SqliteStore, sql: &str) -> usize {
-    use sqlx::Row;
-    let rows = sqlx::query(&format!("EXPLAIN {sql}"))
-        .fetch_all(store.readers())
+    program(store, sql)
         .await
-        .unwrap_or_else(|error| panic!("explain {sql}: {error}"));
-    rows.iter()
-        .filter(|row| {
-            row.try_get::<String, _>(1)
-                .is_ok_and(|op| op == "Halt" || op == "HaltIfNull")
-                && row.try_get::<i64, _>(3).is_ok_and(|p2| p2 == 2)
-        })
+        .iter()
+        .filter(|(op, p2)| (op == "Halt" || op == "HaltIfNull") && *p2 == 2)
         .count()
 }
 
