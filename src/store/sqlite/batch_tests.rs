@@ -67,8 +67,8 @@ async fn a_failing_commit_is_left_out_and_the_rest_commit_in_one_transaction() {
 
 /// Two new executions created with one idempotency key: both rows are new, so only the unique
 /// index over creation keys refuses the second, while the events are inserted. The multi-row
-/// insert cannot say whose event that was (`event_rows.rs`); the group is written again one
-/// event per statement, the second creation fails alone, and the positions the failed tries
+/// insert cannot say whose event that was (`event_rows.rs`); the group is written again with
+/// each commit's events inserted after it, the second creation fails alone, and the positions the failed tries
 /// handed out are taken back: the stored ones follow the group's order without a gap.
 #[tokio::test]
 async fn a_creation_key_repeated_in_one_group_fails_the_later_commit_alone() {

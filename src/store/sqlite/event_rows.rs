@@ -18,10 +18,10 @@
 //! the `DO UPDATE` of an upsert checks its constraints with `ABORT` whatever the `INSERT` says.
 //!
 //! Positions are handed out as the events are collected, in the group's order, and the rows
-//! are inserted in that order, as the one-by-one path does. A multi-row statement cannot say
-//! which commit's event broke a constraint (a reused creation idempotency key), so when one
-//! fails `write::commit_group` rolls the transaction back and writes the group again one event
-//! per statement, which finds it.
+//! are inserted in that order. A statement of many commits' events cannot say which commit's
+//! event broke a constraint (a reused creation idempotency key), so when one fails
+//! `write::commit_group` rolls the transaction back and writes the group again, inserting each
+//! commit's events right after its other rows, which finds it.
 
 use std::sync::LazyLock;
 
@@ -171,23 +171,5 @@ mod tests {
             assert!(!sql.contains(&format!("?{}", last + 1)), "{sql}");
             assert_eq!(sql.matches("), (").count(), rows - 1, "{sql}");
         }
-    }
-
-    /// The one-row statement is the commit path's own but for `OR FAIL`, so the two paths
-    /// write alike.
-    #[test]
-    fn the_one_row_statement_is_the_single_row_one() {
-        let words = |sql: &str| {
-            sql.replacen("INSERT OR FAIL INTO", "INSERT INTO", 1)
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let one = ROWS.len() - 1;
-        assert_eq!(ROWS[one], 1);
-        assert_eq!(
-            words(sql(one).expect("a statement")),
-            words(super::super::write::INSERT_EVENT)
-        );
     }
 }

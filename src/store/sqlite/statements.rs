@@ -11,8 +11,8 @@ use keel_actors::error::StoreError;
 
 use super::event_rows::{self, ROWS};
 use super::write::{
-    INSERT_EVENT, INSERT_EXECUTION, INSERT_LABEL, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS,
-    UPSERT_STEP, map_rusqlite_error,
+    INSERT_EXECUTION, INSERT_LABEL, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS, UPSERT_STEP,
+    map_rusqlite_error,
 };
 
 /// A commit statement.
@@ -22,17 +22,15 @@ pub(super) enum Sql {
     UpdateExecution,
     UpdateExecutionSameStatus,
     InsertLabel,
-    InsertEvent,
     UpsertStep,
 }
 
 impl Sql {
-    const ALL: [Sql; 6] = [
+    const ALL: [Sql; 5] = [
         Sql::InsertExecution,
         Sql::UpdateExecution,
         Sql::UpdateExecutionSameStatus,
         Sql::InsertLabel,
-        Sql::InsertEvent,
         Sql::UpsertStep,
     ];
 
@@ -42,7 +40,6 @@ impl Sql {
             Sql::UpdateExecution => UPDATE_EXECUTION,
             Sql::UpdateExecutionSameStatus => UPDATE_EXECUTION_SAME_STATUS,
             Sql::InsertLabel => INSERT_LABEL,
-            Sql::InsertEvent => INSERT_EVENT,
             Sql::UpsertStep => UPSERT_STEP,
         }
     }
@@ -69,16 +66,7 @@ impl<'c> Statements<'c> {
 
     /// Returns `sql`'s statement, taking it from the cache (or preparing it) on first use.
     pub fn get(&mut self, sql: Sql) -> Result<&mut CachedStatement<'c>, StoreError> {
-        let slot = &mut self.taken[sql as usize];
-        if slot.is_none() {
-            *slot = Some(
-                self.connection
-                    .prepare_cached(sql.text())
-                    .map_err(map_rusqlite_error)?,
-            );
-        }
-        slot.as_mut()
-            .ok_or_else(|| StoreError::Internal(format!("{sql:?} was not prepared")))
+        take(self.connection, &mut self.taken[sql as usize], sql.text())
     }
 
     /// Returns the statement inserting `ROWS[index]` events, taking it on first use.
@@ -86,14 +74,7 @@ impl<'c> Statements<'c> {
         let missing = || StoreError::Internal(format!("no event insert of index {index}"));
         let sql = event_rows::sql(index).ok_or_else(missing)?;
         let slot = self.events.get_mut(index).ok_or_else(missing)?;
-        if slot.is_none() {
-            *slot = Some(
-                self.connection
-                    .prepare_cached(sql)
-                    .map_err(map_rusqlite_error)?,
-            );
-        }
-        slot.as_mut().ok_or_else(missing)
+        take(self.connection, slot, sql)
     }
 
     /// How many different statements have been taken (tests).
@@ -101,6 +82,19 @@ impl<'c> Statements<'c> {
     pub fn taken(&self) -> usize {
         self.taken.iter().chain(&self.events).flatten().count()
     }
+}
+
+/// Fills `slot` with `sql`'s statement from `connection`'s cache unless it holds it already.
+fn take<'s, 'c>(
+    connection: &'c Connection,
+    slot: &'s mut Option<CachedStatement<'c>>,
+    sql: &str,
+) -> Result<&'s mut CachedStatement<'c>, StoreError> {
+    if slot.is_none() {
+        *slot = Some(connection.prepare_cached(sql).map_err(map_rusqlite_error)?);
+    }
+    slot.as_mut()
+        .ok_or_else(|| StoreError::Internal(format!("{sql} was not prepared")))
 }
 
 #[cfg(test)]

@@ -40,11 +40,6 @@ pub(super) const UPDATE_EXECUTION_SAME_STATUS: &str = "UPDATE executions SET out
 pub(super) const INSERT_LABEL: &str =
     "INSERT INTO execution_labels (execution_id, key, value) VALUES (?1, ?2, ?3)";
 
-/// `position` is handed out by the writer thread (`positions.rs`, migration 0008).
-pub(super) const INSERT_EVENT: &str = "INSERT INTO events (id, execution_id, sequence, step_id, type, \
-     schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key, position) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
-
 pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_id, status, attempt, \
      max_attempts, remote, job_id, runner_id, deadline, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
@@ -54,15 +49,15 @@ pub(super) const UPSERT_STEP: &str = "INSERT INTO steps (id, execution_id, tool_
      deadline = excluded.deadline, updated_at = excluded.updated_at";
 
 /// Writes one execution's checked commit with its encoded text: the projection row (which
-/// checks that the events follow the stored ones), its labels on first insert, the events (at
-/// the next positions) and the steps. With `later`, the events are given their positions and
-/// added to it instead, to be inserted with multi-row statements (`event_rows.rs`).
+/// checks that the events follow the stored ones), its labels on first insert and the steps.
+/// Its events are given the next positions and added to `events`, for the caller to insert
+/// (`event_rows::insert`) after this commit or after the whole group.
 pub(super) fn write_commit<'a>(
     statements: &mut Statements<'_>,
     commit: &'a Commit,
     encoded: &'a Encoded,
     positions: &mut EventPositions,
-    later: Option<&mut Vec<EventRow<'a>>>,
+    events: &mut Vec<EventRow<'a>>,
 ) -> Result<(), StoreError> {
     let execution = &commit.execution;
     let id = execution.id.as_str();
@@ -124,43 +119,21 @@ pub(super) fn write_commit<'a>(
             return Err(sequence_conflict(&execution.id, previous_sequence + 1));
         }
     }
-    if let Some(later) = later {
-        for (event, (timestamp, payload)) in commit.events.iter().zip(&encoded.events) {
-            later.push(EventRow {
-                id: &event.id,
-                execution_id: id,
-                sequence: event.sequence,
-                step_id: event.step_id.as_ref().map(|step| step.as_str()),
-                type_name: event.body.type_name(),
-                schema_version: event.schema_version,
-                timestamp,
-                payload,
-                causation_id: &event.causation_id,
-                correlation_id: &event.correlation_id,
-                idempotency_key: event.idempotency_key.as_deref(),
-                position: positions.next(),
-            });
-        }
-    } else if !commit.events.is_empty() {
-        let insert_event = statements.get(Sql::InsertEvent)?;
-        for (event, (timestamp, payload)) in commit.events.iter().zip(&encoded.events) {
-            insert_event
-                .execute(params![
-                    event.id,
-                    id,
-                    event.sequence,
-                    event.step_id.as_ref().map(|step| step.as_str()),
-                    event.body.type_name(),
-                    event.schema_version,
-                    timestamp,
-                    payload,
-                    event.causation_id,
-                    event.correlation_id,
-                    event.idempotency_key,
-                    positions.next(),
-                ])
-                .map_err(map_rusqlite_error)?;
-        }
+    for (event, (timestamp, payload)) in commit.events.iter().zip(&encoded.events) {
+        events.push(EventRow {
+            id: &event.id,
+            execution_id: id,
+            sequence: event.sequence,
+            step_id: event.step_id.as_ref().map(|step| step.as_str()),
+            type_name: event.body.type_name(),
+            schema_version: event.schema_version,
+            timestamp,
+            payload,
+            causation_id: &event.causation_id,
+            correlation_id: &event.correlation_id,
+            idempotency_key: event.idempotency_key.as_deref(),
+            position: positions.next(),
+        });
     }
     if !commit.steps.is_empty() {
         let upsert_step = statements.get(Sql::UpsertStep)?;
@@ -276,9 +249,9 @@ pub(super) fn set_webhook_position(
 }
 
 /// Commits a group: checks every commit, then writes the ones that pass in one transaction.
-/// The events are first inserted with multi-row statements (`event_rows.rs`); if one fails,
-/// the transaction is rolled back and the group written again one event per statement.
-/// When a commit fails while being written so, the transaction is rolled back and, unless the
+/// The events of the whole group are first inserted together at the end (`event_rows.rs`); if
+/// that fails, the transaction is rolled back and the group written again with each commit's
+/// events inserted right after its other rows. When a commit fails while being written so, the transaction is rolled back and, unless the
 /// group is all or nothing, that commit fails alone and the others are written again in a new
 /// transaction (as if it had been submitted alone, after the ones before it). `Unavailable`
 /// fails every commit that is not already failed.
@@ -301,24 +274,32 @@ pub(super) fn commit_group(
             Err(error) => results.push(Err(error.clone())),
         }
     }
-    // Multi-row event inserts until one fails; then one event per statement, which tells
-    // which commit failed (`event_rows.rs`).
-    let mut many_events = true;
+    // The group's events inserted together until that fails; then each commit's after it,
+    // which tells which commit failed (`event_rows.rs`).
+    let mut events_together = true;
     while !pending.is_empty() {
         let mut failed_at = None;
-        let mut rows_failed = false;
+        let mut events_failed = false;
         let outcome = in_transaction(connection, transactions, |connection| {
             let mut statements = Statements::new(connection);
-            let mut rows = Vec::new();
+            let mut events = Vec::new();
             for (position, &(commit, encoded, _)) in pending.iter().enumerate() {
-                let later = many_events.then_some(&mut rows);
-                if let Err(error) = write_commit(&mut statements, commit, encoded, positions, later)
-                {
+                let written =
+                    write_commit(&mut statements, commit, encoded, positions, &mut events)
+                        .and_then(|()| {
+                            if events_together {
+                                return Ok(());
+                            }
+                            event_rows::insert(&mut statements, &events)?;
+                            events.clear();
+                            Ok(())
+                        });
+                if let Err(error) = written {
                     failed_at = Some(position);
                     return Err(error);
                 }
             }
-            event_rows::insert(&mut statements, &rows).inspect_err(|_| rows_failed = true)
+            event_rows::insert(&mut statements, &events).inspect_err(|_| events_failed = true)
         });
         if outcome.is_err()
             && let Err(error) = positions.reload(connection)
@@ -331,8 +312,8 @@ pub(super) fn commit_group(
         }
         match (outcome, failed_at) {
             (Ok(()), _) => break,
-            (Err(error), _) if rows_failed && !matches!(error, StoreError::Unavailable(_)) => {
-                many_events = false;
+            (Err(error), _) if events_failed && !matches!(error, StoreError::Unavailable(_)) => {
+                events_together = false;
             }
             (Err(error), Some(position))
                 if !all_or_nothing && !matches!(error, StoreError::Unavailable(_)) =>

@@ -5,9 +5,17 @@
 
 use super::super::StoreOptions;
 use super::SqliteStore;
-use super::write::{
-    INSERT_EVENT, INSERT_EXECUTION, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS, UPSERT_STEP,
-};
+use super::event_rows::{ROWS, sql};
+use super::write::{INSERT_EXECUTION, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS, UPSERT_STEP};
+
+/// A store on a new database in a temporary directory (kept as long as the first value).
+async fn fresh() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
+        .await
+        .expect("open");
+    (dir, store)
+}
 
 /// Counts the temporary b-trees a statement's program opens.
 async fn temporary_btrees(store: &SqliteStore, sql: &str) -> usize {
@@ -40,11 +48,11 @@ async fn program(store: &SqliteStore, sql: &str) -> Vec<(String, i64)> {
 
 #[tokio::test]
 async fn the_writers_statements_evaluate_index_predicates_without_temporary_btrees() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
-        .await
-        .expect("open");
-    assert_eq!(temporary_btrees(&store, INSERT_EVENT).await, 0, "events");
+    let (_dir, store) = fresh().await;
+    for (index, rows) in ROWS.iter().enumerate() {
+        let events = sql(index).expect("an event insert");
+        assert_eq!(temporary_btrees(&store, events).await, 0, "{rows} events");
+    }
     // Before 0006 and 0007: 3, 5 and 5 (partial indexes and CHECKs with IN lists).
     assert_eq!(
         temporary_btrees(&store, INSERT_EXECUTION).await,
@@ -69,10 +77,7 @@ async fn the_writers_statements_evaluate_index_predicates_without_temporary_btre
 /// deletes and reinserts an entry in four.
 #[tokio::test]
 async fn an_update_that_keeps_the_status_maintains_one_index_instead_of_four() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
-        .await
-        .expect("open");
+    let (_dir, store) = fresh().await;
     assert_eq!(opcodes(&store, UPDATE_EXECUTION, "IdxDelete").await, 4);
     assert_eq!(
         opcodes(&store, UPDATE_EXECUTION_SAME_STATUS, "IdxDelete").await,
@@ -177,16 +182,12 @@ async fn aborting_halts(store: &SqliteStore, sql: &str) -> usize {
 }
 
 /// The multi-row event inserts (`event_rows.rs`) never stop with `ABORT`, so SQLite keeps no
-/// statement journal for them (at C=64 it spilled to a temporary file); the commit path's
-/// single-row insert does, and needs none, since it writes one row.
+/// statement journal for them (at C=64 it spilled to a temporary file). The step upsert, whose
+/// `DO UPDATE` does, shows that the count sees an `ABORT` where there is one.
 #[tokio::test]
 async fn the_multi_row_statements_keep_no_statement_journal() {
-    use super::event_rows::{ROWS, sql};
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(&dir.path().join("keel.db"), &StoreOptions::default())
-        .await
-        .expect("open");
-    assert!(aborting_halts(&store, INSERT_EVENT).await > 0, "one row");
+    let (_dir, store) = fresh().await;
+    assert!(aborting_halts(&store, UPSERT_STEP).await > 0, "steps");
     for index in (0..ROWS.len()).filter(|&index| ROWS[index] > 1) {
         let sql = sql(index).expect("a statement");
         assert_eq!(aborting_halts(&store, sql).await, 0, "{} rows", ROWS[index]);
