@@ -328,6 +328,12 @@ pub trait Store: Send + Sync + 'static {
     /// Round-trips to the database.
     async fn ping(&self) -> Result<(), StoreError>;
 
+    /// Releases the database: closes the connections and the one-kernel lock, so another
+    /// kernel can open it the moment this returns. Later calls fail with `Unavailable` and
+    /// never reconnect. [`Kernel::shutdown`](crate::kernel::Kernel::shutdown) calls it once
+    /// the actor tree has stopped. The default (a store without connections) does nothing.
+    async fn close(&self) {}
+
     /// Returns one page of the kernel-wide feed (`crate::feed`): events after
     /// `query.after_position` that pass its filters, in position order.
     async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {

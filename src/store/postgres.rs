@@ -380,6 +380,10 @@ impl Store for PostgresStore {
         checkout.finish(outcome)
     }
 
+    async fn close(&self) {
+        PostgresStore::close(self).await;
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let check = async {
             sqlx::query("SELECT 1")

@@ -371,6 +371,10 @@ impl Store for SqliteStore {
 
     /// Ready when a write could start now: another process holding the write lock makes the
     /// kernel unready within `probe::PROBE_BUSY_TIMEOUT`.
+    async fn close(&self) {
+        SqliteStore::close(self).await;
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         probe::writable(&self.probe).await
     }

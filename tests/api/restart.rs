@@ -221,3 +221,24 @@ async fn a_retry_timer_armed_before_a_restart_still_fires() {
     assert_eq!(result["status"], "succeeded");
     kernel.shutdown().await;
 }
+
+/// A restart finds the database free at once, on both backends, even while something (here a
+/// stray handle of the old kernel) still holds the old store: `Kernel::shutdown` closes it,
+/// which releases the one-kernel lock rather than leaving it to whenever the last handle is
+/// dropped and, on PostgreSQL, to when the server ends the dropped session.
+#[tokio::test]
+async fn a_restart_finds_the_database_free_while_a_handle_of_the_old_kernel_lingers() {
+    let kernel = TestKernel::start().await;
+    let created = kernel.create("agent-a", json!("before")).await;
+    let lingering = kernel.kernel.clone();
+    let kernel = kernel.restart(Options::default()).await;
+    let (status, body) = kernel
+        .get(&format!(
+            "/v0/executions/{}",
+            created["id"].as_str().expect("id")
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    drop(lingering);
+    kernel.shutdown().await;
+}

@@ -51,7 +51,9 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
 }
 
 impl Kernel {
-    /// Stops the actor tree (top-down, bounded by the shutdown deadline). Idempotent.
+    /// Stops the actor tree (top-down, bounded by the shutdown deadline), then closes the
+    /// store, which releases the database to the next kernel at once (a restart does not wait
+    /// for the server to notice a dropped connection). Idempotent.
     pub async fn shutdown(&self) {
         if self.ctx.stopped.swap(true, Ordering::SeqCst) {
             return;
@@ -70,5 +72,6 @@ impl Kernel {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "actor tree stopped"
         );
+        self.ctx.store.close().await;
     }
 }

@@ -101,6 +101,41 @@ async fn a_second_kernel_is_refused_until_the_first_closes() {
     );
 }
 
+/// A write after `close` fails instead of reconnecting: reconnecting would take the lock back
+/// and refuse the kernel that opens the database next.
+#[tokio::test]
+async fn a_closed_store_fails_later_writes_and_never_takes_the_lock_back() {
+    let Some(db) = test_db::fresh().await else {
+        return;
+    };
+    let first: Arc<dyn Store> = Arc::new(open_store(&db).await);
+    first.close().await;
+    let late = first
+        .commit(&[new_execution("exec-late", "agent-a", &[], at(1))])
+        .await;
+    assert!(
+        matches!(late, Err(StoreError::Unavailable(_))),
+        "a closed store refuses writes: {late:?}"
+    );
+    let second: Arc<dyn Store> = Arc::new(open_store(&db).await);
+    create(&second, "exec-1", "agent-a", &[], at(2)).await;
+    assert!(
+        first
+            .execution(&ExecutionId::new("exec-late"))
+            .await
+            .is_err(),
+        "the closed store reads nothing either"
+    );
+    assert!(
+        second
+            .execution(&ExecutionId::new("exec-late"))
+            .await
+            .expect("read")
+            .is_none(),
+        "the late write was not written"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_kernels_starting_at_once_on_an_empty_database_migrate_it_once() {
     let Some(db) = test_db::fresh().await else {

@@ -42,6 +42,8 @@ struct Slot {
     connection: Option<PgConnection>,
     /// The server session of the last lock-holding connection, kept after it is dropped.
     session: Option<Session>,
+    /// Set by [`Writer::close`]: the lock is released for good and no call reconnects.
+    closed: bool,
 }
 
 /// The dedicated writer connection and how to re-establish it.
@@ -142,9 +144,15 @@ impl Writer {
     }
 
     /// Releases the kernel lock and closes the writer connection. The explicit unlock means a
-    /// kernel opening the database right after this returns finds the lock free.
+    /// kernel opening the database right after this returns finds the lock free; a write
+    /// arriving later fails with `Unavailable` instead of reconnecting, which would take the
+    /// lock back from under that kernel.
     pub async fn close(&self) {
-        let connection = self.slot.lock().await.connection.take();
+        let connection = {
+            let mut slot = self.slot.lock().await;
+            slot.closed = true;
+            slot.connection.take()
+        };
         let Some(mut connection) = connection else {
             return;
         };
@@ -179,6 +187,11 @@ impl Writer {
     ) -> Result<Checkout<'a>, StoreError> {
         let connection = match slot.connection.take() {
             Some(connection) => connection,
+            None if slot.closed => {
+                return Err(StoreError::Unavailable(
+                    "the database writer is closed".to_owned(),
+                ));
+            }
             None => {
                 let (connection, session) = self.connect_locked(slot.session.as_ref()).await?;
                 tracing::info!(db.pid = session.pid, "database writer reconnected");
