@@ -270,6 +270,15 @@ async fn sessions_are_bounded_and_readers_cannot_write() {
     assert_eq!(setting("statement_timeout").await, "1500ms");
     assert_eq!(setting("idle_in_transaction_session_timeout").await, "3s");
     assert_eq!(setting("application_name").await, "keel");
+    let over_tcp: bool = sqlx::query_scalar("SELECT inet_client_addr() IS NOT NULL")
+        .fetch_one(store.readers())
+        .await
+        .expect("client address");
+    if over_tcp {
+        assert_eq!(setting("tcp_keepalives_idle").await, "10");
+        assert_eq!(setting("tcp_keepalives_interval").await, "5");
+        assert_eq!(setting("tcp_keepalives_count").await, "3");
+    }
     let write = sqlx::query("DELETE FROM events")
         .execute(store.readers())
         .await
