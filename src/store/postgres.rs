@@ -108,13 +108,6 @@ impl PostgresStore {
         })
     }
 
-    /// Closes the read pool and the writer connection, releasing the kernel lock so another
-    /// kernel can open the database at once. Later calls fail with `Unavailable`.
-    pub async fn close(&self) {
-        self.readers.close().await;
-        self.writer.close().await;
-    }
-
     /// Returns the read pool, for tests that inspect the database.
     #[cfg(test)]
     pub(crate) fn readers(&self) -> &PgPool {
@@ -380,8 +373,11 @@ impl Store for PostgresStore {
         checkout.finish(outcome)
     }
 
+    /// Closes the read pool and the writer connection, releasing the kernel lock so another
+    /// kernel can open the database at once. Later calls fail with `Unavailable`.
     async fn close(&self) {
-        PostgresStore::close(self).await;
+        self.readers.close().await;
+        self.writer.close().await;
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -369,12 +369,12 @@ impl Store for SqliteStore {
         super::overview::sqlite_approvals(&self.readers, limit).await
     }
 
-    /// Ready when a write could start now: another process holding the write lock makes the
-    /// kernel unready within `probe::PROBE_BUSY_TIMEOUT`.
     async fn close(&self) {
         SqliteStore::close(self).await;
     }
 
+    /// Ready when a write could start now: another process holding the write lock makes the
+    /// kernel unready within `probe::PROBE_BUSY_TIMEOUT`.
     async fn ping(&self) -> Result<(), StoreError> {
         probe::writable(&self.probe).await
     }
