@@ -343,9 +343,11 @@ async fn handle_message(
                 apply(state, transition).await?;
             }
         }
-        ExecutionMsg::StepDeadlineReached { step_id } => {
-            state.timers.step_fired(&step_id);
-            if let Some(transition) = machine::step_deadline(&state.exec, &step_id, state.ctx.now())
+        ExecutionMsg::StepDeadlinesDue => {
+            let now = state.ctx.now();
+            state.timers.steps_fired(now);
+            if let Some(step_id) = overdue_step(&state.exec, now)
+                && let Some(transition) = machine::step_deadline(&state.exec, &step_id, now)
             {
                 apply(state, transition).await?;
             }
@@ -381,7 +383,7 @@ async fn handle_message(
 
 use super::effects::{
     add, apply, arm_stall_checks, arm_step_timers, count_step, decide_and_apply, jitter,
-    report_stalls,
+    overdue_step, report_stalls,
 };
 use super::passivation;
 use super::rebuild::{load_events, recover, refuse, reload};

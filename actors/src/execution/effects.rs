@@ -191,22 +191,37 @@ pub(super) fn run_effects(
     }
 }
 
-pub(super) fn arm_step_timers(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
-    // Step deadlines are not enforced while a signal wait or an approval blocks the
-    // execution; the next message after the resume re-arms them.
-    if state.exec.hard_blocked() || state.exec.status.is_terminal() {
-        return;
-    }
-    let wanted: Vec<(StepId, Timestamp)> = state
-        .exec
-        .active_steps()
+/// The step deadlines enforced now: those of the active steps, except a remote step waiting
+/// out a retry delay. None while a signal wait or an approval blocks the execution (the next
+/// message after the resume re-arms the check) or once it has ended.
+fn enforced_step_deadlines(exec: &ExecutionState) -> impl Iterator<Item = (&StepId, Timestamp)> {
+    let enforced = !exec.hard_blocked() && !exec.status.is_terminal();
+    exec.active_steps()
+        .filter(move |_| enforced)
         .filter(|step| {
             step.status != StepStatus::Pending || !step.remote || step.not_before.is_none()
         })
-        .filter_map(|step| step.deadline.map(|deadline| (step.id.clone(), deadline)))
-        .collect();
+        .filter_map(|step| step.deadline.map(|deadline| (&step.id, deadline)))
+}
+
+/// The step whose enforced deadline passed by `now` first (the earliest created among equal
+/// deadlines), for the step deadline check to time out.
+pub(super) fn overdue_step(exec: &ExecutionState, now: Timestamp) -> Option<StepId> {
+    enforced_step_deadlines(exec)
+        .filter(|(_, deadline)| *deadline <= now)
+        .reduce(|first, next| if next.1 < first.1 { next } else { first })
+        .map(|(step_id, _)| step_id.clone())
+}
+
+/// Keeps the step deadline check due by the earliest enforced deadline. While none is
+/// enforced the armed check is left alone: it fires, finds nothing due, and the next message
+/// arms it again from the state of then.
+pub(super) fn arm_step_timers(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
+    let earliest = enforced_step_deadlines(&state.exec)
+        .map(|(_, deadline)| deadline)
+        .min();
     let now = state.ctx.now();
-    state.timers.sync_steps(myself, now, wanted);
+    state.timers.sync_steps(myself, now, earliest);
 }
 
 /// Keeps a watchdog timer for every stall that is not recorded yet, and only for those.

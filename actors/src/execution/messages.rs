@@ -98,11 +98,8 @@ pub enum ExecutionMsg {
         /// The job.
         job_id: JobId,
     },
-    /// A step deadline timer fired.
-    StepDeadlineReached {
-        /// Step id.
-        step_id: StepId,
-    },
+    /// The step deadline check fired: times out the step whose deadline passed, if any.
+    StepDeadlinesDue,
     /// The execution deadline timer fired.
     ExecutionDeadlineReached,
     /// A stall watchdog timer fired.

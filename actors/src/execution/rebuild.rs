@@ -174,7 +174,7 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         | ExecutionMsg::Passivate { .. } => {}
         notice @ (ExecutionMsg::ConsumerLost { .. }
         | ExecutionMsg::RunnerLost { .. }
-        | ExecutionMsg::StepDeadlineReached { .. }
+        | ExecutionMsg::StepDeadlinesDue
         | ExecutionMsg::ExecutionDeadlineReached
         | ExecutionMsg::StallCheck) => {
             myself.send_after(NOTICE_RETRY, move || notice);

@@ -73,7 +73,6 @@ pub(super) fn message_span(state: &ExecutionActorState, message: &ExecutionMsg) 
             span.record("step.id", outcome.step_id.as_str());
         }
         ExecutionMsg::MarkStepStarted { step_id, .. }
-        | ExecutionMsg::StepDeadlineReached { step_id }
         | ExecutionMsg::RunnerLost { step_id, .. } => {
             span.record("step.id", step_id.as_str());
         }
@@ -98,7 +97,7 @@ fn message_name(message: &ExecutionMsg) -> Option<&'static str> {
         ExecutionMsg::ClaimJob { .. } => "job claim",
         ExecutionMsg::ConsumerLost { .. } => "consumer lost",
         ExecutionMsg::RunnerLost { .. } => "runner lost",
-        ExecutionMsg::StepDeadlineReached { .. } => "step deadline",
+        ExecutionMsg::StepDeadlinesDue => "step deadline",
         ExecutionMsg::ExecutionDeadlineReached => "execution deadline",
         ExecutionMsg::StallCheck => "stall check",
         ExecutionMsg::GetExecution { .. }

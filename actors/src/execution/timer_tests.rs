@@ -13,7 +13,7 @@ use super::test_support::{
     FixedPolicy, WAIT, allow_all, call, deadline_of, events_of, invoke, just_before, millis_after,
     next_of, payload, plus, running, start, types, wait_for,
 };
-use crate::execution::Intent;
+use crate::execution::{Intent, StepOutcome};
 use crate::ids::{AgentId, ConsumerId, SessionId};
 use crate::policy::{Decision, PolicyDecision};
 use crate::status::ExecutionStatus;
@@ -77,6 +77,51 @@ async fn a_step_times_out_at_its_deadline_and_tells_the_agent_and_the_runner() {
     );
     let pushed = next_of(&mut run.agent, "execution.cancelled").await;
     assert_eq!(pushed.data["execution_id"], run.id.as_str());
+    t.shutdown().await;
+}
+
+/// One step deadline check serves every step: armed for the first step, kept after it ends, it
+/// fires at that step's deadline, finds the next step not due yet and is armed for it.
+#[tokio::test(start_paused = true)]
+async fn the_check_armed_for_an_ended_step_fires_early_and_the_next_step_times_out_on_time() {
+    let t = start(allow_all(), |config| {
+        config.execution.step_timeout = Duration::from_secs(30)
+    })
+    .await;
+    let mut run = running(&t, "c1").await;
+    let first = invoke(&t, &run, call("l", false)).await;
+    let first_deadline = deadline_of(&events_of(&t, &run.id, "step.created")[0]);
+    let outcome = StepOutcome {
+        step_id: first.clone(),
+        success: true,
+        data: Some(json!(1)),
+        error: None,
+        retryable: false,
+        cost: None,
+    };
+    t.kernel
+        .agent_step_result(&run.id, &run.session, outcome)
+        .await
+        .expect("result");
+    next_of(&mut run.agent, "tool.result").await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let second = invoke(&t, &run, call("l", false)).await;
+    let deadline = deadline_of(&events_of(&t, &run.id, "step.created")[1]);
+    assert!(deadline > plus(first_deadline, Duration::from_secs(5)));
+
+    sleep_until(&t.clock, plus(first_deadline, Duration::from_secs(1))).await;
+    sleep_until(&t.clock, just_before(deadline)).await;
+    assert!(
+        events_of(&t, &run.id, "step.timed_out").is_empty(),
+        "the first step ended and the second is not due before its own deadline"
+    );
+    let timed_out = wait_for(&t, &run.id, "step.timed_out", 1).await;
+    assert_eq!(timed_out.step_id.as_ref(), Some(&second));
+    assert!(
+        (0..=ON_TIME_MS).contains(&millis_after(timed_out.timestamp, deadline)),
+        "fired on time"
+    );
+    assert_eq!(events_of(&t, &run.id, "step.timed_out").len(), 1);
     t.shutdown().await;
 }
 

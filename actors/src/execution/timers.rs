@@ -1,22 +1,21 @@
-//! The timers of one execution actor: its deadline, one per active step, and the stall check.
-//! Each is a `send_after` task; the handles are kept so that a timer no longer wanted (a step
-//! that ended) is aborted at once, and every timer is aborted when the actor stops. A sleeping
-//! timer holds a reference to its actor: left behind, a five-minute stall check would keep a
-//! finished execution's actor in memory.
+//! The timers of one execution actor: its deadline, the step deadline check and the stall
+//! check. Each is a `send_after` task; the handles are kept so that every timer is aborted when
+//! the actor stops. A sleeping timer holds a reference to its actor: left behind, a five-minute
+//! stall check would keep a finished execution's actor in memory.
 //!
-//! The stall check is one timer, due no later than the earliest stall the state can still
-//! record (`watchdog::due_times`). Every intent moves that time later, so a check armed
-//! earlier is kept rather than replaced: it fires early, finds nothing due, and is armed again
-//! from the state of then. An execution that keeps sending intents costs one check per stall
-//! period instead of a spawned and aborted task per intent (six per execution of the K=5 job;
+//! The two checks are one timer each, due no later than the earliest thing they may have to
+//! record: the stall check by the earliest stall the state can still record
+//! (`watchdog::due_times`), the step check by the earliest deadline of the steps whose deadline
+//! is enforced (`effects::enforced_step_deadlines`). Each intent moves the next stall later and
+//! each new step's deadline is later than the last one's, so a check armed earlier is kept
+//! rather than replaced: it fires early, finds nothing due, and is armed again from the state
+//! of then. An execution that keeps working costs one timer per period instead of a spawned
+//! and aborted task per intent and per step (eleven per execution of the K=5 job;
 //! docs/benchmarks.md).
-
-use std::collections::HashMap;
 
 use ractor::ActorRef;
 
 use super::messages::ExecutionMsg;
-use crate::ids::StepId;
 use crate::time::Timestamp;
 
 type Handle = ractor::concurrency::JoinHandle<Result<(), ractor::MessagingErr<ExecutionMsg>>>;
@@ -25,8 +24,8 @@ type Handle = ractor::concurrency::JoinHandle<Result<(), ractor::MessagingErr<Ex
 #[derive(Default)]
 pub(super) struct Timers {
     deadline: Option<(Timestamp, Handle)>,
-    steps: HashMap<StepId, (Timestamp, Handle)>,
-    check: Option<(Timestamp, Handle)>,
+    steps: Check,
+    check: Check,
     idle: Option<Handle>,
 }
 
@@ -50,32 +49,17 @@ impl Timers {
         self.deadline = Some((at, handle));
     }
 
-    /// Makes the step timers exactly `wanted`: aborts those of steps no longer listed or whose
-    /// deadline moved, arms the missing ones.
+    /// Keeps the step deadline check due no later than `earliest`, the earliest deadline
+    /// enforced now; see the module documentation.
     pub fn sync_steps(
         &mut self,
         myself: &ActorRef<ExecutionMsg>,
         now: Timestamp,
-        wanted: Vec<(StepId, Timestamp)>,
+        earliest: Option<Timestamp>,
     ) {
-        let wanted: HashMap<StepId, Timestamp> = wanted.into_iter().collect();
-        self.steps.retain(|step_id, (at, handle)| {
-            let keep = wanted.get(step_id) == Some(at);
-            if !keep {
-                handle.abort();
-            }
-            keep
+        keep_check(&mut self.steps, myself, now, earliest, || {
+            ExecutionMsg::StepDeadlinesDue
         });
-        for (step_id, at) in wanted {
-            if self.steps.contains_key(&step_id) {
-                continue;
-            }
-            let id = step_id.clone();
-            let handle = arm(myself, now, at, move || ExecutionMsg::StepDeadlineReached {
-                step_id: id,
-            });
-            self.steps.insert(step_id, (at, handle));
-        }
     }
 
     /// Arms the passivation idle check for `epoch` (replacing an earlier one).
@@ -91,9 +75,9 @@ impl Timers {
         self.idle = Some(myself.send_after(delay, move || ExecutionMsg::IdleCheck { epoch }));
     }
 
-    /// Forgets a step timer that fired.
-    pub fn step_fired(&mut self, step_id: &StepId) {
-        self.steps.remove(step_id);
+    /// Forgets the step deadline check if it fired by `now`.
+    pub fn steps_fired(&mut self, now: Timestamp) {
+        forget_fired(&mut self.steps, now);
     }
 
     /// Keeps the stall check due no later than the earliest of `wanted` (due times of the
@@ -104,39 +88,53 @@ impl Timers {
         now: Timestamp,
         wanted: Vec<Timestamp>,
     ) {
-        let armed = self.check.as_ref().map(|(due, _)| *due);
-        match check_plan(armed, wanted.into_iter().min()) {
-            CheckPlan::Keep => {}
-            CheckPlan::Arm(due) => {
-                if let Some((_, previous)) = self.check.take() {
-                    previous.abort();
-                }
-                let handle = arm(myself, now, due, || ExecutionMsg::StallCheck);
-                self.check = Some((due, handle));
-            }
-        }
+        let earliest = wanted.into_iter().min();
+        keep_check(&mut self.check, myself, now, earliest, || {
+            ExecutionMsg::StallCheck
+        });
     }
 
     /// Forgets the stall check if it fired by `now`.
     pub fn checks_fired(&mut self, now: Timestamp) {
-        if self.check.as_ref().is_some_and(|(due, _)| *due <= now) {
-            self.check = None;
-        }
+        forget_fired(&mut self.check, now);
     }
 
-    /// Aborts the step timers and the stall check (the state was reloaded; they are re-armed
-    /// from it after the next message). The deadline does not depend on the state.
+    /// Aborts the step deadline check and the stall check (the state was reloaded; they are
+    /// re-armed from it after the next message). The deadline does not depend on the state.
     pub fn clear_work(&mut self) {
-        for (_, (_, handle)) in self.steps.drain() {
-            handle.abort();
-        }
-        if let Some((_, handle)) = self.check.take() {
+        for (_, handle) in [self.steps.take(), self.check.take()].into_iter().flatten() {
             handle.abort();
         }
     }
 }
 
-/// What to do with the stall check.
+type Check = Option<(Timestamp, Handle)>;
+
+/// Keeps the check in `slot` due no later than `earliest` (`check_plan`), arming `message`.
+fn keep_check(
+    slot: &mut Check,
+    myself: &ActorRef<ExecutionMsg>,
+    now: Timestamp,
+    earliest: Option<Timestamp>,
+    message: fn() -> ExecutionMsg,
+) {
+    let armed = slot.as_ref().map(|(due, _)| *due);
+    if let CheckPlan::Arm(due) = check_plan(armed, earliest) {
+        if let Some((_, previous)) = slot.take() {
+            previous.abort();
+        }
+        *slot = Some((due, arm(myself, now, due, message)));
+    }
+}
+
+/// Forgets the check in `slot` if it was due by `now` (it fired).
+fn forget_fired(slot: &mut Check, now: Timestamp) {
+    if slot.as_ref().is_some_and(|(due, _)| *due <= now) {
+        *slot = None;
+    }
+}
+
+/// What to do with a check (the stall check or the step deadline check).
 #[derive(Debug, PartialEq)]
 enum CheckPlan {
     /// Leave it as it is (or without one).
@@ -145,10 +143,10 @@ enum CheckPlan {
     Arm(Timestamp),
 }
 
-/// Decides the stall check from the one `armed` and the `earliest` stall wanted. A check due
-/// no later than needed stays: firing early costs a message that finds nothing due. With no
-/// stall wanted (a blocked execution) it stays too, and is gone when it fires or when the actor
-/// stops (a terminal execution's does at once).
+/// Decides a check from the one `armed` and the `earliest` time wanted. A check due no later
+/// than needed stays: firing early costs a message that finds nothing due. With nothing wanted
+/// (a blocked execution, no step in flight) it stays too, and is gone when it fires or when the
+/// actor stops (a terminal execution's does at once).
 fn check_plan(armed: Option<Timestamp>, earliest: Option<Timestamp>) -> CheckPlan {
     match (armed, earliest) {
         (Some(armed), Some(earliest)) if armed <= earliest => CheckPlan::Keep,
