@@ -4,6 +4,7 @@
 //! test skips (and passes) when `KEEL_TEST_POSTGRES_URL` is not set.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
@@ -99,6 +100,29 @@ async fn a_second_kernel_is_refused_until_the_first_closes() {
         matches!(first.ping().await, Err(StoreError::Unavailable(_))),
         "a closed store is unavailable"
     );
+}
+
+/// A kernel restarted right after a `kill -9` can reach the server before it has ended the
+/// killed kernel's session (it does so once it reads the closed socket): the lock is retried
+/// for a moment instead of refusing the restart.
+#[tokio::test]
+async fn a_kernel_starting_while_the_killed_ones_session_ends_waits_for_the_lock() {
+    let Some(db) = test_db::fresh().await else {
+        return;
+    };
+    let mut killed = PgConnection::connect(&db.url).await.expect("connect");
+    let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(1801807212, 1)")
+        .fetch_one(&mut killed)
+        .await
+        .expect("take the kernel lock");
+    assert!(held, "the stand-in for the killed kernel holds the lock");
+    let ends = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(killed);
+    });
+    let restarted = open_store(&db).await;
+    restarted.ping().await.expect("the restarted kernel runs");
+    ends.await.expect("session ended");
 }
 
 /// A write after `close` fails instead of reconnecting: reconnecting would take the lock back

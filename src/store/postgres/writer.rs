@@ -28,6 +28,11 @@ const LOCK_KERNEL: i32 = 1;
 /// How often the lock is retried while an orphaned session exits.
 const ORPHAN_POLL: Duration = Duration::from_millis(50);
 
+/// How long a lock held by another session is retried before the kernel gives up: long enough
+/// for the server to end the session of a kernel killed just before this one started, short
+/// enough that a second kernel started by mistake is refused at once to a person watching.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+
 /// Identifies a server session across pid reuse.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Session {
@@ -203,7 +208,8 @@ impl Writer {
     }
 
     /// Connects and takes the kernel lock. When the lock is held by `previous`, our own
-    /// session left behind by a broken connection, terminates it and tries once more.
+    /// session left behind by a broken connection, terminates it and tries once more; when
+    /// another session holds it, retries for [`Writer::lock_wait`] before refusing.
     async fn connect_locked(
         &self,
         previous: Option<&Session>,
@@ -232,6 +238,15 @@ impl Writer {
                     }
                 }
             }
+            // The holder may be a kernel that was killed a moment ago: the server ends its
+            // session once it reads the closed socket, which a restart can outrun.
+            let waiting = tokio::time::Instant::now();
+            while waiting.elapsed() < self.lock_wait() {
+                tokio::time::sleep(ORPHAN_POLL).await;
+                if try_lock(&mut connection).await? {
+                    return Ok((connection, session));
+                }
+            }
             Err(StoreError::Unavailable(format!(
                 "{ANOTHER_KERNEL} (it holds the advisory lock pg_advisory_lock({LOCK_CLASS}, \
                  {LOCK_KERNEL})); stop that kernel or point this one at another database"
@@ -245,6 +260,12 @@ impl Writer {
                 self.acquire_timeout.as_millis()
             ))),
         }
+    }
+
+    /// How long a held lock is retried before another kernel is reported: [`LOCK_WAIT`],
+    /// within half the connect bound so that the refusal, not the timeout, is what fails.
+    fn lock_wait(&self) -> Duration {
+        LOCK_WAIT.min(self.acquire_timeout / 2)
     }
 }
 
