@@ -127,14 +127,7 @@ impl Actor for ExecutionActor {
             // Rebuilt for a message (refused for a terminal execution): it stops after it.
             return Ok(());
         }
-        let deadline = add(
-            state.exec.created_at,
-            state.ctx.config.execution.execution_timeout,
-        );
-        let now = state.ctx.now();
-        state.timers.arm_deadline(&myself, now, deadline);
-        arm_step_timers(&myself, state);
-        arm_stall_checks(&myself, state);
+        arm_wake(&myself, state);
         if let Some(session) = &state.exec.session {
             write(&state.ctx.sessions).insert(session.id.clone(), state.exec.id.clone());
         }
@@ -178,9 +171,8 @@ async fn handle_traced(
         refuse(myself, message, error);
         return Ok(());
     }
-    handle_message(myself, message, state).await?;
-    arm_step_timers(myself, state);
-    arm_stall_checks(myself, state);
+    handle_message(message, state).await?;
+    arm_wake(myself, state);
     if state.exec.status.is_terminal() {
         myself.stop(Some("terminal".into()));
     } else {
@@ -190,7 +182,6 @@ async fn handle_traced(
 }
 
 async fn handle_message(
-    myself: &ActorRef<ExecutionMsg>,
     message: ExecutionMsg,
     state: &mut ExecutionActorState,
 ) -> Result<(), ActorProcessingErr> {
@@ -343,13 +334,22 @@ async fn handle_message(
                 apply(state, transition).await?;
             }
         }
-        ExecutionMsg::StepDeadlinesDue => {
+        ExecutionMsg::Wake => {
             let now = state.ctx.now();
-            state.timers.steps_fired(now);
+            state.timers.woke(now);
+            let deadline = add(state.exec.created_at, settings.execution_timeout);
+            if let Some(transition) = machine::execution_deadline(&state.exec, deadline, now) {
+                apply(state, transition).await?;
+            }
             if let Some(step_id) = overdue_step(&state.exec, now)
                 && let Some(transition) = machine::step_deadline(&state.exec, &step_id, now)
             {
                 apply(state, transition).await?;
+            }
+            if let Some(transition) = watchdog::check(&state.exec, now, &settings) {
+                let stalls = transition.events.clone();
+                apply(state, transition).await?;
+                report_stalls(state, &stalls);
             }
         }
         ExecutionMsg::ExecutionDeadlineReached => {
@@ -357,17 +357,6 @@ async fn handle_message(
             let now = state.ctx.now();
             if let Some(transition) = machine::execution_deadline(&state.exec, deadline, now) {
                 apply(state, transition).await?;
-            } else if !state.exec.status.is_terminal() {
-                state.timers.arm_deadline(myself, now, deadline);
-            }
-        }
-        ExecutionMsg::StallCheck => {
-            let now = state.ctx.now();
-            state.timers.checks_fired(now);
-            if let Some(transition) = watchdog::check(&state.exec, now, &settings) {
-                let stalls = transition.events.clone();
-                apply(state, transition).await?;
-                report_stalls(state, &stalls);
             }
         }
         ExecutionMsg::GetExecution { reply } => {
@@ -382,8 +371,7 @@ async fn handle_message(
 }
 
 use super::effects::{
-    add, apply, arm_stall_checks, arm_step_timers, count_step, decide_and_apply, jitter,
-    overdue_step, report_stalls,
+    add, apply, arm_wake, count_step, decide_and_apply, jitter, overdue_step, report_stalls,
 };
 use super::passivation;
 use super::rebuild::{load_events, recover, refuse, reload};

@@ -213,22 +213,19 @@ pub(super) fn overdue_step(exec: &ExecutionState, now: Timestamp) -> Option<Step
         .map(|(step_id, _)| step_id.clone())
 }
 
-/// Keeps the step deadline check due by the earliest enforced deadline. While none is
-/// enforced the armed check is left alone: it fires, finds nothing due, and the next message
-/// arms it again from the state of then.
-pub(super) fn arm_step_timers(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
-    let earliest = enforced_step_deadlines(&state.exec)
-        .map(|(_, deadline)| deadline)
-        .min();
+/// Keeps the wake-up due by the earliest of what the execution has to do at a time of its own:
+/// its deadline, the enforced step deadlines and the stalls not recorded yet (none once it has
+/// ended: the armed wake-up goes with the actor, which stops).
+pub(super) fn arm_wake(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
+    let exec = &state.exec;
+    let settings = &state.ctx.config.execution;
+    let deadline =
+        (!exec.status.is_terminal()).then(|| add(exec.created_at, settings.execution_timeout));
+    let steps = enforced_step_deadlines(exec).map(|(_, deadline)| deadline);
+    let stalls = watchdog::due_times(exec, settings);
+    let earliest = deadline.into_iter().chain(steps).chain(stalls).min();
     let now = state.ctx.now();
-    state.timers.sync_steps(myself, now, earliest);
-}
-
-/// Keeps a watchdog timer for every stall that is not recorded yet, and only for those.
-pub(super) fn arm_stall_checks(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionActorState) {
-    let now = state.ctx.now();
-    let wanted = watchdog::due_times(&state.exec, &state.ctx.config.execution);
-    state.timers.sync_checks(myself, now, wanted);
+    state.timers.sync_wake(myself, now, earliest);
 }
 
 /// Logs and counts the stalls just recorded.

@@ -98,12 +98,12 @@ pub enum ExecutionMsg {
         /// The job.
         job_id: JobId,
     },
-    /// The step deadline check fired: times out the step whose deadline passed, if any.
-    StepDeadlinesDue,
-    /// The execution deadline timer fired.
+    /// The actor's wake-up fired: enforces the execution deadline or a step deadline and
+    /// records the stalls that are due, whichever applies (none when it fired early).
+    Wake,
+    /// The execution deadline passed while the execution was passivated (sent by the
+    /// supervisor's wake-up index to the rebuilt actor).
     ExecutionDeadlineReached,
-    /// A stall watchdog timer fired.
-    StallCheck,
     /// Checks whether the execution is still idle since `epoch` (sent to itself after
     /// `passivate_after`); if so it offers its supervisor to stop.
     IdleCheck {

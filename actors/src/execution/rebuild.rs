@@ -174,9 +174,8 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         | ExecutionMsg::Passivate { .. } => {}
         notice @ (ExecutionMsg::ConsumerLost { .. }
         | ExecutionMsg::RunnerLost { .. }
-        | ExecutionMsg::StepDeadlinesDue
-        | ExecutionMsg::ExecutionDeadlineReached
-        | ExecutionMsg::StallCheck) => {
+        | ExecutionMsg::Wake
+        | ExecutionMsg::ExecutionDeadlineReached) => {
             myself.send_after(NOTICE_RETRY, move || notice);
         }
         #[cfg(any(test, feature = "testing"))]

@@ -97,9 +97,8 @@ fn message_name(message: &ExecutionMsg) -> Option<&'static str> {
         ExecutionMsg::ClaimJob { .. } => "job claim",
         ExecutionMsg::ConsumerLost { .. } => "consumer lost",
         ExecutionMsg::RunnerLost { .. } => "runner lost",
-        ExecutionMsg::StepDeadlinesDue => "step deadline",
+        ExecutionMsg::Wake => "wake-up",
         ExecutionMsg::ExecutionDeadlineReached => "execution deadline",
-        ExecutionMsg::StallCheck => "stall check",
         ExecutionMsg::GetExecution { .. }
         | ExecutionMsg::IdleCheck { .. }
         | ExecutionMsg::Passivate { .. } => return None,

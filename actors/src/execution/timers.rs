@@ -1,17 +1,16 @@
-//! The timers of one execution actor: its deadline, the step deadline check and the stall
-//! check. Each is a `send_after` task; the handles are kept so that every timer is aborted when
-//! the actor stops. A sleeping timer holds a reference to its actor: left behind, a five-minute
-//! stall check would keep a finished execution's actor in memory.
+//! The timers of one execution actor: its wake-up and the passivation idle check. Each is a
+//! `send_after` task; the handles are kept so that every timer is aborted when the actor stops.
+//! A sleeping timer holds a reference to its actor: left behind, a five-minute stall check
+//! would keep a finished execution's actor in memory.
 //!
-//! The two checks are one timer each, due no later than the earliest thing they may have to
-//! record: the stall check by the earliest stall the state can still record
-//! (`watchdog::due_times`), the step check by the earliest deadline of the steps whose deadline
-//! is enforced (`effects::enforced_step_deadlines`). Each intent moves the next stall later and
-//! each new step's deadline is later than the last one's, so a check armed earlier is kept
-//! rather than replaced: it fires early, finds nothing due, and is armed again from the state
-//! of then. An execution that keeps working costs one timer per period instead of a spawned
-//! and aborted task per intent and per step (eleven per execution of the K=5 job;
-//! docs/benchmarks.md).
+//! The wake-up is one timer for everything the actor must do at a time of its own: the
+//! execution deadline, the deadline of a step and the stalls the watchdog records. It is due no
+//! later than the earliest of them (`effects::arm_wake`). Each intent moves the next stall
+//! later and each new step's deadline falls after the earlier steps' ones, so a wake-up armed
+//! earlier is kept rather than replaced: it fires early, finds nothing due, and is armed again
+//! from the state of then. An execution that keeps working costs one timer per period instead
+//! of a spawned and aborted task per intent and per step (a deadline, five step timers and six
+//! stall checks per execution of the K=5 job before; docs/benchmarks.md).
 
 use ractor::ActorRef;
 
@@ -23,9 +22,7 @@ type Handle = ractor::concurrency::JoinHandle<Result<(), ractor::MessagingErr<Ex
 /// The armed timers of an execution actor.
 #[derive(Default)]
 pub(super) struct Timers {
-    deadline: Option<(Timestamp, Handle)>,
-    steps: Check,
-    check: Check,
+    wake: Check,
     idle: Option<Handle>,
 }
 
@@ -40,26 +37,20 @@ fn arm(
 }
 
 impl Timers {
-    /// Arms the execution deadline at `at` (replacing an earlier one).
-    pub fn arm_deadline(&mut self, myself: &ActorRef<ExecutionMsg>, now: Timestamp, at: Timestamp) {
-        if let Some((_, previous)) = self.deadline.take() {
-            previous.abort();
-        }
-        let handle = arm(myself, now, at, || ExecutionMsg::ExecutionDeadlineReached);
-        self.deadline = Some((at, handle));
-    }
-
-    /// Keeps the step deadline check due no later than `earliest`, the earliest deadline
-    /// enforced now; see the module documentation.
-    pub fn sync_steps(
+    /// Keeps the wake-up due no later than `earliest`, the earliest time the actor has
+    /// something to do; see the module documentation.
+    pub fn sync_wake(
         &mut self,
         myself: &ActorRef<ExecutionMsg>,
         now: Timestamp,
         earliest: Option<Timestamp>,
     ) {
-        keep_check(&mut self.steps, myself, now, earliest, || {
-            ExecutionMsg::StepDeadlinesDue
-        });
+        keep_check(&mut self.wake, myself, now, earliest, || ExecutionMsg::Wake);
+    }
+
+    /// Forgets the wake-up if it fired by `now`.
+    pub fn woke(&mut self, now: Timestamp) {
+        forget_fired(&mut self.wake, now);
     }
 
     /// Arms the passivation idle check for `epoch` (replacing an earlier one).
@@ -75,34 +66,10 @@ impl Timers {
         self.idle = Some(myself.send_after(delay, move || ExecutionMsg::IdleCheck { epoch }));
     }
 
-    /// Forgets the step deadline check if it fired by `now`.
-    pub fn steps_fired(&mut self, now: Timestamp) {
-        forget_fired(&mut self.steps, now);
-    }
-
-    /// Keeps the stall check due no later than the earliest of `wanted` (due times of the
-    /// stalls not recorded yet); see the module documentation.
-    pub fn sync_checks(
-        &mut self,
-        myself: &ActorRef<ExecutionMsg>,
-        now: Timestamp,
-        wanted: Vec<Timestamp>,
-    ) {
-        let earliest = wanted.into_iter().min();
-        keep_check(&mut self.check, myself, now, earliest, || {
-            ExecutionMsg::StallCheck
-        });
-    }
-
-    /// Forgets the stall check if it fired by `now`.
-    pub fn checks_fired(&mut self, now: Timestamp) {
-        forget_fired(&mut self.check, now);
-    }
-
-    /// Aborts the step deadline check and the stall check (the state was reloaded; they are
-    /// re-armed from it after the next message). The deadline does not depend on the state.
+    /// Aborts the wake-up (the state was reloaded; it is armed again from it after the
+    /// message being handled).
     pub fn clear_work(&mut self) {
-        for (_, handle) in [self.steps.take(), self.check.take()].into_iter().flatten() {
+        if let Some((_, handle)) = self.wake.take() {
             handle.abort();
         }
     }
@@ -110,7 +77,7 @@ impl Timers {
 
 type Check = Option<(Timestamp, Handle)>;
 
-/// Keeps the check in `slot` due no later than `earliest` (`check_plan`), arming `message`.
+/// Keeps the timer in `slot` due no later than `earliest` (`check_plan`), arming `message`.
 fn keep_check(
     slot: &mut Check,
     myself: &ActorRef<ExecutionMsg>,
@@ -127,14 +94,14 @@ fn keep_check(
     }
 }
 
-/// Forgets the check in `slot` if it was due by `now` (it fired).
+/// Forgets the timer in `slot` if it was due by `now` (it fired).
 fn forget_fired(slot: &mut Check, now: Timestamp) {
     if slot.as_ref().is_some_and(|(due, _)| *due <= now) {
         *slot = None;
     }
 }
 
-/// What to do with a check (the stall check or the step deadline check).
+/// What to do with the wake-up.
 #[derive(Debug, PartialEq)]
 enum CheckPlan {
     /// Leave it as it is (or without one).
@@ -143,10 +110,10 @@ enum CheckPlan {
     Arm(Timestamp),
 }
 
-/// Decides a check from the one `armed` and the `earliest` time wanted. A check due no later
+/// Decides the wake-up from the one `armed` and the `earliest` time wanted. One due no later
 /// than needed stays: firing early costs a message that finds nothing due. With nothing wanted
-/// (a blocked execution, no step in flight) it stays too, and is gone when it fires or when the
-/// actor stops (a terminal execution's does at once).
+/// (a terminal execution) it stays too, and is gone when it fires or when the actor stops
+/// (a terminal execution's does at once).
 fn check_plan(armed: Option<Timestamp>, earliest: Option<Timestamp>) -> CheckPlan {
     match (armed, earliest) {
         (Some(armed), Some(earliest)) if armed <= earliest => CheckPlan::Keep,
@@ -157,9 +124,6 @@ fn check_plan(armed: Option<Timestamp>, earliest: Option<Timestamp>) -> CheckPla
 
 impl Drop for Timers {
     fn drop(&mut self) {
-        if let Some((_, handle)) = self.deadline.take() {
-            handle.abort();
-        }
         if let Some(handle) = self.idle.take() {
             handle.abort();
         }
