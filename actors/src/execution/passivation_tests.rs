@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::test_support::{
     FixedPolicy, allow_all, call, events_of, just_before, millis_after, next_of, payload, plus,
-    running, start, types, wait_for,
+    running, start, succeed, types, wait_for,
 };
 use crate::execution::Intent;
 use crate::ids::{AgentId, ConsumerId, ExecutionId, SessionId};
@@ -347,18 +347,7 @@ async fn finished_executions_leave_no_timer_behind() {
                 .await
                 .expect("intent");
             let step = reply.step_id.expect("step");
-            let outcome = crate::execution::StepOutcome {
-                step_id: step,
-                success: true,
-                data: Some(json!(1)),
-                error: None,
-                retryable: false,
-                cost: None,
-            };
-            t.kernel
-                .agent_step_result(&row.id, &session, outcome)
-                .await
-                .expect("result");
+            succeed(&t, &row.id, &session, step).await;
         }
         let done = t
             .kernel

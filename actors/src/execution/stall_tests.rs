@@ -8,9 +8,9 @@ use serde_json::json;
 
 use super::test_support::{
     allow_all, call, events_of, invoke, just_before, millis_after, next_of, payload, plus, running,
-    start, wait_for,
+    start, succeed, wait_for,
 };
-use crate::execution::{ExecutionMsg, StepOutcome};
+use crate::execution::ExecutionMsg;
 use crate::ids::{ConsumerId, RunnerId};
 use crate::status::ExecutionStatus;
 use crate::testing::{eventually, sleep_until};
@@ -73,18 +73,7 @@ async fn a_running_execution_without_intents_is_reported_once_per_occurrence() {
         .await
         .expect("reconnect");
     let step = invoke(&t, &run, call("l", false)).await;
-    let outcome = StepOutcome {
-        step_id: step,
-        success: true,
-        data: Some(json!(1)),
-        error: None,
-        retryable: false,
-        cost: None,
-    };
-    t.kernel
-        .agent_step_result(&run.id, &run.session, outcome)
-        .await
-        .expect("result");
+    succeed(&t, &run.id, &run.session, step).await;
     next_of(&mut agent, "tool.result").await;
     let resumed = wait_for(&t, &run.id, "execution.resumed", 1).await;
     sleep_until(

@@ -102,6 +102,22 @@ pub async fn running(t: &TestKernel, consumer: &str) -> Running {
     }
 }
 
+/// Reports `step` of `execution` as succeeded (data `1`) on `session`, as its agent would.
+pub async fn succeed(t: &TestKernel, execution: &ExecutionId, session: &SessionId, step: StepId) {
+    let outcome = crate::execution::StepOutcome {
+        step_id: step,
+        success: true,
+        data: Some(json!(1)),
+        error: None,
+        retryable: false,
+        cost: None,
+    };
+    t.kernel
+        .agent_step_result(execution, session, outcome)
+        .await
+        .expect("result");
+}
+
 /// Returns an `invoke_tool` intent for `tool`.
 pub fn call(tool: &str, remote: bool) -> Intent {
     Intent::InvokeTool {

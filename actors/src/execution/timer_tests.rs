@@ -11,9 +11,9 @@ use serde_json::json;
 
 use super::test_support::{
     FixedPolicy, WAIT, allow_all, call, deadline_of, events_of, invoke, just_before, millis_after,
-    next_of, payload, plus, running, start, types, wait_for,
+    next_of, payload, plus, running, start, succeed, types, wait_for,
 };
-use crate::execution::{Intent, StepOutcome};
+use crate::execution::Intent;
 use crate::ids::{AgentId, ConsumerId, SessionId};
 use crate::policy::{Decision, PolicyDecision};
 use crate::status::ExecutionStatus;
@@ -91,18 +91,7 @@ async fn the_check_armed_for_an_ended_step_fires_early_and_the_next_step_times_o
     let mut run = running(&t, "c1").await;
     let first = invoke(&t, &run, call("l", false)).await;
     let first_deadline = deadline_of(&events_of(&t, &run.id, "step.created")[0]);
-    let outcome = StepOutcome {
-        step_id: first.clone(),
-        success: true,
-        data: Some(json!(1)),
-        error: None,
-        retryable: false,
-        cost: None,
-    };
-    t.kernel
-        .agent_step_result(&run.id, &run.session, outcome)
-        .await
-        .expect("result");
+    succeed(&t, &run.id, &run.session, first).await;
     next_of(&mut run.agent, "tool.result").await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let second = invoke(&t, &run, call("l", false)).await;
