@@ -205,7 +205,7 @@ fn enforced_step_deadlines(exec: &ExecutionState) -> impl Iterator<Item = (&Step
 }
 
 /// The step whose enforced deadline passed by `now` first (the earliest created among equal
-/// deadlines), for the step deadline check to time out.
+/// deadlines), for the wake-up to time out.
 pub(super) fn overdue_step(exec: &ExecutionState, now: Timestamp) -> Option<StepId> {
     enforced_step_deadlines(exec)
         .filter(|(_, deadline)| *deadline <= now)

@@ -9,8 +9,8 @@
 //! later and each new step's deadline falls after the earlier steps' ones, so a wake-up armed
 //! earlier is kept rather than replaced: it fires early, finds nothing due, and is armed again
 //! from the state of then. An execution that keeps working costs one timer per period instead
-//! of a spawned and aborted task per intent and per step (a deadline, five step timers and six
-//! stall checks per execution of the K=5 job before; docs/benchmarks.md).
+//! of one for its deadline, one for the stall check and one per step, each spawned and the
+//! step ones aborted (seven per execution of the K=5 job before, two now; docs/benchmarks.md).
 
 use ractor::ActorRef;
 
@@ -22,7 +22,7 @@ type Handle = ractor::concurrency::JoinHandle<Result<(), ractor::MessagingErr<Ex
 /// The armed timers of an execution actor.
 #[derive(Default)]
 pub(super) struct Timers {
-    wake: Check,
+    wake: Armed,
     idle: Option<Handle>,
 }
 
@@ -45,7 +45,7 @@ impl Timers {
         now: Timestamp,
         earliest: Option<Timestamp>,
     ) {
-        keep_check(&mut self.wake, myself, now, earliest, || ExecutionMsg::Wake);
+        keep_armed(&mut self.wake, myself, now, earliest, || ExecutionMsg::Wake);
     }
 
     /// Forgets the wake-up if it fired by `now`.
@@ -75,11 +75,11 @@ impl Timers {
     }
 }
 
-type Check = Option<(Timestamp, Handle)>;
+type Armed = Option<(Timestamp, Handle)>;
 
 /// Keeps the timer in `slot` due no later than `earliest` (`check_plan`), arming `message`.
-fn keep_check(
-    slot: &mut Check,
+fn keep_armed(
+    slot: &mut Armed,
     myself: &ActorRef<ExecutionMsg>,
     now: Timestamp,
     earliest: Option<Timestamp>,
@@ -95,7 +95,7 @@ fn keep_check(
 }
 
 /// Forgets the timer in `slot` if it was due by `now` (it fired).
-fn forget_fired(slot: &mut Check, now: Timestamp) {
+fn forget_fired(slot: &mut Armed, now: Timestamp) {
     if slot.as_ref().is_some_and(|(due, _)| *due <= now) {
         *slot = None;
     }
