@@ -352,13 +352,6 @@ async fn handle_message(
                 report_stalls(state, &stalls);
             }
         }
-        ExecutionMsg::ExecutionDeadlineReached => {
-            let deadline = add(state.exec.created_at, settings.execution_timeout);
-            let now = state.ctx.now();
-            if let Some(transition) = machine::execution_deadline(&state.exec, deadline, now) {
-                apply(state, transition).await?;
-            }
-        }
         ExecutionMsg::GetExecution { reply } => {
             let _ = reply.send(state.exec.row());
         }

@@ -98,12 +98,10 @@ pub enum ExecutionMsg {
         /// The job.
         job_id: JobId,
     },
-    /// The actor's wake-up fired: enforces the execution deadline or a step deadline and
-    /// records the stalls that are due, whichever applies (none when it fired early).
+    /// The actor's wake-up fired, or the supervisor woke a passivated execution whose
+    /// deadline passed: enforces the execution deadline or a step deadline and records the
+    /// stalls that are due, whichever applies (none when it came early).
     Wake,
-    /// The execution deadline passed while the execution was passivated (sent by the
-    /// supervisor's wake-up index to the rebuilt actor).
-    ExecutionDeadlineReached,
     /// Checks whether the execution is still idle since `epoch` (sent to itself after
     /// `passivate_after`); if so it offers its supervisor to stop.
     IdleCheck {

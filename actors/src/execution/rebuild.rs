@@ -174,8 +174,7 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         | ExecutionMsg::Passivate { .. } => {}
         notice @ (ExecutionMsg::ConsumerLost { .. }
         | ExecutionMsg::RunnerLost { .. }
-        | ExecutionMsg::Wake
-        | ExecutionMsg::ExecutionDeadlineReached) => {
+        | ExecutionMsg::Wake) => {
             myself.send_after(NOTICE_RETRY, move || notice);
         }
         #[cfg(any(test, feature = "testing"))]

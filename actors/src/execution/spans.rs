@@ -98,7 +98,6 @@ fn message_name(message: &ExecutionMsg) -> Option<&'static str> {
         ExecutionMsg::ConsumerLost { .. } => "consumer lost",
         ExecutionMsg::RunnerLost { .. } => "runner lost",
         ExecutionMsg::Wake => "wake-up",
-        ExecutionMsg::ExecutionDeadlineReached => "execution deadline",
         ExecutionMsg::GetExecution { .. }
         | ExecutionMsg::IdleCheck { .. }
         | ExecutionMsg::Passivate { .. } => return None,

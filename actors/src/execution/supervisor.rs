@@ -168,11 +168,12 @@ impl Actor for ExecutionSupervisor {
                     if known(state, &id) {
                         continue;
                     }
-                    // The deadline is the only timer of a waiting execution; the message also
-                    // makes an execution that ended meanwhile stop again at once.
+                    // The deadline is the only timer of a waiting execution: the rebuilt actor's
+                    // wake-up enforces it. The message also makes an execution that ended
+                    // meanwhile stop again at once.
                     match spawn(&myself, state, id.clone(), StartMode::Wake).await {
                         Ok(actor) => {
-                            let _ = actor.send_message(ExecutionMsg::ExecutionDeadlineReached);
+                            let _ = actor.send_message(ExecutionMsg::Wake);
                         }
                         Err(error) => {
                             tracing::warn!(execution.id = %id, error = %error, "passivated execution could not be woken");

@@ -22,7 +22,7 @@ type Handle = ractor::concurrency::JoinHandle<Result<(), ractor::MessagingErr<Ex
 /// The armed timers of an execution actor.
 #[derive(Default)]
 pub(super) struct Timers {
-    wake: Armed,
+    wake: Option<(Timestamp, Handle)>,
     idle: Option<Handle>,
 }
 
@@ -45,12 +45,20 @@ impl Timers {
         now: Timestamp,
         earliest: Option<Timestamp>,
     ) {
-        keep_armed(&mut self.wake, myself, now, earliest, || ExecutionMsg::Wake);
+        let armed = self.wake.as_ref().map(|(due, _)| *due);
+        if let CheckPlan::Arm(due) = check_plan(armed, earliest) {
+            if let Some((_, previous)) = self.wake.take() {
+                previous.abort();
+            }
+            self.wake = Some((due, arm(myself, now, due, || ExecutionMsg::Wake)));
+        }
     }
 
     /// Forgets the wake-up if it fired by `now`.
     pub fn woke(&mut self, now: Timestamp) {
-        forget_fired(&mut self.wake, now);
+        if self.wake.as_ref().is_some_and(|(due, _)| *due <= now) {
+            self.wake = None;
+        }
     }
 
     /// Arms the passivation idle check for `epoch` (replacing an earlier one).
@@ -72,32 +80,6 @@ impl Timers {
         if let Some((_, handle)) = self.wake.take() {
             handle.abort();
         }
-    }
-}
-
-type Armed = Option<(Timestamp, Handle)>;
-
-/// Keeps the timer in `slot` due no later than `earliest` (`check_plan`), arming `message`.
-fn keep_armed(
-    slot: &mut Armed,
-    myself: &ActorRef<ExecutionMsg>,
-    now: Timestamp,
-    earliest: Option<Timestamp>,
-    message: fn() -> ExecutionMsg,
-) {
-    let armed = slot.as_ref().map(|(due, _)| *due);
-    if let CheckPlan::Arm(due) = check_plan(armed, earliest) {
-        if let Some((_, previous)) = slot.take() {
-            previous.abort();
-        }
-        *slot = Some((due, arm(myself, now, due, message)));
-    }
-}
-
-/// Forgets the timer in `slot` if it was due by `now` (it fired).
-fn forget_fired(slot: &mut Armed, now: Timestamp) {
-    if slot.as_ref().is_some_and(|(due, _)| *due <= now) {
-        *slot = None;
     }
 }
 

@@ -111,7 +111,9 @@ async fn a_kernel_starting_while_the_killed_ones_session_ends_waits_for_the_lock
         return;
     };
     let mut killed = PgConnection::connect(&db.url).await.expect("connect");
-    let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(1801807212, 1)")
+    let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+        .bind(super::writer::LOCK_CLASS)
+        .bind(super::writer::LOCK_KERNEL)
         .fetch_one(&mut killed)
         .await
         .expect("take the kernel lock");

@@ -20,13 +20,13 @@ use super::super::{ANOTHER_KERNEL, StoreOptions, map_sqlx_error, with_context};
 
 /// First key of the kernel lock (`pg_try_advisory_lock(int4, int4)`): "keel" in ASCII. The
 /// two-key form never collides with the single `bigint` key sqlx's migrator locks.
-const LOCK_CLASS: i32 = 0x6b65_656c;
+pub(super) const LOCK_CLASS: i32 = 0x6b65_656c;
 
 /// Second key of the kernel lock: the one-kernel-per-database lock.
-const LOCK_KERNEL: i32 = 1;
+pub(super) const LOCK_KERNEL: i32 = 1;
 
-/// How often the lock is retried while an orphaned session exits.
-const ORPHAN_POLL: Duration = Duration::from_millis(50);
+/// How often a held lock is retried while its holder exits.
+const LOCK_POLL: Duration = Duration::from_millis(50);
 
 /// How long a lock held by another session is retried before the kernel gives up: long enough
 /// for the server to end the session of a kernel killed just before this one started, short
@@ -222,6 +222,7 @@ impl Writer {
             if try_lock(&mut connection).await? {
                 return Ok((connection, session));
             }
+            let mut orphan = false;
             if let Some(previous) = previous
                 && terminate_if_holder(&mut connection, previous).await?
             {
@@ -229,20 +230,15 @@ impl Writer {
                     db.pid = previous.pid,
                     "terminated this kernel's orphaned database session to retake its lock"
                 );
-                // The terminated backend releases the lock as it exits, shortly after the
-                // signal; the overall connect bound ends the wait.
-                loop {
-                    tokio::time::sleep(ORPHAN_POLL).await;
-                    if try_lock(&mut connection).await? {
-                        return Ok((connection, session));
-                    }
-                }
+                orphan = true;
             }
-            // The holder may be a kernel that was killed a moment ago: the server ends its
-            // session once it reads the closed socket, which a restart can outrun.
+            // A terminated orphan releases the lock as it exits, shortly after the signal (the
+            // overall connect bound ends that wait). Another holder may be a kernel killed a
+            // moment ago: the server ends its session once it reads the closed socket, which a
+            // restart can outrun.
             let waiting = tokio::time::Instant::now();
-            while waiting.elapsed() < self.lock_wait() {
-                tokio::time::sleep(ORPHAN_POLL).await;
+            while orphan || waiting.elapsed() < self.lock_wait() {
+                tokio::time::sleep(LOCK_POLL).await;
                 if try_lock(&mut connection).await? {
                     return Ok((connection, session));
                 }
