@@ -6,14 +6,15 @@
 //! to a valid one, is 401 before the handler runs, so an SSE request with a bad token gets the
 //! JSON envelope, never a stream. With CORS origins configured every response
 //! carries the CORS headers and any `OPTIONS` request is answered 204 before authentication.
+//! Both run inside the request-id middleware (`request_id.rs`), one layer for all three: each
+//! layer of axum's `from_fn` boxes the request's future and clones the routes behind it.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
     ACCESS_CONTROL_MAX_AGE, AUTHORIZATION, ORIGIN, VARY,
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
@@ -23,22 +24,21 @@ use super::error::ApiError;
 /// Paths reachable without a token (only with `GET`).
 const EXEMPT_PATHS: [&str; 2] = ["/v0/health", "/v0/ready"];
 
-/// Rejects requests without the configured bearer token.
-pub async fn require_bearer(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(token) = state.settings.bearer_token.as_deref() else {
-        return next.run(request).await;
-    };
+/// Answers a request before its handler when authentication or CORS says so: `OPTIONS` with
+/// 204 when CORS origins are configured (before authentication), and 401 when a token is
+/// configured and the request does not carry it. `None` lets the handler run.
+pub fn answer_early(state: &AppState, request: &Request) -> Option<Response> {
+    if !state.settings.cors_origins.is_empty() && request.method() == Method::OPTIONS {
+        return Some(StatusCode::NO_CONTENT.into_response());
+    }
+    let token = state.settings.bearer_token.as_deref()?;
     let exempt = request.method() == Method::GET
         && (EXEMPT_PATHS.contains(&request.uri().path())
             || crate::console::is_public(request.uri().path()));
     if exempt || authorized(request.headers(), token) {
-        return next.run(request).await;
+        return None;
     }
-    ApiError::Unauthorized("unauthorized".to_owned()).into_response()
+    Some(ApiError::Unauthorized("unauthorized".to_owned()).into_response())
 }
 
 /// Returns whether `headers` carry `Authorization: Bearer <token>` and no other
@@ -55,20 +55,28 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     !token.is_empty() && bool::from(given.ct_eq(token.as_bytes()))
 }
 
-/// Adds the CORS headers when origins are configured, answering `OPTIONS` with 204 at once.
-pub async fn cors(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// The CORS headers a response to a request with `headers` carries: `None` when no origins are
+/// configured. Read before the request goes to its handler, added to whatever it answers
+/// ([`add_cors`]), the early answers of [`answer_early`] included.
+pub fn cors_for(state: &AppState, headers: &HeaderMap) -> Option<Cors> {
     let origins = &state.settings.cors_origins;
     if origins.is_empty() {
-        return next.run(request).await;
+        return None;
     }
-    let allow_origin = allowed_origin(origins, request.headers());
-    let mut response = if request.method() == Method::OPTIONS {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        next.run(request).await
-    };
+    Some(Cors {
+        allow_origin: allowed_origin(origins, headers),
+    })
+}
+
+/// The CORS answer of one request (`cors_for`).
+pub struct Cors {
+    allow_origin: Option<HeaderValue>,
+}
+
+/// Adds the CORS headers of `cors` to `response`.
+pub fn add_cors(cors: Cors, response: &mut Response) {
     let headers = response.headers_mut();
-    if let Some(origin) = allow_origin {
+    if let Some(origin) = cors.allow_origin {
         if origin != "*" {
             headers.append(VARY, HeaderValue::from_static("Origin"));
         }
@@ -83,7 +91,6 @@ pub async fn cors(State(state): State<AppState>, request: Request, next: Next) -
         HeaderValue::from_static("Content-Type, Authorization, X-Request-ID"),
     );
     headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
-    response
 }
 
 /// Returns the `Access-Control-Allow-Origin` value for a request: `*` when any origin is

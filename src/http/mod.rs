@@ -237,13 +237,8 @@ pub fn router(state: AppState) -> Router {
         .router
         .merge(crate::console::pages())
         .fallback(error::not_found);
-    // Layers run outermost last-added: request id, then CORS, then authentication.
+    // One layer: request id, then CORS, then authentication (`request_id.rs`, `auth.rs`).
     routes
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_bearer,
-        ))
-        .layer(middleware::from_fn_with_state(state.clone(), auth::cors))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             request_id::request_id,

@@ -14,7 +14,7 @@ use axum::response::Response;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::AppState;
+use super::{AppState, auth};
 
 /// Header carrying the request id.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -25,7 +25,8 @@ const UNMATCHED: &str = "unmatched";
 /// Longest caller-chosen request id that is echoed.
 const MAX_REQUEST_ID_BYTES: usize = 128;
 
-/// Assigns the request id, runs the request in its span and echoes the id.
+/// Assigns the request id, answers CORS preflights and refuses unauthenticated requests
+/// (`auth.rs`), runs the request in its span and echoes the id.
 pub async fn request_id(
     State(state): State<AppState>,
     mut request: Request,
@@ -54,7 +55,14 @@ pub async fn request_id(
         let _ = span.set_parent(parent);
     }
     let started = Instant::now();
-    let mut response = next.run(request).instrument(span.clone()).await;
+    let cors = auth::cors_for(&state, request.headers());
+    let mut response = match auth::answer_early(&state, &request) {
+        Some(answer) => answer,
+        None => next.run(request).instrument(span.clone()).await,
+    };
+    if let Some(cors) = cors {
+        auth::add_cors(cors, &mut response);
+    }
     state.kernel.metrics().operator.http_request(
         method.as_str(),
         &route,
