@@ -95,8 +95,8 @@ pub(super) async fn postgres_pending(
 }
 
 /// Pending executions, of one agent when `{agent}` is bound (the `executions_pending_agent`
-/// index of migration 0003), else kernel-wide (`executions_status_list`; on PostgreSQL
-/// `executions_phase_list`, migration 0007); `{pending}` is the backend's spelling of pending.
+/// index), else kernel-wide (`executions_phase_list`: PostgreSQL's migration 0007, SQLite's
+/// 0009); `{pending}` is the backend's spelling of pending.
 const COUNT_AGENT: &str = "SELECT COUNT(*) FROM executions WHERE {pending} AND agent_id = {agent}";
 const COUNT_ALL: &str = "SELECT COUNT(*) FROM executions WHERE {pending}";
 

@@ -48,30 +48,26 @@ pub const ANOTHER_KERNEL: &str = "another keel kernel is using this database";
 #[cfg(test)]
 pub(crate) const TERMINAL_STATUSES_SQL: &str = "('completed', 'failed', 'cancelled')";
 
-/// SQLite: `status` is terminal, as comparisons. SQLite evaluates a constant `IN` list of more
-/// than two values by building a temporary b-tree per statement run, so its partial indexes
-/// (migration 0006) and the queries that read them spell the predicates as comparisons, word
-/// for word alike.
-pub(crate) const SQLITE_TERMINAL: &str =
-    "(status = 'completed' OR status = 'failed' OR status = 'cancelled')";
-
-/// SQLite: `status` is not terminal, as comparisons (see [`SQLITE_TERMINAL`]).
-pub(crate) const SQLITE_NON_TERMINAL: &str =
-    "status <> 'completed' AND status <> 'failed' AND status <> 'cancelled'";
+/// SQLite: the execution is not terminal. The indexes of `executions` read its `phase` column,
+/// never `status`, so that the flips between `running` and `blocked` leave them alone
+/// (migration 0009); queries must use the same words to be answered by them. SQLite evaluates a
+/// constant `IN` list of more than two values by building a temporary b-tree per statement run,
+/// so its predicates are spelled as comparisons (migration 0006).
+pub(crate) const SQLITE_NON_TERMINAL: &str = "(phase = 'pending' OR phase = 'active')";
 
 /// PostgreSQL: the execution is not terminal. The indexes of `executions` read its generated
 /// `phase` column, never `status`, so that the flips between `running` and `blocked` leave
 /// them alone (migration 0007); queries must use the same words to be answered by them.
 pub(crate) const PG_NON_TERMINAL: &str = "phase IN ('pending', 'active')";
 
-/// SQLite: the execution is pending, as its indexes read it.
-pub(crate) const SQLITE_PENDING: &str = "status = 'pending'";
+/// SQLite: the execution is pending, as its indexes read it (`phase`, migration 0009).
+pub(crate) const SQLITE_PENDING: &str = "phase = 'pending'";
 /// PostgreSQL: the execution is pending, as its indexes read it (`phase`, migration 0007).
 pub(crate) const PG_PENDING: &str = "phase = 'pending'";
 
-/// PostgreSQL: the `phase` column value of a status (migration 0007): running and blocked
-/// executions are `active`, every other status is its own phase.
-pub(crate) fn pg_phase(status: keel_actors::status::ExecutionStatus) -> &'static str {
+/// The `phase` column value of a status (PostgreSQL's migration 0007, SQLite's 0009): running
+/// and blocked executions are `active`, every other status is its own phase.
+pub(crate) fn phase(status: keel_actors::status::ExecutionStatus) -> &'static str {
     use keel_actors::status::ExecutionStatus;
     match status {
         ExecutionStatus::Running | ExecutionStatus::Blocked => "active",

@@ -1,9 +1,9 @@
 //! Operator reads for both backends: execution counts by status (`GET /v0/executions/counts`)
 //! and the approvals nobody answered yet (`GET /v0/approvals`). Both are read-only queries on
 //! the projection and the log; neither needs an index of its own: counts scan the status
-//! column (one row per execution), and approvals start from the `blocked` executions
-//! (`executions_status_list`; on PostgreSQL the `active` entries of `executions_phase_list`,
-//! migration 0007) and read their events by `(execution_id, sequence)`.
+//! column (one row per execution), and approvals start from the `blocked` executions (the
+//! `active` entries of `executions_phase_list`, PostgreSQL's migration 0007 and SQLite's 0009)
+//! and read their events by `(execution_id, sequence)`.
 
 use std::str::FromStr;
 
@@ -95,7 +95,7 @@ pub(super) async fn sqlite_approvals(
     let sql = APPROVALS
         .replace("{time}", "e.timestamp")
         .replace("{text}", "")
-        .replace("{blocked}", "x.status = 'blocked'")
+        .replace("{blocked}", "x.phase = 'active' AND x.status = 'blocked'")
         .replace("{limit}", "?");
     let rows = sqlx::query_as::<_, ApprovalRow>(&sql)
         .bind(limit.max(0))

@@ -223,7 +223,7 @@ impl Store for PostgresStore {
 
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
         let non_terminal = format!("e.{PG_NON_TERMINAL}");
-        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT, &non_terminal);
+        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT, &non_terminal, "");
         let records = self
             .bounded(
                 sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql).fetch_all(&self.readers),

@@ -46,12 +46,13 @@ impl RecoveryRecord {
 
 /// The index query; `created_at` is the column expression that yields RFC 3339 text and
 /// `non_terminal` the backend's spelling of a non-terminal `status` (it reads the
-/// `executions_non_terminal` partial index, whose predicate it must match).
-pub(crate) fn query(created_at: &str, non_terminal: &str) -> String {
+/// `executions_non_terminal` partial index, whose predicate it must match); `hint` follows the
+/// table name (SQLite names that index: `INDEXED BY …`).
+pub(crate) fn query(created_at: &str, non_terminal: &str, hint: &str) -> String {
     format!(
         "SELECT e.id, e.agent_id, e.status, {created_at} AS created_at, e.session_id, \
          e.consumer_id, EXISTS (SELECT 1 FROM steps AS s WHERE s.execution_id = e.id \
          AND s.status IN {LIVE_STEP_STATUSES_SQL}) AS live_steps \
-         FROM executions AS e WHERE {non_terminal} ORDER BY e.created_at, e.id",
+         FROM executions AS e {hint} WHERE {non_terminal} ORDER BY e.created_at, e.id",
     )
 }

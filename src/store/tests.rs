@@ -19,9 +19,8 @@ use keel_actors::store::{ListFilter, StepRow, Store};
 use super::conformance::{self, advance, at, create, finish, new_execution};
 use super::rows::{STEP_COLUMNS, StepRecord};
 use super::{
-    Backend, SQLITE_NON_TERMINAL, SQLITE_TERMINAL, SqliteStore, StoreOptions,
-    TERMINAL_STATUSES_SQL, map_sqlx_error, open, parse_url, sqlite_code_is_unavailable,
-    sqlstate_is_unavailable,
+    Backend, SQLITE_NON_TERMINAL, SqliteStore, StoreOptions, TERMINAL_STATUSES_SQL, map_sqlx_error,
+    open, parse_url, sqlite_code_is_unavailable, sqlstate_is_unavailable,
 };
 
 /// Returns a temp directory and the URL of a database file inside it.
@@ -188,7 +187,7 @@ async fn a_schema_newer_than_the_binary_is_refused_with_a_clear_message() {
     };
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (8)"
+        "database schema version 9999 is newer than this keel binary supports (9)"
     );
     let pool = raw_pool(&path).await;
     assert_eq!(
@@ -523,13 +522,24 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
         sqlite_schema.contains(TERMINAL_STATUSES_SQL)
             && postgres_schema.contains(TERMINAL_STATUSES_SQL)
     );
-    // SQLite's comparison spellings (migration 0006) name the same statuses.
-    let equal: Vec<String> = terminal.iter().map(|s| format!("status = {s}")).collect();
-    assert_eq!(SQLITE_TERMINAL, format!("({})", equal.join(" OR ")));
-    let unequal: Vec<String> = terminal.iter().map(|s| format!("status <> {s}")).collect();
-    assert_eq!(SQLITE_NON_TERMINAL, unequal.join(" AND "));
-    let sqlite_0006 = include_str!("../../migrations/sqlite/0006_comparison_predicates.sql");
-    assert!(sqlite_0006.contains(SQLITE_TERMINAL) && sqlite_0006.contains(SQLITE_NON_TERMINAL));
+    // SQLite's phases (migration 0009): the index predicates the readers repeat, and the
+    // phase each status is written with, as the CHECK on `phase` spells it.
+    let sqlite_0009 = include_str!("../../migrations/sqlite/0009_execution_phase.sql");
+    for words in [
+        SQLITE_NON_TERMINAL,
+        super::SQLITE_PENDING,
+        "CASE WHEN status = 'running' OR status = 'blocked' THEN 'active' ELSE status END",
+        "finished_at IS NULL OR status = 'completed' OR status = 'failed' OR status = 'cancelled'",
+    ] {
+        assert!(sqlite_0009.contains(words), "{words}");
+    }
+    for status in ExecutionStatus::ALL {
+        assert_eq!(
+            SQLITE_NON_TERMINAL.contains(&format!("'{}'", super::phase(status))),
+            !status.is_terminal(),
+            "{status}"
+        );
+    }
     // PostgreSQL's phases (migration 0007): the index predicates the readers repeat, and which
     // phases are not terminal.
     let postgres_0007 = include_str!("../../migrations/postgres/0007_hot_execution_updates.sql");
@@ -543,7 +553,7 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
     }
     for status in ExecutionStatus::ALL {
         assert_eq!(
-            super::PG_NON_TERMINAL.contains(&format!("'{}'", super::pg_phase(status))),
+            super::PG_NON_TERMINAL.contains(&format!("'{}'", super::phase(status))),
             !status.is_terminal(),
             "{status}"
         );
@@ -603,10 +613,14 @@ async fn step_results_and_queued_jobs_are_read_through_their_partial_indexes() {
         .replace("{local}", "remote = 0");
     let local_plan = plan(&pool, &local, Some("shell")).await;
     assert!(local_plan.contains("steps_active_local"), "{local_plan}");
-    let recovery = super::recovery::query("e.created_at", SQLITE_NON_TERMINAL);
+    let recovery = super::recovery::query(
+        "e.created_at",
+        SQLITE_NON_TERMINAL,
+        super::sqlite::SQLITE_RECOVERY_INDEX,
+    );
     let recovery_plan = plan(&pool, &recovery, None).await;
     assert!(
-        recovery_plan.contains("executions_non_terminal"),
+        recovery_plan.contains("executions_non_terminal") && !recovery_plan.contains("TEMP B-TREE"),
         "{recovery_plan}"
     );
     drop(store);

@@ -86,7 +86,7 @@ impl PostgresStore {
             // The phase reaches the index (migration 0007); the status picks within it.
             query
                 .push(" AND e.phase = ")
-                .push_bind(super::super::pg_phase(status))
+                .push_bind(super::super::phase(status))
                 .push(" AND e.status = ")
                 .push_bind(status.as_str());
         }

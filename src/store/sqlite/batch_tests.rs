@@ -374,3 +374,83 @@ async fn the_writer_leaves_no_orphans_without_enforcing_foreign_keys() {
         assert_eq!(rows, 0, "{table} emptied");
     }
 }
+
+/// Reads an execution's `status`, `phase` and `finished_at` columns as stored.
+async fn phase_columns(store: &SqliteStore, id: &str) -> (String, String, Option<String>) {
+    sqlx::query_as("SELECT status, phase, finished_at FROM executions WHERE id = ?1")
+        .bind(id)
+        .fetch_one(store.readers())
+        .await
+        .expect("row")
+}
+
+/// The phase and `finished_at` (migration 0009) follow the status through every kind of update:
+/// a flip between running and blocked leaves the phase as it was, a wrong status hint that
+/// claims the phase is unchanged is overruled by the full update (without the phase in its
+/// `WHERE`, the CHECK on `phase` would refuse it), and the terminal status sets `finished_at`.
+#[tokio::test]
+async fn the_phase_and_finish_time_follow_the_status_whatever_the_hint_says() {
+    let (dir, store, shared) = fresh().await;
+    let created = creations("phase", 2);
+    let rows: Vec<ExecutionRow> = created.iter().map(|c| c.execution.clone()).collect();
+    shared.commit(&created).await.expect("created");
+    assert_eq!(
+        phase_columns(&store, "phase-0").await,
+        ("pending".into(), "pending".into(), None)
+    );
+
+    let running = resume(&rows[0], 100);
+    shared
+        .commit(std::slice::from_ref(&running))
+        .await
+        .expect("running");
+    let blocked = with_step(&running.execution, "phase-step", 200);
+    assert_eq!(blocked.previous_status, Some(ExecutionStatus::Running));
+    shared
+        .commit(std::slice::from_ref(&blocked))
+        .await
+        .expect("blocked");
+    assert_eq!(
+        phase_columns(&store, "phase-0").await,
+        ("blocked".into(), "active".into(), None)
+    );
+
+    // Execution 1 is pending; this commit claims it was running.
+    let mut misled = resumed_to(&rows[1], ExecutionStatus::Blocked, 300);
+    misled.previous_status = Some(ExecutionStatus::Running);
+    shared
+        .commit(std::slice::from_ref(&misled))
+        .await
+        .expect("hint overruled");
+    assert_eq!(
+        phase_columns(&store, "phase-1").await,
+        ("blocked".into(), "active".into(), None)
+    );
+
+    let done = resumed_to(&blocked.execution, ExecutionStatus::Completed, 400);
+    shared
+        .commit(std::slice::from_ref(&done))
+        .await
+        .expect("completed");
+    let finished = keel_actors::time::format(&done.execution.updated_at);
+    assert_eq!(
+        phase_columns(&store, "phase-0").await,
+        ("completed".into(), "completed".into(), Some(finished))
+    );
+    let non_terminal = shared.non_terminal_executions().await.expect("recovery");
+    assert_eq!(non_terminal, vec![ExecutionId::new("phase-1")]);
+
+    let raw = sqlx::SqlitePool::connect_with(
+        sqlx::sqlite::SqliteConnectOptions::new().filename(dir.path().join("keel.db")),
+    )
+    .await
+    .expect("raw pool");
+    let contradiction =
+        sqlx::query("UPDATE executions SET status = 'running' WHERE id = 'phase-0'")
+            .execute(&raw)
+            .await;
+    assert!(
+        contradiction.is_err(),
+        "the CHECK ties the phase to the status"
+    );
+}

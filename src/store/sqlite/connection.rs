@@ -14,7 +14,7 @@ use super::positions::EventPositions;
 use super::ready::ReadyCommit;
 use super::write::{commit_group, in_transaction, map_rusqlite_error};
 
-/// Prepared statements kept per connection: the commit's five and its six event inserts
+/// Prepared statements kept per connection: the commit's six and its six event inserts
 /// of 1 to 32 rows (`event_rows.rs`), retention's five and the webhook position's.
 const STATEMENT_CACHE: usize = 32;
 

@@ -18,7 +18,12 @@ pub(super) async fn list_executions(
         "SELECT {EXECUTION_COLUMNS} FROM executions AS e WHERE 1 = 1"
     ));
     if let Some(status) = filter.status {
-        query.push(" AND e.status = ").push_bind(status.as_str());
+        // The phase reaches the index (migration 0009); the status picks within it.
+        query
+            .push(" AND e.phase = ")
+            .push_bind(super::super::phase(status))
+            .push(" AND e.status = ")
+            .push_bind(status.as_str());
     }
     super::super::filter::push_agent_and_labels(&mut query, filter);
     if let Some((created_at, id)) = &filter.after {

@@ -188,3 +188,104 @@ async fn positions_are_not_reused_after_retention_deletes_the_newest_events_and_
         "positions 1 and 2 were handed out to the deleted execution"
     );
 }
+
+/// A schema-8 database with an execution in every status comes through 0009 with each row's
+/// phase and finish time filled in from its status, and the readers that moved to the new
+/// indexes see what they saw before: the non-terminal executions oldest first, a status list,
+/// the pending queue, and retention's terminal executions oldest first.
+#[tokio::test]
+async fn migration_0009_fills_in_the_phase_and_finish_time_of_every_execution() {
+    use keel_actors::ids::ExecutionId;
+    use keel_actors::store::ListFilter;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("keel.db");
+    let pool = database_at_schema(&path, 8).await;
+    let statuses = [
+        ("e1", "pending"),
+        ("e2", "running"),
+        ("e3", "blocked"),
+        ("e4", "completed"),
+        ("e5", "failed"),
+        ("e6", "cancelled"),
+    ];
+    let rows: String = statuses
+        .iter()
+        .enumerate()
+        .map(|(index, (id, status))| {
+            format!(
+                "INSERT INTO executions VALUES ('{id}', 'a', '{status}', NULL, '{{}}', NULL, \
+                 '2026-01-01T00:00:0{index}.000000Z', '2026-01-02T00:00:0{index}.000000Z', \
+                 NULL, NULL, 1);"
+            )
+        })
+        .collect();
+    sqlx::raw_sql(&rows).execute(&pool).await.expect("rows");
+    pool.close().await;
+
+    let store = SqliteStore::open(&path, &StoreOptions::default())
+        .await
+        .expect("0009 runs");
+    let stored: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT id, phase, finished_at FROM executions ORDER BY id")
+            .fetch_all(store.readers())
+            .await
+            .expect("rows");
+    let finished = |index: usize| Some(format!("2026-01-02T00:00:0{index}.000000Z"));
+    assert_eq!(
+        stored,
+        vec![
+            ("e1".into(), "pending".into(), None),
+            ("e2".into(), "active".into(), None),
+            ("e3".into(), "active".into(), None),
+            ("e4".into(), "completed".into(), finished(3)),
+            ("e5".into(), "failed".into(), finished(4)),
+            ("e6".into(), "cancelled".into(), finished(5)),
+        ]
+    );
+    let ids = |ids: &[&str]| {
+        ids.iter()
+            .map(|id| ExecutionId::new(*id))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        store.non_terminal_executions().await.expect("recovery"),
+        ids(&["e1", "e2", "e3"])
+    );
+    for (status, expected) in [
+        (ExecutionStatus::Blocked, "e3"),
+        (ExecutionStatus::Running, "e2"),
+        (ExecutionStatus::Pending, "e1"),
+        (ExecutionStatus::Failed, "e5"),
+    ] {
+        let filter = ListFilter {
+            status: Some(status),
+            limit: 10,
+            ..ListFilter::default()
+        };
+        let listed: Vec<String> = store
+            .list_executions(&filter)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|row| row.id.to_string())
+            .collect();
+        assert_eq!(listed, vec![expected.to_owned()], "{status}");
+    }
+    let deleted = store
+        .delete_terminal_before(at_text("2026-01-02T00:00:05.000000Z"), 10)
+        .await
+        .expect("retention");
+    assert_eq!(deleted, 2, "e4 and e5 finished before e6");
+    assert_eq!(
+        store.non_terminal_executions().await.expect("recovery"),
+        ids(&["e1", "e2", "e3"])
+    );
+    store.close().await;
+}
+
+fn at_text(text: &str) -> keel_actors::time::Timestamp {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .expect("a time")
+        .with_timezone(&chrono::Utc)
+}

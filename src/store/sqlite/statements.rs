@@ -11,8 +11,8 @@ use keel_actors::error::StoreError;
 
 use super::event_rows::{self, ROWS};
 use super::write::{
-    INSERT_EXECUTION, INSERT_LABEL, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS, UPSERT_STEP,
-    map_rusqlite_error,
+    INSERT_EXECUTION, INSERT_LABEL, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_PHASE,
+    UPDATE_EXECUTION_SAME_STATUS, UPSERT_STEP, map_rusqlite_error,
 };
 
 /// A commit statement.
@@ -20,15 +20,17 @@ use super::write::{
 pub(super) enum Sql {
     InsertExecution,
     UpdateExecution,
+    UpdateExecutionSamePhase,
     UpdateExecutionSameStatus,
     InsertLabel,
     UpsertStep,
 }
 
 impl Sql {
-    const ALL: [Sql; 5] = [
+    const ALL: [Sql; 6] = [
         Sql::InsertExecution,
         Sql::UpdateExecution,
+        Sql::UpdateExecutionSamePhase,
         Sql::UpdateExecutionSameStatus,
         Sql::InsertLabel,
         Sql::UpsertStep,
@@ -38,6 +40,7 @@ impl Sql {
         match self {
             Sql::InsertExecution => INSERT_EXECUTION,
             Sql::UpdateExecution => UPDATE_EXECUTION,
+            Sql::UpdateExecutionSamePhase => UPDATE_EXECUTION_SAME_PHASE,
             Sql::UpdateExecutionSameStatus => UPDATE_EXECUTION_SAME_STATUS,
             Sql::InsertLabel => INSERT_LABEL,
             Sql::UpsertStep => UPSERT_STEP,

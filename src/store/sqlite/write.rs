@@ -12,7 +12,7 @@ use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 use keel_actors::time;
 
-use super::super::{SQLITE_TERMINAL, sequence_conflict, sqlite_code_is_unavailable};
+use super::super::{sequence_conflict, sqlite_code_is_unavailable};
 use super::event_rows::{self, EventRow};
 use super::positions::{EventPositions, RAISE_HIGH_WATER};
 use super::ready::{Encoded, ReadyCommit};
@@ -20,19 +20,28 @@ use super::statements::{Sql, Statements};
 use keel_actors::ids::{ConsumerId, JobId, RunnerId, SessionId};
 
 pub(super) const INSERT_EXECUTION: &str = "INSERT INTO executions (id, agent_id, status, labels, input, \
-     output, created_at, updated_at, session_id, consumer_id, last_sequence) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (id) DO NOTHING";
+     output, created_at, updated_at, session_id, consumer_id, last_sequence, phase, finished_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT (id) DO NOTHING";
 
-/// agent_id, labels, input and created_at are fixed at creation and never rewritten.
+/// agent_id, labels, input and created_at are fixed at creation and never rewritten. This one
+/// writes the phase and `finished_at` (migration 0009) with the status, so it moves the row's
+/// index entries; the two below leave them alone.
 pub(super) const UPDATE_EXECUTION: &str = "UPDATE executions SET status = ?1, output = ?2, \
-     updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
-     WHERE id = ?7 AND last_sequence = ?8";
+     updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6, phase = ?9, \
+     finished_at = ?10 WHERE id = ?7 AND last_sequence = ?8";
 
-/// `UPDATE_EXECUTION` for a commit that leaves the status as it was (none of T1's job, whose
-/// commits each move the execution between `running` and `blocked`, but others do): the
-/// status is not in the `SET` list, so SQLite leaves the three indexes over it alone instead of
-/// deleting and reinserting their entries. It matches only a row whose status is `?1`, so a
-/// wrong `Commit::previous_status` finds nothing and the full update runs.
+/// `UPDATE_EXECUTION` for a commit that moves the status within its phase, between `running` and
+/// `blocked` (T1's job does on 10 of its 12 updates): no column an index of `executions` reads is
+/// in the `SET` list, so SQLite rewrites the row alone (migration 0009). It matches only a row
+/// whose phase is `?9`, so a wrong `Commit::previous_status` finds nothing and the full update
+/// runs; the CHECK on `phase` refuses a status of another phase.
+pub(super) const UPDATE_EXECUTION_SAME_PHASE: &str = "UPDATE executions SET status = ?1, \
+     output = ?2, updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
+     WHERE id = ?7 AND last_sequence = ?8 AND phase = ?9";
+
+/// `UPDATE_EXECUTION` for a commit that leaves the status as it was: the status is not in the
+/// `SET` list either. It matches only a row whose status is `?1`, so a wrong
+/// `Commit::previous_status` finds nothing and the full update runs.
 pub(super) const UPDATE_EXECUTION_SAME_STATUS: &str = "UPDATE executions SET output = ?2, \
      updated_at = ?3, session_id = ?4, consumer_id = ?5, last_sequence = ?6 \
      WHERE id = ?7 AND last_sequence = ?8 AND status = ?1";
@@ -65,6 +74,9 @@ pub(super) fn write_commit<'a>(
     let output = encoded.output.as_deref();
     let updated_at = encoded.updated_at.as_str();
     let mut written = false;
+    let phase = super::super::phase(execution.status);
+    // `updated_at` of the commit that made the execution terminal: retention's order.
+    let finished_at = execution.status.is_terminal().then_some(updated_at);
     if let Some(creation) = &encoded.creation {
         let inserted = statements
             .get(Sql::InsertExecution)?
@@ -80,6 +92,8 @@ pub(super) fn write_commit<'a>(
                 execution.session_id.as_ref().map(SessionId::as_str),
                 execution.consumer_id.as_ref().map(ConsumerId::as_str),
                 execution.last_sequence,
+                phase,
+                finished_at,
             ])
             .map_err(map_rusqlite_error)?;
         if inserted == 1 {
@@ -93,27 +107,63 @@ pub(super) fn write_commit<'a>(
         }
     }
     if !written {
-        let mut update = |sql: Sql| {
-            statements
-                .get(sql)?
-                .execute(params![
-                    execution.status.as_str(),
-                    output,
-                    updated_at,
-                    execution.session_id.as_ref().map(SessionId::as_str),
-                    execution.consumer_id.as_ref().map(ConsumerId::as_str),
-                    execution.last_sequence,
-                    id,
-                    previous_sequence,
-                ])
-                .map_err(map_rusqlite_error)
-        };
+        let status = execution.status.as_str();
+        let session_id = execution.session_id.as_ref().map(SessionId::as_str);
+        let consumer_id = execution.consumer_id.as_ref().map(ConsumerId::as_str);
+        let last_sequence = execution.last_sequence;
         let mut updated = 0;
-        if commit.previous_status == Some(execution.status) {
-            updated = update(Sql::UpdateExecutionSameStatus)?;
+        // The status (or at least the phase) as it was, when the caller says so: the narrower
+        // updates, each of which matches nothing when the hint is wrong.
+        match commit.previous_status {
+            Some(previous) if previous == execution.status => {
+                updated = statements
+                    .get(Sql::UpdateExecutionSameStatus)?
+                    .execute(params![
+                        status,
+                        output,
+                        updated_at,
+                        session_id,
+                        consumer_id,
+                        last_sequence,
+                        id,
+                        previous_sequence,
+                    ])
+                    .map_err(map_rusqlite_error)?;
+            }
+            Some(previous) if super::super::phase(previous) == phase => {
+                updated = statements
+                    .get(Sql::UpdateExecutionSamePhase)?
+                    .execute(params![
+                        status,
+                        output,
+                        updated_at,
+                        session_id,
+                        consumer_id,
+                        last_sequence,
+                        id,
+                        previous_sequence,
+                        phase,
+                    ])
+                    .map_err(map_rusqlite_error)?;
+            }
+            _ => {}
         }
         if updated == 0 {
-            updated = update(Sql::UpdateExecution)?;
+            updated = statements
+                .get(Sql::UpdateExecution)?
+                .execute(params![
+                    status,
+                    output,
+                    updated_at,
+                    session_id,
+                    consumer_id,
+                    last_sequence,
+                    id,
+                    previous_sequence,
+                    phase,
+                    finished_at,
+                ])
+                .map_err(map_rusqlite_error)?;
         }
         if updated == 0 {
             return Err(sequence_conflict(&execution.id, previous_sequence + 1));
@@ -165,15 +215,13 @@ pub(super) fn delete_terminal_before(
     before: &str,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    // Without statistics the planner prefers the status index and sorts every terminal row;
-    // the partial index yields the oldest ones directly.
-    let select = format!(
-        "SELECT id FROM executions INDEXED BY executions_terminal_updated \
-         WHERE {SQLITE_TERMINAL} AND updated_at < ?1 \
-         ORDER BY updated_at, id LIMIT ?2"
-    );
+    // Without statistics the planner may prefer another index and sort every terminal row; the
+    // partial index yields the oldest finished ones directly (migration 0009).
+    let select = "SELECT id FROM executions INDEXED BY executions_finished \
+         WHERE finished_at IS NOT NULL AND finished_at < ?1 \
+         ORDER BY finished_at, id LIMIT ?2";
     let ids = connection
-        .prepare_cached(&select)
+        .prepare_cached(select)
         .and_then(|mut statement| {
             statement
                 .query_map(params![before, limit.max(0)], |row| row.get::<_, String>(0))?

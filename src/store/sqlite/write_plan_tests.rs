@@ -6,7 +6,10 @@
 use super::super::StoreOptions;
 use super::SqliteStore;
 use super::event_rows::{ROWS, sql};
-use super::write::{INSERT_EXECUTION, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_STATUS, UPSERT_STEP};
+use super::write::{
+    INSERT_EXECUTION, UPDATE_EXECUTION, UPDATE_EXECUTION_SAME_PHASE, UPDATE_EXECUTION_SAME_STATUS,
+    UPSERT_STEP,
+};
 
 /// A store on a new database in a temporary directory (kept as long as the first value).
 async fn fresh() -> (tempfile::TempDir, SqliteStore) {
@@ -72,16 +75,25 @@ async fn the_writers_statements_evaluate_index_predicates_without_temporary_btre
     );
 }
 
-/// An update that keeps the status leaves the indexes over it alone: only
-/// `executions_terminal_updated` (over `updated_at`) is maintained, where the full update
-/// deletes and reinserts an entry in four.
+/// An update that keeps the phase (a flip between running and blocked) or the status leaves
+/// every index of `executions` alone (migration 0009), where the full update deletes and
+/// reinserts an entry in the four that read the phase or the finish time. Before 0009 the
+/// flip deleted and reinserted entries in four indexes.
 #[tokio::test]
-async fn an_update_that_keeps_the_status_maintains_one_index_instead_of_four() {
+async fn an_update_that_keeps_the_phase_maintains_no_index() {
     let (_dir, store) = fresh().await;
     assert_eq!(opcodes(&store, UPDATE_EXECUTION, "IdxDelete").await, 4);
     assert_eq!(
+        opcodes(&store, UPDATE_EXECUTION_SAME_PHASE, "IdxDelete").await,
+        0
+    );
+    assert_eq!(
         opcodes(&store, UPDATE_EXECUTION_SAME_STATUS, "IdxDelete").await,
-        1
+        0
+    );
+    assert_eq!(
+        temporary_btrees(&store, UPDATE_EXECUTION_SAME_PHASE).await,
+        0
     );
 }
 
@@ -116,12 +128,29 @@ async fn migration_0007_keeps_the_rows_indexes_and_constraints_of_a_schema_6_dat
         .fetch_all(store.readers())
         .await
         .expect("schema");
-    // 0008 (migration_tests.rs) then adds `event_positions`.
-    let after: Vec<_> = after
+    // 0008 (migration_tests.rs) then adds `event_positions`, and 0009 replaces the two indexes
+    // of `executions` that read `status` or `updated_at` by ones that read its phase columns.
+    let renamed = [
+        ("executions_status_list", "executions_phase_list"),
+        ("executions_terminal_updated", "executions_finished"),
+    ];
+    let mut expected: Vec<(String, String, String)> = before
         .into_iter()
-        .filter(|(_, name, _)| name != "event_positions")
+        .map(|(kind, name, table)| {
+            let name = renamed
+                .iter()
+                .find(|(old, _)| *old == name)
+                .map_or(name, |(_, new)| (*new).to_owned());
+            (kind, name, table)
+        })
         .collect();
-    assert_eq!(after, before, "the same tables and indexes");
+    expected.push((
+        "table".into(),
+        "event_positions".into(),
+        "event_positions".into(),
+    ));
+    expected.sort_by(|left, right| left.1.cmp(&right.1));
+    assert_eq!(after, expected, "the same tables and indexes");
     let execution: (String, String, Option<String>, i64) =
         sqlx::query_as("SELECT id, status, labels, last_sequence FROM executions")
             .fetch_one(store.readers())
