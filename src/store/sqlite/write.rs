@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, ToSql, TransactionBehavior, params, params_from_iter};
 
 use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
@@ -107,63 +107,38 @@ pub(super) fn write_commit<'a>(
         }
     }
     if !written {
-        let status = execution.status.as_str();
+        // The parameters ?1 to ?8 of every update, then those of the update's own (?9, ?10).
         let session_id = execution.session_id.as_ref().map(SessionId::as_str);
         let consumer_id = execution.consumer_id.as_ref().map(ConsumerId::as_str);
-        let last_sequence = execution.last_sequence;
-        let mut updated = 0;
+        let shared: [&dyn ToSql; 8] = [
+            &execution.status.as_str(),
+            &output,
+            &updated_at,
+            &session_id,
+            &consumer_id,
+            &execution.last_sequence,
+            &id,
+            &previous_sequence,
+        ];
+        let mut update = |sql: Sql, own: &[&dyn ToSql]| {
+            statements
+                .get(sql)?
+                .execute(params_from_iter(shared.iter().chain(own)))
+                .map_err(map_rusqlite_error)
+        };
         // The status (or at least the phase) as it was, when the caller says so: the narrower
         // updates, each of which matches nothing when the hint is wrong.
-        match commit.previous_status {
+        let mut updated = match commit.previous_status {
             Some(previous) if previous == execution.status => {
-                updated = statements
-                    .get(Sql::UpdateExecutionSameStatus)?
-                    .execute(params![
-                        status,
-                        output,
-                        updated_at,
-                        session_id,
-                        consumer_id,
-                        last_sequence,
-                        id,
-                        previous_sequence,
-                    ])
-                    .map_err(map_rusqlite_error)?;
+                update(Sql::UpdateExecutionSameStatus, &[])?
             }
             Some(previous) if super::super::phase(previous) == phase => {
-                updated = statements
-                    .get(Sql::UpdateExecutionSamePhase)?
-                    .execute(params![
-                        status,
-                        output,
-                        updated_at,
-                        session_id,
-                        consumer_id,
-                        last_sequence,
-                        id,
-                        previous_sequence,
-                        phase,
-                    ])
-                    .map_err(map_rusqlite_error)?;
+                update(Sql::UpdateExecutionSamePhase, &[&phase])?
             }
-            _ => {}
-        }
+            _ => 0,
+        };
         if updated == 0 {
-            updated = statements
-                .get(Sql::UpdateExecution)?
-                .execute(params![
-                    status,
-                    output,
-                    updated_at,
-                    session_id,
-                    consumer_id,
-                    last_sequence,
-                    id,
-                    previous_sequence,
-                    phase,
-                    finished_at,
-                ])
-                .map_err(map_rusqlite_error)?;
+            updated = update(Sql::UpdateExecution, &[&phase, &finished_at])?;
         }
         if updated == 0 {
             return Err(sequence_conflict(&execution.id, previous_sequence + 1));
