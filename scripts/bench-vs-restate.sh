@@ -26,7 +26,8 @@
 #   RESTATE_DIR          the peer's scripts [../shared/bench/restate]
 #   RESTATE_PARK_N [0]   >0 also runs the peer's park/restart probe once (after the rounds;
 #                        it waits 70 s for Restate to suspend the parked invocations)
-#   RESULTS              JSON lines file to keep [a temporary file]
+#   RESULTS              JSON lines file to keep [a temporary file, removed at exit; the
+#                        summary prints each round's main numbers after the medians]
 #   STEP_TIMEOUT [900]   seconds any one step may take
 set -euo pipefail
 
@@ -225,4 +226,20 @@ print(f"| T8 | T1 on PostgreSQL, executions/s | {fmt(t8)} | {fmt(r64)} | {ratio(
 third = None if p50_r is None else p50_r / 3
 print(f"| floor | C=1 execution at least: {fmt(floor_rtt, ' ms', 3)} round trip, {fmt(floor_sync, ' ms', 3)} write + fsync | {fmt(floor_ms, ' ms', 2)} | {fmt(p50_r, ' ms', 2)} | {ratio(floor_ms, p50_r)} of Restate's | T3 asks ≤ {fmt(third, ' ms', 2)} |")
 print(f"| floor | kernel CPU of an execution's requests, doing nothing (T1) | {fmt(floor_cpu, ' ms', 3)} | — | | T2 asks ≤ 0.5 ms |")
+def each(system, test, get, digits=1):
+    values = []
+    for r in sorted((r for r in rows if r["system"] == system and r["test"] == test), key=lambda r: r["round"]):
+        try:
+            values.append(fmt(get(r), digits=digits))
+        except (KeyError, TypeError):
+            values.append("—")
+    return " / ".join(values) or "—"
+print("\nEach round (in round order):")
+print(f"- T1 executions/s: Keel {each('keel', 't1', rate)}; Restate {each('restate', f'run-c{c}', rate)}")
+print(f"- T2 kernel CPU ms per execution: {each('keel', 't1', lambda r: r['kernel']['cpu_ms_per_execution'], 2)}")
+print(f"- T3 execution p50 ms: Keel {each('keel', 't3', lambda r: r['latency']['execution']['p50_ms'], 2)}; Restate {each('restate', 'run-c1', lambda r: r['p50_ms'], 2)}")
+print(f"- T3 intent p50 / p99 ms: {each('keel', 't3', lambda r: r['latency']['intent']['p50_ms'], 2)} and {each('keel', 't3', lambda r: r['latency']['intent']['p99_ms'], 2)}")
+print(f"- T4 creates/s: {each('keel', 't4', rate)}")
+print(f"- T7 ready ms: {each('keel', 't7', lambda r: r['ready_ms'], 0)}")
+print(f"- T8 executions/s: {each('keel', 't8', rate)}")
 EOF
