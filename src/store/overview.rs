@@ -1,7 +1,8 @@
 //! Operator reads for both backends: execution counts by status (`GET /v0/executions/counts`)
 //! and the approvals nobody answered yet (`GET /v0/approvals`). Both are read-only queries on
-//! the projection and the log; neither needs an index of its own: counts scan the status
-//! column (one row per execution), and approvals start from the `blocked` executions (the
+//! the projection and the log; neither needs an index of its own: counts read every row's
+//! status on PostgreSQL, and on SQLite the phase index plus the rows of the live executions;
+//! approvals start from the `blocked` executions (the
 //! `active` entries of `executions_phase_list`, PostgreSQL's migration 0007 and SQLite's 0009)
 //! and read their events by `(execution_id, sequence)`.
 
@@ -36,13 +37,21 @@ type ApprovalRow = (String, String, String, String, String);
 /// One count row: status, count.
 type CountRow = (String, i64);
 
-/// Counts executions by status in a SQLite database.
+/// Counts executions by status in a SQLite database. Every phase but `active` is a status of its
+/// own, so those are counted from `executions_phase_list` alone (migration 0009); only the live
+/// executions are read row by row, to tell running from blocked.
 pub(super) async fn sqlite_counts(
     readers: &SqlitePool,
     filter: &ListFilter,
 ) -> Result<Vec<(ExecutionStatus, u64)>, StoreError> {
-    let mut query =
-        QueryBuilder::<Sqlite>::new("SELECT e.status, COUNT(*) FROM executions AS e WHERE 1 = 1");
+    let mut query = QueryBuilder::<Sqlite>::new(
+        "SELECT e.phase, COUNT(*) FROM executions AS e WHERE e.phase <> 'active'",
+    );
+    super::filter::push_agent_and_labels(&mut query, filter);
+    query.push(
+        " GROUP BY e.phase UNION ALL SELECT e.status, COUNT(*) FROM executions AS e \
+         WHERE e.phase = 'active'",
+    );
     super::filter::push_agent_and_labels(&mut query, filter);
     query.push(" GROUP BY e.status");
     let rows = query

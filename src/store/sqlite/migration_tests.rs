@@ -272,6 +272,38 @@ async fn migration_0009_fills_in_the_phase_and_finish_time_of_every_execution() 
             .collect();
         assert_eq!(listed, vec![expected.to_owned()], "{status}");
     }
+    let mut counts = store
+        .count_executions(&ListFilter::default())
+        .await
+        .expect("counts");
+    counts.sort_by_key(|(status, _)| status.as_str());
+    let one_each: Vec<(ExecutionStatus, u64)> = [
+        ExecutionStatus::Blocked,
+        ExecutionStatus::Cancelled,
+        ExecutionStatus::Completed,
+        ExecutionStatus::Failed,
+        ExecutionStatus::Pending,
+        ExecutionStatus::Running,
+    ]
+    .into_iter()
+    .map(|status| (status, 1))
+    .collect();
+    assert_eq!(
+        counts, one_each,
+        "counted through the phase index and the live rows"
+    );
+    let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(
+        "EXPLAIN QUERY PLAN SELECT e.phase, COUNT(*) FROM executions AS e \
+         WHERE e.phase <> 'active' GROUP BY e.phase",
+    )
+    .fetch_all(store.readers())
+    .await
+    .expect("plan");
+    assert!(
+        plan.iter()
+            .any(|(_, _, _, detail)| detail.contains("COVERING INDEX executions_phase_list")),
+        "pending and terminal executions are counted from the index alone: {plan:?}"
+    );
     let deleted = store
         .delete_terminal_before(at_text("2026-01-02T00:00:05.000000Z"), 10)
         .await
