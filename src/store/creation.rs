@@ -11,8 +11,8 @@ use keel_actors::error::StoreError;
 use keel_actors::ids::ExecutionId;
 use keel_actors::store::{PendingEntry, RunningEntry};
 
+use super::map_sqlx_error;
 use super::rows::decode_labels;
-use super::{PG_PENDING, SQLITE_PENDING, map_sqlx_error};
 
 /// The execution of a creation key; `{key}` stands for the bound key.
 const BY_KEY: &str = "SELECT execution_id FROM events \
@@ -20,7 +20,7 @@ const BY_KEY: &str = "SELECT execution_id FROM events \
 
 /// Pending executions of an agent, oldest first, with their labels (JSON text, or NULL);
 /// `{priority}` reads the payload's priority, `{labels}` the labels column as text and
-/// `{pending}` is the backend's spelling of pending.
+/// `{pending}` is how the indexes spell pending.
 const PENDING: &str = "SELECT x.id, {priority} AS priority, {labels} AS labels \
      FROM executions AS x JOIN events AS e ON e.execution_id = x.id AND e.sequence = 1 \
      WHERE x.{pending} AND x.agent_id = {agent} ORDER BY x.created_at, x.id";
@@ -53,7 +53,7 @@ pub(super) async fn sqlite_pending(
             "COALESCE(CAST(json_extract(e.payload, '$.priority') AS INTEGER), 0)",
         )
         .replace("{labels}", "x.labels")
-        .replace("{pending}", SQLITE_PENDING)
+        .replace("{pending}", super::PENDING)
         .replace("{agent}", "?");
     let rows = sqlx::query_as::<_, PendingRow>(&sql)
         .bind(agent_id)
@@ -86,7 +86,7 @@ pub(super) async fn postgres_pending(
             "COALESCE((e.payload ->> 'priority')::BIGINT, 0)",
         )
         .replace("{labels}", "x.labels::text")
-        .replace("{pending}", PG_PENDING)
+        .replace("{pending}", super::PENDING)
         .replace("{agent}", "$1");
     sqlx::query_as::<_, PendingRow>(&sql)
         .bind(agent_id)
@@ -96,15 +96,15 @@ pub(super) async fn postgres_pending(
 
 /// Pending executions, of one agent when `{agent}` is bound (the `executions_pending_agent`
 /// index), else kernel-wide (`executions_phase_list`: PostgreSQL's migration 0007, SQLite's
-/// 0009); `{pending}` is the backend's spelling of pending.
+/// 0009); `{pending}` is how those indexes spell pending.
 const COUNT_AGENT: &str = "SELECT COUNT(*) FROM executions WHERE {pending} AND agent_id = {agent}";
 const COUNT_ALL: &str = "SELECT COUNT(*) FROM executions WHERE {pending}";
 
-/// One of the count queries in a backend's words: its spelling of pending and of the first
-/// parameter.
-fn count_sql(template: &str, pending: &str, parameter: &str) -> String {
+/// One of the count queries with pending spelled as the indexes read it and the first
+/// parameter in the backend's words.
+fn count_sql(template: &str, parameter: &str) -> String {
     template
-        .replace("{pending}", pending)
+        .replace("{pending}", super::PENDING)
         .replace("{agent}", parameter)
 }
 
@@ -115,13 +115,13 @@ pub(super) async fn sqlite_count(
 ) -> Result<u64, StoreError> {
     let count = match agent_id {
         Some(agent) => {
-            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_AGENT, SQLITE_PENDING, "?"))
+            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_AGENT, "?"))
                 .bind(agent)
                 .fetch_one(readers)
                 .await
         }
         None => {
-            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_ALL, SQLITE_PENDING, "?"))
+            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_ALL, "?"))
                 .fetch_one(readers)
                 .await
         }
@@ -137,13 +137,13 @@ pub(super) async fn postgres_count(
 ) -> Result<i64, sqlx::Error> {
     match agent_id {
         Some(agent) => {
-            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_AGENT, PG_PENDING, "$1"))
+            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_AGENT, "$1"))
                 .bind(agent)
                 .fetch_one(readers)
                 .await
         }
         None => {
-            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_ALL, PG_PENDING, "$1"))
+            sqlx::query_scalar::<_, i64>(&count_sql(COUNT_ALL, "$1"))
                 .fetch_one(readers)
                 .await
         }

@@ -24,13 +24,10 @@ pub(super) const QUEUED: &str = "SELECT tool_id, COUNT(*) FROM steps \
 
 /// SQLite (timestamps are RFC 3339 text).
 pub(super) async fn sqlite(readers: &SqlitePool) -> Result<QueueDepths, StoreError> {
-    let pending = sqlx::query_as::<_, (String, i64, String)>(&pending_sql(
-        "MIN(created_at)",
-        super::SQLITE_PENDING,
-    ))
-    .fetch_all(readers)
-    .await
-    .map_err(map_sqlx_error)?;
+    let pending = sqlx::query_as::<_, (String, i64, String)>(&pending_sql("MIN(created_at)"))
+        .fetch_all(readers)
+        .await
+        .map_err(map_sqlx_error)?;
     let queued = sqlx::query_as::<_, (String, i64)>(&QUEUED.replace("{remote}", "remote = 1"))
         .fetch_all(readers)
         .await
@@ -55,7 +52,7 @@ pub(super) async fn sqlite(readers: &SqlitePool) -> Result<QueueDepths, StoreErr
 /// PostgreSQL (the caller bounds the read); the oldest creation time in microseconds.
 pub(super) async fn postgres(readers: &PgPool) -> Result<QueueDepths, sqlx::Error> {
     let oldest = "(EXTRACT(EPOCH FROM MIN(created_at)) * 1000000)::BIGINT";
-    let pending = sqlx::query_as::<_, (String, i64, i64)>(&pending_sql(oldest, super::PG_PENDING))
+    let pending = sqlx::query_as::<_, (String, i64, i64)>(&pending_sql(oldest))
         .fetch_all(readers)
         .await?;
     let queued = sqlx::query_as::<_, (String, i64)>(&QUEUED.replace("{remote}", "remote"))
@@ -73,12 +70,12 @@ pub(super) async fn postgres(readers: &PgPool) -> Result<QueueDepths, sqlx::Erro
     })
 }
 
-/// The pending query in a backend's words: how it renders the oldest creation time and how
-/// its indexes spell pending (`phase` on PostgreSQL, migration 0007).
-fn pending_sql(oldest: &str, pending: &str) -> String {
+/// The pending query in a backend's words: how it renders the oldest creation time (pending is
+/// spelled as the indexes of both backends read it).
+fn pending_sql(oldest: &str) -> String {
     PENDING
         .replace("{oldest}", oldest)
-        .replace("{pending}", pending)
+        .replace("{pending}", super::PENDING)
 }
 
 fn count_of(count: i64) -> u64 {

@@ -60,10 +60,9 @@ pub(crate) const SQLITE_NON_TERMINAL: &str = "(phase = 'pending' OR phase = 'act
 /// them alone (migration 0007); queries must use the same words to be answered by them.
 pub(crate) const PG_NON_TERMINAL: &str = "phase IN ('pending', 'active')";
 
-/// SQLite: the execution is pending, as its indexes read it (`phase`, migration 0009).
-pub(crate) const SQLITE_PENDING: &str = "phase = 'pending'";
-/// PostgreSQL: the execution is pending, as its indexes read it (`phase`, migration 0007).
-pub(crate) const PG_PENDING: &str = "phase = 'pending'";
+/// The execution is pending, as the indexes of both backends read it (`phase`: PostgreSQL's
+/// migration 0007, SQLite's 0009).
+pub(crate) const PENDING: &str = "phase = 'pending'";
 
 /// The `phase` column value of a status (PostgreSQL's migration 0007, SQLite's 0009): running
 /// and blocked executions are `active`, every other status is its own phase.

@@ -20,12 +20,12 @@ use super::rows::parse_time;
 
 /// Pending approvals: the `step.approval_required` events of blocked executions that no later
 /// event of the same step follows (a grant dispatches the step, a denial fails it, a cancel
-/// cancels it). `{time}` stands for the selected time, `{limit}` for the bound limit and
-/// `{blocked}` for the backend's spelling of a blocked execution.
+/// cancels it). `{time}` stands for the selected time and `{limit}` for the bound limit; a
+/// blocked execution is spelled as the phase index reads it, the status on top.
 const APPROVALS: &str = "SELECT x.id, x.agent_id, e.step_id, {time} AS at, e.payload{text} \
      FROM executions AS x \
      JOIN events AS e ON e.execution_id = x.id \
-     WHERE {blocked} AND e.type = 'step.approval_required' \
+     WHERE x.phase = 'active' AND x.status = 'blocked' AND e.type = 'step.approval_required' \
      AND e.step_id IS NOT NULL \
      AND NOT EXISTS (SELECT 1 FROM events AS r WHERE r.execution_id = e.execution_id \
      AND r.sequence > e.sequence AND r.step_id = e.step_id) \
@@ -104,7 +104,6 @@ pub(super) async fn sqlite_approvals(
     let sql = APPROVALS
         .replace("{time}", "e.timestamp")
         .replace("{text}", "")
-        .replace("{blocked}", "x.phase = 'active' AND x.status = 'blocked'")
         .replace("{limit}", "?");
     let rows = sqlx::query_as::<_, ApprovalRow>(&sql)
         .bind(limit.max(0))
@@ -125,7 +124,6 @@ pub(super) async fn postgres_approvals(
             "to_char(e.timestamp AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
         )
         .replace("{text}", "::text")
-        .replace("{blocked}", "x.phase = 'active' AND x.status = 'blocked'")
         .replace("{limit}", "$1");
     sqlx::query_as::<_, ApprovalRow>(&sql)
         .bind(limit.max(0))

@@ -58,11 +58,11 @@ mod write;
 mod write_plan_tests;
 mod writer;
 
-/// Migrations embedded in the binary, applied at open.
 /// The index recovery reads, named: without statistics SQLite's planner would rather look the
 /// two phases up in `executions_phase_list` and sort every non-terminal execution.
 pub(crate) const SQLITE_RECOVERY_INDEX: &str = "INDEXED BY executions_non_terminal";
 
+/// Migrations embedded in the binary, applied at open.
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// Write transactions take the write lock up front, so a busy database fails (or waits for

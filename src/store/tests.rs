@@ -527,7 +527,7 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
     let sqlite_0009 = include_str!("../../migrations/sqlite/0009_execution_phase.sql");
     for words in [
         SQLITE_NON_TERMINAL,
-        super::SQLITE_PENDING,
+        super::PENDING,
         "CASE WHEN status = 'running' OR status = 'blocked' THEN 'active' ELSE status END",
         "finished_at IS NULL OR status = 'completed' OR status = 'failed' OR status = 'cancelled'",
     ] {
@@ -546,7 +546,7 @@ fn terminal_statuses_sql_lists_exactly_the_terminal_statuses() {
     for words in [
         TERMINAL_STATUSES_SQL,
         super::PG_NON_TERMINAL,
-        super::PG_PENDING,
+        super::PENDING,
         "CASE WHEN status IN ('running', 'blocked') THEN 'active' ELSE status END",
     ] {
         assert!(postgres_0007.contains(words), "{words}");
