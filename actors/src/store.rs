@@ -24,10 +24,11 @@ pub struct ExecutionRow {
     pub agent_id: AgentId,
     /// Current status.
     pub status: ExecutionStatus,
-    /// Labels as given at creation (`None` when none were given).
-    pub labels: Option<BTreeMap<String, String>>,
-    /// Input as given (JSON null when absent).
-    pub input: Value,
+    /// Labels as given at creation (`None` when none were given). Shared, not copied, with the
+    /// execution's state: a commit carries its row, and the labels never change.
+    pub labels: Option<Arc<BTreeMap<String, String>>>,
+    /// Input as given (JSON null when absent); shared like the labels.
+    pub input: Arc<Value>,
     /// Output of `complete`, once completed.
     pub output: Option<Value>,
     /// Time of `execution.created`.

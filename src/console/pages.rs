@@ -159,7 +159,7 @@ fn execution_table(rows: &[keel_actors::store::ExecutionRow]) -> Markup {
                         td { (badge(row.status)) }
                         td { a class="mono" href={ "/executions/" (row.id.as_str()) } { (row.id.as_str()) } }
                         td { (row.agent_id.as_str()) }
-                        td { @for (key, value) in row.labels.iter().flatten() { span class="label" { (key) ":" (value) } " " } }
+                        td { @for (key, value) in row.labels.as_deref().into_iter().flatten() { span class="label" { (key) ":" (value) } " " } }
                         td { (when(&row.created_at)) }
                         td { (when(&row.updated_at)) }
                     }

@@ -33,7 +33,7 @@ pub async fn execution(
                     dt { "Updated" } dd { (when(&row.updated_at)) }
                     dt { "Labels" } dd {
                         @if row.labels.as_ref().is_none_or(|labels| labels.is_empty()) { span class="muted" { "none" } }
-                        @for (key, value) in row.labels.iter().flatten() { span class="label" { (key) ":" (value) } " " }
+                        @for (key, value) in row.labels.as_deref().into_iter().flatten() { span class="label" { (key) ":" (value) } " " }
                     }
                     dt { "Consumer" } dd class="mono" { (row.consumer_id.clone().unwrap_or_else(|| "–".into())) }
                     dt { "Events" } dd { (row.last_sequence) }

@@ -2,6 +2,7 @@
 //! snapshot. The live stream (§7.7) is in [`super::sse`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
@@ -54,8 +55,8 @@ impl From<ExecutionRow> for ExecutionBody {
             id: row.id.into_string(),
             status: row.status,
             agent_id: row.agent_id.into_string(),
-            labels: row.labels,
-            input: row.input,
+            labels: row.labels.map(Arc::unwrap_or_clone),
+            input: Arc::unwrap_or_clone(row.input),
             output,
             created_at: time::format(&row.created_at),
             updated_at: time::format(&row.updated_at),
@@ -199,7 +200,7 @@ pub async fn list(
             id: row.id.into_string(),
             status: row.status,
             agent_id: row.agent_id.into_string(),
-            labels: row.labels.unwrap_or_default(),
+            labels: row.labels.map(Arc::unwrap_or_clone).unwrap_or_default(),
             created_at: time::format(&row.created_at),
             updated_at: time::format(&row.updated_at),
         })

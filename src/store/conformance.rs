@@ -81,8 +81,8 @@ pub fn new_execution(
         id: execution_id,
         agent_id: AgentId::new(agent),
         status: ExecutionStatus::Pending,
-        labels,
-        input,
+        labels: labels.map(Arc::new),
+        input: Arc::new(input),
         output: None,
         created_at,
         updated_at: created_at,
@@ -478,7 +478,7 @@ pub async fn inconsistent_commits_are_refused(store: Arc<dyn Store>) {
 /// JSON null outputs and absent vs empty labels stay distinct.
 pub async fn execution_row_follows_commits(store: Arc<dyn Store>) {
     let mut empty_labels = new_execution("exec-empty", "agent-a", &[], at(1));
-    empty_labels.execution.labels = Some(BTreeMap::new());
+    empty_labels.execution.labels = Some(Arc::new(BTreeMap::new()));
     let no_labels = new_execution("exec-none", "agent-a", &[], at(2));
     store
         .commit(&[empty_labels, no_labels])
@@ -494,7 +494,10 @@ pub async fn execution_row_follows_commits(store: Arc<dyn Store>) {
                 .expect("row exists")
         }
     };
-    assert_eq!(read("exec-empty").await.labels, Some(BTreeMap::new()));
+    assert_eq!(
+        read("exec-empty").await.labels,
+        Some(Arc::new(BTreeMap::new()))
+    );
     let row = read("exec-none").await;
     assert_eq!(row.labels, None);
 
@@ -510,7 +513,7 @@ pub async fn execution_row_follows_commits(store: Arc<dyn Store>) {
     started.execution.session_id = Some("s".into());
     started.execution.consumer_id = Some("c".into());
     started.execution.agent_id = AgentId::new("agent-renamed");
-    started.execution.input = json!("changed");
+    started.execution.input = Arc::new(json!("changed"));
     started.execution.created_at = at(99);
     let mut done = finish(&started.execution, at(4), ExecutionStatus::Completed);
     done.execution.output = Some(Value::Null);

@@ -7,6 +7,7 @@
 //! and a `Z` suffix (so text order is time order), JSON as text, statuses as their wire names.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -100,7 +101,7 @@ impl ExecutionRecord {
             ))
         })?;
         let labels = match &self.labels {
-            Some(text) => Some(decode_labels(text)?),
+            Some(text) => Some(Arc::new(decode_labels(text)?)),
             None => None,
         };
         let output = match &self.output {
@@ -111,7 +112,7 @@ impl ExecutionRecord {
             agent_id: AgentId::new(self.agent_id),
             status,
             labels,
-            input: decode_json("executions.input", &self.input)?,
+            input: Arc::new(decode_json("executions.input", &self.input)?),
             output,
             created_at: parse_time("executions.created_at", &self.created_at)?,
             updated_at: parse_time("executions.updated_at", &self.updated_at)?,

@@ -45,7 +45,7 @@ async fn stored(store: &dyn Store, id: &ExecutionId, status: ExecutionStatus) {
         agent_id: AgentId::new("a"),
         status: ExecutionStatus::Pending,
         labels: None,
-        input: json!(null),
+        input: std::sync::Arc::new(json!(null)),
         output: None,
         created_at: now,
         updated_at: now,

@@ -175,7 +175,7 @@ pub(super) fn run_effects(
                 let message = AgentGroupMsg::ExecutionPending {
                     execution_id: exec.id.clone(),
                     priority: exec.priority,
-                    labels: exec.labels.as_ref().map(LabelSet::new),
+                    labels: exec.labels.as_deref().map(LabelSet::new),
                     reply: None,
                 };
                 state.ctx.tell_agent_group(&exec.agent_id, message);

@@ -26,7 +26,7 @@ pub(super) fn policy_input(
         agent_id: state.exec.agent_id.clone(),
         tool_id: tool_id.clone(),
         execution_id: state.exec.id.clone(),
-        labels: state.exec.labels.clone().unwrap_or_default(),
+        labels: state.exec.labels.as_deref().cloned().unwrap_or_default(),
         arguments: arguments.clone(),
         step_count: state.exec.step_count,
         duration_ms: u64::try_from((now - state.exec.created_at).num_milliseconds()).unwrap_or(0),

@@ -144,7 +144,7 @@ fn resend_landed_assignment(state: &mut ExecutionActorState) {
         AgentGroupMsg::SessionRestored {
             consumer_id: consumer_id.clone(),
             execution_id: exec.id.clone(),
-            labels: exec.labels.as_ref().map(LabelSet::new),
+            labels: exec.labels.as_deref().map(LabelSet::new),
         },
     );
     state
@@ -193,7 +193,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             AgentGroupMsg::ExecutionPending {
                 execution_id: exec.id.clone(),
                 priority: exec.priority,
-                labels: exec.labels.as_ref().map(LabelSet::new),
+                labels: exec.labels.as_deref().map(LabelSet::new),
                 reply: None,
             },
         );
@@ -203,7 +203,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             AgentGroupMsg::SessionRestored {
                 consumer_id: session.consumer_id.clone(),
                 execution_id: exec.id.clone(),
-                labels: exec.labels.as_ref().map(LabelSet::new),
+                labels: exec.labels.as_deref().map(LabelSet::new),
             },
         );
     }

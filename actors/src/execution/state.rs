@@ -3,6 +3,7 @@
 //! rehydrated actor and a live one cannot disagree.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -28,10 +29,10 @@ pub struct ExecutionState {
     pub agent_id: AgentId,
     /// Current status.
     pub status: ExecutionStatus,
-    /// Labels given at creation.
-    pub labels: Option<BTreeMap<String, String>>,
-    /// Input.
-    pub input: Value,
+    /// Labels given at creation, shared with every projection row (`row()`).
+    pub labels: Option<Arc<BTreeMap<String, String>>>,
+    /// Input, shared with every projection row (`row()`).
+    pub input: Arc<Value>,
     /// Queue priority given at creation (0 when none).
     pub priority: i64,
     /// W3C trace context recorded at creation (docs/tracing.md).
@@ -91,8 +92,11 @@ impl ExecutionState {
             id: first.execution_id.clone(),
             agent_id: agent_id.clone(),
             status: ExecutionStatus::Pending,
-            labels: serde_json::from_value(labels.clone()).ok().flatten(),
-            input: input.clone(),
+            labels: serde_json::from_value(labels.clone())
+                .ok()
+                .flatten()
+                .map(Arc::new),
+            input: Arc::new(input.clone()),
             priority: *priority,
             traceparent: traceparent.clone(),
             output: None,

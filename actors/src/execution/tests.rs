@@ -1011,3 +1011,34 @@ fn step_results_are_reported_only_for_tools_with_a_breaker() {
     assert_eq!(reported[0].tool_id, "pay.card");
     assert!(reported[0].success);
 }
+
+#[test]
+fn every_projection_row_shares_the_input_and_labels_of_the_state() {
+    let events = seal(
+        &ExecutionId::new("e1"),
+        0,
+        time::now(),
+        None,
+        vec![machine::create(
+            &"agent".into(),
+            json!({"q": 1}),
+            json!({"team": "a"}),
+            0,
+            None,
+            None,
+        )],
+    );
+    let state = ExecutionState::from_events(&events).expect("created folds");
+    let state = fold(
+        &state,
+        &machine::assign(&state, &"c1".into()).expect("assigns").0,
+    );
+    let row = state.row();
+    assert_eq!(*row.input, json!({"q": 1}));
+    assert!(std::sync::Arc::ptr_eq(&row.input, &state.input));
+    let (Some(row_labels), Some(labels)) = (&row.labels, &state.labels) else {
+        panic!("labels given at creation: {:?}", state.labels);
+    };
+    assert_eq!(row_labels.get("team").map(String::as_str), Some("a"));
+    assert!(std::sync::Arc::ptr_eq(row_labels, labels));
+}

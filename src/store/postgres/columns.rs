@@ -115,7 +115,7 @@ impl<'a> LabelColumns<'a> {
         };
         for unit in units.iter().filter(|unit| unit.previous == 0) {
             let execution = &group[unit.commits[0]].execution;
-            for (key, value) in execution.labels.iter().flatten() {
+            for (key, value) in execution.labels.as_deref().into_iter().flatten() {
                 columns.execution_id.push(execution.id.as_str());
                 columns.key.push(key);
                 columns.value.push(value);

@@ -327,7 +327,7 @@ async fn json_and_times_round_trip_exactly_whatever_the_session_time_zone() {
     let store = open(&url, &StoreOptions::default()).await.expect("open");
     let mut commit = new_execution("exec-json", "agent-a", &[("nul", "a")], at(123_457));
     let input = json!({"nul": "a\u{0}b", "float": 1e18, "tiny": 5e-324, "int": u64::MAX});
-    commit.execution.input = input.clone();
+    commit.execution.input = Arc::new(input.clone());
     if let EventBody::ExecutionCreated { input: body, .. } = &mut commit.events[0].body {
         *body = input.clone();
     }

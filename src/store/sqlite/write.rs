@@ -99,7 +99,7 @@ pub(super) fn write_commit<'a>(
         if inserted == 1 {
             written = true;
             let insert_label = statements.get(Sql::InsertLabel)?;
-            for (key, value) in execution.labels.iter().flatten() {
+            for (key, value) in execution.labels.as_deref().into_iter().flatten() {
                 insert_label
                     .execute(params![id, key, value])
                     .map_err(map_rusqlite_error)?;

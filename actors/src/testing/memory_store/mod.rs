@@ -249,7 +249,7 @@ impl Store for MemoryStore {
             })
             .map(|row| crate::store::RunningEntry {
                 id: row.id.clone(),
-                labels: row.labels.clone(),
+                labels: row.labels.as_deref().cloned(),
             })
             .collect();
         found.sort_by(|left, right| left.id.cmp(&right.id));
@@ -283,7 +283,7 @@ impl Store for MemoryStore {
                 crate::store::PendingEntry {
                     id: row.id.clone(),
                     priority,
-                    labels: row.labels.clone(),
+                    labels: row.labels.as_deref().cloned(),
                 }
             })
             .collect())
