@@ -36,6 +36,10 @@ fn types(transition: &Transition) -> Vec<&'static str> {
 }
 
 fn created() -> ExecutionState {
+    created_with_labels(Value::Null)
+}
+
+fn created_with_labels(labels: Value) -> ExecutionState {
     let events = seal(
         &ExecutionId::new("e1"),
         0,
@@ -44,7 +48,7 @@ fn created() -> ExecutionState {
         vec![machine::create(
             &"agent".into(),
             json!({"q": 1}),
-            Value::Null,
+            labels,
             0,
             None,
             None,
@@ -1014,21 +1018,7 @@ fn step_results_are_reported_only_for_tools_with_a_breaker() {
 
 #[test]
 fn every_projection_row_shares_the_input_and_labels_of_the_state() {
-    let events = seal(
-        &ExecutionId::new("e1"),
-        0,
-        time::now(),
-        None,
-        vec![machine::create(
-            &"agent".into(),
-            json!({"q": 1}),
-            json!({"team": "a"}),
-            0,
-            None,
-            None,
-        )],
-    );
-    let state = ExecutionState::from_events(&events).expect("created folds");
+    let state = created_with_labels(json!({"team": "a"}));
     let state = fold(
         &state,
         &machine::assign(&state, &"c1".into()).expect("assigns").0,
