@@ -1,22 +1,31 @@
-"""The README walkthrough's programs (runner.py, agent.py, client.py) work as written."""
+"""The README walkthrough works as written: its runner.py and agent.py, and its `keel` commands
+run verbatim by bash against a kernel, with REBUNO_URL set as the README sets it."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import httpx
 
-from harness import REPO, Kernel, Sandbox, wait_until
+from harness import REPO, Kernel, Sandbox, keel_bin, wait_until
+
+
+def readme() -> str:
+    return (REPO / "README.md").read_text()
 
 
 def readme_files() -> dict[str, str]:
-    text = (REPO / "README.md").read_text()
-    return dict(re.findall(r"cat > (\S+) <<'EOF'\n(.*?\n)EOF\n", text, re.S))
+    return dict(re.findall(r"cat > (\S+) <<'EOF'\n(.*?\n)EOF\n", readme(), re.S))
+
+
+def readme_commands() -> str:
+    """The shell block that starts with `ID=$(keel create` (the CLI part of the walkthrough)."""
+    match = re.search(r"```sh\n(ID=\$\(keel create.*?)```", readme(), re.S)
+    assert match, "README lost its walkthrough block that starts with `ID=$(keel create`"
+    return match.group(1)
 
 
 def create(kernel: Kernel, inp: dict) -> str:
@@ -25,10 +34,19 @@ def create(kernel: Kernel, inp: dict) -> str:
     return r.json()["id"]
 
 
+def walkthrough_env(kernel: Kernel) -> dict[str, str]:
+    env = dict(os.environ)
+    env["REBUNO_URL"] = kernel.url
+    env["PATH"] = f"{keel_bin().resolve().parent}:{env.get('PATH', '')}"
+    for name in ("REBUNO_API_KEY", "KEEL_URL", "KEEL_TOKEN"):
+        env.pop(name, None)
+    return env
+
+
 def test_readme_walkthrough(sandbox: Sandbox, kernel: Kernel) -> None:
     files = readme_files()
-    assert set(files) == {"runner.py", "agent.py", "client.py"}
-    scripts: dict[str, Path] = {}
+    assert set(files) == {"runner.py", "agent.py"}
+    scripts = {}
     for name, body in files.items():
         scripts[name] = sandbox.workdir / name
         scripts[name].write_text(body)
@@ -38,34 +56,41 @@ def test_readme_walkthrough(sandbox: Sandbox, kernel: Kernel) -> None:
     agent = sandbox.spawn(kernel, "readme-agent", scripts["agent.py"], [])
     agent.wait_for_log(r'/v0/agents/stream\S* "HTTP/1\.1 200')
 
-    # Create with curl's request; the output holds both local tools and the remote one.
-    eid = create(kernel, {"city": "Oslo", "note": "ship it"})
-    done = kernel.wait_status(eid, "completed", "failed", "cancelled")
-    assert done["status"] == "completed", done
-    out = done["output"]
-    assert out["words"] == 2 and out["note"] == "SHIP IT!" and out["approved_by"] is None
-    assert out["forecast"] == {"city": "Oslo", "sky": "sunny", "high_c": 21}
-
-    # client.py: create, signal, stream to the end, print the output.
+    # The CLI block, verbatim: every command must succeed.
     proc = subprocess.run(
-        [sys.executable, str(scripts["client.py"])],
-        env=sandbox_env(kernel),
+        ["bash", "-euo", "pipefail", "-c", readme_commands()],
+        env=walkthrough_env(kernel),
+        cwd=sandbox.workdir,
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=60,
     )
-    assert proc.returncode == 0, proc.stderr
-    assert "execution.completed" in proc.stdout
-    assert "'approved_by': {'by': 'client.py'}" in proc.stdout
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "signal approve sent to" in out, out
+    assert "step.created" in out or "tool" in out, out
+
+    # What it left behind: both executions complete, the second approved by "ana".
+    page = kernel.get("/v0/executions", agent_id="assistant", limit=10)
+    ids = [e["id"] for e in page["executions"]]
+    assert len(ids) == 2, page
+    finals = [kernel.wait_status(i, "completed", "failed", "cancelled") for i in ids]
+    assert all(f["status"] == "completed" for f in finals), finals
+    outputs = sorted((f["output"] for f in finals), key=lambda o: o["forecast"]["city"])
+    assert outputs[0]["forecast"] == {"city": "Lima", "sky": "sunny", "high_c": 21}
+    assert outputs[0]["approved_by"] == {"by": "ana"}
+    assert outputs[1]["words"] == 2 and outputs[1]["approved_by"] is None
 
     # Cancel a waiting execution: the agent's log says the handler was cancelled.
     eid = create(kernel, {"city": "Oslo", "note": "never approved", "approval": True})
-    kernel.wait_status(eid, "blocked")
     wait_until("the approval wait", lambda: any(
         e["type"] == "execution.blocked" and e["payload"]["reason"] == "signal" for e in kernel.events(eid)
     ))
-    r = httpx.post(f"{kernel.url}/v0/executions/{eid}/cancel", timeout=5)
-    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    cancel = subprocess.run(
+        [str(keel_bin()), "cancel", eid], env=walkthrough_env(kernel), capture_output=True, text=True, timeout=20
+    )
+    assert cancel.returncode == 0, cancel.stderr
+    assert kernel.status(eid) == "cancelled"
     agent.wait_for_log("Execution cancelled by kernel; cancelling handler task")
 
     # A second consumer: new executions are spread over both.
@@ -77,8 +102,25 @@ def test_readme_walkthrough(sandbox: Sandbox, kernel: Kernel) -> None:
     assert len(consumers) == 2, consumers
 
 
-def sandbox_env(kernel: Kernel) -> dict[str, str]:
-    env = dict(os.environ)
-    env["REBUNO_URL"] = kernel.url
-    env.pop("REBUNO_API_KEY", None)
-    return env
+# Pages for contributors may name internal documents, types and files; pages for users may not.
+CONTRIBUTOR_PAGES = {"architecture.md", "testing.md", "development.md", "benchmarks.md", "benchmarks-history.md"}
+INTERNAL = [
+    (re.compile(r"WIRE\.md|DESIGN\.md|STYLE\.md"), "an internal document"),
+    (re.compile(r"\bthe seeds?\b|seed docs", re.I), "the seed documents"),
+    (re.compile(r"reference kernel", re.I), "'the reference kernel' (say rebuno)"),
+    (re.compile(r"/work/|/home/\w"), "a development machine's path"),
+    (re.compile(r"\b(?:Store|KernelConfig|keel_actors)::\w+|src/\w+/\w+\.rs"), "an internal type, function or file"),
+]
+
+
+def test_user_docs_have_no_internal_references() -> None:
+    pages = [REPO / "README.md", REPO / "deploy" / "README.md"]
+    pages += [p for p in sorted((REPO / "docs").glob("*.md")) if p.name not in CONTRIBUTOR_PAGES]
+    assert len(pages) > 8
+    problems = []
+    for page in pages:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for pattern, what in INTERNAL:
+                if pattern.search(line):
+                    problems.append(f"{page.relative_to(REPO)}:{number}: {what}: {line.strip()[:100]}")
+    assert not problems, "\n".join(problems)
