@@ -229,8 +229,7 @@ async fn list_executions(
             query.push(("agent_id", agent.clone()));
         }
         for (key, value) in &args.label {
-            // The kernel's query syntax is `label=key:value` (WIRE.md §7.2).
-            query.push(("label", format!("{key}:{value}")));
+            query.push(("label", format!("{key}={value}")));
         }
         if !cursor.is_empty() {
             query.push(("cursor", cursor.clone()));

@@ -8,6 +8,20 @@ use serde_json::Value;
 /// Longest payload printed on an event line in text mode.
 const PAYLOAD_PREVIEW_CHARS: usize = 160;
 
+/// Longest error printed in a row of the executions table.
+const ERROR_PREVIEW_CHARS: usize = 60;
+
+/// Returns `text` cut to `max` characters, with `…` when cut.
+fn shortened(text: &str, max: usize) -> String {
+    if text.chars().count() > max {
+        let mut cut: String = text.chars().take(max).collect();
+        cut.push('…');
+        cut
+    } else {
+        text.to_owned()
+    }
+}
+
 /// Returns a JSON document pretty-printed.
 pub fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
@@ -39,8 +53,8 @@ fn labels(value: &Value) -> String {
 
 /// Renders execution summaries as an aligned table with a header.
 pub fn executions_table(executions: &[Value]) -> String {
-    let header = ["ID", "STATUS", "AGENT", "CREATED", "LABELS"];
-    let rows: Vec<[String; 5]> = executions
+    let header = ["ID", "STATUS", "AGENT", "CREATED", "LABELS", "ERROR"];
+    let rows: Vec<[String; 6]> = executions
         .iter()
         .map(|execution| {
             [
@@ -49,6 +63,7 @@ pub fn executions_table(executions: &[Value]) -> String {
                 text(execution, "agent_id").to_owned(),
                 text(execution, "created_at").to_owned(),
                 labels(execution),
+                shortened(text(execution, "error"), ERROR_PREVIEW_CHARS),
             ]
         })
         .collect();
@@ -59,7 +74,7 @@ pub fn executions_table(executions: &[Value]) -> String {
         }
     }
     let mut out = String::new();
-    let mut line = |cells: [&str; 5]| {
+    let mut line = |cells: [&str; 6]| {
         let mut rendered = String::new();
         for (index, (cell, width)) in cells.iter().zip(widths).enumerate() {
             if index + 1 == cells.len() {
@@ -73,7 +88,7 @@ pub fn executions_table(executions: &[Value]) -> String {
     };
     line(header);
     for row in &rows {
-        line([&row[0], &row[1], &row[2], &row[3], &row[4]]);
+        line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]);
     }
     if rows.is_empty() {
         out.push_str("(no executions)\n");
@@ -87,10 +102,14 @@ pub fn execution_details(execution: &Value) -> String {
     for (name, field) in [
         ("id", "id"),
         ("status", "status"),
+        ("error", "error"),
         ("agent", "agent_id"),
         ("created", "created_at"),
         ("updated", "updated_at"),
     ] {
+        if field == "error" && execution.get(field).is_none() {
+            continue;
+        }
         let _ = writeln!(out, "{name:<8} {}", text(execution, field));
     }
     let _ = writeln!(out, "{:<8} {}", "labels", labels(execution));
@@ -112,13 +131,7 @@ pub fn event_line(event: &Value) -> String {
         .get("payload")
         .map(Value::to_string)
         .unwrap_or_default();
-    let preview: String = if payload.chars().count() > PAYLOAD_PREVIEW_CHARS {
-        let mut cut: String = payload.chars().take(PAYLOAD_PREVIEW_CHARS).collect();
-        cut.push('…');
-        cut
-    } else {
-        payload
-    };
+    let preview = shortened(&payload, PAYLOAD_PREVIEW_CHARS);
     let step = text(event, "step_id");
     let step_column = if step.is_empty() {
         String::new()

@@ -10,7 +10,7 @@ use maud::{Markup, html};
 use super::StreamRole;
 use super::api::{self, STATUSES};
 use super::render::{badge, json_block, json_preview, view, when};
-use crate::http::executions::list_page;
+use crate::http::executions::{closing_reason, list_page};
 use crate::http::query::QueryParams;
 use crate::http::{ApiError, AppState};
 
@@ -83,6 +83,10 @@ pub async fn executions(
     let raw = list_link(pairs);
     let normalized = QueryParams::parse(raw.strip_prefix("/?"), &["label"])?;
     let (rows, next_cursor) = list_page(&state, &normalized).await?;
+    let mut errors = Vec::with_capacity(rows.len());
+    for row in &rows {
+        errors.push(closing_reason(&state, row).await?);
+    }
     let counts = api::count(&state, &normalized).await?;
     let total: u64 = counts.values().sum();
     let without = |skip: &str| {
@@ -97,6 +101,20 @@ pub async fn executions(
     let markup = html! {
         div data-page="executions" data-live-interval="2000" {
             h1 { "Executions" }
+            form class="filters" method="get" action="/" aria-label="Filter executions" {
+                label { "Status " select name="status" {
+                    option value="" selected[status.is_empty()] { "any" }
+                    @for state_ in STATUSES {
+                        option value=(state_.as_str()) selected[status == state_.as_str()] { (state_.as_str()) }
+                    }
+                } }
+                label { "Agent " input type="text" name="agent_id" value=(query.get("agent_id").unwrap_or_default()) placeholder="agent id"; }
+                label { "Label " input type="text" name="label" value=(label) placeholder="key=value"; }
+                label { "Created after (UTC) " input type="datetime-local" step="1" name="created_after" value=(query.get("created_after").unwrap_or_default()); }
+                label { "Created before (UTC) " input type="datetime-local" step="1" name="created_before" value=(query.get("created_before").unwrap_or_default()); }
+                button type="submit" { "Apply filters" }
+                a href="/" { "Reset" }
+            }
             div id="executions-live" data-live {
                 nav aria-label="Counts by status" class="counts" {
                     ul {
@@ -112,7 +130,7 @@ pub async fn executions(
                         }
                     }
                 }
-                (execution_table(&rows))
+                (execution_table(&rows, &errors))
                 nav aria-label="Pages" class="pager" {
                     @if cursor.is_some() {
                         a href=(list_link(without(""))) { "← First page" }
@@ -123,26 +141,12 @@ pub async fn executions(
                     }
                 }
             }
-            form class="filters" method="get" action="/" aria-label="Filter executions" {
-                label { "Status " select name="status" {
-                    option value="" selected[status.is_empty()] { "any" }
-                    @for state_ in STATUSES {
-                        option value=(state_.as_str()) selected[status == state_.as_str()] { (state_.as_str()) }
-                    }
-                } }
-                label { "Agent " input type="text" name="agent_id" value=(query.get("agent_id").unwrap_or_default()) placeholder="agent id"; }
-                label { "Label " input type="text" name="label" value=(label) placeholder="key:value"; }
-                label { "Created after (UTC) " input type="datetime-local" step="1" name="created_after" value=(query.get("created_after").unwrap_or_default()); }
-                label { "Created before (UTC) " input type="datetime-local" step="1" name="created_before" value=(query.get("created_before").unwrap_or_default()); }
-                button type="submit" { "Apply filters" }
-                a href="/" { "Reset" }
-            }
         }
     };
     Ok(view(markup))
 }
 
-fn execution_table(rows: &[keel_actors::store::ExecutionRow]) -> Markup {
+fn execution_table(rows: &[keel_actors::store::ExecutionRow], errors: &[Option<String>]) -> Markup {
     html! {
         table class="executions" {
             caption { "Newest first; " (rows.len()) " on this page" }
@@ -154,12 +158,15 @@ fn execution_table(rows: &[keel_actors::store::ExecutionRow]) -> Markup {
                 @if rows.is_empty() {
                     tr { td colspan="6" class="muted" { "No executions match." } }
                 }
-                @for row in rows {
+                @for (row, error) in rows.iter().zip(errors) {
                     tr data-execution-id=(row.id.as_str()) data-status=(row.status.as_str()) {
-                        td { (badge(row.status)) }
+                        td {
+                            (badge(row.status))
+                            @if let Some(error) = error { br; span class="error-text small" data-error { (error) } }
+                        }
                         td { a class="mono" href={ "/executions/" (row.id.as_str()) } { (row.id.as_str()) } }
                         td { (row.agent_id.as_str()) }
-                        td { @for (key, value) in row.labels.as_deref().into_iter().flatten() { span class="label" { (key) ":" (value) } " " } }
+                        td { @for (key, value) in row.labels.as_deref().into_iter().flatten() { span class="label" { (key) "=" (value) } " " } }
                         td { (when(&row.created_at)) }
                         td { (when(&row.updated_at)) }
                     }

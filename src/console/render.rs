@@ -19,7 +19,7 @@ pub fn symbol(status: ExecutionStatus) -> &'static str {
     match status {
         ExecutionStatus::Pending => "○",
         ExecutionStatus::Running => "▶",
-        ExecutionStatus::Blocked => "⏸",
+        ExecutionStatus::Blocked => "‖",
         ExecutionStatus::Completed => "✔",
         ExecutionStatus::Failed => "✖",
         ExecutionStatus::Cancelled => "⊘",

@@ -7,10 +7,11 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use keel_actors::ids::ExecutionId;
+use keel_actors::status::ExecutionStatus;
 use maud::html;
 
 use super::render::{badge, json_block, view, when};
-use crate::http::executions::path_id;
+use crate::http::executions::{closing_reason, path_id};
 use crate::http::{ApiError, AppState};
 
 /// `GET /console/view/executions/{id}`.
@@ -20,6 +21,7 @@ pub async fn execution(
 ) -> Result<Response, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
     let row = state.kernel.execution(&id).await?;
+    let error = closing_reason(&state, &row).await?;
     let terminal = row.status.is_terminal();
     let markup = html! {
         div data-page="execution" data-execution-id=(row.id.as_str()) data-last-sequence=(row.last_sequence) {
@@ -28,22 +30,29 @@ pub async fn execution(
             div id="execution-live" data-live {
                 dl class="facts" {
                     dt { "Status" } dd id="execution-status" data-status=(row.status.as_str()) { (badge(row.status)) }
+                    @if let Some(error) = &error {
+                        dt { @if row.status == ExecutionStatus::Failed { "Error" } @else { "Reason" } }
+                        dd id="execution-error" class="error-text" { (error) }
+                    }
                     dt { "Agent" } dd { a href={ "/?agent_id=" (row.agent_id.as_str()) } { (row.agent_id.as_str()) } }
                     dt { "Created" } dd { (when(&row.created_at)) }
                     dt { "Updated" } dd { (when(&row.updated_at)) }
                     dt { "Labels" } dd {
                         @if row.labels.as_ref().is_none_or(|labels| labels.is_empty()) { span class="muted" { "none" } }
-                        @for (key, value) in row.labels.as_deref().into_iter().flatten() { span class="label" { (key) ":" (value) } " " }
+                        @for (key, value) in row.labels.as_deref().into_iter().flatten() { span class="label" { (key) "=" (value) } " " }
                     }
                     dt { "Consumer" } dd class="mono" { (row.consumer_id.clone().unwrap_or_else(|| "–".into())) }
                     dt { "Events" } dd { (row.last_sequence) }
                 }
                 details { summary { "Input" } (json_block(&row.input)) }
-                @if let Some(output) = row.output.as_ref().filter(|_| row.status == keel_actors::status::ExecutionStatus::Completed) {
+                @if let Some(output) = row.output.as_ref().filter(|_| row.status == ExecutionStatus::Completed) {
                     details open { summary { "Output" } (json_block(output)) }
                 }
             }
             div id="execution-actions" data-live {
+                form data-rerun data-execution-id=(row.id.as_str()) {
+                    button type="submit" title="A new execution with the same agent, input and labels" { "↻ Run again" }
+                }
                 @if !terminal {
                     section class="actions" aria-labelledby="actions-title" {
                         h2 id="actions-title" { "Actions" }
@@ -61,7 +70,7 @@ pub async fn execution(
                 }
             }
             section id="approval" class="approval" hidden aria-labelledby="approval-title" {
-                h2 id="approval-title" { "⏸ Waiting for approval" }
+                h2 id="approval-title" { "‖ Waiting for approval" }
                 p id="approval-what" {}
                 form class="decision" data-decision data-execution-id=(row.id.as_str()) data-step-id="" {
                     label for="approval-reason" { "Reason (optional)" }

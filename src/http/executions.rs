@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
-use keel_actors::events::Event;
+use keel_actors::events::{Event, EventBody};
 use keel_actors::ids::{self, AgentId, ExecutionId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{ExecutionRow, ListFilter};
@@ -38,6 +38,10 @@ pub struct ExecutionBody {
     input: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     output: Option<Value>,
+    /// Why a failed execution failed or a cancelled one was cancelled (Keel addition; the
+    /// rebuno SDK ignores fields it does not know).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
     created_at: String,
     updated_at: String,
     /// Budget limits, usage and what remains (Keel addition; only with a budget in force).
@@ -58,6 +62,7 @@ impl From<ExecutionRow> for ExecutionBody {
             labels: row.labels.map(Arc::unwrap_or_clone),
             input: Arc::unwrap_or_clone(row.input),
             output,
+            error: None,
             created_at: time::format(&row.created_at),
             updated_at: time::format(&row.updated_at),
             budget: None,
@@ -72,6 +77,9 @@ pub struct ExecutionSummary {
     status: ExecutionStatus,
     agent_id: String,
     labels: BTreeMap<String, String>,
+    /// Why it failed or was cancelled (Keel addition, only then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
     created_at: String,
     updated_at: String,
 }
@@ -194,17 +202,19 @@ pub async fn list(
 ) -> Result<Json<ListBody>, ApiError> {
     let query = QueryParams::parse(raw.as_deref(), &["label"])?;
     let (rows, next_cursor) = list_page(&state, &query).await?;
-    let executions = rows
-        .into_iter()
-        .map(|row| ExecutionSummary {
+    let mut executions = Vec::with_capacity(rows.len());
+    for row in rows {
+        let error = closing_reason(&state, &row).await?;
+        executions.push(ExecutionSummary {
             id: row.id.into_string(),
             status: row.status,
             agent_id: row.agent_id.into_string(),
             labels: row.labels.map(Arc::unwrap_or_clone).unwrap_or_default(),
+            error,
             created_at: time::format(&row.created_at),
             updated_at: time::format(&row.updated_at),
-        })
-        .collect();
+        });
+    }
     Ok(Json(ListBody {
         executions,
         next_cursor,
@@ -271,16 +281,7 @@ pub(crate) fn list_filter(query: &QueryParams) -> Result<ListFilter, ApiError> {
     };
     let mut labels = Vec::new();
     for label in query.all("label") {
-        match label.split_once(':') {
-            Some((key, value)) if !key.is_empty() => {
-                labels.push((key.to_owned(), value.to_owned()))
-            }
-            _ => {
-                return Err(ApiError::validation(format_args!(
-                    "invalid label filter {label:?}, expected key:value"
-                )));
-            }
-        }
+        labels.push(super::query::label_filter(label)?);
     }
     let after = match query.get("cursor") {
         None => None,
@@ -311,9 +312,36 @@ pub async fn get(
     let id = ExecutionId::new(path_id(path)?);
     let row = state.kernel.execution(&id).await?;
     let budget = state.kernel.execution_budget(&row).await?;
+    let error = closing_reason(&state, &row).await?;
     let mut body = ExecutionBody::from(row);
     body.budget = budget;
+    body.error = error;
     Ok(Json(body))
+}
+
+/// How many of an execution's last events are searched for its terminal event (events that
+/// follow it, such as a step cancelled with the execution, are few).
+const CLOSING_EVENTS: i64 = 16;
+
+/// Returns the error of a failed execution or the reason of a cancelled one, read from its
+/// terminal event (`None` for any other status, or a cancellation without a reason).
+pub(crate) async fn closing_reason(
+    state: &AppState,
+    row: &ExecutionRow,
+) -> Result<Option<String>, ApiError> {
+    if !matches!(
+        row.status,
+        ExecutionStatus::Failed | ExecutionStatus::Cancelled
+    ) {
+        return Ok(None);
+    }
+    let after = (row.last_sequence - CLOSING_EVENTS).max(0);
+    let events = state.kernel.events(&row.id, after, CLOSING_EVENTS).await?;
+    Ok(events.iter().rev().find_map(|event| match &event.body {
+        EventBody::ExecutionFailed { error } => Some(error.clone()),
+        EventBody::ExecutionCancelled { reason } if !reason.is_empty() => Some(reason.clone()),
+        _ => None,
+    }))
 }
 
 /// `POST /v0/executions/{id}/cancel`; never reads the body.

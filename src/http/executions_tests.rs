@@ -46,11 +46,11 @@ fn bad_filters_have_the_wire_messages() {
     );
     assert_eq!(
         error("label=nocolon"),
-        r#"validation error: invalid label filter "nocolon", expected key:value"#
+        r#"validation error: invalid label filter "nocolon", expected key=value"#
     );
     assert_eq!(
         error("label=:v"),
-        r#"validation error: invalid label filter ":v", expected key:value"#
+        r#"validation error: invalid label filter ":v", expected key=value"#
     );
     assert_eq!(error("cursor=zzz"), "validation error: invalid cursor");
     let filter = list_filter(

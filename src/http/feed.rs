@@ -58,16 +58,7 @@ fn filter(query: &QueryParams) -> Result<FeedFilter, ApiError> {
         .map_err(|error| ApiError::validation(error.to_string()))?;
     let mut labels = Vec::new();
     for label in query.all("label") {
-        match label.split_once(':') {
-            Some((key, value)) if !key.is_empty() => {
-                labels.push((key.to_owned(), value.to_owned()));
-            }
-            _ => {
-                return Err(ApiError::validation(format_args!(
-                    "invalid label filter {label:?}, expected key:value"
-                )));
-            }
-        }
+        labels.push(super::query::label_filter(label)?);
     }
     Ok(FeedFilter {
         types,

@@ -85,8 +85,34 @@ fn decode_component(raw: &str) -> Option<String> {
         .map(Cow::into_owned)
 }
 
+/// Parses a label filter: `key=value`, or rebuno's `key:value` (what its SDK sends). The
+/// first `=` or `:` ends the key, so a value may hold either; the key may not be empty.
+pub fn label_filter(text: &str) -> Result<(String, String), super::error::ApiError> {
+    match text.find(['=', ':']) {
+        Some(at) if at > 0 => Ok((text[..at].to_owned(), text[at + 1..].to_owned())),
+        _ => Err(super::error::ApiError::validation(format_args!(
+            "invalid label filter {text:?}, expected key=value"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn label_filters_take_key_equals_value_and_rebunos_colon() {
+        let parse = |text| super::label_filter(text).map_err(|error| error.to_string());
+        assert_eq!(parse("team=ops"), Ok(("team".into(), "ops".into())));
+        assert_eq!(parse("team:ops"), Ok(("team".into(), "ops".into())));
+        // The first separator ends the key: values keep the other one.
+        assert_eq!(parse("url=http://x"), Ok(("url".into(), "http://x".into())));
+        assert_eq!(parse("expr:a=b"), Ok(("expr".into(), "a=b".into())));
+        assert_eq!(parse("team="), Ok(("team".into(), String::new())));
+        for bad in ["team", "=ops", ":ops", ""] {
+            let error = parse(bad).unwrap_err();
+            assert!(error.contains("expected key=value"), "{bad}: {error}");
+        }
+    }
     use super::*;
 
     fn parse(raw: &str) -> QueryParams {

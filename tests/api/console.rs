@@ -261,7 +261,7 @@ async fn counts_and_the_creation_time_window() {
         &bad,
         StatusCode::BAD_REQUEST,
         "VALIDATION_ERROR",
-        Some(r#"validation error: invalid label filter "nocolon", expected key:value"#),
+        Some(r#"validation error: invalid label filter "nocolon", expected key=value"#),
     );
 
     // created_after is inclusive, created_before exclusive; paging stops at the window.

@@ -338,8 +338,30 @@ async fn list_filters_by_status_agent_and_labels() {
     let (_, body) = kernel.get("/v0/executions?status=cancelled").await;
     assert_eq!(ids(&body), expect(&[&ops]));
     assert_eq!(body["executions"][0]["status"], "cancelled");
+    // A cancelled execution says why, in the list and in GET; the others carry no error.
+    assert_eq!(body["executions"][0]["error"], "cancelled by request");
+    let (_, one) = kernel
+        .get(&format!("/v0/executions/{}", ops["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(one["error"], "cancelled by request", "{one}");
+    let (_, body) = kernel.get("/v0/executions?agent_id=b").await;
+    assert!(
+        body["executions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e.get("error").is_none()),
+        "{body}"
+    );
     let (_, body) = kernel.get("/v0/executions?label=tier:1").await;
     assert_eq!(ids(&body), expect(&[&ops_east, &dev]));
+    // `key=value` filters as rebuno's `key:value` does; the first separator ends the key.
+    let (_, body) = kernel.get("/v0/executions?label=tier=1").await;
+    assert_eq!(ids(&body), expect(&[&ops_east, &dev]));
+    let (_, body) = kernel
+        .get("/v0/executions?label=team=ops+east&label=tier%3D1")
+        .await;
+    assert_eq!(ids(&body), expect(&[&ops_east]));
     // `+` is a space (form decoding), and all labels must match.
     let (_, body) = kernel
         .get("/v0/executions?label=team:ops+east&label=tier%3A1")
@@ -375,11 +397,11 @@ async fn list_rejects_bad_filters_and_cursors() {
         ),
         (
             "label=team",
-            Some(r#"validation error: invalid label filter "team", expected key:value"#),
+            Some(r#"validation error: invalid label filter "team", expected key=value"#),
         ),
         (
             "label=:ops",
-            Some(r#"validation error: invalid label filter ":ops", expected key:value"#),
+            Some(r#"validation error: invalid label filter ":ops", expected key=value"#),
         ),
         ("cursor=not-a-cursor", None),
         ("cursor=Zm9vYmFy", None),

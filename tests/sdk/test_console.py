@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,6 +188,10 @@ def test_login_live_list_signal_and_cancel(sandbox: Sandbox) -> None:
         assert "math.add" in steps[0].text and "attempt 1 of 1" in steps[0].text
         steps[0].find_element(By.TAG_NAME, "summary").click()
         wait(b, "the step's events", lambda d: css(d, "#timeline li.step .step-events li"))
+        # One time format on every page: the header's and the timeline's.
+        stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,3})? UTC$")
+        times = [t.get_attribute("textContent") for t in css(b, "time")]
+        assert len(times) > 3 and all(stamp.match(t) for t in times), times
         shot(b, "execution")
 
         # Cancel from the console: the SDK handler is cancelled.
@@ -198,6 +203,35 @@ def test_login_live_list_signal_and_cancel(sandbox: Sandbox) -> None:
         wait(b, "the header to show cancelled", status_is("cancelled"))
         assert not css(b, "form[data-cancel]"), "a cancelled execution offers no actions"
         agent.wait_marker("cancelled", doomed)
+        # The header says why it ended.
+        wait(b, "the reason in the header", lambda d: css(d, "#execution-error"))
+        assert b.find_element(By.ID, "execution-error").text == "cancelled by request"
+
+        # "Run again": a new execution with the same agent, input and labels, and its page.
+        b.find_element(By.CSS_SELECTOR, "form[data-rerun] button").click()
+        wait(b, "the new execution's page", lambda d: d.current_url.rstrip("/").split("/")[-1] != doomed
+             and css(d, '[data-page="execution"]'))
+        again = b.current_url.rstrip("/").split("/")[-1]
+        copy = api(kernel, f"/v0/executions/{again}", token)
+        assert copy["agent_id"] == agent_id and copy["input"] == {"op": "hold", "signal": "never"}, copy
+        assert copy["labels"] == {"suite": "console"}, copy
+        wait(b, "the copy to block like the original", status_is("blocked"))
+        # The blocked glyph is one every default font has (not U+23F8, an empty box in Chromium).
+        assert css(b, "#execution-status .badge span")[0].text == "‖"
+        b.find_element(By.CSS_SELECTOR, "form[data-cancel] button").click()
+        wait(b, "the copy to be cancelled", status_is("cancelled"))
+
+        # The list: filters come before the table, labels read key=value.
+        b.get(kernel.url + "/")
+        wait(b, "the executions page", lambda d: css(d, "table.executions"))
+        assert b.execute_script(
+            "return document.querySelector('form.filters')"
+            ".compareDocumentPosition(document.querySelector('table.executions'))"
+            " & Node.DOCUMENT_POSITION_FOLLOWING"
+        )
+        row = f'tr[data-execution-id="{doomed}"]'
+        assert "suite=console" in css(b, row)[0].text
+        assert "cancelled by request" in css(b, row + " [data-error]")[0].text
 
         # Sign out: the token is forgotten and the sign-in form is back.
         b.find_element(By.ID, "logout").click()

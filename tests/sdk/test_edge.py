@@ -65,6 +65,11 @@ def test_failing_handler_fails_the_execution(
     assert final.status == ExecutionStatus.FAILED, final
     assert events[-1].type == "execution.failed"
     assert events[-1].payload["error"] == recorded
+    # The execution object says why (a Keel field the rebuno SDK parsed past, above), in GET
+    # and in the list.
+    assert kernel.get(f"/v0/executions/{final.id}")["error"] == recorded
+    listed = kernel.get("/v0/executions", agent_id=agent_id)["executions"]
+    assert [e["error"] for e in listed] == [recorded]
 
 
 def test_step_timeout_fails_the_execution_and_stops_the_handler(sandbox: Sandbox) -> None:
@@ -77,6 +82,7 @@ def test_step_timeout_fails_the_execution_and_stops_the_handler(sandbox: Sandbox
     assert "step.timed_out" in types
     assert events[-1].type == "execution.failed"
     assert events[-1].payload["error"] == "step timed out"
+    assert kernel.get(f"/v0/executions/{final.id}")["error"] == "step timed out"
     # The kernel told the agent (execution.cancelled push); the SDK cancelled the handler.
     agent.wait_marker("cancelled", final.id, timeout=5)
     assert not [m for m in agent.markers("done") if m["execution_id"] == final.id]

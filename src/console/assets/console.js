@@ -195,6 +195,30 @@
     }
   }
 
+  // "Run again": a new execution with the same agent, input and labels; opens its page.
+  async function runAgain(form) {
+    try {
+      const original = await request('GET', executionUrl(form));
+      if (!original.ok) {
+        flash('Run again failed: ' + (await errorText(original)), 'error');
+        return;
+      }
+      const execution = await original.json();
+      const body = { agent_id: execution.agent_id, input: execution.input };
+      if (execution.labels) body.labels = execution.labels;
+      const created = await request('POST', '/v0/executions', body);
+      if (!created.ok) {
+        flash('Run again failed: ' + (await errorText(created)), 'error');
+        return;
+      }
+      const fresh = await created.json();
+      location.assign('/executions/' + encodeURIComponent(fresh.id));
+    } catch (error) {
+      if (error instanceof Unauthorized) showLogin('The kernel refused this token.');
+      else flash('Run again failed: ' + error.message, 'error');
+    }
+  }
+
   const executionUrl = (form) => '/v0/executions/' + encodeURIComponent(form.dataset.executionId);
 
   document.addEventListener('submit', async (event) => {
@@ -206,6 +230,9 @@
       input.value = '';
       if (location.pathname === '/login') location.assign('/');
       else load();
+    } else if (form.matches('[data-rerun]')) {
+      event.preventDefault();
+      await runAgain(form);
     } else if (form.matches('[data-cancel]')) {
       event.preventDefault();
       await act('Cancel', 'POST', executionUrl(form) + '/cancel');
@@ -254,7 +281,7 @@
   const TERMINAL = new Set(['execution.completed', 'execution.failed', 'execution.cancelled']);
   const STEP_STATE = {
     'step.created': ['pending', '○'],
-    'step.approval_required': ['waiting for approval', '⏸'],
+    'step.approval_required': ['waiting for approval', '‖'],
     'step.dispatched': ['dispatched', '→'],
     'step.started': ['running', '▶'],
     'step.completed': ['succeeded', '✔'],
@@ -282,8 +309,9 @@
 
   function clock(timestamp) {
     const text = String(timestamp || '');
-    const match = text.match(/T(\d\d:\d\d:\d\d(?:\.\d{1,3})?)/);
-    return match ? match[1] : text;
+    // The format of every page (YYYY-MM-DD HH:MM:SS UTC), with milliseconds on the timeline.
+    const match = text.match(/^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d(?:\.\d{1,3})?)/);
+    return match ? match[1] + ' ' + match[2] + ' UTC' : text;
   }
 
   function preview(value, max) {

@@ -117,7 +117,7 @@ fn approvals() {}
 #[utoipa::path(get, path = "/v0/executions/counts", tag = "operators",
     params(
         ("agent_id" = Option<String>, Query, description = "Only this agent's executions"),
-        ("label" = Option<Vec<String>>, Query, description = "`key:value`, repeatable, all must match"),
+        ("label" = Option<Vec<String>>, Query, description = "`key=value` (or rebuno's `key:value`), repeatable, all must match"),
     ),
     responses(
         (status = 200, description = "Executions by status", body = ExecutionCounts),

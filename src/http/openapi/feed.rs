@@ -56,7 +56,7 @@ pub struct FeedPage {
         ("types" = Option<String>, Query, description = "Comma-separated type patterns (`step.*`, `*.failed`)"),
         ("agent_id" = Option<String>, Query, description = "Only executions of this agent"),
         ("execution_id" = Option<String>, Query, description = "Only this execution"),
-        ("label" = Option<String>, Query, description = "`key:value`, repeatable; every pair must match"),
+        ("label" = Option<String>, Query, description = "`key=value` (or rebuno's `key:value`), repeatable; every pair must match"),
     ),
     responses(
         (status = 200, description = "Events of every execution in position order", body = FeedPage),
@@ -72,7 +72,7 @@ pub fn feed_page() {}
         ("types" = Option<String>, Query, description = "Comma-separated type patterns"),
         ("agent_id" = Option<String>, Query, description = "Only executions of this agent"),
         ("execution_id" = Option<String>, Query, description = "Only this execution"),
-        ("label" = Option<String>, Query, description = "`key:value`, repeatable"),
+        ("label" = Option<String>, Query, description = "`key=value` (or rebuno's `key:value`), repeatable"),
     ),
     responses(
         (status = 200, description = "SSE: `id: <position>`, `event: <type>`, `data: <FeedEvent>` \

@@ -63,7 +63,7 @@ fn create_execution() {}
     params(
         ("status" = Option<String>, Query, description = "pending, running, blocked, completed, failed or cancelled"),
         ("agent_id" = Option<String>, Query, description = "Only this agent's executions"),
-        ("label" = Option<Vec<String>>, Query, description = "`key:value`, repeatable, all must match"),
+        ("label" = Option<Vec<String>>, Query, description = "`key=value` (or rebuno's `key:value`), repeatable, all must match"),
         ("limit" = Option<i64>, Query, description = "Page size, 1-200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
         ("created_after" = Option<String>, Query, description = "RFC 3339; only executions created at or after it (paging stops there)"),

@@ -84,6 +84,9 @@ pub struct Execution {
     /// Output; present only once completed with a non-null output.
     #[schema(required = false)]
     output: Option<Value>,
+    /// Why it failed, or why it was cancelled (Keel addition; present only then).
+    #[schema(required = false)]
+    error: Option<String>,
     /// RFC 3339 with microseconds, UTC.
     #[schema(format = DateTime)]
     created_at: String,
@@ -103,6 +106,9 @@ pub struct ExecutionSummary {
     status: ExecutionStatus,
     agent_id: String,
     labels: BTreeMap<String, String>,
+    /// Why it failed, or why it was cancelled (Keel addition; present only then).
+    #[schema(required = false)]
+    error: Option<String>,
     #[schema(format = DateTime)]
     created_at: String,
     #[schema(format = DateTime)]
