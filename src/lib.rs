@@ -6,6 +6,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub mod app;
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;

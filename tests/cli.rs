@@ -18,6 +18,8 @@ struct Kernel {
     _child: Child,
     url: String,
     _data: tempfile::TempDir,
+    /// Everything the kernel logged so far.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Kernel {
@@ -49,11 +51,20 @@ impl Kernel {
         .ok()
         .flatten()
         .expect("keel dev reports its address");
-        tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = kept.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = log.next_line().await {
+                let mut text = sink.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
         Kernel {
             _child: child,
             url: format!("http://{address}"),
             _data: data,
+            log: kept,
         }
     }
 }
@@ -272,4 +283,90 @@ async fn events_tail_follows_one_execution_to_its_end_and_all_tail_follows_the_f
         feed.try_wait().expect("status").is_none(),
         "--tail keeps following"
     );
+}
+
+#[tokio::test]
+async fn keys_are_created_listed_rotated_and_revoked_and_no_secret_reaches_the_log() {
+    let kernel = Kernel::start(&[("KEEL_BEARER_TOKEN", "root-token")]).await;
+    let admin = [
+        ("KEEL_URL", kernel.url.as_str()),
+        ("KEEL_TOKEN", "root-token"),
+    ];
+    let created = keel(
+        &[
+            "keys",
+            "create",
+            "ci-bot",
+            "--role",
+            "agent",
+            "--agent",
+            "billing-*",
+            "--label",
+            "team=billing",
+        ],
+        &admin,
+    )
+    .await;
+    assert!(created.status.success(), "{}", stderr(&created));
+    let secret = stdout(&created)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        secret.starts_with("keel_") && secret.len() == 66,
+        "{secret:?}"
+    );
+    let as_bot = [
+        ("KEEL_URL", kernel.url.as_str()),
+        ("KEEL_TOKEN", secret.as_str()),
+    ];
+    // The agent key creates for its agents only.
+    let mine = keel(
+        &["create", "--agent", "billing-eu", "--label", "team=billing"],
+        &as_bot,
+    )
+    .await;
+    assert!(mine.status.success(), "{}", stderr(&mine));
+    let other = keel(&["create", "--agent", "support"], &as_bot).await;
+    assert!(!other.status.success());
+    assert!(stderr(&other).contains("403"), "{}", stderr(&other));
+    let listed = keel(&["keys", "list"], &admin).await;
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(
+        stdout(&listed).contains("ci-bot") && stdout(&listed).contains("agents=billing-*"),
+        "{}",
+        stdout(&listed)
+    );
+    let rotated = keel(&["keys", "rotate", "ci-bot"], &admin).await;
+    assert!(rotated.status.success(), "{}", stderr(&rotated));
+    let fresh = stdout(&rotated)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert_ne!(fresh, secret);
+    let old = keel(&["executions"], &as_bot).await;
+    assert!(stderr(&old).contains("401"), "{}", stderr(&old));
+    let revoked = keel(&["keys", "revoke", "ci-bot"], &admin).await;
+    assert!(revoked.status.success(), "{}", stderr(&revoked));
+    let after = keel(
+        &["create", "--agent", "billing-eu"],
+        &[
+            ("KEEL_URL", kernel.url.as_str()),
+            ("KEEL_TOKEN", fresh.as_str()),
+        ],
+    )
+    .await;
+    assert!(stderr(&after).contains("401"), "{}", stderr(&after));
+    // Not an admin: the key API is closed to it.
+    let log = kernel.log.lock().unwrap().clone();
+    assert!(
+        log.contains("authentication failed") && log.contains("ci-bot"),
+        "{log}"
+    );
+    assert!(log.contains("request forbidden"), "{log}");
+    for leaked in [&secret[18..], &fresh[18..], "root-token"] {
+        assert!(!log.contains(leaked), "a secret reached the log:\n{log}");
+    }
 }

@@ -49,16 +49,21 @@ impl Push {
         }
     }
 
-    /// Returns `approval.resolved`.
+    /// Returns `approval.resolved`; `reason` (the answer's reason, when one was given) is an
+    /// extra field: the rebuno SDK ignores it, the step's `step.failed` carries it too.
     pub fn approval_resolved(
         execution_id: &ExecutionId,
         step_id: &StepId,
         approved: bool,
+        reason: Option<&str>,
         session_id: &SessionId,
     ) -> Self {
-        let data = json!({
+        let mut data = json!({
             "execution_id": execution_id, "step_id": step_id, "approved": approved, "session_id": session_id,
         });
+        if let Some(reason) = reason.filter(|reason| !reason.is_empty()) {
+            data["reason"] = json!(reason);
+        }
         Self {
             event: "approval.resolved",
             data,

@@ -194,6 +194,18 @@ pub struct PendingApproval {
     pub requested_at: Timestamp,
 }
 
+/// An API key as the store keeps it: looked up by `public_id`, unique by `name`; `record` is
+/// the HTTP adapter's JSON (role, scopes, hash of the secret, times), opaque to the store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredKey {
+    /// Public part of the key (`keel_<public_id>_<secret>`).
+    pub public_id: String,
+    /// Unique name.
+    pub name: String,
+    /// Everything else, as JSON.
+    pub record: Value,
+}
+
 /// Durable storage of events and projections.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -363,6 +375,21 @@ pub trait Store: Send + Sync + 'static {
         let _ = (id, position);
         Err(StoreError::Unavailable(
             "this store keeps no webhook positions".to_owned(),
+        ))
+    }
+
+    /// Returns every API key, revoked ones included. Stores without keys (test doubles)
+    /// have none.
+    async fn api_keys(&self) -> Result<Vec<StoredKey>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// Inserts or replaces `keys` (by `public_id`) in one transaction. Fails with `Conflict`
+    /// when a name is taken by another key.
+    async fn put_api_keys(&self, keys: &[StoredKey]) -> Result<(), StoreError> {
+        let _ = keys;
+        Err(StoreError::Unavailable(
+            "this store keeps no API keys".to_owned(),
         ))
     }
 

@@ -56,6 +56,9 @@ pub enum Command {
     Health(HealthArgs),
     /// Lists the circuit breakers that are open, half-open or counting failures.
     Breakers(HealthArgs),
+    /// Manages API keys (admin): list, create, rotate, revoke (docs/security.md).
+    #[command(subcommand)]
+    Keys(crate::cli::keys::KeysCommand),
     /// Serves tools from the command line: runs each job in a fresh worker process
     /// (`keel runner --exec --runner-id R --tool T -- PROGRAM ARGS…`; docs/guardrails.md).
     Runner(crate::cli::runner::RunnerArgs),

@@ -117,6 +117,12 @@ impl Client {
         decode(self.send(request).await?).await
     }
 
+    /// DELETEs `path` and decodes the JSON answer (`null` when empty).
+    pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
+        let request = self.request(&self.http, Method::DELETE, path);
+        decode(self.send(request).await?).await
+    }
+
     /// Opens a streaming GET (SSE) on `path`; an error status is decoded into [`CliError::Api`].
     pub async fn stream(&self, path: &str, query: &[(&str, String)]) -> Result<Response, CliError> {
         let request = self

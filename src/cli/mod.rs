@@ -9,6 +9,7 @@ pub mod client;
 mod events;
 mod feed;
 pub mod jsonl;
+pub mod keys;
 pub mod output;
 pub mod runner;
 mod watch;
@@ -134,6 +135,7 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
         }
         Command::Health(args) => health(&args.client).await,
         Command::Breakers(args) => breakers::run(&args.client).await,
+        Command::Keys(command) => keys::run(&command).await,
         Command::Runner(args) => runner::run(args).await,
         Command::Client(args) => jsonl::run(args).await,
         Command::RunnerShim(args) => runner::shim::exec(args),
@@ -154,6 +156,7 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         Command::Signal(args) => Some(&args.client),
         Command::Health(args) => Some(&args.client),
         Command::Breakers(args) => Some(&args.client),
+        Command::Keys(command) => Some(command.client()),
         Command::Runner(args) => Some(&args.client),
         Command::Client(args) => Some(&args.client),
         Command::Dev(_)

@@ -114,6 +114,7 @@ pub async fn intent(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<IntentBody>, ApiError> {
+    let principal = super::keys::principal_of(&request);
     let body: IntentRequest = read_json(
         request,
         state.settings.large_body_limit,
@@ -131,6 +132,7 @@ pub async fn intent(
     let Some(fields) = body.intent else {
         return Err(ApiError::validation("intent.type is required"));
     };
+    super::auth::check_agent_execution(&state, &principal, &execution_id).await?;
     super::request_id::record("execution.id", &execution_id);
     if let Some(tool_id) = &fields.tool_id {
         super::request_id::record("tool.id", tool_id);
@@ -195,6 +197,7 @@ pub async fn step_result(
     State(state): State<AppState>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
+    let principal = super::keys::principal_of(&request);
     let body: StepResultRequest = read_json(
         request,
         state.settings.large_body_limit,
@@ -209,6 +212,7 @@ pub async fn step_result(
             "execution_id, session_id, and step_id are required",
         ));
     }
+    super::auth::check_agent_execution(&state, &principal, &execution_id).await?;
     let cost =
         keel_actors::guardrails::budget::parse_cost(body.cost.as_ref().unwrap_or(&Value::Null))
             .map_err(ApiError::validation)?;

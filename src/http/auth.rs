@@ -1,58 +1,392 @@
-//! Bearer authentication (WIRE.md §2) and CORS (§1.3), as middleware in front of every route.
+//! Authentication (docs/security.md), authorization by route and role, and CORS (WIRE.md §1.3),
+//! as middleware in front of every route.
 //!
-//! With a token configured every route but `GET /v0/health` and `GET /v0/ready` needs exactly
-//! one `Authorization: Bearer <token>` header (capital B, one space, byte-for-byte equal,
-//! compared in constant time); anything else, including a second `Authorization` header next
-//! to a valid one, is 401 before the handler runs, so an SSE request with a bad token gets the
-//! JSON envelope, never a stream. With CORS origins configured every response
-//! carries the CORS headers and any `OPTIONS` request is answered 204 before authentication.
-//! Both run inside the request-id middleware (`request_id.rs`), one layer for all three: each
-//! layer of axum's `from_fn` boxes the request's future and clones the routes behind it.
+//! A kernel needs credentials once it has a `--bearer-token` or any API key that is not
+//! revoked; until then (`keel dev`) every request acts as the admin `anonymous`. With
+//! credentials required, every route but `GET /v0/health`, `GET /v0/ready` and the console's
+//! public pages needs exactly one `Authorization: Bearer <token>` header (the scheme matched
+//! case-insensitively, RFC 7235): the `--bearer-token` (compared in constant time) acts as the
+//! admin `admin`; an API key is looked up in memory by its public id and its secret's hash
+//! compared in constant time (`crate::auth`). Anything else — a second `Authorization`
+//! header included — is 401 with `WWW-Authenticate: Bearer` before the handler runs, so an SSE
+//! request with a bad key gets the JSON envelope, never a stream. An authenticated key whose role
+//! or scope does not allow the route is 403 `FORBIDDEN`. Every refusal is logged with the key's
+//! name (never the secret), the route and the reason; failures are limited per client address
+//! (`crate::auth::failures`). The principal goes to the handler as a request extension, and a
+//! stream opened with a key ends when the key is revoked, rotated or expires.
+//!
+//! With CORS origins configured every response carries the CORS headers and any `OPTIONS`
+//! request is answered 204 before authentication. All of it runs inside the request-id
+//! middleware (`request_id.rs`), one layer for all three: each layer of axum's `from_fn` boxes
+//! the request's future and clones the routes behind it.
 
-use axum::extract::Request;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_MAX_AGE, AUTHORIZATION, ORIGIN, VARY,
+    ACCESS_CONTROL_MAX_AGE, AUTHORIZATION, CONTENT_TYPE, ORIGIN, VARY, WWW_AUTHENTICATE,
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
 use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::auth::failures::Verdict;
+use crate::auth::role::{self, Access};
+use crate::auth::{Principal, Rejected, Role};
 
-/// Paths reachable without a token (only with `GET`).
-const EXEMPT_PATHS: [&str; 2] = ["/v0/health", "/v0/ready"];
-
-/// Answers a request before its handler when authentication or CORS says so: `OPTIONS` with
-/// 204 when CORS origins are configured (before authentication), and 401 when a token is
-/// configured and the request does not carry it. `None` lets the handler run.
-pub fn answer_early(state: &AppState, request: &Request) -> Option<Response> {
+/// Authenticates and authorizes `request` (`route` is its matched path, or its raw path when
+/// no route matched). `Ok(Some(principal))` when a key or the token was checked (the principal
+/// is also in the request's extensions), `Ok(None)` when nothing was required, `Err` with the
+/// answer (204 preflight, 401, 403, 429, 503) otherwise.
+pub async fn authenticate(
+    state: &AppState,
+    request: &mut Request,
+    route: &str,
+) -> Result<Option<Principal>, Response> {
     if !state.settings.cors_origins.is_empty() && request.method() == Method::OPTIONS {
-        return Some(StatusCode::NO_CONTENT.into_response());
+        return Err(StatusCode::NO_CONTENT.into_response());
     }
-    let token = state.settings.bearer_token.as_deref()?;
-    let exempt = request.method() == Method::GET
-        && (EXEMPT_PATHS.contains(&request.uri().path())
-            || crate::console::is_public(request.uri().path()));
-    if exempt || authorized(request.headers(), token) {
-        return None;
+    let access = role::access(request.method(), route);
+    let public = request.method() == Method::GET
+        && (access == Access::Public || crate::console::is_public(request.uri().path()));
+    if public {
+        return Ok(None);
     }
-    Some(ApiError::Unauthorized("unauthorized".to_owned()).into_response())
+    if state.settings.bearer_token.is_none() {
+        if let Err(error) = state.keys.ensure_loaded().await {
+            tracing::warn!(error = %error, "reading API keys failed");
+            return Err(ApiError::Unavailable("API keys cannot be read".to_owned()).into_response());
+        }
+        if !state.keys.has_keys() {
+            return Ok(None);
+        }
+    }
+    let principal = match identify(state, request.headers()).await {
+        Ok(principal) => principal,
+        Err((reason, key)) => {
+            return Err(refuse_unauthenticated(state, request, route, reason, key));
+        }
+    };
+    if let Some(reason) = forbidden(access, &principal, request) {
+        tracing::warn!(
+            key = %principal.name,
+            role = %principal.role,
+            route = %route,
+            method = %request.method(),
+            reason = %reason,
+            "request forbidden"
+        );
+        return Err(ApiError::Forbidden {
+            rule_id: String::new(),
+            message: format!("forbidden: {reason}"),
+        }
+        .into_response());
+    }
+    request.extensions_mut().insert(principal.clone());
+    Ok(Some(principal))
 }
 
-/// Returns whether `headers` carry `Authorization: Bearer <token>` and no other
-/// `Authorization` header: ambiguous credentials are never accepted.
-fn authorized(headers: &HeaderMap, token: &str) -> bool {
+/// Why a 401: the reason logged and sent, and the key's name when it is known.
+type Unauthenticated = (&'static str, Option<Arc<str>>);
+
+/// Finds who the `Authorization` header names.
+async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Principal, Unauthenticated> {
+    let token = match bearer(headers) {
+        Bearer::Missing => return Err(("missing bearer token", None)),
+        Bearer::Ambiguous => return Err(("more than one Authorization header", None)),
+        Bearer::Malformed => return Err(("not a bearer token", None)),
+        Bearer::Token(token) => token,
+    };
+    if let Some(expected) = state.settings.bearer_token.as_deref()
+        && !expected.is_empty()
+        && bool::from(token.as_bytes().ct_eq(expected.as_bytes()))
+    {
+        return Ok(Principal::bearer_token());
+    }
+    if crate::auth::key::parse(token).is_none() {
+        return Err((Rejected::Unknown.as_str(), None));
+    }
+    if let Err(error) = state.keys.ensure_loaded().await {
+        tracing::warn!(error = %error, "reading API keys failed");
+        return Err(("API keys cannot be read", None));
+    }
+    state
+        .keys
+        .authenticate(token)
+        .map_err(|(rejected, name)| (rejected.as_str(), name))
+}
+
+/// The 401 (or, past the failure limit of the client's address, 429) of a request whose
+/// credentials were refused, logged unless the limit silenced it.
+fn refuse_unauthenticated(
+    state: &AppState,
+    request: &Request,
+    route: &str,
+    reason: &'static str,
+    key: Option<Arc<str>>,
+) -> Response {
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| address.ip());
+    let verdict = match client {
+        Some(ip) => state.auth_failures.record(ip, Instant::now()),
+        None => Verdict::Log,
+    };
+    let key = key.as_deref().unwrap_or("-");
+    let client_text = client.map_or_else(|| "-".to_owned(), |ip| ip.to_string());
+    match verdict {
+        Verdict::Log => tracing::warn!(
+            key = %key,
+            route = %route,
+            method = %request.method(),
+            client = %client_text,
+            reason = %reason,
+            "authentication failed"
+        ),
+        Verdict::Throttle { log: true, .. } | Verdict::Quiet { log: true } => tracing::warn!(
+            client = %client_text,
+            route = %route,
+            limit = crate::auth::failures::LIMIT,
+            window_s = crate::auth::failures::WINDOW.as_secs(),
+            "authentication failing repeatedly from this address; its failures are not logged for the rest of the window"
+        ),
+        Verdict::Throttle { log: false, .. } | Verdict::Quiet { log: false } => {}
+    }
+    let mut response = match verdict {
+        Verdict::Throttle { retry_after, .. } => ApiError::RateLimited(
+            "too many failed authentication attempts from this address".to_owned(),
+            retry_after,
+        )
+        .into_response(),
+        Verdict::Log | Verdict::Quiet { .. } => {
+            ApiError::Unauthorized(unauthorized_message(reason)).into_response()
+        }
+    };
+    if response.status() == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"keel\""),
+        );
+    }
+    response
+}
+
+/// The message of a 401: `unauthorized`, naming the reason only for a key whose secret was
+/// right (revoked or expired), so that a guess learns nothing.
+fn unauthorized_message(reason: &str) -> String {
+    if reason == Rejected::Revoked.as_str() || reason == Rejected::Expired.as_str() {
+        format!("unauthorized: {reason}")
+    } else {
+        "unauthorized".to_owned()
+    }
+}
+
+/// What the `Authorization` headers hold.
+#[derive(Debug, PartialEq, Eq)]
+enum Bearer<'a> {
+    /// None.
+    Missing,
+    /// More than one: ambiguous credentials are never accepted.
+    Ambiguous,
+    /// One, not of the form `Bearer <token>` (scheme in any case, RFC 7235).
+    Malformed,
+    /// One bearer token.
+    Token(&'a str),
+}
+
+/// Reads the one `Authorization: Bearer <token>` header.
+fn bearer(headers: &HeaderMap) -> Bearer<'_> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return false;
+    let value = match (values.next(), values.next()) {
+        (None, _) => return Bearer::Missing,
+        (Some(_), Some(_)) => return Bearer::Ambiguous,
+        (Some(value), None) => value,
     };
-    let Some(given) = value.as_bytes().strip_prefix(b"Bearer ") else {
-        return false;
+    let Ok(text) = value.to_str() else {
+        return Bearer::Malformed;
     };
-    // Different lengths compare unequal (and only the length leaks, as with any comparison).
-    !token.is_empty() && bool::from(given.ct_eq(token.as_bytes()))
+    match text.split_once(' ') {
+        Some((scheme, token))
+            if scheme.eq_ignore_ascii_case("bearer")
+                && !token.is_empty()
+                && !token.contains(' ') =>
+        {
+            Bearer::Token(token)
+        }
+        _ => Bearer::Malformed,
+    }
+}
+
+/// Why `principal` may not call the route, when its role or scope says so. The body's checks
+/// (an agent key's creations, a runner key's `started`) are the handlers'.
+fn forbidden(access: Access, principal: &Principal, request: &Request) -> Option<String> {
+    if let Some(reason) = role::refusal(access, principal.role) {
+        return Some(format!("{reason} (role {})", principal.role));
+    }
+    let scopes = &principal.scopes;
+    match (access, principal.role) {
+        (Access::AgentStream, Role::Agent) => {
+            let agent = query_value(request, "agent_id").unwrap_or_default();
+            (!scopes.allows_agent(&agent))
+                .then(|| format!("agent id {agent:?} is outside the key's scope"))
+        }
+        (Access::RunnerStream, Role::Runner) => {
+            let runner = query_value(request, "runner_id").unwrap_or_default();
+            if !scopes.allows_runner(&runner) {
+                return Some(format!("runner id {runner:?} is outside the key's scope"));
+            }
+            let capabilities = query_value(request, "capabilities").unwrap_or_default();
+            capabilities
+                .split(',')
+                .map(str::trim)
+                .find(|tool| !tool.is_empty() && !scopes.allows_tool(tool))
+                .map(|tool| format!("tool {tool:?} is outside the key's scope"))
+        }
+        (Access::RunnerPath | Access::RunnerRemove, Role::Runner) => {
+            let runner = path_runner(request.uri().path()).unwrap_or_default();
+            (!scopes.allows_runner(&runner))
+                .then(|| format!("runner id {runner:?} is outside the key's scope"))
+        }
+        _ => None,
+    }
+}
+
+/// A 403 for what a handler found in the body, logged like the route refusals.
+fn refuse(principal: &Principal, reason: String) -> ApiError {
+    tracing::warn!(key = %principal.name, role = %principal.role, reason = %reason, "request forbidden");
+    ApiError::Forbidden {
+        rule_id: String::new(),
+        message: format!("forbidden: {reason}"),
+    }
+}
+
+/// A creation: an agent key only for its agents; a key with label scopes only with those
+/// labels.
+pub fn check_creation(
+    principal: &Principal,
+    agent_id: &str,
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<(), ApiError> {
+    if principal.role == Role::Agent && !principal.scopes.allows_agent(agent_id) {
+        return Err(refuse(
+            principal,
+            format!("agent id {agent_id:?} is outside the key's scope"),
+        ));
+    }
+    for (key, value) in labels.into_iter().flatten() {
+        if !principal.scopes.allows_label(key, value) {
+            return Err(refuse(
+                principal,
+                format!("label {key}={value} is outside the key's scope"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An agent key's intent or step result: only for executions of its agents (one read of the
+/// execution, for agent keys only; an unknown execution is left to the handler's answer).
+pub async fn check_agent_execution(
+    state: &AppState,
+    principal: &Principal,
+    execution_id: &str,
+) -> Result<(), ApiError> {
+    if principal.role != Role::Agent || principal.scopes.agents.is_empty() {
+        return Ok(());
+    }
+    let id = keel_actors::ids::ExecutionId::new(execution_id.to_owned());
+    match state.kernel.execution(&id).await {
+        Ok(row) if !principal.scopes.allows_agent(row.agent_id.as_str()) => Err(refuse(
+            principal,
+            format!(
+                "execution {execution_id} belongs to agent {:?}, outside the key's scope",
+                row.agent_id.as_str()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A signal: approvers send only `step.approve` and `step.deny`.
+pub fn check_signal(principal: &Principal, signal_type: &str) -> Result<(), ApiError> {
+    let approval = matches!(signal_type, "step.approve" | "step.deny");
+    if principal.role == Role::Approver && !approval {
+        return Err(refuse(
+            principal,
+            format!("an approver key sends only step.approve and step.deny, not {signal_type:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A runner key names only its runners.
+pub fn check_runner(principal: &Principal, runner_id: &str) -> Result<(), ApiError> {
+    if principal.role == Role::Runner && !principal.scopes.allows_runner(runner_id) {
+        return Err(refuse(
+            principal,
+            format!("runner id {runner_id:?} is outside the key's scope"),
+        ));
+    }
+    Ok(())
+}
+
+/// A runner key serves only its tools.
+pub fn check_tool(principal: &Principal, tool_id: &str) -> Result<(), ApiError> {
+    if principal.role == Role::Runner && !principal.scopes.allows_tool(tool_id) {
+        return Err(refuse(
+            principal,
+            format!("tool {tool_id:?} is outside the key's scope"),
+        ));
+    }
+    Ok(())
+}
+
+/// The first value of `name` in the request's query, decoded.
+fn query_value(request: &Request, name: &str) -> Option<String> {
+    let query = request.uri().query()?;
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
+}
+
+/// The `{id}` of `/v0/runners/{id}/...`, decoded.
+fn path_runner(path: &str) -> Option<String> {
+    let segment = path.strip_prefix("/v0/runners/")?.split('/').next()?;
+    Some(
+        percent_encoding::percent_decode_str(segment)
+            .decode_utf8_lossy()
+            .into_owned(),
+    )
+}
+
+/// Ends a streaming response when the key that opened it is revoked, rotated or expires; other
+/// responses, and those of the bearer token or an open kernel, are returned as they are.
+pub fn bind_stream(principal: Option<Principal>, response: Response) -> Response {
+    let Some(principal) = principal else {
+        return response;
+    };
+    if principal.revoked.is_none() && principal.expires_at.is_none() {
+        return response;
+    }
+    let streaming = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
+    if !streaming {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let ended = async move { principal.invalidated().await };
+    let body = Body::from_stream(body.into_data_stream().take_until(ended));
+    Response::from_parts(parts, body)
 }
 
 /// The CORS headers a response to a request with `headers` carries: `None` when no origins are
@@ -118,20 +452,29 @@ mod tests {
     }
 
     #[test]
-    fn only_the_exact_bearer_form_is_accepted() {
-        assert!(authorized(&with_authorization("Bearer s3cret"), "s3cret"));
-        for bad in [
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        for good in [
+            "Bearer s3cret",
             "bearer s3cret",
+            "BEARER s3cret",
+            "bEaReR s3cret",
+        ] {
+            assert_eq!(
+                bearer(&with_authorization(good)),
+                Bearer::Token("s3cret"),
+                "{good}"
+            );
+        }
+        for bad in [
             "Bearer  s3cret",
             "Basic s3cret",
             "s3cret",
             "Bearer ",
-            "Bearer s3cre",
-            "Bearer s3cret ",
+            "Bearer s3cret x",
         ] {
-            assert!(!authorized(&with_authorization(bad), "s3cret"), "{bad}");
+            assert_eq!(bearer(&with_authorization(bad)), Bearer::Malformed, "{bad}");
         }
-        assert!(!authorized(&HeaderMap::new(), "s3cret"));
+        assert_eq!(bearer(&HeaderMap::new()), Bearer::Missing);
     }
 
     #[test]
@@ -139,8 +482,18 @@ mod tests {
         for second in ["Bearer s3cret", "Bearer other", "Basic x", ""] {
             let mut headers = with_authorization("Bearer s3cret");
             headers.append(AUTHORIZATION, HeaderValue::from_str(second).unwrap());
-            assert!(!authorized(&headers, "s3cret"), "{second:?}");
+            assert_eq!(bearer(&headers), Bearer::Ambiguous, "{second:?}");
         }
+    }
+
+    #[test]
+    fn runner_ids_are_read_from_the_path() {
+        assert_eq!(
+            path_runner("/v0/runners/r%201/results").as_deref(),
+            Some("r 1")
+        );
+        assert_eq!(path_runner("/v0/runners/r1").as_deref(), Some("r1"));
+        assert_eq!(path_runner("/v0/executions"), None);
     }
 
     #[test]

@@ -139,6 +139,7 @@ pub async fn create(
     request: Request,
 ) -> Result<(StatusCode, Json<ExecutionBody>), ApiError> {
     let key = creation::idempotency_key(request.headers())?;
+    let principal = super::keys::principal_of(&request);
     let body: CreateRequest = read_json(
         request,
         state.settings.body_limit,
@@ -152,6 +153,7 @@ pub async fn create(
     }
     super::request_id::record("agent.id", &agent_id);
     let labels = parse_labels(body.labels)?;
+    super::auth::check_creation(&principal, &agent_id, labels.as_ref())?;
     let priority = creation::parse_priority(body.priority)?;
     let input = body.input.unwrap_or(Value::Null);
     let request = creation::Request {
@@ -361,6 +363,7 @@ pub async fn signal(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
+    let principal = super::keys::principal_of(&request);
     let body: SignalRequest = read_json(
         request,
         state.settings.body_limit,
@@ -371,6 +374,7 @@ pub async fn signal(
     if signal_type.is_empty() {
         return Err(ApiError::validation("signal_type is required"));
     }
+    super::auth::check_signal(&principal, &signal_type)?;
     state
         .kernel
         .signal(&id, signal_type, body.payload.unwrap_or(Value::Null))

@@ -14,6 +14,7 @@ pub(crate) mod executions;
 pub mod feed;
 mod guardrails;
 mod health;
+mod keys;
 pub mod openapi;
 pub(crate) mod query;
 mod request_id;
@@ -114,6 +115,10 @@ pub struct AppStateInner {
     pub presence: Arc<crate::console::Presence>,
     /// The policy in force and the last reload attempt (`GET /v0/policy`).
     pub policy: Arc<crate::policy::PolicyStatus>,
+    /// The API keys (`crate::auth`), held in memory.
+    pub keys: Arc<crate::auth::KeyRegistry>,
+    /// Failed authentications per client address.
+    pub auth_failures: Arc<crate::auth::failures::Failures>,
 }
 
 impl std::ops::Deref for AppState {
@@ -126,8 +131,13 @@ impl std::ops::Deref for AppState {
 
 impl AppState {
     /// Returns the state for `kernel` with `settings`; streams end when `shutdown` is cancelled.
+    /// A task writes the keys' last use and re-reads them until `shutdown`.
     pub fn new(kernel: Kernel, settings: HttpSettings, shutdown: CancellationToken) -> Self {
+        let keys = Arc::new(crate::auth::KeyRegistry::new(kernel.store().clone()));
+        tokio::spawn(keys.clone().run(shutdown.clone()));
         Self(Arc::new(AppStateInner {
+            keys,
+            auth_failures: Arc::default(),
             kernel,
             settings,
             shutdown,
@@ -149,6 +159,8 @@ impl AppState {
             shutdown: inner.shutdown.clone(),
             presence: inner.presence.clone(),
             policy,
+            keys: inner.keys.clone(),
+            auth_failures: inner.auth_failures.clone(),
         }))
     }
 }
@@ -228,6 +240,9 @@ pub fn routes() -> Routes {
         .route("/v0/policy", get(crate::console::api::policy))
         .route("/v0/breakers", get(guardrails::breakers))
         .route("/v0/breakers/", get(guardrails::breakers))
+        .route("/v0/keys", get(keys::list).post(keys::create))
+        .route("/v0/keys/{name}", delete(keys::revoke))
+        .route("/v0/keys/{name}/rotate", post(keys::rotate))
 }
 
 /// Builds the router of [`routes`] and the web console's pages with authentication, CORS and

@@ -56,9 +56,12 @@ pub async fn request_id(
     }
     let started = Instant::now();
     let cors = auth::cors_for(&state, request.headers());
-    let mut response = match auth::answer_early(&state, &request) {
-        Some(answer) => answer,
-        None => next.run(request).instrument(span.clone()).await,
+    let mut response = match auth::authenticate(&state, &mut request, &route).await {
+        Err(answer) => answer,
+        Ok(principal) => {
+            let response = next.run(request).instrument(span.clone()).await;
+            auth::bind_stream(principal, response)
+        }
     };
     if let Some(cors) = cors {
         auth::add_cors(cors, &mut response);

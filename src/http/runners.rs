@@ -205,6 +205,7 @@ pub async fn step_started(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let step_id = StepId::new(path_id(path)?);
+    let principal = super::keys::principal_of(&request);
     let body: StartedRequest = read_json(
         request,
         state.settings.body_limit,
@@ -219,6 +220,7 @@ pub async fn step_started(
         ));
     }
     check_length("runner_id", &runner_id)?;
+    super::auth::check_runner(&principal, &runner_id)?;
     let report = JobReport {
         runner_id: RunnerId::new(runner_id.clone()),
         consumer_id: None,
@@ -245,6 +247,7 @@ pub async fn publish_tools(
     request: Request,
 ) -> Result<StatusCode, ApiError> {
     let runner_id = runner_path_id(path)?;
+    let principal = super::keys::principal_of(&request);
     let body: PublishRequest = read_json(
         request,
         state.settings.body_limit,
@@ -255,6 +258,7 @@ pub async fn publish_tools(
     for (index, tool) in body.tools.unwrap_or_default().into_iter().enumerate() {
         let id = tool.id.unwrap_or_default();
         check_required_id(&format!("tools[{index}].id"), &id)?;
+        super::auth::check_tool(&principal, &id)?;
         let input_schema = tool.input_schema.unwrap_or(Value::Null);
         check_input_schema(index, &input_schema)?;
         tools.push(ToolSchema {
@@ -310,12 +314,16 @@ pub async fn capabilities(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let runner_id = runner_path_id(path)?;
+    let principal = super::keys::principal_of(&request);
     let body: CapabilitiesRequest = read_json(
         request,
         state.settings.body_limit,
         state.settings.body_read_timeout,
     )
     .await?;
+    for tool in body.tools.iter().flatten() {
+        super::auth::check_tool(&principal, tool)?;
+    }
     state
         .kernel
         .update_capabilities(

@@ -73,11 +73,11 @@ pub async fn serve(
     let service = TowerToHyperService::new(app);
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             Some(_) = connections.join_next() => continue,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     accept_failed(&error).await;
                     continue;
@@ -96,7 +96,15 @@ pub async fn serve(
             // Any value arms hyper's timer; the head timer computes the real deadlines.
             .header_read_timeout(timeouts.idle)
             .keep_alive(true);
-        let connection = graceful.watch(builder.serve_connection(io, service.clone()));
+        // Each request carries its client's address (failed-authentication limits, logs).
+        let per_connection = service.clone();
+        let with_peer = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            hyper::service::Service::call(&per_connection, request)
+        });
+        let connection = graceful.watch(builder.serve_connection(io, with_peer));
         connections.spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(error = %error, "connection closed with an error");

@@ -14,6 +14,7 @@ mod creation;
 mod depths;
 mod feed;
 mod filter;
+mod keys;
 mod lock_file;
 mod overview;
 pub mod postgres;

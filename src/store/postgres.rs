@@ -373,6 +373,26 @@ impl Store for PostgresStore {
         checkout.finish(outcome)
     }
 
+    async fn api_keys(&self) -> Result<Vec<keel_actors::store::StoredKey>, StoreError> {
+        match tokio::time::timeout(self.read_timeout, super::keys::postgres_keys(&self.readers))
+            .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(
+                "database read of the API keys did not finish in time".to_owned(),
+            )),
+        }
+    }
+
+    async fn put_api_keys(&self, keys: &[keel_actors::store::StoredKey]) -> Result<(), StoreError> {
+        let mut checkout = self.writer.checkout().await?;
+        let outcome = self
+            .writer
+            .bounded(super::keys::postgres_put_keys(checkout.connection(), keys))
+            .await;
+        checkout.finish(outcome)
+    }
+
     /// Closes the read pool and the writer connection, releasing the kernel lock so another
     /// kernel can open the database at once. Later calls fail with `Unavailable`.
     async fn close(&self) {

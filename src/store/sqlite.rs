@@ -54,6 +54,8 @@ mod ready;
 mod schema;
 mod statements;
 mod write;
+
+pub(super) use write::map_rusqlite_error;
 #[cfg(test)]
 mod write_plan_tests;
 mod writer;
@@ -362,6 +364,14 @@ impl Store for SqliteStore {
         self.writer
             .set_webhook_position(id.to_owned(), position)
             .await
+    }
+
+    async fn api_keys(&self) -> Result<Vec<keel_actors::store::StoredKey>, StoreError> {
+        super::keys::sqlite_keys(&self.readers).await
+    }
+
+    async fn put_api_keys(&self, keys: &[keel_actors::store::StoredKey]) -> Result<(), StoreError> {
+        self.writer.put_api_keys(keys.to_vec()).await
     }
 
     async fn count_executions(

@@ -372,6 +372,8 @@ async fn a_denied_approval_fails_the_step_resumes_and_never_reaches_a_runner() {
         (&resolved["step_id"], &resolved["approved"]),
         (&json!(step_id), &json!(false))
     );
+    // The deny reason reaches the agent with the answer (an extra field rebuno ignores).
+    assert_eq!(resolved["reason"], "not on a Friday");
     let failed = payloads(&kernel, &id, "step.failed").await;
     assert_eq!(
         failed[1],

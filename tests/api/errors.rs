@@ -58,11 +58,10 @@ pub fn protected_routes() -> Vec<(Method, String)> {
 }
 
 #[tokio::test]
-async fn every_route_but_health_and_ready_needs_the_exact_bearer_token() {
+async fn every_route_but_health_and_ready_needs_the_bearer_token() {
     let kernel = TestKernel::start_with(with_token()).await;
     let bad_headers = [
         None,
-        Some("bearer s3cret-token"),
         Some("Bearer  s3cret-token"),
         Some("Basic s3cret-token"),
         Some("s3cret-token"),
@@ -80,6 +79,14 @@ async fn every_route_but_health_and_ready_needs_the_exact_bearer_token() {
             }
             let response = request.send().await.unwrap();
             let status = response.status();
+            assert_eq!(
+                response
+                    .headers()
+                    .get("www-authenticate")
+                    .map(|v| v.to_str().unwrap()),
+                Some("Bearer realm=\"keel\""),
+                "{method} {path}"
+            );
             let body: Value = response.json().await.unwrap_or(Value::Null);
             assert_eq!(
                 status,
@@ -113,9 +120,20 @@ async fn every_route_but_health_and_ready_needs_the_exact_bearer_token() {
             .status(),
         StatusCode::OK
     );
-    // With the token, the same routes get past authentication.
+    // With the token, the same routes get past authentication; the scheme's case does not
+    // matter (RFC 7235).
     let (status, _) = kernel.get("/v0/executions").await;
     assert_eq!(status, StatusCode::OK);
+    for scheme in ["bearer", "BEARER"] {
+        let response = kernel
+            .client
+            .get(kernel.url("/v0/executions"))
+            .header("authorization", format!("{scheme} {TOKEN}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{scheme}");
+    }
     let response = kernel
         .client
         .get(kernel.url("/metrics"))

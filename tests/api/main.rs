@@ -18,6 +18,7 @@ mod guardrails;
 mod harness;
 mod hooks;
 mod hostile;
+mod identity;
 mod metrics;
 mod openapi;
 mod outage;

@@ -22,6 +22,12 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// The store the kernel writes to (for adapters that keep their own rows in it, such as
+    /// the HTTP layer's API keys).
+    pub fn store(&self) -> &Arc<dyn crate::store::Store> {
+        &self.ctx.store
+    }
+
     /// Returns the number of `pending` executions of `agent_id`, or kernel-wide for `None`.
     pub async fn pending_count(&self, agent_id: Option<&AgentId>) -> Result<u64, KernelError> {
         Ok(self.ctx.store.pending_count(agent_id).await?)

@@ -5,6 +5,7 @@
 mod console;
 mod feed;
 mod guardrails;
+mod keys;
 mod paths;
 mod schemas;
 
@@ -38,6 +39,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         console::approvals, console::execution_counts, console::agents, console::runners,
         console::policy,
         guardrails::breakers,
+        keys::list_keys, keys::create_key, keys::rotate_key, keys::revoke_key,
     ),
     components(schemas(
         schemas::Error, schemas::ErrorCode, schemas::Status, schemas::ExecutionStatus,
@@ -53,6 +55,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         console::ReloadOutcome, console::Policy,
         guardrails::BreakerList, guardrails::Breaker, guardrails::BudgetView,
         guardrails::BudgetUsed,
+        keys::KeyScopes, keys::NewKey, keys::Key, keys::KeyList, keys::IssuedKey, keys::RevokedKey,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

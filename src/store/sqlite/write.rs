@@ -231,7 +231,7 @@ pub(super) fn delete_terminal_before(
 
 /// Maps a rusqlite error to the port's error classes, as `map_sqlx_error` does for sqlx:
 /// uniqueness is a conflict, busy/locked/read-only/i-o/full/cannot-open is an outage.
-pub(super) fn map_rusqlite_error(error: rusqlite::Error) -> StoreError {
+pub(crate) fn map_rusqlite_error(error: rusqlite::Error) -> StoreError {
     const CONSTRAINT_PRIMARYKEY: i32 = 1555;
     const CONSTRAINT_UNIQUE: i32 = 2067;
     match error {

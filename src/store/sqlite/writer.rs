@@ -50,6 +50,11 @@ enum Request {
         position: i64,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
+    /// Upserts API keys (`Store::put_api_keys`).
+    PutApiKeys {
+        keys: Vec<keel_actors::store::StoredKey>,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
     /// Reads one integer pragma of the writer connection (tests check its settings).
     #[cfg(test)]
     Pragma {
@@ -177,6 +182,16 @@ impl WriterThread {
         .await?
     }
 
+    /// Upserts API keys in one transaction.
+    pub async fn put_api_keys(
+        &self,
+        keys: Vec<keel_actors::store::StoredKey>,
+    ) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(Request::PutApiKeys { keys, reply }, answer)
+            .await?
+    }
+
     /// Reads an integer pragma of the writer connection.
     #[cfg(test)]
     pub async fn pragma(&self, name: &'static str) -> Result<i64, StoreError> {
@@ -291,6 +306,12 @@ fn serve(mut writer: Writer, checkpointer: Checkpointer, requests: &mpsc::Receiv
             } => {
                 let result = writer.in_transaction(|connection| {
                     write::set_webhook_position(connection, &id, position)
+                });
+                let _ = reply.send(result);
+            }
+            Request::PutApiKeys { keys, reply } => {
+                let result = writer.in_transaction(|connection| {
+                    super::super::keys::sqlite_put_keys(connection, &keys)
                 });
                 let _ = reply.send(result);
             }

@@ -169,6 +169,12 @@ fn resolve_approval(
         .as_ref()
         .map(|session| session.id.clone())
         .unwrap_or_default();
-    let push = Push::approval_resolved(&state.id, &step.id, approval.approved, &session_id);
+    let push = Push::approval_resolved(
+        &state.id,
+        &step.id,
+        approval.approved,
+        approval.reason.as_deref(),
+        &session_id,
+    );
     transition.effect(Effect::PushToAgent(push));
 }
