@@ -185,9 +185,14 @@ async fn a_schema_newer_than_the_binary_is_refused_with_a_clear_message() {
     else {
         panic!("a newer schema must be refused as unavailable");
     };
+    let newest = super::sqlite::MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap_or_default();
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (9)"
+        format!("database schema version 9999 is newer than this keel binary supports ({newest})")
     );
     let pool = raw_pool(&path).await;
     assert_eq!(

@@ -263,9 +263,14 @@ async fn a_schema_newer_than_the_binary_is_refused_with_the_sqlite_message() {
     })
     .await
     .expect("the dropped store releases its lock");
+    let newest = super::schema::MIGRATOR
+        .iter()
+        .map(|migration| migration.version)
+        .max()
+        .unwrap_or_default();
     assert_eq!(
         message,
-        "database schema version 9999 is newer than this keel binary supports (8)"
+        format!("database schema version 9999 is newer than this keel binary supports ({newest})")
     );
     let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
         .fetch_one(&mut connection)

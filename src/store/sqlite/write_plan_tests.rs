@@ -150,6 +150,11 @@ async fn migration_0007_keeps_the_rows_indexes_and_constraints_of_a_schema_6_dat
         "event_positions".into(),
     ));
     expected.sort_by(|left, right| left.1.cmp(&right.1));
+    // Tables of later migrations (0020's `api_keys`, ...) are not this test's concern.
+    let after: Vec<(String, String, String)> = after
+        .into_iter()
+        .filter(|(_, _, table)| expected.iter().any(|(_, _, known)| known == table))
+        .collect();
     assert_eq!(after, expected, "the same tables and indexes");
     let execution: (String, String, Option<String>, i64) =
         sqlx::query_as("SELECT id, status, labels, last_sequence FROM executions")
