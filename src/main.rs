@@ -31,6 +31,7 @@ async fn main() -> ExitCode {
             report(keel::bench::run(args).await)
         }
         command => {
+            let command = command.normalized();
             let filter = cli::log_filter(&command);
             install_client_telemetry(filter);
             report(cli::execute(command).await)
@@ -101,6 +102,7 @@ fn install_client_telemetry(filter: &str) {
 fn report(result: Result<(), cli::CliError>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(cli::CliError::Exit(code)) => ExitCode::from(code),
         Err(cli::CliError::InvalidArgument { what, message }) => {
             eprintln!("keel: invalid {what}: {message}");
             ExitCode::from(EXIT_USAGE)

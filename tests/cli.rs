@@ -370,3 +370,154 @@ async fn keys_are_created_listed_rotated_and_revoked_and_no_secret_reaches_the_l
         assert!(!log.contains(leaked), "a secret reached the log:\n{log}");
     }
 }
+
+#[tokio::test]
+async fn executions_verbs_create_options_wait_and_the_old_spellings() {
+    let kernel = Kernel::start(&[]).await;
+    let env = [("KEEL_URL", kernel.url.as_str())];
+    // No agent serves `nobody`: --wait gives up after its timeout, exit 1, and says why.
+    let waited = keel(
+        &[
+            "executions",
+            "create",
+            "--agent",
+            "nobody",
+            "--wait",
+            "--wait-timeout",
+            "500ms",
+        ],
+        &env,
+    )
+    .await;
+    assert_eq!(waited.status.code(), Some(1), "{}", stderr(&waited));
+    assert!(
+        stderr(&waited).contains("still pending"),
+        "{}",
+        stderr(&waited)
+    );
+
+    // --priority and --idempotency-key reach the kernel: a repeat returns the same execution.
+    let create = [
+        "executions",
+        "create",
+        "--agent",
+        "nobody",
+        "--priority",
+        "-3",
+        "--idempotency-key",
+        "cli-key-1",
+        "--label",
+        "team=ops",
+    ];
+    let first = keel(&create, &env).await;
+    assert!(first.status.success(), "{}", stderr(&first));
+    let id = stdout(&first).trim().to_owned();
+    let again = keel(&create, &env).await;
+    assert_eq!(stdout(&again).trim(), id, "{}", stderr(&again));
+    let events = keel(&["executions", "events", &id, "--output", "json"], &env).await;
+    let created: Value = serde_json::from_str(stdout(&events).lines().next().unwrap()).unwrap();
+    assert_eq!(created["payload"]["priority"], -3, "{created}");
+    assert_eq!(created["idempotency_key"], "cli-key-1", "{created}");
+
+    // cancel, then get and watch say why it ended; watch exits 1 for a cancelled execution.
+    let cancelled = keel(&["executions", "cancel", &id], &env).await;
+    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
+    let shown = keel(&["executions", "get", &id], &env).await;
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    assert!(
+        stdout(&shown).contains("status   cancelled\nerror    cancelled by request\n"),
+        "{}",
+        stdout(&shown)
+    );
+    let watched = keel(&["executions", "watch", &id], &env).await;
+    assert_eq!(watched.status.code(), Some(1));
+    assert!(
+        stdout(&watched).contains("execution.cancelled"),
+        "{}",
+        stdout(&watched)
+    );
+    assert!(
+        stderr(&watched).contains(&format!("execution {id} cancelled: cancelled by request")),
+        "{}",
+        stderr(&watched)
+    );
+
+    // The list verb, its alias without a verb, and the old one-word commands all work.
+    for list in [
+        &["executions", "list"][..],
+        &["executions"],
+        &["executions", "ls"],
+    ] {
+        let listed = keel(&[list, &["--label", "team=ops"]].concat(), &env).await;
+        assert!(listed.status.success(), "{}", stderr(&listed));
+        let text = stdout(&listed);
+        assert!(text.starts_with("ID "), "{text}");
+        assert!(
+            text.contains(&id) && text.contains("cancelled by request"),
+            "{text}"
+        );
+    }
+    let old = keel(&["execution", &id, "--output", "json"], &env).await;
+    let body: Value = serde_json::from_str(&stdout(&old)).unwrap();
+    assert_eq!(body["error"], "cancelled by request");
+    let old_create = keel(&["create", "--agent", "nobody"], &env).await;
+    assert!(old_create.status.success(), "{}", stderr(&old_create));
+}
+
+#[tokio::test]
+async fn policy_eval_prints_json_and_exits_by_decision() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/policies");
+    let shell = format!("{examples}/safe-shell.yaml");
+    let deploy = format!("{examples}/deploy-approval.yaml");
+    let eval = |path: &str, tool: &str, args: &str, extra: &[&str]| {
+        let mut argv = vec![
+            "policy", "eval", "--output", "json", "--agent", "a", "--tool",
+        ];
+        argv.push(tool);
+        argv.extend(["--args", args]);
+        argv.extend(extra);
+        let path = path.to_owned();
+        let argv: Vec<String> = argv.into_iter().map(str::to_owned).collect();
+        async move {
+            let mut full = vec!["policy".to_owned(), "eval".to_owned(), path];
+            full.extend(argv.into_iter().skip(2));
+            let refs: Vec<&str> = full.iter().map(String::as_str).collect();
+            keel(&refs, &[]).await
+        }
+    };
+    let allowed = eval(&shell, "shell.exec", r#"{"command": "ls"}"#, &[]).await;
+    assert_eq!(allowed.status.code(), Some(0), "{}", stderr(&allowed));
+    let body: Value = serde_json::from_str(&stdout(&allowed)).unwrap();
+    assert_eq!(body["decision"], "allow");
+    assert_eq!(body["rule_id"], "shell-read-only");
+
+    let denied = eval(&shell, "shell.exec", r#"{"command": "rm -rf /"}"#, &[]).await;
+    assert_eq!(denied.status.code(), Some(3), "{}", stderr(&denied));
+    let body: Value = serde_json::from_str(&stdout(&denied)).unwrap();
+    assert_eq!(body["decision"], "deny");
+
+    let gated = eval(&deploy, "deploy.app", "{}", &["--label", "env=production"]).await;
+    assert_eq!(gated.status.code(), Some(4), "{}", stderr(&gated));
+    let body: Value = serde_json::from_str(&stdout(&gated)).unwrap();
+    assert_eq!(body["decision"], "require_approval");
+
+    let missing = eval("/nonexistent/policy.yaml", "t", "{}", &[]).await;
+    assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
+}
+
+#[tokio::test]
+async fn client_jsonl_refuses_text_output() {
+    let refused = keel(&["client", "--jsonl", "--output", "text"], &[]).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("JSON lines only"),
+        "{}",
+        stderr(&refused)
+    );
+    let help = keel(&["client", "--help"], &[]).await;
+    assert!(
+        stdout(&help).contains("Usage: keel client [OPTIONS] --jsonl"),
+        "{}",
+        stdout(&help)
+    );
+}

@@ -40,18 +40,26 @@ pub enum Command {
     /// Validates policy files or evaluates one tool call against them, without a kernel.
     #[command(subcommand)]
     Policy(PolicyCommand),
-    /// Lists executions of a running kernel, newest first.
+    /// Executions of a running kernel: list (the default), get, create, cancel, signal, events,
+    /// watch.
     Executions(ExecutionsArgs),
-    /// Shows one execution.
+    /// Same as `keel executions get ID`.
+    #[command(hide = true)]
     Execution(ExecutionArgs),
-    /// Prints the events of an execution; --tail follows them until it ends.
+    /// Same as `keel executions events` (and `keel events --all`: the kernel-wide feed).
     Events(EventsArgs),
-    /// Creates an execution.
+    /// Same as `keel executions create`.
+    #[command(hide = true)]
     Create(CreateArgs),
-    /// Cancels an execution.
+    /// Same as `keel executions cancel ID`.
+    #[command(hide = true)]
     Cancel(CancelArgs),
-    /// Sends a signal to an execution.
+    /// Same as `keel executions signal ID`.
+    #[command(hide = true)]
     Signal(SignalArgs),
+    /// Same as `keel executions watch ID`.
+    #[command(hide = true)]
+    Watch(ExecutionArgs),
     /// Checks that a kernel is up and its database reachable.
     Health(HealthArgs),
     /// Lists the circuit breakers that are open, half-open or counting failures.
@@ -63,6 +71,8 @@ pub enum Command {
     /// (`keel runner --exec --runner-id R --tool T -- PROGRAM ARGS…`; docs/guardrails.md).
     Runner(crate::cli::runner::RunnerArgs),
     /// Drives a kernel over stdio: `keel client --jsonl` reads commands as JSON lines.
+    #[command(mut_arg("output", |arg| arg.default_value("json")
+        .help("Output format: JSON lines, the only one (text is refused)")))]
     Client(crate::cli::jsonl::ClientArgs),
     /// Prints a shell completion script: `keel completions bash > /etc/bash_completion.d/keel`.
     Completions(CompletionsArgs),
@@ -82,8 +92,12 @@ pub enum PolicyCommand {
         /// Policy file or directory of YAML files.
         path: std::path::PathBuf,
     },
-    /// Evaluates one tool call against a policy and prints the decision.
+    /// Evaluates one tool call against a policy and prints the decision. Exit status: 0
+    /// allow, 3 deny, 4 require_approval, 1 when the policy does not load.
     Eval {
+        /// Output format.
+        #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+        output: crate::config::OutputFormat,
         /// Policy file or directory of YAML files.
         path: std::path::PathBuf,
         /// Agent id of the call.
@@ -101,9 +115,42 @@ pub enum PolicyCommand {
     },
 }
 
-/// `keel executions`.
+/// `keel executions [list|get|create|cancel|signal|events|watch]` (no verb: list).
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ExecutionsArgs {
+    /// What to do (default: list).
+    #[command(subcommand)]
+    pub command: Option<ExecutionsCommand>,
+    /// Flags of `list`, accepted without the verb.
+    #[command(flatten)]
+    pub list: ListArgs,
+}
+
+/// The verbs of `keel executions`.
+#[derive(Debug, Subcommand)]
+pub enum ExecutionsCommand {
+    /// Lists executions, newest first.
+    #[command(visible_alias = "ls")]
+    List(ListArgs),
+    /// Shows one execution (with its error when it failed or was cancelled).
+    #[command(visible_alias = "show")]
+    Get(ExecutionArgs),
+    /// Creates an execution and prints its id (--wait: waits for it to end).
+    Create(CreateArgs),
+    /// Cancels an execution.
+    Cancel(CancelArgs),
+    /// Sends a signal to an execution.
+    Signal(SignalArgs),
+    /// Prints the events of an execution; --tail follows them until it ends.
+    Events(EventsArgs),
+    /// Follows an execution's events until it ends; exits 1 unless it completed.
+    Watch(ExecutionArgs),
+}
+
+/// `keel executions list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
     /// Only executions in this status (pending, running, blocked, completed, failed, cancelled).
     #[arg(long, value_name = "STATUS")]
     pub status: Option<String>,
@@ -175,6 +222,18 @@ pub struct CreateArgs {
     /// Label `key=value` (repeatable).
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub label: Vec<(String, String)>,
+    /// Queue priority within the agent's pending executions (higher is offered first).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<i64>,
+    /// Idempotency key: a repeat with the same key returns the first execution.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// Wait until the execution ends, print it, and exit 1 unless it completed.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 1); waits without limit by default.
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = crate::config::parse_duration)]
+    pub wait_timeout: Option<std::time::Duration>,
     /// Kernel connection and output flags.
     #[command(flatten)]
     pub client: ClientConfig,
@@ -222,10 +281,37 @@ pub struct HealthArgs {
     pub client: ClientConfig,
 }
 
+impl Command {
+    /// Returns the command with `keel executions VERB` replaced by the command it names, so
+    /// that each verb has one implementation whichever spelling was used.
+    #[must_use]
+    pub fn normalized(self) -> Self {
+        let Self::Executions(args) = self else {
+            return self;
+        };
+        match args.command {
+            None => Self::Executions(args),
+            Some(ExecutionsCommand::List(list)) => Self::Executions(ExecutionsArgs {
+                command: None,
+                list,
+            }),
+            Some(ExecutionsCommand::Get(get)) => Self::Execution(get),
+            Some(ExecutionsCommand::Create(create)) => Self::Create(create),
+            Some(ExecutionsCommand::Cancel(cancel)) => Self::Cancel(cancel),
+            Some(ExecutionsCommand::Signal(signal)) => Self::Signal(signal),
+            Some(ExecutionsCommand::Events(events)) => Self::Events(events),
+            Some(ExecutionsCommand::Watch(watch)) => Self::Watch(watch),
+        }
+    }
+}
+
 /// Parses `key=value` (split at the first `=`; the key must not be empty).
 pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ if text.contains(':') => Err(format!(
+            "expected KEY=VALUE, got {text:?}: labels are written key=value here"
+        )),
         _ => Err(format!("expected KEY=VALUE, got {text:?}")),
     }
 }

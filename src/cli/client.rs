@@ -48,6 +48,10 @@ pub enum CliError {
     /// The kernel answered something this client does not understand.
     #[error("unexpected response from the kernel: {0}")]
     Decode(String),
+    /// The command ran and its answer is an exit status of its own (`policy eval` on a deny),
+    /// already reported on stdout.
+    #[error("exit status {0}")]
+    Exit(u8),
     /// The command ran and its outcome is a failure (an invalid policy, a kernel not ready).
     #[error("{0}")]
     Failed(String),
@@ -110,7 +114,20 @@ impl Client {
 
     /// POSTs `body` (or no body) to `path` and decodes the JSON answer (`null` when empty).
     pub async fn post(&self, path: &str, body: Option<&Value>) -> Result<Value, CliError> {
+        self.post_with(path, body, &[]).await
+    }
+
+    /// POSTs like [`Client::post`], with extra request headers.
+    pub async fn post_with(
+        &self,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<Value, CliError> {
         let mut request = self.request(&self.http, Method::POST, path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(body) = body {
             request = request.json(body);
         }

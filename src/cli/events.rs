@@ -111,3 +111,16 @@ fn print_event(event: &Value, output: OutputFormat) {
         OutputFormat::Json => super::output::emit(&event.to_string()),
     }
 }
+
+/// `keel executions watch ID`: prints the events until the execution ends, then returns the
+/// finished execution (its status and error decide the exit code).
+pub async fn follow_to_end(
+    client: &Client,
+    id: &str,
+    output: OutputFormat,
+) -> Result<Value, CliError> {
+    tail(client, id, 0, output).await?;
+    client
+        .get(&format!("/v0/executions/{}", path_segment(id)), &[])
+        .await
+}

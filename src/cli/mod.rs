@@ -21,6 +21,11 @@ pub use client::{CliError, Client, path_segment};
 
 use crate::config::{ClientConfig, OutputFormat};
 
+/// Exit status of `keel policy eval` when the policy denies the call.
+pub const EXIT_DENIED: u8 = 3;
+/// Exit status of `keel policy eval` when the call needs a human's approval.
+pub const EXIT_NEEDS_APPROVAL: u8 = 4;
+
 /// Largest page the kernel serves for `GET /v0/executions`.
 const LIST_PAGE_MAX: usize = 200;
 
@@ -29,14 +34,29 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
     match command {
         Command::Policy(policy) => run_policy(policy),
         Command::Executions(args) => {
+            let Some(verb) = args.command else {
+                let list = args.list;
+                let client = Client::new(&list.client)?;
+                if list.watch {
+                    return watch::run(&client, &list).await;
+                }
+                let page = list_executions(&client, &list).await?;
+                output::emit(&render_executions(&page, list.client.output));
+                return Ok(());
+            };
+            Box::pin(execute(
+                Command::Executions(args::ExecutionsArgs {
+                    command: Some(verb),
+                    list: args.list,
+                })
+                .normalized(),
+            ))
+            .await
+        }
+        Command::Watch(args) => {
             let client = Client::new(&args.client)?;
-            if args.watch {
-                watch::run(&client, &args).await
-            } else {
-                let page = list_executions(&client, &args).await?;
-                output::emit(&render_executions(&page, args.client.output));
-                Ok(())
-            }
+            let outcome = events::follow_to_end(&client, &args.id, args.client.output).await?;
+            finished(&args.id, &outcome)
         }
         Command::Completions(args) => {
             output::emit(&completions(args.shell));
@@ -85,9 +105,31 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
                     .collect();
                 body.insert("labels".to_owned(), Value::Object(labels));
             }
+            if let Some(priority) = args.priority {
+                body.insert("priority".to_owned(), Value::from(priority));
+            }
+            let headers: Vec<(&str, &str)> = args
+                .idempotency_key
+                .as_deref()
+                .map(|key| ("Idempotency-Key", key))
+                .into_iter()
+                .collect();
             let execution = client
-                .post("/v0/executions", Some(&Value::Object(body)))
+                .post_with("/v0/executions", Some(&Value::Object(body)), &headers)
                 .await?;
+            if let Some(notice) = consumer_notice(&execution) {
+                eprintln!("keel: {notice}");
+            }
+            if args.wait {
+                let id = execution
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let waited = wait_for_end(&client, &id, args.wait_timeout).await?;
+                print_document(&waited, args.client.output, output::execution_details);
+                return finished(&id, &waited);
+            }
             print_document(&execution, args.client.output, |execution| {
                 format!(
                     "{}\n",
@@ -148,7 +190,18 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
 /// Returns the client flags of a client command, if it is one.
 pub fn client_config(command: &Command) -> Option<&ClientConfig> {
     match command {
-        Command::Executions(args) => Some(&args.client),
+        Command::Executions(args) => match &args.command {
+            None => Some(&args.list.client),
+            Some(args::ExecutionsCommand::List(list)) => Some(&list.client),
+            Some(args::ExecutionsCommand::Get(args) | args::ExecutionsCommand::Watch(args)) => {
+                Some(&args.client)
+            }
+            Some(args::ExecutionsCommand::Create(args)) => Some(&args.client),
+            Some(args::ExecutionsCommand::Cancel(args)) => Some(&args.client),
+            Some(args::ExecutionsCommand::Signal(args)) => Some(&args.client),
+            Some(args::ExecutionsCommand::Events(args)) => Some(&args.client),
+        },
+        Command::Watch(args) => Some(&args.client),
         Command::Execution(args) => Some(&args.client),
         Command::Events(args) => Some(&args.client),
         Command::Create(args) => Some(&args.client),
@@ -193,6 +246,7 @@ fn run_policy(command: PolicyCommand) -> Result<(), CliError> {
             }
         }
         PolicyCommand::Eval {
+            output: format,
             path,
             agent,
             tool,
@@ -201,8 +255,17 @@ fn run_policy(command: PolicyCommand) -> Result<(), CliError> {
         } => {
             let report = crate::policy::eval_command(&path, &agent, &tool, args.as_deref(), labels)
                 .map_err(CliError::Failed)?;
-            output::emit(report.trim_end());
-            Ok(())
+            match format {
+                OutputFormat::Text => output::emit(report.text.trim_end()),
+                OutputFormat::Json => output::emit(&output::pretty(&report.json)),
+            }
+            match report.decision {
+                keel_actors::policy::Decision::Allow => Ok(()),
+                keel_actors::policy::Decision::Deny => Err(CliError::Exit(EXIT_DENIED)),
+                keel_actors::policy::Decision::RequireApproval => {
+                    Err(CliError::Exit(EXIT_NEEDS_APPROVAL))
+                }
+            }
         }
     }
 }
@@ -218,7 +281,7 @@ pub struct ExecutionsPage {
 /// `keel executions`: pages through the list until `--limit` summaries were collected.
 async fn list_executions(
     client: &Client,
-    args: &args::ExecutionsArgs,
+    args: &args::ListArgs,
 ) -> Result<ExecutionsPage, CliError> {
     let mut collected: Vec<Value> = Vec::new();
     let mut cursor = String::new();
@@ -304,6 +367,58 @@ async fn health(config: &ClientConfig) -> Result<(), CliError> {
     } else {
         Err(CliError::Failed("kernel is not ready".to_owned()))
     }
+}
+
+/// How often `create --wait` asks for the execution's status.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Polls an execution until it is terminal (or `timeout` passes: an error).
+async fn wait_for_end(
+    client: &Client,
+    id: &str,
+    timeout: Option<std::time::Duration>,
+) -> Result<Value, CliError> {
+    let path = format!("/v0/executions/{}", path_segment(id));
+    let started = std::time::Instant::now();
+    loop {
+        let execution = client.get(&path, &[]).await?;
+        let status = execution
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if matches!(status, "completed" | "failed" | "cancelled") {
+            return Ok(execution);
+        }
+        if timeout.is_some_and(|limit| started.elapsed() >= limit) {
+            return Err(CliError::Failed(format!(
+                "execution {id} is still {status} after the --wait-timeout"
+            )));
+        }
+        tokio::time::sleep(WAIT_POLL).await;
+    }
+}
+
+/// Succeeds when a finished execution completed; otherwise fails with its status and error.
+fn finished(id: &str, execution: &Value) -> Result<(), CliError> {
+    let status = execution
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if status == "completed" {
+        return Ok(());
+    }
+    let error = execution.get("error").and_then(Value::as_str).unwrap_or("");
+    Err(CliError::Failed(if error.is_empty() {
+        format!("execution {id} {status}")
+    } else {
+        format!("execution {id} {status}: {error}")
+    }))
+}
+
+/// Returns what a creation answer says about the agent's consumers, when nobody serves it.
+fn consumer_notice(execution: &Value) -> Option<String> {
+    let notice = execution.get("notice")?.as_str()?;
+    (!notice.is_empty()).then(|| notice.to_owned())
 }
 
 /// Prints a document as JSON or through `render`.

@@ -4,7 +4,7 @@
 
 use std::io::IsTerminal;
 
-use super::args::ExecutionsArgs;
+use super::args::ListArgs;
 use super::client::{CliError, Client};
 use super::output;
 use crate::config::OutputFormat;
@@ -13,7 +13,7 @@ use crate::config::OutputFormat;
 const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
 
 /// Redraws the listing until Ctrl-C; a failed listing is shown and retried at the next tick.
-pub async fn run(client: &Client, args: &ExecutionsArgs) -> Result<(), CliError> {
+pub async fn run(client: &Client, args: &ListArgs) -> Result<(), CliError> {
     let redraw = std::io::stdout().is_terminal() && args.client.output == OutputFormat::Text;
     let mut ticks = tokio::time::interval(args.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -419,7 +419,7 @@ fn client_flags(args: &[&str]) -> crate::config::ClientConfig {
     )
     .unwrap();
     match cli.command {
-        Command::Executions(args) => args.client,
+        Command::Executions(args) => args.list.client,
         other => panic!("not executions: {other:?}"),
     }
 }

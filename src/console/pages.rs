@@ -235,6 +235,20 @@ pub async fn directory(State(state): State<AppState>) -> Result<Response, ApiErr
     let agents = api::agent_list(&state).await?;
     let runners = api::runner_list(&state);
     let tools = state.kernel.tools("");
+    // Agent ids with pending work and no consumer connected: their executions wait.
+    let unserved: Vec<_> = state
+        .kernel
+        .queue_depths()
+        .await?
+        .pending_by_agent
+        .into_iter()
+        .filter(|(agent_id, pending, _)| {
+            *pending > 0
+                && !agents
+                    .iter()
+                    .any(|agent| agent.agent_id == agent_id.as_str())
+        })
+        .collect();
     let markup = html! {
         div data-page="directory" data-live-interval="3000" {
             h1 { "Agents, runners and tools" }
@@ -250,6 +264,22 @@ pub async fn directory(State(state): State<AppState>) -> Result<Response, ApiErr
                                 td { @for consumer in &agent.consumers { span class="mono" { (consumer.consumer_id) } " " } }
                                 td { @if let Some(first) = agent.consumers.iter().map(|c| c.connected_at).min() { (when(&first)) } }
                                 td { a href={ "/?status=pending&agent_id=" (agent.agent_id) } { (agent.pending) } }
+                            }
+                        }
+                    }
+                }
+                @if !unserved.is_empty() {
+                    h2 id="unserved-title" { "Waiting for an agent (" (unserved.len()) ")" }
+                    p class="muted" { "These agent ids have pending executions and no consumer connected to this kernel: their executions wait until one connects or they time out." }
+                    table aria-labelledby="unserved-title" {
+                        thead { tr { th scope="col" { "Agent" } th scope="col" { "Pending executions" } th scope="col" { "Oldest created" } } }
+                        tbody {
+                            @for (agent_id, pending, oldest) in &unserved {
+                                tr data-unserved-agent=(agent_id.as_str()) {
+                                    td class="mono" { (agent_id.as_str()) }
+                                    td { a href={ "/?status=pending&agent_id=" (agent_id.as_str()) } { (pending) } }
+                                    td { (when(oldest)) }
+                                }
                             }
                         }
                     }

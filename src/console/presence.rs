@@ -39,6 +39,8 @@ type Key = (StreamRole, String, String);
 #[derive(Debug, Default)]
 pub struct Presence {
     open: Mutex<BTreeMap<Key, Connection>>,
+    /// Every agent or runner id that opened a stream since the kernel started.
+    seen: Mutex<std::collections::BTreeSet<(StreamRole, String)>>,
 }
 
 impl Presence {
@@ -51,6 +53,10 @@ impl Presence {
         capabilities: Vec<String>,
     ) -> PresenceGuard {
         let key = (role, id.to_owned(), consumer_id.to_owned());
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((role, id.to_owned()));
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = open.entry(key.clone()).or_insert_with(|| Connection {
             consumer_id: consumer_id.to_owned(),
@@ -80,6 +86,23 @@ impl Presence {
             }
         }
         grouped
+    }
+
+    /// Returns how many consumers of `id` are connected now, and whether any ever connected
+    /// since the kernel started.
+    pub fn consumers_of(&self, role: StreamRole, id: &str) -> (usize, bool) {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let connected = open
+            .keys()
+            .filter(|(kind, key_id, _)| *kind == role && key_id == id)
+            .count();
+        drop(open);
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&(role, id.to_owned()));
+        (connected, seen)
     }
 
     fn left(&self, key: &Key) {
@@ -130,5 +153,10 @@ mod tests {
         assert!(presence.list(StreamRole::Agent).is_empty());
         drop(runner);
         assert!(presence.list(StreamRole::Runner).is_empty());
+        // Gone now, but they were here.
+        assert_eq!(presence.consumers_of(StreamRole::Agent, "a"), (0, true));
+        assert_eq!(presence.consumers_of(StreamRole::Agent, "b"), (0, false));
+        let _again = presence.connected(StreamRole::Agent, "a", "c2", Vec::new());
+        assert_eq!(presence.consumers_of(StreamRole::Agent, "a"), (1, true));
     }
 }

@@ -38,6 +38,10 @@ pub struct ExecutionBody {
     input: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     output: Option<Value>,
+    /// On creation, when no consumer of the agent is connected: says so, and whether one ever
+    /// was since the kernel started (Keel addition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) notice: Option<String>,
     /// Why a failed execution failed or a cancelled one was cancelled (Keel addition; the
     /// rebuno SDK ignores fields it does not know).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +66,7 @@ impl From<ExecutionRow> for ExecutionBody {
             labels: row.labels.map(Arc::unwrap_or_clone),
             input: Arc::unwrap_or_clone(row.input),
             output,
+            notice: None,
             error: None,
             created_at: time::format(&row.created_at),
             updated_at: time::format(&row.updated_at),
@@ -167,12 +172,32 @@ pub async fn create(
         backlog.admit(&state.kernel, &request.agent_id).await?;
         let row = creation::create(&state.kernel, request, None).await?;
         super::request_id::record("execution.id", row.id.as_str());
-        return Ok((StatusCode::CREATED, Json(row.into())));
+        return Ok((StatusCode::CREATED, Json(with_notice(&state, row))));
     };
     match creation::create_once(&state.kernel, backlog, request, key).await? {
-        (row, true) => Ok((StatusCode::CREATED, Json(row.into()))),
-        (row, false) => Ok((StatusCode::OK, Json(row.into()))),
+        (row, true) => Ok((StatusCode::CREATED, Json(with_notice(&state, row)))),
+        (row, false) => Ok((StatusCode::OK, Json(with_notice(&state, row)))),
     }
+}
+
+/// The body of a creation answer: the execution, with a notice while no consumer of its agent
+/// is connected to this kernel (the execution waits for one until its timeout).
+fn with_notice(state: &AppState, row: ExecutionRow) -> ExecutionBody {
+    let waiting = row.status == ExecutionStatus::Pending;
+    let (connected, ever) = state
+        .presence
+        .consumers_of(crate::console::StreamRole::Agent, row.agent_id.as_str());
+    let notice = (waiting && connected == 0).then(|| {
+        let agent = row.agent_id.as_str();
+        if ever {
+            format!("no consumer of agent {agent} is connected now (one was earlier); the execution waits for one")
+        } else {
+            format!("no consumer of agent {agent} has connected since the kernel started; the execution waits for one")
+        }
+    });
+    let mut body = ExecutionBody::from(row);
+    body.notice = notice;
+    body
 }
 
 /// Accepts labels only as an object of string values (Corrections item 3).

@@ -62,7 +62,7 @@ pub fn eval_command(
     tool: &str,
     args_json: Option<&str>,
     labels: Vec<(String, String)>,
-) -> Result<String, String> {
+) -> Result<EvalReport, String> {
     let loaded = load_path(path).map_err(|errors| errors.to_string())?;
     let arguments: Value = match args_json {
         None => Value::Object(serde_json::Map::new()),
@@ -82,6 +82,30 @@ pub fn eval_command(
         now: time::now(),
     };
     let decision = loaded.engine.evaluate(&input);
+    let mut json = serde_json::json!({
+        "agent_id": agent,
+        "tool_id": tool,
+        "decision": decision.decision.as_str(),
+        "rule_id": decision.rule_id.to_string(),
+        "reason": decision.reason.to_string(),
+    });
+    if let Some(timeout_ms) = decision.timeout_ms {
+        json["timeout_ms"] = Value::from(timeout_ms);
+    }
+    if let Some(limit) = &decision.rate_limit {
+        json["rate_limit"] =
+            serde_json::json!({"max": limit.max, "window": limit.window_text.to_string()});
+    }
+    if let Some(retry) = &decision.retry {
+        json["retry"] = serde_json::json!({
+            "max_attempts": retry.max_attempts,
+            "base_delay_ms": u64::try_from(retry.base_delay.as_millis()).unwrap_or(u64::MAX),
+            "max_delay_ms": u64::try_from(retry.max_delay.as_millis()).unwrap_or(u64::MAX),
+        });
+    }
+    if let Some(budget) = &decision.budget {
+        json["budget"] = budget.limits_json();
+    }
     let mut output = String::new();
     let _ = writeln!(output, "decision: {}", decision.decision.as_str());
     let _ = writeln!(output, "rule: {}", decision.rule_id);
@@ -118,6 +142,25 @@ pub fn eval_command(
     }
     if let Some(limit) = loaded.engine.tool_limits().limit(&ToolId::new(tool)) {
         let _ = writeln!(output, "max_concurrent_steps: {limit}");
+        json["max_concurrent_steps"] = Value::from(limit);
     }
-    Ok(output)
+    if let Some(limit) = loaded.engine.max_running(&AgentId::new(agent)) {
+        json["max_running"] = Value::from(limit);
+    }
+    Ok(EvalReport {
+        text: output,
+        json,
+        decision: decision.decision,
+    })
+}
+
+/// What `keel policy eval` prints, and the decision that sets its exit status.
+#[derive(Debug)]
+pub struct EvalReport {
+    /// `field: value` lines.
+    pub text: String,
+    /// The same as one JSON object.
+    pub json: Value,
+    /// The decision.
+    pub decision: keel_actors::policy::Decision,
 }

@@ -323,6 +323,11 @@ fn eval_prints_decision_rule_and_reason() {
         vec![],
     )
     .unwrap();
+    assert_eq!(allowed.json["decision"], "allow");
+    assert_eq!(allowed.json["rule_id"], "shell-read-only");
+    assert_eq!(allowed.json["timeout_ms"], 30000);
+    assert_eq!(allowed.json["rate_limit"]["max"], 30);
+    let allowed = allowed.text;
     assert!(
         allowed.starts_with("decision: allow\nrule: shell-read-only\nreason: "),
         "{allowed}"
@@ -339,11 +344,16 @@ fn eval_prints_decision_rule_and_reason() {
         vec![],
     )
     .unwrap();
+    assert_eq!(denied.json["decision"], "deny");
+    assert_eq!(denied.json["rule_id"], "shell-anything-else");
+    let denied = denied.text;
     assert!(
         denied.starts_with("decision: deny\nrule: shell-anything-else\nreason: Only read-only"),
         "{denied}"
     );
-    let default = eval_command(&shell, "a", "db.query", None, vec![]).unwrap();
+    let default = eval_command(&shell, "a", "db.query", None, vec![])
+        .unwrap()
+        .text;
     assert!(
         default
             .starts_with("decision: deny\nrule: default\nreason: No explicit allow rule matched"),
@@ -351,7 +361,9 @@ fn eval_prints_decision_rule_and_reason() {
     );
     let deploy = examples.join("deploy-approval.yaml");
     let labels = vec![("env".to_owned(), "production".to_owned())];
-    let gated = eval_command(&deploy, "a", "deploy.app", Some("{}"), labels).unwrap();
+    let gated = eval_command(&deploy, "a", "deploy.app", Some("{}"), labels)
+        .unwrap()
+        .text;
     assert!(
         gated.starts_with("decision: require_approval\nrule: production-deploy\n"),
         "{gated}"
@@ -399,7 +411,9 @@ fn eval_prints_the_budget_of_the_call_and_the_concurrency_limits() {
   then: {decision: allow}
 ",
     );
-    let search = eval_command(&policy, "a", "search", None, vec![]).unwrap();
+    let search = eval_command(&policy, "a", "search", None, vec![])
+        .unwrap()
+        .text;
     assert!(
         search.ends_with(
             "budget: {\"max_calls_per_tool\":2,\"max_steps\":20}\nmax_running: 3\n\
@@ -407,7 +421,9 @@ fn eval_prints_the_budget_of_the_call_and_the_concurrency_limits() {
         ),
         "{search}"
     );
-    let other = eval_command(&policy, "a", "write", None, vec![]).unwrap();
+    let other = eval_command(&policy, "a", "write", None, vec![])
+        .unwrap()
+        .text;
     assert!(
         other.ends_with(
             "budget: {\"max_calls_per_tool\":5,\"max_steps\":20}\nmax_running: 3\n\

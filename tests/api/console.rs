@@ -312,8 +312,15 @@ async fn counts_and_the_creation_time_window() {
 async fn agents_and_runners_are_listed_while_connected() {
     let kernel = TestKernel::start().await;
     let agent = TestAgent::connect(&kernel, "listed-agent").await;
-    kernel.create("listed-agent", json!(null)).await;
-    kernel.create("absent-agent", json!(null)).await;
+    let served = kernel.create("listed-agent", json!(null)).await;
+    assert!(served.get("notice").is_none(), "{served}");
+    // Nobody serves absent-agent: the creation answer says so.
+    let unserved = kernel.create("absent-agent", json!(null)).await;
+    assert_eq!(unserved["status"], "pending");
+    assert_eq!(
+        unserved["notice"],
+        "no consumer of agent absent-agent has connected since the kernel started; the execution waits for one"
+    );
     let runner = TestRunner::connect(&kernel, "listed-runner", &["gpu"]).await;
     let (status, _) = kernel
         .post(
@@ -344,6 +351,15 @@ async fn agents_and_runners_are_listed_while_connected() {
     let (status, page) = text(&kernel, "/console/view/directory").await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("listed-agent") && page.contains("listed.tool"));
+    // The directory lists the agent ids with pending work and nobody to run it.
+    assert!(
+        page.contains(r#"data-unserved-agent="absent-agent""#),
+        "{page}"
+    );
+    assert!(
+        !page.contains(r#"data-unserved-agent="listed-agent""#),
+        "{page}"
+    );
 
     drop(agent);
     drop(runner);
@@ -353,6 +369,11 @@ async fn agents_and_runners_are_listed_while_connected() {
         (agents == json!({"agents": []}) && runners == json!({"runners": []})).then_some(())
     })
     .await;
+    let later = kernel.create("listed-agent", json!(null)).await;
+    assert_eq!(
+        later["notice"],
+        "no consumer of agent listed-agent is connected now (one was earlier); the execution waits for one"
+    );
     kernel.shutdown().await;
 }
 

@@ -69,6 +69,10 @@ async fn create_echoes_input_and_labels_and_get_returns_the_same_object() {
     assert_eq!(status, StatusCode::CREATED, "{created}");
     assert_eq!(created["input"], json!([1, "two"]));
     assert_eq!(created["labels"], json!({"team": "ops"}));
+    // Only the creation answer carries the notice that nobody serves the agent.
+    let mut created = created;
+    let notice = created.as_object_mut().unwrap().remove("notice");
+    assert!(notice.is_some_and(|n| n.as_str().unwrap().contains("agent a")));
     let id = created["id"].as_str().unwrap();
     for path in [
         format!("/v0/executions/{id}"),

@@ -22,9 +22,9 @@ def readme_files() -> dict[str, str]:
 
 
 def readme_commands() -> str:
-    """The shell block that starts with `ID=$(keel create` (the CLI part of the walkthrough)."""
-    match = re.search(r"```sh\n(ID=\$\(keel create.*?)```", readme(), re.S)
-    assert match, "README lost its walkthrough block that starts with `ID=$(keel create`"
+    """The shell block that starts with `keel executions create` (the walkthrough's CLI part)."""
+    match = re.search(r"```sh\n(keel executions create .*?)```", readme(), re.S)
+    assert match, "README lost its walkthrough block that starts with `keel executions create`"
     return match.group(1)
 
 
@@ -67,8 +67,9 @@ def test_readme_walkthrough(sandbox: Sandbox, kernel: Kernel) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
+    assert "status   completed" in out, out  # create --wait printed the finished execution
     assert "signal approve sent to" in out, out
-    assert "step.created" in out or "tool" in out, out
+    assert "execution.completed" in out, out  # watch followed it to its end
 
     # What it left behind: both executions complete, the second approved by "ana".
     page = kernel.get("/v0/executions", agent_id="assistant", limit=10)
@@ -87,7 +88,7 @@ def test_readme_walkthrough(sandbox: Sandbox, kernel: Kernel) -> None:
         e["type"] == "execution.blocked" and e["payload"]["reason"] == "signal" for e in kernel.events(eid)
     ))
     cancel = subprocess.run(
-        [str(keel_bin()), "cancel", eid], env=walkthrough_env(kernel), capture_output=True, text=True, timeout=20
+        [str(keel_bin()), "executions", "cancel", eid], env=walkthrough_env(kernel), capture_output=True, text=True, timeout=20
     )
     assert cancel.returncode == 0, cancel.stderr
     assert kernel.status(eid) == "cancelled"

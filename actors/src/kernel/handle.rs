@@ -124,6 +124,11 @@ impl Kernel {
         self.ctx.metrics.encode()
     }
 
+    /// Returns the pending executions per agent and the queued remote jobs per tool.
+    pub async fn queue_depths(&self) -> Result<crate::store::QueueDepths, KernelError> {
+        Ok(self.ctx.store.queue_depths().await?)
+    }
+
     /// Reads the queue depths from the store into their gauges (before a scrape). On a store
     /// error the gauges keep their last values and the error is logged.
     pub async fn refresh_queue_metrics(&self) {

@@ -49,6 +49,12 @@ pub struct ClientArgs {
 
 /// Serves stdin until it ends, then waits for the commands in flight.
 pub async fn run(args: ClientArgs) -> Result<(), CliError> {
+    if args.client.output != crate::config::OutputFormat::Json {
+        return Err(CliError::InvalidArgument {
+            what: "--output",
+            message: "keel client --jsonl writes JSON lines only; drop --output text".to_owned(),
+        });
+    }
     let client = Client::new(&args.client)?;
     let (sender, receiver) = mpsc::channel::<Value>(OUTPUT_BUFFER);
     let writer = std::thread::spawn(move || write_lines(receiver));

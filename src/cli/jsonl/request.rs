@@ -196,7 +196,7 @@ pub fn call_error_line(reference: Option<&Value>, op: &str, error: &CliError) ->
         CliError::Connect { .. } => ("UNAVAILABLE", None),
         CliError::Decode(_) => ("BAD_RESPONSE", None),
         CliError::InvalidArgument { .. } => ("INVALID_COMMAND", None),
-        CliError::Failed(_) => ("FAILED", None),
+        CliError::Failed(_) | CliError::Exit(_) => ("FAILED", None),
     };
     let message = match error {
         CliError::Api { message, .. } => message.clone(),

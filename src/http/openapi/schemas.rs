@@ -87,6 +87,10 @@ pub struct Execution {
     /// Why it failed, or why it was cancelled (Keel addition; present only then).
     #[schema(required = false)]
     error: Option<String>,
+    /// Creation answers only: no consumer of the agent is connected, and whether one ever was
+    /// since the kernel started (Keel addition).
+    #[schema(required = false)]
+    notice: Option<String>,
     /// RFC 3339 with microseconds, UTC.
     #[schema(format = DateTime)]
     created_at: String,

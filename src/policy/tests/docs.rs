@@ -112,7 +112,8 @@ fn run(command: &str, files: &HashMap<String, PathBuf>, root: &Path) -> Option<S
                     other => panic!("unknown option {other} in `{command}`"),
                 }
             }
-            let output = eval_command(&resolved, agent, tool, args, labels).unwrap_or_else(|e| e);
+            let output = eval_command(&resolved, agent, tool, args, labels)
+                .map_or_else(|e| e, |report| report.text);
             Some(shown(output))
         }
         _ => None,
