@@ -52,6 +52,7 @@ pub async fn run(
 
     // The policy first: it is cheap, and a typo in it should not wait for a database.
     let (policy, hooks) = load_policy(&settings).await?;
+    let hooks_in_force = describe_hooks(&hooks);
     let policy_digest = policy.digest();
     let policy_status = Arc::new(PolicyStatus::new(
         settings
@@ -111,6 +112,16 @@ pub async fn run(
         stop_accepting.clone().cancelled_owned(),
     ));
     announce(&settings, address);
+    info!(
+        console = %format!("http://{address}/"),
+        db = %settings.db.redacted(),
+        policy = %describe_policy(&settings),
+        auth = %describe_auth(&settings),
+        hooks = %hooks_in_force,
+        webhooks = %settings.webhooks.as_ref().map_or_else(|| "off".to_owned(), |path| path.display().to_string()),
+        otel = %settings.otel_endpoint.as_deref().map_or_else(|| "off".to_owned(), |endpoint| format!("traces to {}", crate::config::redact::redact_url(endpoint))),
+        "kernel ready"
+    );
 
     let server_ended_early = tokio::select! {
         () = shutdown => None,
@@ -315,6 +326,36 @@ fn announce(settings: &Settings, address: SocketAddr) {
     if settings.production && settings.cors_origins.iter().any(|origin| origin == "*") {
         warn!("--cors-origins * in production: any web page may call the API with a user's token");
     }
+}
+
+/// The policy source for the start-up summary.
+fn describe_policy(settings: &Settings) -> String {
+    match (&settings.policy, settings.mode) {
+        (Some(path), _) => path.display().to_string(),
+        (None, Mode::Dev) => "none: every tool call allowed".to_owned(),
+        (None, Mode::Serve) => "none: every tool call denied".to_owned(),
+    }
+}
+
+/// The authentication mode for the start-up summary (never the token).
+fn describe_auth(settings: &Settings) -> &'static str {
+    if settings.bearer_token.is_some() {
+        "bearer token required"
+    } else {
+        "off: no --bearer-token"
+    }
+}
+
+/// The hooks of the policy for the start-up summary: `off`, or their ids by point.
+fn describe_hooks(hooks: &[HookSpec]) -> String {
+    if hooks.is_empty() {
+        return "off".to_owned();
+    }
+    hooks
+        .iter()
+        .map(|hook| format!("{} {}", hook.point.as_str(), hook.id))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Returns a duration in whole milliseconds, for log fields.

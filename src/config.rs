@@ -10,7 +10,7 @@
 mod bytes;
 mod client;
 mod otel;
-mod redact;
+pub(crate) mod redact;
 mod validate;
 
 #[cfg(test)]

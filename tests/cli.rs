@@ -521,3 +521,77 @@ async fn client_jsonl_refuses_text_output() {
         stdout(&help)
     );
 }
+
+#[tokio::test]
+async fn the_start_up_log_says_what_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "rules:\n  - id: all\n    priority: 1\n    when: {}\n    then: {decision: allow}\n\
+         hooks:\n  - id: sandbox\n    point: pre_tool\n    url: http://127.0.0.1:9/pre\n",
+    )
+    .unwrap();
+    let webhooks = dir.path().join("webhooks.yaml");
+    std::fs::write(
+        &webhooks,
+        "subscriptions:\n  - id: all\n    url: http://127.0.0.1:9/hook\n    secret: s3cr3t-hook\n",
+    )
+    .unwrap();
+    let (policy, webhooks) = (policy.to_str().unwrap(), webhooks.to_str().unwrap());
+    let kernel = Kernel::start(&[
+        ("KEEL_POLICY", policy),
+        ("KEEL_WEBHOOKS", webhooks),
+        ("KEEL_BEARER_TOKEN", "start-up-token"),
+        ("KEEL_OTEL_ENDPOINT", "http://collector:pw@127.0.0.1:9/"),
+    ])
+    .await;
+    let line = tokio::time::timeout(WAIT, async {
+        loop {
+            let log = kernel.log.lock().unwrap().clone();
+            if let Some(line) = log.lines().find(|line| line.contains("kernel ready")) {
+                return line.to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the kernel logs its summary");
+    for expected in [
+        format!("policy={policy}"),
+        "auth=bearer token required".to_owned(),
+        "hooks=pre_tool sandbox".to_owned(),
+        format!("webhooks={webhooks}"),
+        "otel=traces to http://collector:<redacted>@127.0.0.1:9/".to_owned(),
+        format!("console={}/", kernel.url),
+    ] {
+        assert!(line.contains(&expected), "{expected} missing from: {line}");
+    }
+    let log = kernel.log.lock().unwrap().clone();
+    for secret in ["start-up-token", "s3cr3t-hook", ":pw@"] {
+        assert!(!log.contains(secret), "{secret} reached the log:\n{log}");
+    }
+
+    // Without any of them, the same line says they are off.
+    let plain = Kernel::start(&[]).await;
+    let line = tokio::time::timeout(WAIT, async {
+        loop {
+            let log = plain.log.lock().unwrap().clone();
+            if let Some(line) = log.lines().find(|line| line.contains("kernel ready")) {
+                return line.to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the kernel logs its summary");
+    for expected in [
+        "policy=none: every tool call allowed",
+        "auth=off: no --bearer-token",
+        "hooks=off",
+        "webhooks=off",
+        "otel=off",
+    ] {
+        assert!(line.contains(expected), "{expected} missing from: {line}");
+    }
+}
