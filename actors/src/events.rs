@@ -43,6 +43,13 @@ pub enum EventBody {
         /// Keel's addition.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         traceparent: Option<String>,
+        /// Principal (API key name, `admin` for the bearer token) whose request created it;
+        /// absent on kernels without authentication. Keel's addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        created_by: Option<String>,
+        /// End user the creation was made for, as the creator said. Keel's addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_behalf_of: Option<String>,
     },
     /// The execution was assigned to an agent consumer and a session was opened.
     #[serde(rename = "execution.started")]

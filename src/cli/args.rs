@@ -67,6 +67,12 @@ pub enum Command {
     /// Manages API keys (admin): list, create, rotate, revoke (docs/security.md).
     #[command(subcommand)]
     Keys(crate::cli::keys::KeysCommand),
+    /// Lists the tool calls waiting for an approval.
+    Approvals(HealthArgs),
+    /// Approves a waiting tool call: `keel approve ID [--reason TEXT]`.
+    Approve(crate::cli::approvals::AnswerArgs),
+    /// Denies a waiting tool call: `keel deny ID --reason TEXT` (the agent is told why).
+    Deny(crate::cli::approvals::AnswerArgs),
     /// Serves tools from the command line: runs each job in a fresh worker process
     /// (`keel runner --exec --runner-id R --tool T -- PROGRAM ARGS…`; docs/guardrails.md).
     Runner(crate::cli::runner::RunnerArgs),

@@ -3,6 +3,7 @@
 //! `create`, `cancel`, `signal`, `health`) and the offline `policy` commands. `main` parses
 //! [`Cli`] and calls [`execute`] for everything but `dev`, `serve` and `bench`.
 
+pub mod approvals;
 pub mod args;
 mod breakers;
 pub mod client;
@@ -178,6 +179,9 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
         Command::Health(args) => health(&args.client).await,
         Command::Breakers(args) => breakers::run(&args.client).await,
         Command::Keys(command) => keys::run(&command).await,
+        Command::Approvals(args) => approvals::list(&args.client).await,
+        Command::Approve(args) => approvals::answer(&args, true).await,
+        Command::Deny(args) => approvals::answer(&args, false).await,
         Command::Runner(args) => runner::run(args).await,
         Command::Client(args) => jsonl::run(args).await,
         Command::RunnerShim(args) => runner::shim::exec(args),
@@ -210,6 +214,8 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         Command::Health(args) => Some(&args.client),
         Command::Breakers(args) => Some(&args.client),
         Command::Keys(command) => Some(command.client()),
+        Command::Approvals(args) => Some(&args.client),
+        Command::Approve(args) | Command::Deny(args) => Some(&args.client),
         Command::Runner(args) => Some(&args.client),
         Command::Client(args) => Some(&args.client),
         Command::Dev(_)

@@ -36,6 +36,8 @@ pub const STATUSES: [ExecutionStatus; 6] = [
 /// One entry of `GET /v0/approvals`.
 #[derive(Serialize)]
 pub struct ApprovalBody {
+    /// `<execution id>.<step id>`: what `POST /v0/approvals/{id}` takes.
+    pub id: String,
     pub execution_id: String,
     pub agent_id: String,
     pub step_id: String,
@@ -51,6 +53,7 @@ impl From<PendingApproval> for ApprovalBody {
         let field = |name: &str| approval.request.get(name).cloned().unwrap_or(Value::Null);
         let text = |name: &str| field(name).as_str().unwrap_or_default().to_owned();
         Self {
+            id: format!("{}.{}", approval.execution_id, approval.step_id),
             tool_id: text("tool_id"),
             reason: text("reason"),
             arguments: field("arguments"),

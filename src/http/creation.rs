@@ -89,6 +89,10 @@ pub struct Request {
     pub labels: Option<BTreeMap<String, String>>,
     /// Queue priority (0 when absent).
     pub priority: i64,
+    /// Principal whose request creates it (`None` on a kernel without authentication).
+    pub created_by: Option<String>,
+    /// End user it is created for, as the request says.
+    pub on_behalf_of: Option<String>,
 }
 
 /// Returns the request's `Idempotency-Key`, if it has one: at most one header of 1 to
@@ -143,6 +147,8 @@ pub async fn create(
     let options = CreateOptions {
         priority: request.priority,
         idempotency_key: key,
+        created_by: request.created_by,
+        on_behalf_of: request.on_behalf_of,
     };
     kernel
         .create_execution_with(request.agent_id, request.input, request.labels, options)
@@ -256,8 +262,10 @@ async fn recorded_creation(
         input,
         labels,
         priority,
-        // The trace a creation joined is not part of what it asked for.
+        // The trace a creation joined, and who asked, are not part of what it asked for.
         traceparent: _,
+        created_by: _,
+        on_behalf_of: _,
     }) = page.first().map(|event| event.body.clone())
     else {
         return Ok(None);

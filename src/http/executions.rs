@@ -109,6 +109,7 @@ struct CreateRequest {
     input: Option<Value>,
     labels: Option<Value>,
     priority: Option<Value>,
+    on_behalf_of: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -144,7 +145,10 @@ pub async fn create(
     request: Request,
 ) -> Result<(StatusCode, Json<ExecutionBody>), ApiError> {
     let key = creation::idempotency_key(request.headers())?;
-    let principal = super::keys::principal_of(&request);
+    let principal = request
+        .extensions()
+        .get::<crate::auth::Principal>()
+        .cloned();
     let body: CreateRequest = read_json(
         request,
         state.settings.body_limit,
@@ -158,7 +162,11 @@ pub async fn create(
     }
     super::request_id::record("agent.id", &agent_id);
     let labels = parse_labels(body.labels)?;
-    super::auth::check_creation(&principal, &agent_id, labels.as_ref())?;
+    let creator = principal
+        .clone()
+        .unwrap_or_else(crate::auth::Principal::anonymous);
+    super::auth::check_creation(&creator, &agent_id, labels.as_ref())?;
+    let on_behalf_of = parse_on_behalf_of(body.on_behalf_of)?;
     let priority = creation::parse_priority(body.priority)?;
     let input = body.input.unwrap_or(Value::Null);
     let request = creation::Request {
@@ -166,6 +174,8 @@ pub async fn create(
         input,
         labels,
         priority,
+        created_by: principal.map(|principal| principal.name.to_string()),
+        on_behalf_of,
     };
     let backlog = &state.settings.backlog;
     let Some(key) = key else {
@@ -198,6 +208,22 @@ fn with_notice(state: &AppState, row: ExecutionRow) -> ExecutionBody {
     let mut body = ExecutionBody::from(row);
     body.notice = notice;
     body
+}
+
+/// `on_behalf_of`: a plain string of 1 to 256 bytes without control characters (an end user's
+/// id, recorded as given), or absent.
+fn parse_on_behalf_of(value: Option<Value>) -> Result<Option<String>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text))
+            if !text.is_empty() && text.len() <= 256 && !text.chars().any(char::is_control) =>
+        {
+            Ok(Some(text))
+        }
+        Some(_) => Err(ApiError::validation(
+            "on_behalf_of must be a string of 1 to 256 bytes without control characters",
+        )),
+    }
 }
 
 /// Accepts labels only as an object of string values (Corrections item 3).
@@ -400,10 +426,13 @@ pub async fn signal(
         return Err(ApiError::validation("signal_type is required"));
     }
     super::auth::check_signal(&principal, &signal_type)?;
-    state
-        .kernel
-        .signal(&id, signal_type, body.payload.unwrap_or(Value::Null))
-        .await?;
+    let mut payload = body.payload.unwrap_or(Value::Null);
+    if signal_type == "step.approve" {
+        // The same checks as the approvals API: not the execution's creator; who answered.
+        super::approvals::check_not_creator(&state, &principal, &id).await?;
+        payload = super::approvals::with_answerer(payload, &principal);
+    }
+    state.kernel.signal(&id, signal_type, payload).await?;
     Ok(Json(json!({ "status": "ok" })))
 }
 

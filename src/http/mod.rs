@@ -5,6 +5,7 @@
 //! `main`/`run` builds one [`AppState`] and serves [`router`]; the integration tests do the same.
 
 mod agents;
+mod approvals;
 mod auth;
 mod body;
 pub mod creation;
@@ -233,7 +234,11 @@ pub fn routes() -> Routes {
         .route("/v0/runners/{id}/capabilities", post(runners::capabilities))
         .route("/v0/runners/{id}/tools", post(runners::publish_tools))
         .route("/v0/tools", get(runners::tools))
-        .route("/v0/approvals", get(crate::console::api::approvals))
+        .route(
+            "/v0/approvals",
+            get(crate::console::api::approvals).post(approvals::answer_many),
+        )
+        .route("/v0/approvals/{id}", post(approvals::answer_one))
         .route("/v0/executions/counts", get(crate::console::api::counts))
         .route("/v0/agents", get(crate::console::api::agents))
         .route("/v0/runners", get(crate::console::api::runners))

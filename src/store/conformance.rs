@@ -68,6 +68,8 @@ pub fn new_execution(
         labels: serde_json::to_value(&labels).expect("labels serialize"),
         priority: 0,
         traceparent: None,
+        created_by: None,
+        on_behalf_of: None,
     };
     let execution_id = ExecutionId::new(id);
     let events = seal(

@@ -242,6 +242,8 @@ mod tests {
                 labels: json!({"k": "v"}),
                 priority: 0,
                 traceparent: None,
+                created_by: None,
+                on_behalf_of: None,
             },
             EventBody::ExecutionFailed {
                 error: "payload\":}".into(),

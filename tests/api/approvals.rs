@@ -5,6 +5,7 @@
 //! pending approvals and rate-limit counters across a kernel restart (`restart.rs`).
 
 mod denials;
+mod objects;
 mod restart;
 
 use std::time::Duration;

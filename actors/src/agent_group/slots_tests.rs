@@ -55,6 +55,8 @@ async fn stored(store: &dyn Store, id: &ExecutionId, status: ExecutionStatus) {
     };
     let mut bodies = vec![NewEvent::execution(EventBody::ExecutionCreated {
         traceparent: None,
+        created_by: None,
+        on_behalf_of: None,
         agent_id: "a".into(),
         input: json!(null),
         labels: json!(null),

@@ -60,8 +60,7 @@ pub async fn record_creation_decided(
         agent_id,
         input,
         labels_json,
-        options.priority,
-        options.idempotency_key,
+        options,
         creation_traceparent(ctx),
     );
     let mut new_events = Vec::with_capacity(1 + decisions.len());

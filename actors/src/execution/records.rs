@@ -36,6 +36,8 @@ pub struct StepState {
     pub not_before: Option<Timestamp>,
     /// Whether the step waits for an operator's approval.
     pub awaiting_approval: bool,
+    /// Whether the step ever asked for approval (an answered one is not answered again).
+    pub approval_requested: bool,
     /// Terminal outcome: `Some(true)` succeeded, `Some(false)` failed, for idempotent repeats.
     pub outcome: Option<bool>,
     /// Last change.

@@ -57,6 +57,9 @@ pub enum Rejection {
     /// An idempotency key was reused for a different call.
     #[error("idempotency conflict: key {0} was used for a different tool call")]
     IdempotencyConflict(String),
+    /// A `step.approve` names a step whose approval was already answered.
+    #[error("conflict: the approval of step {0} was already answered")]
+    ApprovalAnswered(String),
     /// The execution is not pending (assignment refused).
     #[error("conflict: execution {0} is not pending")]
     NotPending(String),
@@ -79,6 +82,7 @@ impl Rejection {
             | Self::StepResolved
             | Self::AwaitingApproval(_)
             | Self::IdempotencyConflict(_)
+            | Self::ApprovalAnswered(_)
             | Self::NotPending(_) => ErrorCode::Conflict,
         }
     }

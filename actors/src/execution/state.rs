@@ -84,6 +84,7 @@ impl ExecutionState {
             labels,
             priority,
             traceparent,
+            ..
         } = &first.body
         else {
             return None;

@@ -49,8 +49,7 @@ fn created_with_labels(labels: Value) -> ExecutionState {
             &"agent".into(),
             json!({"q": 1}),
             labels,
-            0,
-            None,
+            Default::default(),
             None,
         )],
     );

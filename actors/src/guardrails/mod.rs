@@ -20,4 +20,8 @@ pub struct CreateOptions {
     pub priority: i64,
     /// `Idempotency-Key` of the request: stored on `execution.created`, unique kernel-wide.
     pub idempotency_key: Option<String>,
+    /// Principal whose request creates it (recorded on `execution.created`).
+    pub created_by: Option<String>,
+    /// End user the creation is made for (recorded on `execution.created`).
+    pub on_behalf_of: Option<String>,
 }

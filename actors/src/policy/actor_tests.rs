@@ -269,6 +269,8 @@ async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Cloc
     let id = ExecutionId::generate();
     let mut new_events = vec![NewEvent::execution(EventBody::ExecutionCreated {
         traceparent: None,
+        created_by: None,
+        on_behalf_of: None,
         agent_id: agent.into(),
         input: json!(null),
         labels: json!(null),

@@ -13,6 +13,8 @@ use super::schemas::Error;
 /// One tool call waiting for a human decision.
 #[derive(ToSchema)]
 pub struct Approval {
+    /// `<execution id>.<step id>`: what `POST /v0/approvals/{id}` takes.
+    id: String,
     execution_id: String,
     agent_id: String,
     /// The `step_id` a `step.approve` signal names.

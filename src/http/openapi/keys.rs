@@ -1,4 +1,5 @@
-//! The admin API of API keys (src/http/keys.rs; docs/security.md): paths and schemas.
+//! The admin API of API keys (src/http/keys.rs) and the approval answers
+//! (src/http/approvals.rs); docs/security.md: paths and schemas.
 
 #![allow(dead_code)] // The functions and types only carry the attributes.
 
@@ -110,3 +111,77 @@ fn rotate_key() {}
         (status = 404, description = "No key of that name", body = Error),
     ))]
 fn revoke_key() {}
+
+/// One answer to an approval.
+#[derive(ToSchema)]
+pub struct ApprovalAnswer {
+    /// `<execution id>.<step id>` (batch only).
+    id: Option<String>,
+    /// `approve` or `deny`.
+    decision: String,
+    /// Recorded; a deny reason is sent to the agent.
+    reason: Option<String>,
+}
+
+/// Body of `POST /v0/approvals`.
+#[derive(ToSchema)]
+pub struct ApprovalAnswers {
+    /// 1 to 100 answers, each applied on its own.
+    answers: Vec<ApprovalAnswer>,
+}
+
+/// What an answer recorded.
+#[derive(ToSchema)]
+pub struct AnsweredApproval {
+    id: String,
+    execution_id: String,
+    step_id: String,
+    approved: bool,
+    reason: Option<String>,
+    /// Principal that answered.
+    answered_by: String,
+}
+
+/// Answer of `POST /v0/approvals/{id}`.
+#[derive(ToSchema)]
+pub struct ApprovalAnswered {
+    approval: AnsweredApproval,
+}
+
+/// One outcome of a batch.
+#[derive(ToSchema)]
+pub struct ApprovalOutcome {
+    id: String,
+    /// 200, or the status the answer alone would have had (403, 404, 409, ...).
+    status: u16,
+    approval: Option<AnsweredApproval>,
+    code: Option<String>,
+    error: Option<String>,
+}
+
+/// Answer of `POST /v0/approvals`.
+#[derive(ToSchema)]
+pub struct ApprovalOutcomes {
+    results: Vec<ApprovalOutcome>,
+}
+
+#[utoipa::path(post, path = "/v0/approvals/{id}", tag = "approvals", request_body = ApprovalAnswer,
+    params(("id" = String, Path, description = "`<execution id>.<step id>`")),
+    responses(
+        (status = 200, description = "Answered; the agent is told", body = ApprovalAnswered),
+        (status = 400, description = "Invalid id, decision or reason; or the step is not the one waiting", body = Error),
+        (status = 401, description = "Missing, unknown, revoked or expired key", body = Error),
+        (status = 403, description = "The key may not answer approvals, or it created the execution", body = Error),
+        (status = 404, description = "No such execution", body = Error),
+        (status = 409, description = "Already answered, or the execution ended", body = Error),
+    ))]
+fn answer_approval() {}
+
+#[utoipa::path(post, path = "/v0/approvals", tag = "approvals", request_body = ApprovalAnswers,
+    responses(
+        (status = 200, description = "Each answer's outcome", body = ApprovalOutcomes),
+        (status = 400, description = "No answers, too many, or one without an id", body = Error),
+        (status = 401, description = "Missing, unknown, revoked or expired key", body = Error),
+        (status = 403, description = "The key may not answer approvals", body = Error),
+    ))]
+fn answer_approvals() {}

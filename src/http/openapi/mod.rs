@@ -40,6 +40,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         console::policy,
         guardrails::breakers,
         keys::list_keys, keys::create_key, keys::rotate_key, keys::revoke_key,
+        keys::answer_approval, keys::answer_approvals,
     ),
     components(schemas(
         schemas::Error, schemas::ErrorCode, schemas::Status, schemas::ExecutionStatus,
@@ -56,6 +57,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         guardrails::BreakerList, guardrails::Breaker, guardrails::BudgetView,
         guardrails::BudgetUsed,
         keys::KeyScopes, keys::NewKey, keys::Key, keys::KeyList, keys::IssuedKey, keys::RevokedKey,
+        keys::ApprovalAnswer, keys::ApprovalAnswers, keys::AnsweredApproval,
+        keys::ApprovalAnswered, keys::ApprovalOutcome, keys::ApprovalOutcomes,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

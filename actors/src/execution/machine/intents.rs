@@ -20,18 +20,19 @@ pub fn create(
     agent_id: &AgentId,
     input: Value,
     labels: Value,
-    priority: i64,
-    key: Option<String>,
+    options: crate::guardrails::CreateOptions,
     traceparent: Option<String>,
 ) -> NewEvent {
     NewEvent::execution(EventBody::ExecutionCreated {
         agent_id: agent_id.to_owned(),
         input,
         labels,
-        priority,
+        priority: options.priority,
         traceparent,
+        created_by: options.created_by,
+        on_behalf_of: options.on_behalf_of,
     })
-    .with_key(key)
+    .with_key(options.idempotency_key)
 }
 
 /// Assigns a pending execution to a consumer; returns the transition and the

@@ -26,6 +26,9 @@ pub fn signal(
             status: state.status,
         });
     }
+    if signal_type == "step.approve" {
+        answered_before(state, payload)?;
+    }
     let approval = match (&state.approval, signal_type) {
         (Some(step_id), "step.approve") => Some(parse_approval(step_id, payload)?),
         _ => None,
@@ -58,6 +61,27 @@ pub fn signal(
         resolve_approval(state, &approval, now, settings, &mut transition);
     }
     Ok(transition)
+}
+
+/// Refuses a `step.approve` naming a step of this execution that asked for approval and is no
+/// longer waiting for it: an approval is answered once (a second answer changes nothing). A
+/// step id the execution does not know keeps the old behaviour (a plain signal, or a 400 while
+/// another approval waits).
+fn answered_before(state: &ExecutionState, payload: &Value) -> Result<(), Rejection> {
+    let Some(named) = payload.get("step_id").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    if state
+        .approval
+        .as_ref()
+        .is_some_and(|waiting| waiting.as_str() == named)
+    {
+        return Ok(());
+    }
+    match state.steps.iter().find(|step| step.id.as_str() == named) {
+        Some(step) if step.approval_requested => Err(Rejection::ApprovalAnswered(named.to_owned())),
+        _ => Ok(()),
+    }
 }
 
 struct Approval {

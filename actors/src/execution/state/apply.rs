@@ -109,6 +109,7 @@ impl ExecutionState {
                     runner_id: None,
                     not_before: None,
                     awaiting_approval: false,
+                    approval_requested: false,
                     outcome: None,
                     updated_at: at,
                     created_at: at,
@@ -124,6 +125,7 @@ impl ExecutionState {
                 let key = event.idempotency_key.clone();
                 if let Some(step) = self.step_mut(event.step_id.as_ref()) {
                     step.awaiting_approval = true;
+                    step.approval_requested = true;
                     step.deadline = None;
                     step.updated_at = at;
                 }
