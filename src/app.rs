@@ -100,6 +100,12 @@ pub async fn run(
         streams_end.clone(),
     )
     .with_policy_status(policy_status);
+    // The API keys are read before the first request (a store that cannot answer is retried
+    // by the first request that needs them).
+    if let Err(error) = state.keys.ensure_loaded().await {
+        warn!(error = %error, "reading API keys failed; retrying on the first request");
+    }
+    let keys_in_use = state.keys.has_keys();
     let app = router(state);
     let timeouts = ConnectionTimeouts {
         header_read: settings.header_read_timeout,
@@ -116,7 +122,7 @@ pub async fn run(
         console = %format!("http://{address}/"),
         db = %settings.db.redacted(),
         policy = %describe_policy(&settings),
-        auth = %describe_auth(&settings),
+        auth = %describe_auth(&settings, keys_in_use),
         hooks = %hooks_in_force,
         webhooks = %settings.webhooks.as_ref().map_or_else(|| "off".to_owned(), |path| path.display().to_string()),
         otel = %settings.otel_endpoint.as_deref().map_or_else(|| "off".to_owned(), |endpoint| format!("traces to {}", crate::config::redact::redact_url(endpoint))),
@@ -338,11 +344,12 @@ fn describe_policy(settings: &Settings) -> String {
 }
 
 /// The authentication mode for the start-up summary (never the token).
-fn describe_auth(settings: &Settings) -> &'static str {
-    if settings.bearer_token.is_some() {
-        "bearer token required"
-    } else {
-        "off: no --bearer-token"
+fn describe_auth(settings: &Settings, keys: bool) -> &'static str {
+    match (settings.bearer_token.is_some(), keys) {
+        (true, true) => "bearer token or API key required",
+        (true, false) => "bearer token required",
+        (false, true) => "API key required",
+        (false, false) => "off: no --bearer-token and no API key",
     }
 }
 

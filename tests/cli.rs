@@ -595,3 +595,102 @@ async fn the_start_up_log_says_what_is_on() {
         assert!(line.contains(expected), "{expected} missing from: {line}");
     }
 }
+
+#[tokio::test]
+async fn approvals_are_listed_and_answered_from_the_command_line() {
+    use futures::StreamExt as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "rules:\n  - id: deploys\n    priority: 1\n    when:\n      tool_id: \"deploy.*\"\n    then:\n      decision: require_approval\n      reason: a human decides\ndefault:\n  decision: allow\n",
+    )
+    .expect("policy written");
+    let policy = policy.display().to_string();
+    let kernel = Kernel::start(&[("KEEL_POLICY", &policy), ("KEEL_BEARER_TOKEN", "root")]).await;
+    let admin = [("KEEL_URL", kernel.url.as_str()), ("KEEL_TOKEN", "root")];
+    let made = keel(&["keys", "create", "bob", "--role", "approver"], &admin).await;
+    let bob = stdout(&made).lines().next().unwrap_or_default().to_owned();
+    let as_bob = [
+        ("KEEL_URL", kernel.url.as_str()),
+        ("KEEL_TOKEN", bob.as_str()),
+    ];
+    // An agent asks for a deploy.
+    let http = reqwest::Client::new();
+    let stream = http
+        .get(format!(
+            "{}/v0/agents/stream?agent_id=deployer&consumer_id=c1",
+            kernel.url
+        ))
+        .bearer_auth("root")
+        .send()
+        .await
+        .expect("agent stream");
+    let mut chunks = stream.bytes_stream();
+    let created = keel(&["create", "--agent", "deployer"], &admin).await;
+    assert!(created.status.success(), "{}", stderr(&created));
+    let mut text = String::new();
+    let assigned: Value = tokio::time::timeout(WAIT, async {
+        loop {
+            let chunk = chunks.next().await.expect("stream open").expect("chunk");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            if let Some(data) = text
+                .split("event: execution.assigned\ndata: ")
+                .nth(1)
+                .and_then(|rest| rest.split('\n').next())
+            {
+                return serde_json::from_str(data).expect("assignment");
+            }
+        }
+    })
+    .await
+    .expect("assigned in time");
+    let intent = serde_json::json!({
+        "execution_id": assigned["execution_id"], "session_id": assigned["session_id"],
+        "intent": {"type": "invoke_tool", "tool_id": "deploy.web", "arguments": {}},
+    });
+    let answer: Value = http
+        .post(format!("{}/v0/agents/intent", kernel.url))
+        .bearer_auth("root")
+        .json(&intent)
+        .send()
+        .await
+        .expect("intent")
+        .json()
+        .await
+        .expect("intent answer");
+    assert_eq!(answer["pending_approval"], true, "{answer}");
+    let listed = keel(&["approvals", "--output", "json"], &as_bob).await;
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let listed: Value = serde_json::from_str(&stdout(&listed)).expect("json");
+    let id = listed["approvals"][0]["id"]
+        .as_str()
+        .expect("an approval")
+        .to_owned();
+    assert!(stdout(&keel(&["approvals"], &as_bob).await).contains(&id));
+    let no_reason = keel(&["deny", &id], &as_bob).await;
+    assert!(!no_reason.status.success() && stderr(&no_reason).contains("--reason"));
+    let denied = keel(&["deny", &id, "--reason", "freeze"], &as_bob).await;
+    assert!(denied.status.success(), "{}", stderr(&denied));
+    assert!(stdout(&denied).contains("denied"));
+    let again = keel(&["approve", &id], &as_bob).await;
+    assert!(stderr(&again).contains("409"), "{}", stderr(&again));
+    let events: Value = http
+        .get(format!(
+            "{}/v0/executions/{}/events",
+            kernel.url,
+            assigned["execution_id"].as_str().unwrap_or_default()
+        ))
+        .bearer_auth("root")
+        .send()
+        .await
+        .expect("events")
+        .json()
+        .await
+        .expect("events json");
+    let failed = events["events"]
+        .as_array()
+        .and_then(|events| events.iter().find(|event| event["type"] == "step.failed"))
+        .expect("the denied step failed");
+    assert_eq!(failed["payload"]["error"], "freeze");
+}

@@ -29,7 +29,8 @@ pub fn harden(mut response: Response) -> Response {
 /// `data-auth="token"` tells the script to ask for the token before its first request (no
 /// request is sent only to be refused); it reveals no more than any refused request would.
 pub async fn page(State(state): State<AppState>) -> Response {
-    let auth = if state.settings.bearer_token.is_some() {
+    let _ = state.keys.ensure_loaded().await;
+    let auth = if state.settings.bearer_token.is_some() || state.keys.has_keys() {
         "token"
     } else {
         "none"
@@ -65,10 +66,10 @@ pub async fn page(State(state): State<AppState>) -> Response {
                 }
                 section id="login" hidden aria-labelledby="login-title" {
                     h1 id="login-title" { "Sign in" }
-                    p { "This kernel requires its bearer token. The token is kept in this tab's session storage only and sent as an Authorization header." }
+                    p { "This kernel requires an API key (or its bearer token). It is kept in this tab's session storage only and sent as an Authorization header; the pages offer what the key's role allows." }
                     form id="login-form" {
                         input type="text" name="username" autocomplete="username" value="operator" hidden;
-                        label for="token" { "Bearer token" }
+                        label for="token" { "API key or bearer token" }
                         input id="token" name="token" type="password" autocomplete="current-password" required;
                         button type="submit" { "Sign in" }
                     }
