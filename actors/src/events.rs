@@ -248,6 +248,10 @@ pub enum EventBody {
         signal_type: String,
         /// Payload (any JSON).
         payload: Value,
+        /// Principal whose request sent it (key name, `admin` for the bearer token); absent
+        /// on kernels without authentication. Keel's addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sent_by: Option<String>,
     },
     /// The agent holding the execution went away.
     #[serde(rename = "agent.timeout")]

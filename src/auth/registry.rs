@@ -131,6 +131,12 @@ impl Principal {
         }
     }
 
+    /// The name recorded on what this principal causes: `None` on a kernel without
+    /// authentication (`anonymous`, a name no key may take).
+    pub fn recorded_name(&self) -> Option<String> {
+        (&*self.name != "anonymous").then(|| self.name.to_string())
+    }
+
     /// Resolves when the key stops being valid (revoked, rotated or expired); never for the
     /// bearer token and open kernels.
     pub async fn invalidated(&self) {

@@ -121,7 +121,12 @@ async fn answer(
     let payload = with_answerer(payload, principal);
     state
         .kernel
-        .signal(&execution_id, "step.approve".to_owned(), payload)
+        .signal_from(
+            &execution_id,
+            "step.approve".to_owned(),
+            payload,
+            principal.recorded_name(),
+        )
         .await?;
     tracing::info!(key = %principal.name, approval = %id, approved, "approval answered");
     Ok(json!({

@@ -174,7 +174,7 @@ pub async fn create(
         input,
         labels,
         priority,
-        created_by: principal.map(|principal| principal.name.to_string()),
+        created_by: principal.and_then(|principal| principal.recorded_name()),
         on_behalf_of,
     };
     let backlog = &state.settings.backlog;
@@ -432,7 +432,10 @@ pub async fn signal(
         super::approvals::check_not_creator(&state, &principal, &id).await?;
         payload = super::approvals::with_answerer(payload, &principal);
     }
-    state.kernel.signal(&id, signal_type, payload).await?;
+    state
+        .kernel
+        .signal_from(&id, signal_type, payload, principal.recorded_name())
+        .await?;
     Ok(Json(json!({ "status": "ok" })))
 }
 

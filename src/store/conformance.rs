@@ -233,6 +233,7 @@ pub async fn commit_round_trips_every_event_field(store: Arc<dyn Store>) {
         NewEvent::execution(EventBody::SignalReceived {
             signal_type: "go".into(),
             payload: Value::Null,
+            sent_by: None,
         }),
     ];
     let mut next = advance(&created.execution, at(2), ExecutionStatus::Blocked, bodies);

@@ -98,7 +98,13 @@ def test_scoped_keys_for_agent_runner_and_client(sandbox: Sandbox) -> None:
     final, events = run(finish(), timeout=20)
     assert final.status == ExecutionStatus.COMPLETED, final
     assert final.output["product"] == 42 and final.output["flaky"]["ok"] is True
+    # The SDK parsed every event, with the principals Keel adds.
     assert len(events) > 5
+    logged = admin_get(kernel.url, f"/v0/executions/{eid}/events?limit=1000")["events"]
+    assert logged[0]["payload"]["created_by"] == "client-key"
+    approvals = [e for e in logged if e["type"] == "signal.received"]
+    assert [e["payload"]["sent_by"] for e in approvals] == ["alice"]
+    assert approvals[0]["payload"]["payload"]["answered_by"] == "alice"
     # Nothing of any key's secret was logged by the kernel.
     log = kernel.log.read_text()
     for secret in (agent_key, runner_key, client_key, approver_key, ROOT):

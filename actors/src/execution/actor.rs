@@ -251,6 +251,7 @@ async fn handle_message(
         ExecutionMsg::DeliverSignal {
             signal_type,
             payload,
+            sent_by,
             reply,
         } => {
             let now = state.ctx.now();
@@ -261,7 +262,17 @@ async fn handle_message(
                         .consumer_lost(&state.exec.agent_id, &session.consumer_id)
                 });
                 decide_and_apply(state, |exec| {
-                    machine::signal(exec, &signal_type, &payload, now, &settings, holder_lost)
+                    let mut transition =
+                        machine::signal(exec, &signal_type, &payload, now, &settings, holder_lost)?;
+                    // Who sent it, on the `signal.received` the machine wrote.
+                    for event in &mut transition.events {
+                        if let crate::events::EventBody::SignalReceived { sent_by: by, .. } =
+                            &mut event.body
+                        {
+                            by.clone_from(&sent_by);
+                        }
+                    }
+                    Ok(transition)
                 })
                 .await
             };

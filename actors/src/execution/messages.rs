@@ -58,6 +58,8 @@ pub enum ExecutionMsg {
         signal_type: String,
         /// Payload.
         payload: Value,
+        /// Principal whose request sent it, recorded on `signal.received`.
+        sent_by: Option<String>,
         /// Answer.
         reply: Reply<()>,
     },

@@ -117,6 +117,7 @@ async fn an_execution_actor_talks_to_its_neighbours_only_after_commits() {
     let signal = |reply| ExecutionMsg::DeliverSignal {
         signal_type: "go".into(),
         payload: json!(1),
+        sent_by: None,
         reply,
     };
     call(&execution, signal, timeout, "execution")

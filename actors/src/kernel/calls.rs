@@ -35,9 +35,22 @@ impl Kernel {
         signal_type: String,
         payload: Value,
     ) -> Result<(), KernelError> {
+        self.signal_from(id, signal_type, payload, None).await
+    }
+
+    /// Sends a signal to an execution on behalf of `sent_by` (recorded on its
+    /// `signal.received`).
+    pub async fn signal_from(
+        &self,
+        id: &ExecutionId,
+        signal_type: String,
+        payload: Value,
+        sent_by: Option<String>,
+    ) -> Result<(), KernelError> {
         self.ask(id, |reply| ExecutionMsg::DeliverSignal {
             signal_type: signal_type.clone(),
             payload: payload.clone(),
+            sent_by: sent_by.clone(),
             reply,
         })
         .await

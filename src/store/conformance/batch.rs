@@ -212,6 +212,7 @@ pub async fn a_groups_events_take_positions_in_commit_order(store: Arc<dyn Store
         NewEvent::execution(EventBody::SignalReceived {
             signal_type: kind,
             payload: serde_json::Value::Null,
+            sent_by: None,
         })
     };
     // Every other execution in reverse, three events each: 18 events in one group.

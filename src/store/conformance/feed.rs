@@ -29,6 +29,7 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
         NewEvent::execution(EventBody::SignalReceived {
             signal_type: kind.to_owned(),
             payload: serde_json::Value::Null,
+            sent_by: None,
         })
     };
     let a = commit_each(

@@ -159,6 +159,7 @@ async fn approvals_are_answered_once_by_someone_allowed_and_the_answer_is_record
     );
     let signal = &payloads(&kernel, &id, "signal.received").await[0];
     assert_eq!(signal["payload"]["answered_by"], "alice");
+    assert_eq!(signal["sent_by"], "alice");
     assert_eq!(
         payloads(&kernel, &id, "step.failed").await[0]["error"],
         "not on a Friday"

@@ -37,6 +37,7 @@ pub fn signal(
     transition.event(NewEvent::execution(EventBody::SignalReceived {
         signal_type: signal_type.to_owned(),
         payload: payload.clone(),
+        sent_by: None,
     }));
     let resumes = state.signal_wait.as_deref() == Some(signal_type);
     if resumes && holder_lost {

@@ -237,6 +237,7 @@ impl ExecutionState {
             EventBody::SignalReceived {
                 signal_type,
                 payload,
+                ..
             } => {
                 self.pending_signals
                     .push_back((signal_type.clone(), payload.clone()));
