@@ -211,21 +211,26 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(public_id: String, record: KeyRecord) -> Self {
+    /// A new entry for `record`. While the secret stays the same (`previous` has the same
+    /// hash) the entry keeps `previous`'s token, so that the streams opened with any earlier
+    /// copy of the key end when it is revoked; a revoked record's token is cancelled.
+    fn new(public_id: String, record: KeyRecord, previous: Option<&Entry>) -> Self {
         let mut hash = [0u8; 32];
         let _ = hex::decode_to_slice(&record.secret_hash, &mut hash);
+        let token = previous
+            .filter(|previous| previous.hash == hash)
+            .and_then(|previous| previous.principal.revoked.clone())
+            .unwrap_or_default();
+        if record.revoked_at.is_some() {
+            token.cancel();
+        }
         let principal = Principal {
             name: Arc::from(record.name.as_str()),
             role: record.role,
             scopes: Arc::new(record.scopes.clone()),
-            revoked: Some(CancellationToken::new()),
+            revoked: Some(token),
             expires_at: record.expires_at,
         };
-        if record.revoked_at.is_some()
-            && let Some(token) = &principal.revoked
-        {
-            token.cancel();
-        }
         let used = record.last_used_at.map_or(0, |at| at.timestamp_micros());
         Self {
             public_id,
@@ -485,8 +490,9 @@ impl KeyRegistry {
 
     /// Writes one key to the store, then to memory.
     async fn write_through(&self, public_id: &str, record: KeyRecord) -> Result<(), KeyError> {
-        let entry = Entry::new(public_id.to_owned(), record);
-        if let Some(old) = self.read().by_id.get(public_id) {
+        let previous = self.read().by_id.get(public_id).cloned();
+        let entry = Entry::new(public_id.to_owned(), record, previous.as_deref());
+        if let Some(old) = &previous {
             entry
                 .last_used
                 .store(old.last_used.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -521,20 +527,21 @@ impl KeyRegistry {
         let mut next = HashMap::with_capacity(fresh.len());
         for (public_id, record) in fresh {
             let entry = match keys.by_id.remove(&public_id) {
-                Some(old) if old.record == record => old,
+                // Unchanged but for the last use (which this kernel may have written itself).
+                Some(old) if same_but_last_use(&old.record, &record) => old,
                 Some(old) => {
-                    if let Some(token) = &old.principal.revoked
-                        && (record.revoked_at.is_some()
-                            || record.secret_hash != old.record.secret_hash)
+                    let entry = Entry::new(public_id.clone(), record, Some(&old));
+                    if old.hash != entry.hash
+                        && let Some(token) = &old.principal.revoked
                     {
+                        // Another secret: the old one's streams end.
                         token.cancel();
                     }
-                    let entry = Entry::new(public_id.clone(), record);
                     let used = old.last_used.load(Ordering::Relaxed);
                     entry.last_used.fetch_max(used, Ordering::Relaxed);
                     Arc::new(entry)
                 }
-                None => Arc::new(Entry::new(public_id.clone(), record)),
+                None => Arc::new(Entry::new(public_id.clone(), record, None)),
             };
             next.insert(public_id, entry);
         }
@@ -604,6 +611,13 @@ impl KeyRegistry {
     }
 }
 
+/// Whether two records differ at most in their last use.
+fn same_but_last_use(a: &KeyRecord, b: &KeyRecord) -> bool {
+    let mut a = a.clone();
+    a.last_used_at = b.last_used_at;
+    a == *b
+}
+
 /// Key names: 1–64 characters of letters, digits, `-`, `_`, `.`, `@`, `:`.
 fn validate_name(name: &str) -> Result<(), KeyError> {
     let ok = !name.is_empty()
@@ -618,5 +632,91 @@ fn validate_name(name: &str) -> Result<(), KeyError> {
         Err(KeyError::Invalid(format!(
             "key name {name:?}: 1-64 letters, digits or -_.@: (admin, anonymous and system are reserved)"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn registry(dir: &std::path::Path) -> (Arc<dyn Store>, KeyRegistry) {
+        let url = format!("sqlite://{}", dir.join("keys.db").display());
+        let store = crate::store::open(&url, &Default::default())
+            .await
+            .expect("store opens");
+        (store.clone(), KeyRegistry::new(store))
+    }
+
+    fn new_key(name: &str) -> NewKey {
+        NewKey {
+            name: name.to_owned(),
+            role: Role::Reader,
+            scopes: Scopes::default(),
+            expires_at: None,
+        }
+    }
+
+    fn ended(principal: &Principal) -> bool {
+        principal
+            .revoked
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+    }
+
+    #[tokio::test]
+    async fn a_revocation_ends_the_streams_of_every_copy_of_the_key_across_flushes_and_reloads() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (store, keys) = registry(dir.path()).await;
+        let issued = keys
+            .create(new_key("watcher"), "admin")
+            .await
+            .expect("created");
+        let first = keys.authenticate(&issued.token).expect("valid");
+        assert_eq!(
+            keys.flush().await.expect("flushed"),
+            1,
+            "the last use is written"
+        );
+        keys.reload().await.expect("reloaded");
+        let second = keys.authenticate(&issued.token).expect("still valid");
+        assert!(!ended(&first) && !ended(&second));
+        // Revoked by another registry on the same database (another kernel, or `keel keys`).
+        let elsewhere = KeyRegistry::new(store);
+        elsewhere.revoke("watcher").await.expect("revoked");
+        keys.reload().await.expect("reloaded");
+        assert!(ended(&first) && ended(&second), "both copies' streams end");
+        assert_eq!(
+            keys.authenticate(&issued.token)
+                .map(|_| ())
+                .map_err(|(why, _)| why),
+            Err(Rejected::Revoked)
+        );
+        let listed = keys.list();
+        assert_eq!(listed[0]["state"], "revoked");
+        assert!(listed[0]["last_used_at"].is_string());
+        assert!(listed[0].get("secret_hash").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_rotation_ends_the_old_secret_and_its_streams_and_keeps_the_key() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (_, keys) = registry(dir.path()).await;
+        let issued = keys.create(new_key("svc"), "admin").await.expect("created");
+        let before = keys.authenticate(&issued.token).expect("valid");
+        let rotated = keys.rotate("svc").await.expect("rotated");
+        assert!(ended(&before));
+        assert_eq!(rotated.public_id, issued.public_id);
+        assert!(keys.authenticate(&issued.token).is_err());
+        let after = keys
+            .authenticate(&rotated.token)
+            .expect("the new secret works");
+        assert!(!ended(&after));
+        // A forged secret for the same public id is refused.
+        let forged = key::generate(&issued.public_id);
+        assert!(keys.authenticate(&forged.token).is_err());
+        assert!(matches!(
+            keys.create(new_key("svc"), "admin").await,
+            Err(KeyError::Taken(_))
+        ));
     }
 }
