@@ -51,28 +51,59 @@ pub struct Page {
     pub events: Vec<FeedEvent>,
     /// Last position read (matching or not); the next read starts after it.
     pub scanned_to: i64,
-    /// Whether the store returned a full page (more may follow at once).
+    /// Whether more may follow at once (another matching event, or an unscanned rest).
     pub full: bool,
 }
 
-/// Reads one page of the feed after `after_position`.
+/// Most store reads one page makes while its type patterns skip events: a bound on the work of
+/// one request, not on what the client sees (the page then ends early with `full`).
+const SCAN_CHUNKS: usize = 20;
+
+/// Reads one page of the feed after `after_position`: up to `limit` events that match the type
+/// patterns too, reading the store `limit` rows at a time (plus one to look ahead). `full` is
+/// true only when more may follow: another match was seen, or the scan bound was reached
+/// before the end of the log.
 pub async fn read_page(
     kernel: &Kernel,
     filter: &FeedFilter,
     after_position: i64,
     limit: i64,
 ) -> Result<Page, KernelError> {
-    let rows = kernel.feed(&filter.query(after_position, limit)).await?;
-    let full = rows.len() as i64 >= limit;
-    let scanned_to = rows.last().map_or(after_position, |row| row.position);
-    let events = rows
-        .into_iter()
-        .filter(|row| filter.types.matches(row.event.body.type_name()))
-        .collect();
+    let chunk = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
+    let mut events = Vec::new();
+    let mut cursor = after_position;
+    for _ in 0..SCAN_CHUNKS {
+        let rows = kernel
+            .feed(&filter.query(cursor, limit.max(1).saturating_add(1)))
+            .await?;
+        let more_rows = rows.len() > chunk;
+        for row in rows.into_iter().take(chunk) {
+            let position = row.position;
+            if filter.types.matches(row.event.body.type_name()) {
+                if events.len() >= chunk {
+                    // A match beyond the page: the next page starts with it.
+                    return Ok(Page {
+                        events,
+                        scanned_to: cursor,
+                        full: true,
+                    });
+                }
+                events.push(row);
+            }
+            cursor = position;
+        }
+        if !more_rows {
+            return Ok(Page {
+                events,
+                scanned_to: cursor,
+                full: false,
+            });
+        }
+    }
     Ok(Page {
         events,
-        scanned_to,
-        full,
+        scanned_to: cursor,
+        full: true,
     })
 }
 

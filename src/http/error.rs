@@ -151,3 +151,27 @@ impl IntoResponse for ApiError {
 pub async fn not_found() -> ApiError {
     ApiError::NotFound("not found".to_owned())
 }
+
+/// Gives the router's bodiless 405 the error envelope (`METHOD_NOT_ALLOWED`); the router adds
+/// the `Allow` header with the path's methods.
+pub async fn method_not_allowed(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    let body = serde_json::json!({
+        "error": format!("method {method} is not allowed on this path (the Allow header lists its methods)"),
+        "code": "METHOD_NOT_ALLOWED",
+    });
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    parts.headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body.to_string()))
+}

@@ -264,4 +264,5 @@ pub fn router(state: AppState) -> Router {
             request_id::request_id,
         ))
         .with_state(state)
+        .layer(middleware::from_fn(error::method_not_allowed))
 }

@@ -315,5 +315,19 @@ async fn unknown_paths_are_json_404s_and_wrong_methods_405() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    // The envelope like every other error; the Allow header stays.
+    let allow = response.headers()["allow"].to_str().unwrap().to_owned();
+    assert!(allow.contains("POST") && allow.contains("GET"), "{allow}");
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "METHOD_NOT_ALLOWED", "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(
+        message.starts_with("method PUT is not allowed on this path"),
+        "{message}"
+    );
     kernel.shutdown().await;
 }

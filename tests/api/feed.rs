@@ -124,12 +124,45 @@ async fn pages_cover_every_execution_in_position_order_and_filter() {
     let one = all_events(&kernel, &format!("execution_id={b1}")).await;
     assert_eq!(one.len(), kernel.events(&b1).await.len());
 
-    // A page filtered down to nothing still moves on.
+    // A type filter fills the page up to `limit` matches however many events it skips, and
+    // `has_more` is true only while matches remain.
     let (status, body) = kernel.get("/v0/events?types=no.such&limit=2").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["events"], json!([]));
-    assert_eq!(body["next_after_position"], json!(all_positions[1]));
-    assert_eq!(body["has_more"], json!(true));
+    assert_eq!(
+        body["next_after_position"],
+        json!(all_positions.last().unwrap())
+    );
+    assert_eq!(body["has_more"], json!(false));
+    let created = all_events(&kernel, "types=execution.created").await;
+    assert!(created.len() >= 3, "{created:?}");
+    let (_, first) = kernel
+        .get("/v0/events?types=execution.created&limit=2")
+        .await;
+    assert_eq!(first["events"].as_array().unwrap().len(), 2, "{first}");
+    assert_eq!(first["has_more"], json!(true));
+    let mut seen = first["events"].as_array().unwrap().clone();
+    let mut after = first["next_after_position"].as_i64().unwrap();
+    loop {
+        let (_, page) = kernel
+            .get(&format!(
+                "/v0/events?types=execution.created&limit=2&after_position={after}"
+            ))
+            .await;
+        let events = page["events"].as_array().unwrap();
+        seen.extend(events.iter().cloned());
+        after = page["next_after_position"].as_i64().unwrap();
+        if page["has_more"] == json!(false) {
+            break;
+        }
+        assert_eq!(events.len(), 2, "a page with more to come is full: {page}");
+    }
+    assert_eq!(seen, created);
+    // Without a type filter, a page that ends exactly at the end of the log says so.
+    let total = all_positions.len();
+    let (_, whole) = kernel.get(&format!("/v0/events?limit={total}")).await;
+    assert_eq!(whole["events"].as_array().unwrap().len(), total);
+    assert_eq!(whole["has_more"], json!(false), "{whole}");
 
     // Bad inputs are refused with the envelope.
     for query in [

@@ -34,6 +34,8 @@ pub enum ErrorCode {
     Forbidden,
     /// 404.
     NotFound,
+    /// 405, with `Allow` (a method the path does not have).
+    MethodNotAllowed,
     /// 409.
     Conflict,
     /// 429, with `Retry-After`.
