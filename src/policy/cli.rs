@@ -18,6 +18,9 @@ use keel_actors::ids::{AgentId, ToolId};
 /// Problems are listed one per line as `FILE:LINE: message`, then the warnings.
 pub fn check_command(path: &Path) -> (String, bool) {
     let mut report = String::new();
+    if path.is_dir() {
+        report.push_str(&directory_map(path));
+    }
     match load_path(path) {
         Ok(loaded) => {
             for file in &loaded.files {
@@ -50,6 +53,90 @@ pub fn check_command(path: &Path) -> (String, bool) {
             (report, false)
         }
     }
+}
+
+/// For a policy directory: which file applies to which agent, and a warning for each entry no
+/// agent will use (hidden, not YAML, a subdirectory, an `_`-file that is not `_global`).
+fn directory_map(dir: &Path) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return String::new();
+    };
+    let mut names: Vec<(String, bool)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().to_str()?.to_owned();
+            let is_file = std::fs::metadata(entry.path()).is_ok_and(|meta| meta.is_file());
+            Some((name, is_file))
+        })
+        .collect();
+    names.sort();
+    let global_stem = super::directory::GLOBAL_STEM;
+    let mut agents = Vec::new();
+    let mut global = None;
+    let mut ignored = Vec::new();
+    let mut suspicious = Vec::new();
+    for (name, is_file) in &names {
+        let yaml = Path::new(name)
+            .extension()
+            .is_some_and(|extension| extension == "yaml" || extension == "yml");
+        let stem = Path::new(name)
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .unwrap_or(name);
+        if name.starts_with('.') {
+            // Kubernetes ConfigMap mounts keep their real files in `..data`: say nothing.
+            if yaml {
+                ignored.push(format!("{name}: hidden files are not read"));
+            }
+        } else if !is_file {
+            ignored.push(format!("{name}: subdirectories are not read"));
+        } else if !yaml {
+            ignored.push(format!("{name}: not a .yaml or .yml file"));
+        } else if stem == global_stem {
+            global = Some(name.clone());
+        } else if stem.starts_with('_') {
+            agents.push((stem.to_owned(), name.clone()));
+            suspicious.push(format!(
+                "{name} applies only to an agent named `{stem}`; the file every agent shares is {global_stem}.yaml"
+            ));
+        } else {
+            agents.push((stem.to_owned(), name.clone()));
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "which file applies to which agent:");
+    for (agent, file) in &agents {
+        match &global {
+            Some(global) => {
+                let _ = writeln!(out, "  agent {agent}: {file} with the rules of {global}");
+            }
+            None => {
+                let _ = writeln!(out, "  agent {agent}: {file}");
+            }
+        }
+    }
+    match &global {
+        Some(global) => {
+            let _ = writeln!(out, "  any other agent: {global}");
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  any other agent: no file, every tool call denied (rule agent-default)"
+            );
+        }
+    }
+    for problem in &ignored {
+        let _ = writeln!(
+            out,
+            "warning: {}/{problem} (no agent uses it)",
+            dir.display()
+        );
+    }
+    for problem in &suspicious {
+        let _ = writeln!(out, "warning: {}/{problem}", dir.display());
+    }
+    out
 }
 
 /// Evaluates one `tool.invoke` call against a policy path at the current time (step count and

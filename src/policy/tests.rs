@@ -602,3 +602,43 @@ hooks:
     let search = call("a", "web.search", json!({}));
     assert_eq!(with.evaluate(&search), without.evaluate(&search));
 }
+
+#[test]
+fn checking_a_directory_maps_files_to_agents_and_warns_about_unused_ones() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/per-agent");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["_global.yaml", "support-bot.yaml"] {
+        std::fs::copy(examples.join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::copy(
+        examples.join("support-bot.yaml"),
+        dir.path().join("_gobal.yaml"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a policy").unwrap();
+    std::fs::create_dir(dir.path().join("old")).unwrap();
+    let (report, ok) = check_command(dir.path());
+    assert!(ok, "{report}");
+    assert!(
+        report.contains("  agent support-bot: support-bot.yaml with the rules of _global.yaml\n")
+            && report.contains("  any other agent: _global.yaml\n"),
+        "{report}"
+    );
+    let shown = dir.path().display();
+    for warning in [
+        format!("warning: {shown}/notes.txt: not a .yaml or .yml file (no agent uses it)"),
+        format!("warning: {shown}/old: subdirectories are not read (no agent uses it)"),
+        format!(
+            "warning: {shown}/_gobal.yaml applies only to an agent named `_gobal`; the file every agent shares is _global.yaml"
+        ),
+    ] {
+        assert!(report.contains(&warning), "{warning}\n{report}");
+    }
+    // Without a global file, other agents are denied; the report says so.
+    std::fs::remove_file(dir.path().join("_global.yaml")).unwrap();
+    let (report, _) = check_command(dir.path());
+    assert!(
+        report.contains("  any other agent: no file, every tool call denied (rule agent-default)"),
+        "{report}"
+    );
+}
