@@ -157,6 +157,8 @@ pub fn eval_command(
             .map_err(|error| format!("arguments are not valid JSON: {error}"))?,
     };
     let input = PolicyInput {
+        created_by: None,
+        on_behalf_of: None,
         action: "tool.invoke".to_owned(),
         agent_id: agent.into(),
         tool_id: tool.into(),

@@ -298,6 +298,12 @@ pub struct WhenSpec {
     /// `<days> <HH:MM>-<HH:MM> <IANA zone>`.
     #[serde(default)]
     pub schedule: Option<String>,
+    /// Glob the creating key's name must match.
+    #[serde(default)]
+    pub created_by: Option<String>,
+    /// Glob the execution's `on_behalf_of` must match.
+    #[serde(default)]
+    pub on_behalf_of: Option<String>,
 }
 
 /// `then:` of a rule.
@@ -379,6 +385,8 @@ impl From<RuleSpec> for RuleDefinition {
                 min_step_count: when.min_step_count,
                 min_duration_ms: when.min_duration_ms,
                 schedule: when.schedule,
+                created_by: when.created_by,
+                on_behalf_of: when.on_behalf_of,
             },
             then: OutcomeDefinition {
                 decision: spec.then.decision.into(),

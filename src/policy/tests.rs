@@ -42,6 +42,8 @@ fn load_text(
 /// Returns an input for one tool call on a Wednesday noon UTC.
 pub(super) fn call(agent: &str, tool: &str, arguments: Value) -> PolicyInput {
     PolicyInput {
+        created_by: None,
+        on_behalf_of: None,
         action: "tool.invoke".to_owned(),
         agent_id: agent.into(),
         tool_id: tool.into(),
@@ -641,4 +643,32 @@ fn checking_a_directory_maps_files_to_agents_and_warns_about_unused_ones() {
         report.contains("  any other agent: no file, every tool call denied (rule agent-default)"),
         "{report}"
     );
+}
+
+#[test]
+fn a_rule_can_match_who_created_the_execution_and_for_whom() {
+    let (_dir, _path, loaded) = load_text(
+        "rules:\n  - id: billing-only\n    priority: 1\n    when:\n      tool_id: payments.refund\n      created_by: \"billing-*\"\n      on_behalf_of: \"customer-*\"\n    then:\n      decision: allow\ndefault:\n  decision: deny\n",
+    );
+    let loaded = loaded.expect("loads");
+    let refund = |created_by: Option<&str>, on_behalf_of: Option<&str>| {
+        let mut input = call("a", "payments.refund", json!({}));
+        input.created_by = created_by.map(str::to_owned);
+        input.on_behalf_of = on_behalf_of.map(str::to_owned);
+        decide(&loaded, &input)
+    };
+    assert_eq!(
+        refund(Some("billing-svc"), Some("customer-7")).0,
+        Decision::Allow
+    );
+    assert_eq!(
+        refund(Some("support-svc"), Some("customer-7")).0,
+        Decision::Deny
+    );
+    assert_eq!(refund(Some("billing-svc"), None).0, Decision::Deny);
+    assert_eq!(refund(None, Some("customer-7")).0, Decision::Deny);
+    let (_dir, _path, bad) = load_text(
+        "rules:\n  - id: r\n    when:\n      created_by: \"[\"\n    then:\n      decision: allow\n",
+    );
+    assert!(bad.is_err(), "a malformed glob is refused");
 }

@@ -32,6 +32,8 @@ pub(super) fn policy_input(
         duration_ms: u64::try_from((now - state.exec.created_at).num_milliseconds()).unwrap_or(0),
         usage: state.exec.usage.clone(),
         now,
+        created_by: state.exec.created_by.clone(),
+        on_behalf_of: state.exec.on_behalf_of.clone(),
     }
 }
 

@@ -37,6 +37,10 @@ pub struct ExecutionState {
     pub priority: i64,
     /// W3C trace context recorded at creation (docs/tracing.md).
     pub traceparent: Option<String>,
+    /// Principal that created it (`execution.created`), for policy `when: created_by`.
+    pub created_by: Option<String>,
+    /// End user it was created for (`execution.created`), for policy `when: on_behalf_of`.
+    pub on_behalf_of: Option<String>,
     /// Output once completed.
     pub output: Option<Value>,
     /// Creation time.
@@ -84,7 +88,8 @@ impl ExecutionState {
             labels,
             priority,
             traceparent,
-            ..
+            created_by,
+            on_behalf_of,
         } = &first.body
         else {
             return None;
@@ -100,6 +105,8 @@ impl ExecutionState {
             input: Arc::new(input.clone()),
             priority: *priority,
             traceparent: traceparent.clone(),
+            created_by: created_by.clone(),
+            on_behalf_of: on_behalf_of.clone(),
             output: None,
             created_at: first.timestamp,
             updated_at: first.timestamp,

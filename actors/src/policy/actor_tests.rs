@@ -67,6 +67,8 @@ impl PolicyEngine for Closed {
 
 fn input(agent: &str, tool: &str, clock: &Clock) -> PolicyInput {
     PolicyInput {
+        created_by: None,
+        on_behalf_of: None,
         action: "tool.invoke".to_owned(),
         agent_id: agent.into(),
         tool_id: tool.into(),

@@ -77,6 +77,8 @@ fn shell_breaker() -> BreakerSet {
 
 fn input(tool: &str, steps: u64, clock: &Clock) -> PolicyInput {
     PolicyInput {
+        created_by: None,
+        on_behalf_of: None,
         action: "tool.invoke".to_owned(),
         agent_id: "a".into(),
         tool_id: tool.into(),

@@ -86,6 +86,11 @@ pub struct PolicyInput {
     pub usage: BudgetUsage,
     /// Evaluation time (schedules are checked against it).
     pub now: Timestamp,
+    /// Principal that created the execution (API key name, `admin` for the bearer token;
+    /// `None` on kernels without authentication).
+    pub created_by: Option<String>,
+    /// End user the execution was created for, as its creator said.
+    pub on_behalf_of: Option<String>,
 }
 
 /// The verdict of an engine for one input.

@@ -193,3 +193,51 @@ async fn approvals_are_answered_once_by_someone_allowed_and_the_answer_is_record
     assert_eq!(listed["approvals"], json!([]));
     kernel.shutdown().await;
 }
+
+/// Refunds only in executions the billing service created for a customer.
+fn refund_policy(config: &mut keel_actors::kernel::KernelConfig) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(
+        &path,
+        "rules:\n  - id: refunds-by-billing\n    priority: 1\n    when:\n      tool_id: payments.refund\n      created_by: \"billing-*\"\n      on_behalf_of: \"customer-*\"\n    then:\n      decision: allow\n  - id: no-refunds\n    priority: 2\n    when:\n      tool_id: payments.refund\n    then:\n      decision: deny\n      reason: refunds are the billing service's\ndefault:\n  decision: allow\n",
+    )
+    .expect("policy written");
+    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
+}
+
+#[tokio::test]
+async fn policy_sees_who_created_the_execution_and_for_whom() {
+    let kernel = TestKernel::start_with(Options {
+        settings: HttpSettings {
+            bearer_token: Some(TOKEN.to_owned()),
+            heartbeat: Duration::from_millis(300),
+            ..HttpSettings::default()
+        },
+        kernel: refund_policy,
+        ..Options::default()
+    })
+    .await;
+    let billing = key(&kernel, "billing-svc", "operator").await;
+    let ops = key(&kernel, "ops", "operator").await;
+    let mut agent = TestAgent::connect(&kernel, "payer").await;
+    let mut decisions = Vec::new();
+    for (secret, for_whom) in [
+        (&billing, "customer-7"),
+        (&ops, "customer-7"),
+        (&billing, "staff-1"),
+    ] {
+        let body = json!({"agent_id": "payer", "on_behalf_of": for_whom});
+        let (status, created) = post_as(&kernel, secret, "/v0/executions", &body).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        let assignment = agent.assignment().await;
+        let intent = json!({"type": "invoke_tool", "tool_id": "payments.refund", "arguments": {}});
+        let (status, answer) = assignment.intent(&kernel, intent).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        decisions.push(answer["accepted"].clone());
+        let done = json!({"type": "complete", "output": {}});
+        let _ = assignment.intent(&kernel, done).await;
+    }
+    assert_eq!(decisions, [json!(true), json!(false), json!(false)]);
+    kernel.shutdown().await;
+}

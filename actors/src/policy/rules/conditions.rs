@@ -27,6 +27,8 @@ pub struct Conditions {
     min_step_count: Option<u64>,
     min_duration_ms: Option<u64>,
     schedule: Option<Schedule>,
+    created_by: Option<Glob>,
+    on_behalf_of: Option<Glob>,
 }
 
 impl Conditions {
@@ -76,6 +78,14 @@ impl Conditions {
                 .filter_map(|pattern| glob(pattern, "tool_ids"))
                 .collect::<Vec<_>>()
         });
+        let created_by = definition
+            .created_by
+            .as_deref()
+            .and_then(|pattern| glob(pattern, "created_by"));
+        let on_behalf_of = definition
+            .on_behalf_of
+            .as_deref()
+            .and_then(|pattern| glob(pattern, "on_behalf_of"));
         if definition.tool_ids.as_ref().is_some_and(Vec::is_empty) {
             issue(&["tool_ids"], "list is empty".to_owned());
         }
@@ -152,6 +162,8 @@ impl Conditions {
             min_step_count,
             min_duration_ms,
             schedule,
+            created_by,
+            on_behalf_of,
         }
     }
 
@@ -215,6 +227,16 @@ impl Conditions {
             .schedule
             .as_ref()
             .is_some_and(|schedule| !schedule.contains(&input.now))
+        {
+            return false;
+        }
+        // A principal condition never holds for an execution without that principal.
+        let principal = |glob: &Option<Glob>, value: &Option<String>| match glob {
+            None => true,
+            Some(glob) => value.as_deref().is_some_and(|value| glob.is_match(value)),
+        };
+        if !principal(&self.created_by, &input.created_by)
+            || !principal(&self.on_behalf_of, &input.on_behalf_of)
         {
             return false;
         }

@@ -147,6 +147,10 @@ pub struct ConditionDefinition {
     pub min_duration_ms: Option<i64>,
     /// Weekly time window, e.g. `Mon-Fri 09:00-17:00 America/New_York`.
     pub schedule: Option<String>,
+    /// Glob the name of the key that created the execution must match.
+    pub created_by: Option<String>,
+    /// Glob the execution's `on_behalf_of` must match.
+    pub on_behalf_of: Option<String>,
 }
 
 /// The `arguments:` of a `when`, in either of the two ways a file can write it.

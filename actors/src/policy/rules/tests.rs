@@ -81,6 +81,8 @@ pub(super) fn problems(definition: &PolicyDefinition) -> Vec<CompileIssue> {
 /// Returns an input for agent `a`, tool `tool` with empty arguments, on a Wednesday noon UTC.
 pub(super) fn input(tool: &str) -> PolicyInput {
     PolicyInput {
+        created_by: None,
+        on_behalf_of: None,
         action: "tool.invoke".to_owned(),
         agent_id: "a".into(),
         tool_id: tool.into(),
