@@ -765,3 +765,27 @@ hooks:
     );
     kernel.shutdown().await;
 }
+
+#[tokio::test]
+async fn pre_tool_hooks_see_for_whom_the_execution_was_created() {
+    let (hooks, base) = HookServer::start().await;
+    let kernel = kernel_with_hooks(&base, "fail_closed").await;
+    let mut agent = crate::harness::TestAgent::connect(&kernel, "writer").await;
+    let body = json!({"agent_id": "writer", "on_behalf_of": "user-1"});
+    let (status, created) = kernel.post("/v0/executions", &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let run = agent.assignment().await;
+    let (status, answer) = run
+        .intent(&kernel, invoke("fs.read", json!({"path": "/tmp/a"})))
+        .await;
+    assert_eq!(
+        (status, &answer["accepted"]),
+        (StatusCode::OK, &json!(true)),
+        "{answer}"
+    );
+    let seen = hooks.requests("pre");
+    assert_eq!(seen[0]["on_behalf_of"], "user-1");
+    // A kernel without authentication has no creator to name.
+    assert!(seen[0].get("created_by").is_none(), "{}", seen[0]);
+    kernel.shutdown().await;
+}

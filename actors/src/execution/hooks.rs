@@ -84,13 +84,21 @@ async fn hooks_for(
 
 /// The JSON every hook call starts from.
 fn request(state: &ExecutionActorState, point: HookPoint, tool_id: &ToolId) -> Value {
-    json!({
+    let mut request = json!({
         "point": point.as_str(),
         "execution_id": state.exec.id.as_str(),
         "agent_id": state.exec.agent_id.as_str(),
         "labels": state.exec.labels.clone().unwrap_or_default(),
         "tool_id": tool_id,
-    })
+    });
+    // Who created the execution, and for whom, when known.
+    if let Some(created_by) = &state.exec.created_by {
+        request["created_by"] = json!(created_by);
+    }
+    if let Some(on_behalf_of) = &state.exec.on_behalf_of {
+        request["on_behalf_of"] = json!(on_behalf_of);
+    }
+    request
 }
 
 /// Runs the `pre_tool` chain of an allowed `invoke_tool`: modified arguments replace the

@@ -32,6 +32,10 @@ pub struct CreationRequest<'a> {
     pub priority: i64,
     /// `Idempotency-Key` of the request.
     pub idempotency_key: Option<&'a str>,
+    /// Principal whose request creates it (sent to hooks when known).
+    pub created_by: Option<&'a str>,
+    /// End user it is created for (sent to hooks when given).
+    pub on_behalf_of: Option<&'a str>,
 }
 
 /// How a `pre_create` chain ended.
@@ -112,6 +116,12 @@ pub async fn run_creation_chain(
     }
     if let Some(key) = creation.idempotency_key {
         request["idempotency_key"] = json!(key);
+    }
+    if let Some(created_by) = creation.created_by {
+        request["created_by"] = json!(created_by);
+    }
+    if let Some(on_behalf_of) = creation.on_behalf_of {
+        request["on_behalf_of"] = json!(on_behalf_of);
     }
     for hook in hooks {
         request["hook_id"] = json!(hook.id);

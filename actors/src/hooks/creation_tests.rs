@@ -82,6 +82,8 @@ async fn hooks_add_labels_in_order_and_each_sees_the_labels_so_far() {
         labels: Some(&given),
         priority: 5,
         idempotency_key: Some("k1"),
+        created_by: Some("ci-bot"),
+        on_behalf_of: Some("user-9"),
     };
     let hooks = [
         hook("a", FailureMode::FailClosed),
@@ -98,6 +100,8 @@ async fn hooks_add_labels_in_order_and_each_sees_the_labels_so_far() {
     assert_eq!(seen[0]["agent_id"], "writer");
     assert_eq!(seen[0]["input"], input);
     assert_eq!(seen[0]["priority"], 5);
+    assert_eq!(seen[0]["created_by"], "ci-bot");
+    assert_eq!(seen[0]["on_behalf_of"], "user-9");
     assert_eq!(seen[0]["idempotency_key"], "k1");
     assert_eq!(seen[0]["labels"], json!({"team": "ops"}));
     assert_eq!(seen[1]["labels"], json!({"team": "ops", "tier": "gold"}));
@@ -123,6 +127,8 @@ async fn a_creation_without_labels_keeps_none_unless_a_hook_adds_some() {
         labels: None,
         priority: 0,
         idempotency_key: None,
+        created_by: None,
+        on_behalf_of: None,
     };
     let run = run_creation_chain(&caller, &[hook("a", FailureMode::FailClosed)], creation).await;
     assert_eq!(run.outcome, CreationOutcome::Create(None));
@@ -141,6 +147,8 @@ async fn a_refusal_or_a_failed_call_stops_the_chain_by_failure_mode() {
         labels: None,
         priority: 0,
         idempotency_key: None,
+        created_by: None,
+        on_behalf_of: None,
     };
     let refusing = Scripted {
         answers: vec![("a", Ok(HookVerdict::Abort("no budget".to_owned())))],

@@ -127,6 +127,8 @@ impl Kernel {
             labels: labels.as_ref(),
             priority: options.priority,
             idempotency_key: options.idempotency_key.as_deref(),
+            created_by: options.created_by.as_deref(),
+            on_behalf_of: options.on_behalf_of.as_deref(),
         };
         let run = run_creation_chain(caller.as_ref(), &hooks, creation).await;
         match run.outcome {
