@@ -20,7 +20,9 @@ use keel_actors::policy::rules::{
 use super::directory::load_directory;
 use super::errors::{PolicyLoadErrors, PolicyProblem};
 use super::locate::{deserialize_at, line_of, strip_positions};
-use super::spec::{FileShellSpec, RuleSpec};
+use super::spec::{
+    BudgetSpec, FileShellSpec, RateLimitSpec, RetrySpec, RuleSpec, ThenSpec, WhenSpec,
+};
 
 /// Largest policy file accepted, in bytes.
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -257,7 +259,18 @@ fn parse(
             Err(_) => match deserialize_at::<RuleSpec>(source, &FieldPath::rule(index)) {
                 Ok(rule) => rule,
                 Err(error) => {
-                    problems.push(from_yaml(error));
+                    let first = from_yaml(error);
+                    // serde stops at a rule's first problem: read each section on its own too,
+                    // so one run reports a problem of `when` and one of `then` together.
+                    let more = section_problems(source, index, item);
+                    let mut found: Vec<PolicyProblem> = more
+                        .into_iter()
+                        .map(from_yaml)
+                        .filter(|problem| *problem != first)
+                        .collect();
+                    found.push(first);
+                    found.sort_by_key(|problem| problem.line);
+                    problems.extend(found);
                     None
                 }
             },
@@ -280,6 +293,33 @@ fn parse(
         )),
         problems,
     )
+}
+
+/// Reads each section of rule `index` on its own and returns every section's first problem.
+fn section_problems(source: &str, index: usize, item: &Value) -> Vec<yaml_serde::Error> {
+    fn problem<T: serde::de::DeserializeOwned>(
+        source: &str,
+        index: usize,
+        key: &str,
+    ) -> Option<yaml_serde::Error> {
+        deserialize_at::<T>(source, &FieldPath::rule(index).keys(&[key])).err()
+    }
+    let present = |key: &str| item.get(key).is_some();
+    let mut found = Vec::new();
+    for key in ["when", "then", "rate_limit", "retry", "budget"] {
+        if !present(key) {
+            continue;
+        }
+        let error = match key {
+            "when" => problem::<WhenSpec>(source, index, key),
+            "then" => problem::<ThenSpec>(source, index, key),
+            "rate_limit" => problem::<RateLimitSpec>(source, index, key),
+            "retry" => problem::<RetrySpec>(source, index, key),
+            _ => problem::<BudgetSpec>(source, index, key),
+        };
+        found.extend(error);
+    }
+    found
 }
 
 /// Returns the line where a YAML stream's second document starts: a `---` marker after the

@@ -672,3 +672,24 @@ fn a_rule_can_match_who_created_the_execution_and_for_whom() {
     );
     assert!(bad.is_err(), "a malformed glob is refused");
 }
+
+#[test]
+fn one_run_reports_a_problem_of_each_section_of_a_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "two.yaml",
+        "rules:\n  - id: a\n    priority: 1\n    when:\n      tool_idd: x\n    then:\n      decision: maybe\n    rate_limit:\n      max: lots\n      window: 1m\n  - id: b\n    priority: 2\n    when: {}\n    then:\n      decision: allow\n",
+    );
+    let (report, ok) = check_command(&path);
+    assert!(!ok);
+    let shown = path.display();
+    for expected in [
+        format!("{shown}:5: rules[0].when: unknown field `tool_idd`"),
+        format!("{shown}:7: rules[0].then.decision: unknown variant `maybe`"),
+        format!("{shown}:9: rules[0].rate_limit.max: invalid type: string \"lots\""),
+        "policy invalid: 3 problem(s)".to_owned(),
+    ] {
+        assert!(report.contains(&expected), "{expected}\n{report}");
+    }
+}
