@@ -40,7 +40,7 @@ grep -q '^tokio ' "$root/licenses/THIRD-PARTY.txt" ||
 "$root/keel" policy check "$root/policies/safe-shell.yaml" >/dev/null
 
 step "image"
-bash scripts/image.sh "target/${KEEL_PROFILE:-release}/keel" localhost/keel:ci
+bash scripts/image.sh "${CARGO_TARGET_DIR:-target}/${KEEL_PROFILE:-release}/keel" localhost/keel:ci
 
 step "image check"
 bash scripts/image-check.sh localhost/keel:ci

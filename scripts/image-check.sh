@@ -17,8 +17,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/podman-env.sh
 
 tag=${1:-localhost/keel:latest}
-python=${KEEL_SDK_PYTHON:-target/sdk-venv/bin/python}
-keel_cli=${KEEL_CLI:-target/debug/keel}
+python=${KEEL_SDK_PYTHON:-${CARGO_TARGET_DIR:-target}/sdk-venv/bin/python}
+keel_cli=${KEEL_CLI:-${CARGO_TARGET_DIR:-target}/debug/keel}
 name=keel-image-check-$$
 token=image-check-$RANDOM$RANDOM
 grace=30

@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/podman-env.sh
 
-binary=${1:-target/release/keel}
+binary=${1:-${CARGO_TARGET_DIR:-target}/release/keel}
 version=$("$binary" --version | awk '{print $2}')
 tag=${2:-localhost/keel:$version}
 suite=${KEEL_DEBIAN_SUITE:-bookworm}

@@ -25,7 +25,7 @@ if [ -n "${KEEL_BINARY:-}" ]; then
 else
     echo "package: cargo build --profile $profile --locked -p keel"
     cargo build --profile "$profile" --locked -p keel
-    binary=target/$profile/keel
+    binary=${CARGO_TARGET_DIR:-target}/$profile/keel
 fi
 [ -x "$binary" ] || { echo "package: no binary at $binary" >&2; exit 1; }
 
