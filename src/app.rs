@@ -94,12 +94,16 @@ pub async fn run(
 
     let streams_end = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
-    let state = AppState::new(
-        kernel.clone(),
-        http_settings(&settings),
-        streams_end.clone(),
-    )
-    .with_policy_status(policy_status);
+    let mut http = http_settings(&settings);
+    if let Some(path) = &settings.llm_config {
+        let gateway = crate::gateway::GatewayConfig::load(path)
+            .and_then(crate::gateway::Gateway::new)
+            .map_err(|error| anyhow!("{error}; refusing to start"))?;
+        info!(providers = ?gateway.config.providers.keys().collect::<Vec<_>>(), "LLM gateway on");
+        http.gateway = Some(Arc::new(gateway));
+    }
+    let state =
+        AppState::new(kernel.clone(), http, streams_end.clone()).with_policy_status(policy_status);
     // The API keys are read before the first request (a store that cannot answer is retried
     // by the first request that needs them).
     if let Err(error) = state.keys.ensure_loaded().await {
@@ -315,6 +319,7 @@ fn http_settings(settings: &Settings) -> HttpSettings {
             retry_after_secs: settings.backlog_retry_after.as_secs_f64().ceil().max(1.0) as u64,
         },
         feed: crate::http::feed::FeedSettings::default(),
+        gateway: None,
     }
 }
 

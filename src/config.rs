@@ -114,6 +114,11 @@ pub struct Config {
     #[arg(long, env = "KEEL_WEBHOOKS", value_name = "PATH")]
     pub webhooks: Option<PathBuf>,
 
+    /// LLM gateway configuration file (YAML: providers, their base URLs and keys; docs/llm.md)
+    /// [default: none, the gateway is off].
+    #[arg(long, env = "KEEL_LLM_CONFIG", value_name = "PATH")]
+    pub llm_config: Option<PathBuf>,
+
     /// Token every request except health and readiness must present as
     /// `Authorization: Bearer <token>` [default: none, no authentication].
     #[arg(

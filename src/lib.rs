@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod feed;
+pub mod gateway;
 pub mod hook_caller;
 pub mod http;
 pub mod policy;

@@ -126,6 +126,8 @@ pub struct Settings {
     pub policy: Option<PathBuf>,
     /// Webhook subscriptions file, if any.
     pub webhooks: Option<PathBuf>,
+    /// LLM gateway configuration file, if any.
+    pub llm_config: Option<PathBuf>,
     /// Bearer token; `None` disables authentication.
     pub bearer_token: Option<Secret>,
     /// Whether `--production` was given.
@@ -301,6 +303,7 @@ impl Config {
             db_max_conns: self.db_max_conns,
             policy,
             webhooks: self.webhooks.clone(),
+            llm_config: self.llm_config.clone(),
             bearer_token,
             production: self.production,
             cors_origins,
@@ -343,6 +346,7 @@ impl Settings {
             "db-max-conns": self.db_max_conns,
             "policy": self.policy.as_ref().map(|path| path.display().to_string()),
             "webhooks": self.webhooks.as_ref().map(|path| path.display().to_string()),
+            "llm-config": self.llm_config.as_ref().map(|path| path.display().to_string()),
             "bearer-token": self.bearer_token.as_ref().map(|_| REDACTED),
             "production": self.production,
             "cors-origins": self.cors_origins,

@@ -16,6 +16,7 @@ pub mod feed;
 mod guardrails;
 mod health;
 mod keys;
+mod llm;
 pub mod openapi;
 pub(crate) mod query;
 mod request_id;
@@ -64,6 +65,8 @@ pub struct HttpSettings {
     pub backlog: creation::Backlog,
     /// Buffer and cut-off of each `GET /v0/events/stream`.
     pub feed: feed::FeedSettings,
+    /// The LLM gateway (`--llm-config`); `None` leaves its routes answering 404.
+    pub gateway: Option<Arc<crate::gateway::Gateway>>,
 }
 
 impl Default for HttpSettings {
@@ -77,6 +80,7 @@ impl Default for HttpSettings {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             backlog: creation::Backlog::default(),
             feed: feed::FeedSettings::default(),
+            gateway: None,
         }
     }
 }
@@ -93,6 +97,7 @@ impl std::fmt::Debug for HttpSettings {
             .field("large_body_limit", &self.large_body_limit)
             .field("heartbeat", &self.heartbeat)
             .field("body_read_timeout", &self.body_read_timeout)
+            .field("gateway", &self.gateway)
             .finish()
     }
 }
@@ -256,6 +261,10 @@ pub fn router(state: AppState) -> Router {
     let routes = routes()
         .router
         .merge(crate::console::pages())
+        .route(
+            "/v0/executions/{id}/llm/{provider}/v1/chat/completions",
+            post(llm::chat_completions),
+        )
         .fallback(error::not_found);
     // One layer: request id, then CORS, then authentication (`request_id.rs`, `auth.rs`).
     routes

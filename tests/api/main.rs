@@ -19,6 +19,7 @@ mod harness;
 mod hooks;
 mod hostile;
 mod identity;
+mod llm;
 mod metrics;
 mod openapi;
 mod outage;

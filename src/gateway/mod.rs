@@ -1,0 +1,252 @@
+//! The LLM gateway (docs/llm.md): OpenAI-compatible chat completions forwarded to a configured
+//! provider on behalf of one execution. The request and response bodies pass through unchanged
+//! (never round-tripped through typed structs); the kernel replaces the caller's credentials
+//! (its kernel token) with the provider's key, which never reaches a log or a response.
+//!
+//! Off unless `--llm-config FILE` names a gateway configuration ([`GatewayConfig::load`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Time allowed to connect to a provider.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest silence tolerated while reading a provider's answer (a stream's chunks included).
+const READ_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What went wrong reading a gateway configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayConfigError {
+    /// The file could not be read.
+    #[error("cannot read LLM gateway configuration {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a valid configuration.
+    #[error("invalid LLM gateway configuration {path}: {detail}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the LLM gateway's HTTP client: {0}")]
+    Client(String),
+}
+
+/// Wire format a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// OpenAI's `/v1/chat/completions`.
+    Openai,
+}
+
+/// A provider's key; its `Debug` never shows it.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Returns the key, for the one place that sends it upstream.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// One configured provider.
+#[derive(Clone, Debug)]
+pub struct Provider {
+    /// Name used in the route (`/v0/executions/{id}/llm/{name}/v1/...`).
+    pub name: String,
+    /// Wire format.
+    pub format: Format,
+    /// Base URL the provider's paths are appended to (e.g. `https://api.openai.com/v1`).
+    pub base_url: String,
+    /// Key sent as `Authorization: Bearer <key>`; `None` sends none.
+    pub api_key: Option<ApiKey>,
+}
+
+/// A provider as written in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderFile {
+    format: Format,
+    base_url: String,
+    #[serde(default)]
+    api_key_env: Option<String>,
+    #[serde(default)]
+    api_key_file: Option<PathBuf>,
+}
+
+/// The file: `providers: {name: {format, base_url, api_key_env | api_key_file}}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GatewayFile {
+    providers: BTreeMap<String, ProviderFile>,
+}
+
+/// The gateway's configuration: its providers by name.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// Providers by route name.
+    pub providers: BTreeMap<String, Provider>,
+}
+
+impl GatewayConfig {
+    /// Reads `path` (YAML), resolving each provider's key from its environment variable or
+    /// file (a key file relative to the configuration's directory).
+    pub fn load(path: &Path) -> Result<Self, GatewayConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| GatewayConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or_else(|| Path::new("."));
+        Self::parse(&text, base, |name| std::env::var(name).ok()).map_err(|detail| {
+            GatewayConfigError::Invalid {
+                path: path.to_owned(),
+                detail,
+            }
+        })
+    }
+
+    /// Parses a configuration's text; `env` resolves environment variables.
+    pub fn parse(
+        text: &str,
+        base: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let file: GatewayFile = yaml_serde::from_str(text).map_err(|error| error.to_string())?;
+        let mut providers = BTreeMap::new();
+        for (name, provider) in file.providers {
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
+            {
+                return Err(format!(
+                    "provider name {name:?}: use letters, digits, '-' and '_'"
+                ));
+            }
+            let url = reqwest::Url::parse(&provider.base_url)
+                .map_err(|error| format!("provider {name}: base_url: {error}"))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(format!("provider {name}: base_url must be http or https"));
+            }
+            let api_key = match (provider.api_key_env, provider.api_key_file) {
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "provider {name}: give api_key_env or api_key_file, not both"
+                    ));
+                }
+                (Some(variable), None) => Some(ApiKey(env(&variable).ok_or_else(|| {
+                    format!("provider {name}: environment variable {variable} is not set")
+                })?)),
+                (None, Some(file)) => {
+                    let file = base.join(file);
+                    let key = std::fs::read_to_string(&file).map_err(|error| {
+                        format!(
+                            "provider {name}: cannot read api_key_file {}: {error}",
+                            file.display()
+                        )
+                    })?;
+                    Some(ApiKey(key.trim().to_owned()))
+                }
+                (None, None) => None,
+            };
+            providers.insert(
+                name.clone(),
+                Provider {
+                    name,
+                    format: provider.format,
+                    base_url: provider.base_url.trim_end_matches('/').to_owned(),
+                    api_key,
+                },
+            );
+        }
+        Ok(Self { providers })
+    }
+}
+
+/// The running gateway: its configuration and the HTTP client shared by every call.
+#[derive(Debug)]
+pub struct Gateway {
+    /// Providers by name.
+    pub config: GatewayConfig,
+    /// Client for the providers.
+    pub client: reqwest::Client,
+}
+
+impl Gateway {
+    /// Builds the gateway for `config`.
+    pub fn new(config: GatewayConfig) -> Result<Self, GatewayConfigError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .build()
+            .map_err(|error| GatewayConfigError::Client(error.to_string()))?;
+        Ok(Self { config, client })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_come_from_the_environment_and_never_show_in_debug() {
+        let config = GatewayConfig::parse(
+            "providers:\n  openai:\n    format: openai\n    base_url: http://127.0.0.1:9/v1/\n    api_key_env: K\n",
+            Path::new("."),
+            |name| (name == "K").then(|| "sk-secret-123".to_owned()),
+        )
+        .expect("valid");
+        let provider = &config.providers["openai"];
+        assert_eq!(provider.base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(
+            provider.api_key.as_ref().map(ApiKey::expose),
+            Some("sk-secret-123")
+        );
+        assert!(!format!("{config:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_with_the_reason() {
+        let missing = GatewayConfig::parse(
+            "providers:\n  p:\n    format: openai\n    base_url: http://x/v1\n    api_key_env: NOPE\n",
+            Path::new("."),
+            |_| None,
+        );
+        assert!(missing.unwrap_err().contains("NOPE is not set"));
+        let scheme = GatewayConfig::parse(
+            "providers:\n  p:\n    format: openai\n    base_url: ftp://x/v1\n",
+            Path::new("."),
+            |_| None,
+        );
+        assert!(scheme.unwrap_err().contains("http or https"));
+        let unknown = GatewayConfig::parse(
+            "providers:\n  p:\n    format: openai\n    base_url: http://x\n    key: k\n",
+            Path::new("."),
+            |_| None,
+        );
+        assert!(unknown.is_err());
+        let name = GatewayConfig::parse(
+            "providers:\n  \"a/b\":\n    format: openai\n    base_url: http://x\n",
+            Path::new("."),
+            |_| None,
+        );
+        assert!(name.unwrap_err().contains("provider name"));
+    }
+}
