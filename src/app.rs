@@ -95,11 +95,21 @@ pub async fn run(
     let streams_end = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
     let mut http = http_settings(&settings);
+    let mut llm_in_force = "off".to_owned();
     if let Some(path) = &settings.llm_config {
         let gateway = crate::gateway::GatewayConfig::load(path)
             .and_then(crate::gateway::Gateway::new)
             .map_err(|error| anyhow!("{error}; refusing to start"))?;
-        info!(providers = ?gateway.config.providers.keys().collect::<Vec<_>>(), "LLM gateway on");
+        llm_in_force = format!(
+            "providers {}",
+            gateway
+                .config
+                .providers
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         http.gateway = Some(Arc::new(gateway));
     }
     let state =
@@ -129,6 +139,7 @@ pub async fn run(
         auth = %describe_auth(&settings, keys_in_use),
         hooks = %hooks_in_force,
         webhooks = %settings.webhooks.as_ref().map_or_else(|| "off".to_owned(), |path| path.display().to_string()),
+        llm = %llm_in_force,
         otel = %settings.otel_endpoint.as_deref().map_or_else(|| "off".to_owned(), |endpoint| format!("traces to {}", crate::config::redact::redact_url(endpoint))),
         "kernel ready"
     );

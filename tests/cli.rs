@@ -590,6 +590,7 @@ async fn the_start_up_log_says_what_is_on() {
         "auth=off: no --bearer-token",
         "hooks=off",
         "webhooks=off",
+        "llm=off",
         "otel=off",
     ] {
         assert!(line.contains(expected), "{expected} missing from: {line}");
@@ -693,4 +694,55 @@ async fn approvals_are_listed_and_answered_from_the_command_line() {
         .and_then(|events| events.iter().find(|event| event["type"] == "step.failed"))
         .expect("the denied step failed");
     assert_eq!(failed["payload"]["error"], "freeze");
+}
+
+#[tokio::test]
+async fn the_llm_gateway_starts_from_its_file_and_its_key_never_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("llm.yaml");
+    std::fs::write(
+        &config,
+        "providers:\n  openai:\n    format: openai\n    base_url: http://127.0.0.1:9/v1\n    api_key_env: CLI_LLM_KEY\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+
+    // A key variable that is not set stops the kernel at start-up with the reason.
+    let data = dir.path().join("data");
+    let refused = keel(
+        &["dev", "--port", "0", "--data-dir", data.to_str().unwrap()],
+        &[("KEEL_LLM_CONFIG", config)],
+    )
+    .await;
+    assert!(!refused.status.success(), "started without its key");
+    assert!(
+        stderr(&refused).contains("CLI_LLM_KEY is not set"),
+        "{}",
+        stderr(&refused)
+    );
+
+    let secret = "sk-cli-llm-secret-5521";
+    let dump = keel(
+        &["dev", "--dump-config"],
+        &[("KEEL_LLM_CONFIG", config), ("CLI_LLM_KEY", secret)],
+    )
+    .await;
+    assert!(dump.status.success(), "{}", stderr(&dump));
+    assert!(stdout(&dump).contains(config), "{}", stdout(&dump));
+    assert!(!stdout(&dump).contains(secret) && !stderr(&dump).contains(secret));
+
+    let kernel = Kernel::start(&[("KEEL_LLM_CONFIG", config), ("CLI_LLM_KEY", secret)]).await;
+    tokio::time::timeout(WAIT, async {
+        while !kernel.log.lock().unwrap().contains("kernel ready") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the kernel logs its summary");
+    let log = kernel.log.lock().unwrap().clone();
+    assert!(log.contains("llm=providers openai"), "{log}");
+    assert!(
+        !log.contains(secret),
+        "the provider key reached the log:\n{log}"
+    );
 }
