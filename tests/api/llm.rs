@@ -45,7 +45,24 @@ async fn fake_chat(
         .ok()
         .and_then(|value| value["stream"].as_bool())
         .unwrap_or(false);
+    let model = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|value| value["model"].as_str().map(str::to_owned));
     fake.seen.lock().expect("lock").push((authorization, body));
+    let refusal = |status: u16| {
+        let error = json!({"error": {"message": "scripted", "type": "scripted", "code": status}});
+        (
+            axum::http::StatusCode::from_u16(status).expect("status"),
+            [("content-type", "application/json"), ("retry-after", "7")],
+            error.to_string(),
+        )
+            .into_response()
+    };
+    match model.as_deref() {
+        Some("rate-limited") => return refusal(429),
+        Some("broken") => return refusal(500),
+        _ => {}
+    }
     if !streamed {
         return (
             [("content-type", "application/json")],
@@ -294,5 +311,56 @@ async fn without_a_configuration_the_gateway_is_off() {
             .as_str()
             .expect("message")
             .contains("--llm-config")
+    );
+}
+
+#[tokio::test]
+async fn provider_errors_come_back_unchanged_and_an_unreachable_provider_is_a_502() {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let kernel = kernel_with_gateway(Some(&base_url)).await;
+    let execution = kernel.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id");
+    let call = |model: &'static str| {
+        kernel
+            .client
+            .post(kernel.url(&chat_path(id, "openai")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"model": model, "messages": []}))
+            .send()
+    };
+    let limited = call("rate-limited").await.expect("sent");
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.headers()["retry-after"], "7");
+    let body: Value = limited.json().await.expect("JSON");
+    assert_eq!(body["error"]["message"], "scripted");
+    let broken = call("broken").await.expect("sent");
+    assert_eq!(broken.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let fine = call("gpt-test").await.expect("sent");
+    assert_eq!(fine.status(), StatusCode::OK);
+    assert_eq!(fake.seen.lock().expect("lock").len(), 3);
+
+    // A provider nobody listens on: a port bound, then released.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address")
+    };
+    let kernel = kernel_with_gateway(Some(&format!("http://{closed}/v1"))).await;
+    let execution = kernel.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id");
+    let response = kernel
+        .client
+        .post(kernel.url(&chat_path(id, "openai")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"model": "gpt-test", "messages": []}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    let text = response.text().await.expect("body");
+    assert!(text.contains("upstream_unreachable"), "{text}");
+    assert!(
+        !text.contains(KEY) && !text.contains(&closed.to_string()),
+        "{text}"
     );
 }
