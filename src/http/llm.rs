@@ -133,3 +133,16 @@ pub async fn chat_completions(
             )
         })
 }
+
+/// Any other path under an execution's `llm/{provider}/`: refused in OpenAI's error shape,
+/// naming the path, so that a client pointed at the gateway learns what is not forwarded.
+pub async fn unknown_route(Path((_, provider, rest)): Path<(String, String, String)>) -> Response {
+    openai_error(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "unknown_route",
+        &format!(
+            "the LLM gateway does not forward {provider}/{rest}; it forwards POST {provider}/v1/chat/completions"
+        ),
+    )
+}

@@ -265,6 +265,10 @@ pub fn router(state: AppState) -> Router {
             "/v0/executions/{id}/llm/{provider}/v1/chat/completions",
             post(llm::chat_completions),
         )
+        .route(
+            "/v0/executions/{id}/llm/{provider}/{*rest}",
+            axum::routing::any(llm::unknown_route),
+        )
         .fallback(error::not_found);
     // One layer: request id, then CORS, then authentication (`request_id.rs`, `auth.rs`).
     routes
