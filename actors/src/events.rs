@@ -169,6 +169,10 @@ pub enum EventBody {
         /// was created (Keel addition, docs/guardrails.md).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_retries: Option<u64>,
+        /// Step of an earlier run whose recorded outcome this step replays instead of running
+        /// the tool again (Keel addition, docs/failure-semantics.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replay_of: Option<StepId>,
     },
     /// A step was handed out (to a runner, or to the agent after approval).
     #[serde(rename = "step.dispatched")]

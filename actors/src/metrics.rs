@@ -104,6 +104,8 @@ pub struct Metrics {
     pub retention_deleted: Counter,
     /// Stalls reported by the watchdog, by kind (`no_intent`, `job_not_started`).
     pub stalls: Family<KindLabel, Counter>,
+    /// Tool calls of re-runs answered from the journal, by kind (`remote`, `local`).
+    pub steps_replayed: Family<KindLabel, Counter>,
     /// Creations refused because a backlog bound was reached, by kind (`agent`, `kernel`).
     pub backlog_refused: Family<KindLabel, Counter>,
     /// SSE consumers disconnected because their push buffer was full, by kind (`agent`).
@@ -140,6 +142,7 @@ impl Metrics {
         let commit_batch = Histogram::new(exponential_buckets(1.0, 2.0, 12));
         let retention_deleted = Counter::default();
         let stalls = Family::<KindLabel, Counter>::default();
+        let steps_replayed = Family::<KindLabel, Counter>::default();
         let backlog_refused = Family::<KindLabel, Counter>::default();
         let slow_consumers = Family::<KindLabel, Counter>::default();
         let passivations = Counter::default();
@@ -211,6 +214,11 @@ impl Metrics {
             stalls.clone(),
         );
         registry.register(
+            "steps_replayed",
+            "Tool calls of re-runs answered from the journal instead of run again, by kind",
+            steps_replayed.clone(),
+        );
+        registry.register(
             "backlog_refused",
             "Creations refused with 429 because a backlog bound was reached, by kind",
             backlog_refused.clone(),
@@ -247,6 +255,7 @@ impl Metrics {
             commit_batch,
             retention_deleted,
             stalls,
+            steps_replayed,
             backlog_refused,
             slow_consumers,
             passivations,
@@ -372,6 +381,15 @@ impl Metrics {
             event: event.to_owned(),
         };
         self.supervision.get_or_create(&labels).inc();
+    }
+
+    /// Counts one tool call answered from the journal (`remote` or `local`).
+    pub fn step_replayed(&self, kind: &str) {
+        self.steps_replayed
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one stall reported by the watchdog.

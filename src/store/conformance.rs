@@ -219,6 +219,7 @@ pub async fn commit_round_trips_every_event_field(store: Arc<dyn Store>) {
                 retry_base_delay_ms: None,
                 retry_max_delay_ms: None,
                 max_retries: None,
+                replay_of: None,
             },
         )
         .with_key(Some("intent-key-1".into())),

@@ -8,6 +8,7 @@ pub mod commands;
 mod dormant;
 mod effects;
 mod hooks;
+pub mod journal;
 pub mod machine;
 pub mod messages;
 mod passivation;

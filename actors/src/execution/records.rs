@@ -56,6 +56,10 @@ pub struct StepState {
     pub dispatched_at: Option<Timestamp>,
     /// Whether the watchdog already reported this dispatch as not started.
     pub stall_reported: bool,
+    /// Run (count of `execution.started` so far, from 1) the step was created in.
+    pub run: u32,
+    /// Step of an earlier run whose outcome this step replayed.
+    pub replay_of: Option<StepId>,
 }
 
 /// One entry of the `history` sent with `execution.assigned` (WIRE.md §10.4.1).

@@ -18,6 +18,7 @@ mod apply;
 #[cfg(test)]
 mod replay_tests;
 
+pub use super::journal::Journal;
 pub use super::records::{HistoryEntry, RecordedIntent, Session, StepState};
 
 /// The folded state of one execution.
@@ -75,6 +76,11 @@ pub struct ExecutionState {
     pub stall_reported_since: Option<Timestamp>,
     /// What the execution used of its budget (steps, calls per tool, retries, cost).
     pub usage: BudgetUsage,
+    /// Runs so far (`execution.started` events).
+    pub runs: u32,
+    /// Recorded outcomes of earlier runs' calls, from the second run on (`None` before, or
+    /// when no call of an earlier run completed).
+    pub journal: Option<Journal>,
 }
 
 impl ExecutionState {
@@ -124,6 +130,8 @@ impl ExecutionState {
             idle_since: first.timestamp,
             stall_reported_since: None,
             usage: BudgetUsage::default(),
+            runs: 0,
+            journal: None,
         };
         for event in &events[1..] {
             state.apply(event);

@@ -22,6 +22,9 @@ pub(super) async fn submit_intent(
     if let Some(reply) = machine::precheck_intent(&state.exec, &intent)? {
         return Ok(reply);
     }
+    if let Some(reply) = replay(state, &intent).await? {
+        return Ok(reply);
+    }
     let mut intent = intent;
     let mut verdict = match &intent {
         Intent::InvokeTool {
@@ -61,6 +64,38 @@ pub(super) async fn submit_intent(
         _ => {}
     }
     Ok(reply)
+}
+
+/// Answers a remote `invoke_tool` of a re-run from the journal when an earlier run completed
+/// the same call: no policy check, hook, job or charge (docs/failure-semantics.md).
+async fn replay(
+    state: &mut ExecutionActorState,
+    intent: &Intent,
+) -> Result<Option<IntentReply>, KernelError> {
+    let Intent::InvokeTool {
+        tool_id,
+        arguments,
+        idempotency_key,
+        remote: true,
+    } = intent
+    else {
+        return Ok(None);
+    };
+    let Some(entry) = machine::replayable(&state.exec, tool_id, arguments) else {
+        return Ok(None);
+    };
+    let call = machine::ReplayedCall {
+        tool_id,
+        arguments,
+        key: idempotency_key.as_ref(),
+        remote: true,
+    };
+    let (transition, reply) = machine::replay_call(&state.exec, &call, entry, state.ctx.now());
+    apply(state, transition).await?;
+    state.ctx.metrics.intent(intent.type_name(), "accepted");
+    state.ctx.metrics.step_replayed("remote");
+    super::spans::record_intent_decision(state, "replayed");
+    Ok(Some(reply))
 }
 
 /// Puts `events` (the hooks' decisions) before the transition's own events.

@@ -279,6 +279,10 @@ impl BudgetUsage {
     /// Counts one event.
     pub fn apply(&mut self, body: &EventBody) {
         match body {
+            // A replayed step ran nothing: it is not charged again.
+            EventBody::StepCreated {
+                replay_of: Some(_), ..
+            } => {}
             EventBody::StepCreated { tool_id, .. } => {
                 self.steps += 1;
                 *self.calls.entry(tool_id.clone()).or_default() += 1;

@@ -22,6 +22,7 @@ fn created(tool: &str) -> EventBody {
         retry_base_delay_ms: None,
         retry_max_delay_ms: None,
         max_retries: None,
+        replay_of: None,
     }
 }
 

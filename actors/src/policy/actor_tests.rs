@@ -294,6 +294,7 @@ async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Cloc
                 retry_base_delay_ms: None,
                 retry_max_delay_ms: None,
                 max_retries: None,
+                replay_of: None,
             },
         ));
     }

@@ -217,6 +217,20 @@ async def op_restart(inp: dict[str, Any]) -> dict[str, Any]:
     return {"payload": payload, "sum": total, "session": execution.session_id}
 
 
+async def op_journey(inp: dict[str, Any]) -> dict[str, Any]:
+    """Remote calls (two identical), a pause where a --hang agent stops for good, then one
+    more call: a re-run replays the calls made before the pause (issue 33)."""
+    a, b = inp["a"], inp["b"]
+    first = await calc["calc_mul"](a=a, b=b)
+    again = await calc["calc_mul"](b=b, a=a)
+    third = await calc["calc_mul"](a=first, b=7)
+    mark("paused", execution_id=execution.id)
+    if ARGS.hang:
+        await asyncio.sleep(3600)
+    last = await calc["calc_mul"](a=third, b=1)
+    return {"products": [first, again, third, last]}
+
+
 async def op_labels(inp: dict[str, Any]) -> dict[str, Any]:
     """Returns the labels the SDK's execution proxy carries."""
     return {"labels": dict(execution.labels or {})}
@@ -240,6 +254,7 @@ OPS = {
     "approval": op_approval,
     "restart": op_restart,
     "call": op_call,
+    "journey": op_journey,
 }
 
 

@@ -197,6 +197,7 @@ fn step_created(
             retry_base_delay_ms: rule.retry.map(|retry| millis(retry.base_delay)),
             retry_max_delay_ms: rule.retry.map(|retry| millis(retry.max_delay)),
             max_retries: rule.max_retries,
+            replay_of: None,
         },
     )
 }

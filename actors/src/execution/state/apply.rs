@@ -31,6 +31,12 @@ impl ExecutionState {
                 self.status = ExecutionStatus::Running;
                 self.intents.clear();
                 self.session_lost = false;
+                self.runs = self.runs.saturating_add(1);
+                self.journal = if self.runs > 1 {
+                    Journal::build(&self.steps, &self.history)
+                } else {
+                    None
+                };
             }
             EventBody::ExecutionBlocked {
                 reason, reference, ..
@@ -50,6 +56,7 @@ impl ExecutionState {
                 self.status = ExecutionStatus::Pending;
                 self.session = None;
                 self.clear_blockers();
+                self.journal = None;
             }
             EventBody::IntentAccepted { .. }
             | EventBody::ToolCircuitOpened { .. }
@@ -81,8 +88,12 @@ impl ExecutionState {
                 retry_base_delay_ms,
                 retry_max_delay_ms,
                 max_retries,
+                replay_of,
                 ..
             } => {
+                if let Some(journal) = &mut self.journal {
+                    journal.saw(tool_id, arguments);
+                }
                 let step_id = event.step_id.clone().unwrap_or_else(|| StepId::new(""));
                 if let Some(key) = &event.idempotency_key {
                     self.intents.insert(
@@ -119,6 +130,8 @@ impl ExecutionState {
                     max_retries: *max_retries,
                     dispatched_at: None,
                     stall_reported: false,
+                    run: self.runs,
+                    replay_of: replay_of.clone(),
                 });
             }
             EventBody::StepApprovalRequired { .. } => {
@@ -312,5 +325,6 @@ impl ExecutionState {
         self.status = status;
         self.clear_blockers();
         self.pending_signals.clear();
+        self.journal = None;
     }
 }

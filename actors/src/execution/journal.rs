@@ -1,0 +1,162 @@
+//! The step journal: the recorded outcomes of the tool calls that completed in earlier runs of
+//! an execution, looked up by content when a re-run (after `execution.reset`) makes a call
+//! again (docs/failure-semantics.md, "What a re-run repeats and what it does not").
+//!
+//! A call is identified by its tool id, its canonical arguments (object keys sorted, numbers
+//! written by value: `1`, `1.0` and `1e0` are the same) and its occurrence: the n-th call of a
+//! run with the same tool and arguments matches the n-th such call that completed in earlier
+//! runs. Order across different calls does not matter. The journal is built from the folded
+//! state when a run starts after the first one, so an execution that never re-runs pays
+//! nothing; it lives in memory only as a projection of the log.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::records::{HistoryEntry, StepState};
+use crate::ids::{StepId, ToolId};
+use crate::status::StepStatus;
+
+/// The recorded outcome of one completed call of an earlier run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JournalEntry {
+    /// Step that ran the call.
+    pub step_id: StepId,
+    /// Whether it succeeded.
+    pub success: bool,
+    /// Result on success.
+    pub result: Option<Value>,
+    /// Error on failure.
+    pub error: Option<String>,
+}
+
+/// The journal of a run after the first: recorded calls by content, and how many calls of the
+/// current run had each content so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Journal {
+    entries: HashMap<String, Vec<JournalEntry>>,
+    seen: HashMap<String, usize>,
+}
+
+impl Journal {
+    /// Builds the journal from the steps of earlier runs: every step that ended `succeeded` or
+    /// `failed` (not cancelled or timed out) and was not itself a replay, in creation order.
+    /// `None` when there is nothing to replay.
+    pub fn build(steps: &[StepState], history: &[HistoryEntry]) -> Option<Self> {
+        let mut last: HashMap<&StepId, &HistoryEntry> = HashMap::new();
+        for entry in history {
+            last.insert(&entry.step_id, entry);
+        }
+        let mut entries: HashMap<String, Vec<JournalEntry>> = HashMap::new();
+        for step in steps {
+            let success = match step.status {
+                StepStatus::Succeeded => true,
+                StepStatus::Failed => false,
+                _ => continue,
+            };
+            if step.replay_of.is_some() {
+                continue;
+            }
+            let Some(outcome) = last.get(&step.id) else {
+                continue;
+            };
+            entries
+                .entry(call_key(&step.tool_id, &step.arguments))
+                .or_default()
+                .push(JournalEntry {
+                    step_id: step.id.clone(),
+                    success,
+                    result: outcome.result.clone(),
+                    error: outcome.error.clone(),
+                });
+        }
+        (!entries.is_empty()).then(|| Self {
+            entries,
+            seen: HashMap::new(),
+        })
+    }
+
+    /// Returns the recorded outcome the next call of `tool_id` with `arguments` in the current
+    /// run replays, if any.
+    pub fn lookup(&self, tool_id: &ToolId, arguments: &Value) -> Option<&JournalEntry> {
+        let key = call_key(tool_id, arguments);
+        let occurrence = self.seen.get(&key).copied().unwrap_or(0);
+        self.entries.get(&key)?.get(occurrence)
+    }
+
+    /// Counts a step of the current run (live or replayed) as one occurrence of its call.
+    pub fn saw(&mut self, tool_id: &ToolId, arguments: &Value) {
+        *self.seen.entry(call_key(tool_id, arguments)).or_default() += 1;
+    }
+}
+
+/// Returns the identity of a call: tool id and canonical arguments.
+pub fn call_key(tool_id: &ToolId, arguments: &Value) -> String {
+    let mut key = String::with_capacity(64);
+    key.push_str(tool_id.as_str());
+    key.push('\u{0}');
+    canonical(arguments, &mut key);
+    key
+}
+
+/// Writes `value` as canonical JSON: object keys sorted, no white space, numbers by value.
+pub fn canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(flag) => out.push_str(if *flag { "true" } else { "false" }),
+        Value::Number(number) => canonical_number(number, out),
+        Value::String(text) => out.push_str(&Value::String(text.clone()).to_string()),
+        Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (index, key) in keys.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                if let Some(item) = map.get(key) {
+                    canonical(item, out);
+                }
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// Integers as integers; a float with an integral value within ±2^53 as that integer; any
+/// other float in its shortest round-trip form.
+fn canonical_number(number: &serde_json::Number, out: &mut String) {
+    if let Some(int) = number.as_i64() {
+        let _ = write!(out, "{int}");
+    } else if let Some(int) = number.as_u64() {
+        let _ = write!(out, "{int}");
+    } else if let Some(float) = number.as_f64() {
+        const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+        if float.fract() == 0.0 && float.abs() <= EXACT {
+            #[allow(clippy::cast_possible_truncation)] // integral and within ±2^53
+            let int = float as i64;
+            let _ = write!(out, "{int}");
+        } else {
+            let _ = write!(out, "{float:e}");
+        }
+    } else {
+        out.push_str(&number.to_string());
+    }
+}
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;
