@@ -12,6 +12,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod usage;
+
+pub use usage::Price;
+
+/// Largest request or answer body stored on `llm.called` (bigger ones are recorded by digest).
+pub const MAX_STORED_BODY_BYTES: usize = 64 * 1024;
+
 /// Time allowed to connect to a provider.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest silence tolerated while reading a provider's answer (a stream's chunks included).
@@ -77,6 +84,17 @@ pub struct Provider {
     pub base_url: String,
     /// Key sent as `Authorization: Bearer <key>`; `None` sends none.
     pub api_key: Option<ApiKey>,
+    /// Prices per model (`*` for any other model), in dollars per million tokens.
+    pub prices: BTreeMap<String, Price>,
+    /// Whether request and answer bodies are stored on `llm.called` (else digests only).
+    pub store_bodies: bool,
+}
+
+impl Provider {
+    /// The price of `model`: its own, else the `*` entry's.
+    pub fn price(&self, model: &str) -> Option<&Price> {
+        self.prices.get(model).or_else(|| self.prices.get("*"))
+    }
 }
 
 /// A provider as written in the file.
@@ -89,6 +107,14 @@ struct ProviderFile {
     api_key_env: Option<String>,
     #[serde(default)]
     api_key_file: Option<PathBuf>,
+    #[serde(default)]
+    prices: BTreeMap<String, Price>,
+    #[serde(default = "stored")]
+    store_bodies: bool,
+}
+
+fn stored() -> bool {
+    true
 }
 
 /// The file: `providers: {name: {format, base_url, api_key_env | api_key_file}}`.
@@ -166,6 +192,18 @@ impl GatewayConfig {
                 }
                 (None, None) => None,
             };
+            for (model, price) in &provider.prices {
+                let prices = [Some(price.input), Some(price.output), price.cached_input];
+                if prices
+                    .into_iter()
+                    .flatten()
+                    .any(|p| !p.is_finite() || p < 0.0)
+                {
+                    return Err(format!(
+                        "provider {name}: prices of {model}: use numbers >= 0 (dollars per million tokens)"
+                    ));
+                }
+            }
             providers.insert(
                 name.clone(),
                 Provider {
@@ -173,6 +211,8 @@ impl GatewayConfig {
                     format: provider.format,
                     base_url: provider.base_url.trim_end_matches('/').to_owned(),
                     api_key,
+                    prices: provider.prices,
+                    store_bodies: provider.store_bodies,
                 },
             );
         }

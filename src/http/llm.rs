@@ -1,22 +1,41 @@
 //! `POST /v0/executions/{id}/llm/{provider}/v1/chat/completions`: the LLM gateway's
-//! OpenAI-compatible route (`crate::gateway`). The caller authenticates like any other route
-//! (the kernel token); the execution must exist and still run. The body goes upstream byte for
-//! byte with the provider's key in place of the caller's credentials; the answer comes back
-//! with its status and content type, a stream forwarded chunk by chunk as it arrives.
+//! OpenAI-compatible route (`crate::gateway`, docs/llm.md).
+//!
+//! The caller must hold the execution: its live session in the `Keel-Session` header, or an
+//! agent key whose scope covers the execution's agent, or an admin credential. The execution
+//! must still run and be within its `max_cost` budget. The body goes upstream with the
+//! provider's key in place of the caller's credentials; the answer comes back with its status
+//! and content type, a stream forwarded event by event as it arrives. Each call is recorded on
+//! the execution as `llm.called` (usage, cost, latency, outcome) once its answer has ended.
 //! Refusals use the OpenAI error shape (`{"error": {"message", "type", "code"}}`) so that
 //! OpenAI clients raise their usual errors.
+
+use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use keel_actors::execution::Rejection;
-use keel_actors::ids::ExecutionId;
-use keel_actors::kernel::KernelError;
-use serde_json::json;
-use tracing::warn;
+use futures::StreamExt;
+use keel_actors::events::LlmCall;
+use keel_actors::execution::{LlmAdmission, Rejection};
+use keel_actors::ids::{ExecutionId, SessionId};
+use keel_actors::kernel::{Kernel, KernelError};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tracing::{debug, warn};
 
 use super::AppState;
+use crate::auth::{Principal, Role};
+use crate::gateway::usage::{self, EventSplitter, Usage};
+use crate::gateway::{MAX_STORED_BODY_BYTES, Provider};
+
+/// Header naming the session that proves the caller holds the execution.
+pub const SESSION_HEADER: &str = "keel-session";
+/// Longest provider error message kept on `llm.called`, in bytes.
+const MAX_ERROR_BYTES: usize = 512;
+/// Largest non-streamed answer the gateway reads from a provider.
+const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
 /// An error in the OpenAI wire format.
 fn openai_error(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
@@ -29,109 +48,444 @@ fn openai_error(status: StatusCode, kind: &str, code: &str, message: &str) -> Re
         .into_response()
 }
 
+fn invalid(status: StatusCode, code: &str, message: &str) -> Response {
+    openai_error(status, "invalid_request_error", code, message)
+}
+
 /// Forwards one chat completion of execution `id` to provider `provider`.
 pub async fn chat_completions(
     State(state): State<AppState>,
     Path((id, provider)): Path<(String, String)>,
+    principal: Option<axum::Extension<Principal>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let Some(gateway) = state.settings.gateway.as_ref() else {
-        return openai_error(
+        return invalid(
             StatusCode::NOT_FOUND,
-            "invalid_request_error",
             "not_found",
             "the LLM gateway is not configured (start the kernel with --llm-config)",
         );
     };
     let Some(provider) = gateway.config.providers.get(&provider) else {
-        return openai_error(
+        return invalid(
             StatusCode::NOT_FOUND,
-            "invalid_request_error",
             "not_found",
             &format!("no LLM provider named {provider:?} is configured"),
         );
     };
-    match state.kernel.execution(&ExecutionId::new(id.clone())).await {
-        Ok(row) if row.status.is_terminal() => {
-            return openai_error(
-                StatusCode::CONFLICT,
-                "invalid_request_error",
-                "execution_finished",
-                &format!("execution {id} has finished; its LLM calls are closed"),
-            );
-        }
-        Ok(_) => {}
+    let execution_id = ExecutionId::new(id.clone());
+    let row = match state.kernel.execution(&execution_id).await {
+        Ok(row) => row,
         Err(KernelError::Rejected(Rejection::ExecutionNotFound(_))) => {
-            return openai_error(
+            return invalid(
                 StatusCode::NOT_FOUND,
-                "invalid_request_error",
                 "not_found",
                 &format!("execution {id} not found"),
             );
         }
-        Err(error) => {
-            warn!(error = %error, "LLM gateway: reading the execution failed");
-            return openai_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                "unavailable",
-                "the kernel cannot read the execution now; retry",
-            );
-        }
+        Err(error) => return unavailable(&error),
+    };
+    if row.status.is_terminal() {
+        return finished(&id);
     }
-    if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_err() {
+    if let Err(reason) = holds(
+        &state.kernel,
+        principal.as_deref(),
+        &headers,
+        &execution_id,
+        row.agent_id.as_str(),
+    ) {
         return openai_error(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "not_execution_holder",
+            &reason,
+        );
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return invalid(
             StatusCode::BAD_REQUEST,
-            "invalid_request_error",
             "invalid_json",
             "the request body is not JSON",
         );
+    };
+    match state.kernel.admit_llm_call(&execution_id).await {
+        Ok(LlmAdmission::Allowed) => {}
+        Ok(LlmAdmission::Finished) => return finished(&id),
+        Ok(LlmAdmission::OverBudget(reason)) => {
+            return openai_error(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "budget_exceeded",
+                &format!("execution {id}: {reason}"),
+            );
+        }
+        Err(error) => return unavailable(&error),
     }
-    let mut request = gateway
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let mut call = Recorder {
+        kernel: state.kernel.clone(),
+        execution_id,
+        started: Instant::now(),
+        provider: provider.clone(),
+        call: Some(LlmCall {
+            provider: provider.name.clone(),
+            model,
+            stream,
+            outcome: String::new(),
+            status: None,
+            latency_ms: 0,
+            request_digest: hex::encode(Sha256::digest(&body)),
+            input_tokens: None,
+            output_tokens: None,
+            cached_tokens: None,
+            cost: None,
+            error: None,
+            request: (provider.store_bodies && body.len() <= MAX_STORED_BODY_BYTES)
+                .then(|| request.clone()),
+            response: None,
+        }),
+    };
+    // A stream's usage comes in its last chunk only when asked for; the gateway asks on the
+    // caller's behalf and drops that chunk again unless the caller asked for it too.
+    let (upstream_body, drop_usage_chunk) = if stream && !asks_for_usage(&request) {
+        let mut request = request;
+        if let Some(object) = request.as_object_mut() {
+            let options = object.entry("stream_options").or_insert_with(|| json!({}));
+            if let Some(options) = options.as_object_mut() {
+                options.insert("include_usage".to_owned(), Value::Bool(true));
+            }
+        }
+        (Bytes::from(request.to_string()), true)
+    } else {
+        (body, false)
+    };
+    let mut upstream = gateway
         .client
         .post(format!("{}/chat/completions", provider.base_url))
         .header(header::CONTENT_TYPE, "application/json")
-        .body(body);
+        .body(upstream_body);
     if let Some(key) = &provider.api_key {
-        request = request.bearer_auth(key.expose());
+        upstream = upstream.bearer_auth(key.expose());
     }
     if let Some(accept) = headers.get(header::ACCEPT) {
-        request = request.header(header::ACCEPT, accept.clone());
+        upstream = upstream.header(header::ACCEPT, accept.clone());
     }
-    let upstream = match request.send().await {
-        Ok(upstream) => upstream,
+    let answer = match upstream.send().await {
+        Ok(answer) => answer,
         Err(error) => {
             // reqwest's message names the URL, never the key.
             warn!(provider = %provider.name, error = %error, "LLM gateway: the provider cannot be reached");
+            let message = format!("the LLM provider {} cannot be reached", provider.name);
+            call.finish("unreachable", None, Some(message.clone()))
+                .await;
             return openai_error(
                 StatusCode::BAD_GATEWAY,
                 "server_error",
                 "upstream_unreachable",
-                &format!("the LLM provider {} cannot be reached", provider.name),
+                &message,
             );
         }
     };
-    let status =
-        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = Response::builder().status(status);
     for name in [header::CONTENT_TYPE, header::RETRY_AFTER] {
-        if let Some(value) = upstream.headers().get(name.as_str())
+        if let Some(value) = answer.headers().get(name.as_str())
             && let Ok(value) = HeaderValue::from_bytes(value.as_bytes())
         {
             response = response.header(name, value);
         }
     }
-    response
-        .body(Body::from_stream(upstream.bytes_stream()))
-        .unwrap_or_else(|_| {
-            openai_error(
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                "upstream_invalid",
-                "the LLM provider's answer cannot be forwarded",
-            )
-        })
+    let body = if stream && status.is_success() {
+        Body::from_stream(relay_stream(answer, call, drop_usage_chunk))
+    } else {
+        match read_answer(answer).await {
+            Ok(bytes) => {
+                let parsed = serde_json::from_slice::<Value>(&bytes).ok();
+                if status.is_success() {
+                    if let Some(parsed) = &parsed {
+                        call.usage(Usage::from_openai(parsed));
+                        if call.provider.store_bodies && bytes.len() <= MAX_STORED_BODY_BYTES {
+                            call.response(parsed.clone());
+                        }
+                    }
+                    call.finish("ok", Some(status), None).await;
+                } else {
+                    let message = parsed
+                        .as_ref()
+                        .and_then(|parsed| parsed.pointer("/error/message"))
+                        .and_then(Value::as_str)
+                        .map_or_else(|| format!("the provider answered {status}"), truncate);
+                    call.finish("provider_error", Some(status), Some(message))
+                        .await;
+                }
+                Body::from(bytes)
+            }
+            Err(error) => {
+                warn!(provider = %provider.name, error = %error, "LLM gateway: reading the provider's answer failed");
+                let message = format!("reading the answer of {} failed", provider.name);
+                call.finish("provider_error", Some(status), Some(message.clone()))
+                    .await;
+                return openai_error(
+                    StatusCode::BAD_GATEWAY,
+                    "server_error",
+                    "upstream_invalid",
+                    &message,
+                );
+            }
+        }
+    };
+    response.body(body).unwrap_or_else(|_| {
+        openai_error(
+            StatusCode::BAD_GATEWAY,
+            "server_error",
+            "upstream_invalid",
+            "the LLM provider's answer cannot be forwarded",
+        )
+    })
+}
+
+/// Checks that the caller holds the execution: its live session in `Keel-Session`, an agent
+/// key for its agent, or an admin credential (the bearer token or an admin key; not the
+/// anonymous caller of a kernel without authentication). Returns the refusal's message.
+fn holds(
+    kernel: &Kernel,
+    principal: Option<&Principal>,
+    headers: &HeaderMap,
+    execution_id: &ExecutionId,
+    agent_id: &str,
+) -> Result<(), String> {
+    if let Some(session) = headers
+        .get(SESSION_HEADER)
+        .and_then(|value| value.to_str().ok())
+    {
+        if kernel.session_holds(&SessionId::new(session.to_owned()), execution_id) {
+            return Ok(());
+        }
+        return Err(format!(
+            "the Keel-Session header does not name the live session of execution {execution_id}"
+        ));
+    }
+    match principal {
+        Some(principal) if principal.role == Role::Admin && principal.recorded_name().is_some() => {
+            Ok(())
+        }
+        Some(principal)
+            if principal.role == Role::Agent && principal.scopes.allows_agent(agent_id) =>
+        {
+            Ok(())
+        }
+        _ => Err(format!(
+            "the caller does not hold execution {execution_id}: send its session id in the \
+             Keel-Session header, or use a key for agent {agent_id}"
+        )),
+    }
+}
+
+fn asks_for_usage(request: &Value) -> bool {
+    request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true))
+}
+
+fn finished(id: &str) -> Response {
+    invalid(
+        StatusCode::CONFLICT,
+        "execution_finished",
+        &format!("execution {id} has finished; its LLM calls are closed"),
+    )
+}
+
+fn unavailable(error: &KernelError) -> Response {
+    warn!(error = %error, "LLM gateway: reading the execution failed");
+    openai_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server_error",
+        "unavailable",
+        "the kernel cannot read the execution now; retry",
+    )
+}
+
+fn truncate(text: &str) -> String {
+    if text.len() <= MAX_ERROR_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Reads a whole (non-streamed) answer, bounded.
+async fn read_answer(answer: reqwest::Response) -> Result<Bytes, String> {
+    let mut body = Vec::new();
+    let mut chunks = answer.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|error| error.to_string())?;
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(format!(
+                "the answer is larger than {MAX_ANSWER_BYTES} bytes"
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
+}
+
+/// Forwards a streamed answer event by event, reading the usage of its last chunk; the call is
+/// recorded when the stream ends, or as `client_disconnected` when the caller goes away first
+/// (the stream is dropped).
+fn relay_stream(
+    answer: reqwest::Response,
+    call: Recorder,
+    drop_usage_chunk: bool,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    struct Relay {
+        upstream: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+        splitter: EventSplitter,
+        call: Recorder,
+        status: StatusCode,
+        drop_usage_chunk: bool,
+        done: bool,
+    }
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::OK);
+    let relay = Relay {
+        upstream: answer.bytes_stream().boxed(),
+        splitter: EventSplitter::default(),
+        call,
+        status,
+        drop_usage_chunk,
+        done: false,
+    };
+    futures::stream::unfold(relay, |mut relay| async move {
+        if relay.done {
+            return None;
+        }
+        loop {
+            match relay.upstream.next().await {
+                Some(Ok(chunk)) => {
+                    let mut out = Vec::with_capacity(chunk.len());
+                    for event in relay.splitter.push(&chunk) {
+                        if let Some(parsed) = usage::event_json(&event) {
+                            if let Some(found) = Usage::from_openai(&parsed) {
+                                relay.call.usage(Some(found));
+                            }
+                            if relay.drop_usage_chunk && usage::usage_only(&parsed) {
+                                continue;
+                            }
+                        }
+                        out.extend_from_slice(&event);
+                    }
+                    if !out.is_empty() {
+                        return Some((Ok(Bytes::from(out)), relay));
+                    }
+                }
+                Some(Err(error)) => {
+                    debug!(error = %error, "LLM gateway: the provider's stream broke");
+                    relay.done = true;
+                    let status = relay.status;
+                    relay
+                        .call
+                        .finish(
+                            "provider_error",
+                            Some(status),
+                            Some("the provider's stream broke off".to_owned()),
+                        )
+                        .await;
+                    return Some((Err(std::io::Error::other("upstream stream broke")), relay));
+                }
+                None => {
+                    relay.done = true;
+                    let tail = relay.splitter.finish();
+                    let status = relay.status;
+                    relay.call.finish("ok", Some(status), None).await;
+                    return tail.map(|tail| (Ok(Bytes::from(tail)), relay));
+                }
+            }
+        }
+    })
+}
+
+/// A model call being made: recorded once, when it ends ([`Recorder::finish`]), or as
+/// `client_disconnected` if it is dropped before (the caller went away mid-stream).
+struct Recorder {
+    kernel: Kernel,
+    execution_id: ExecutionId,
+    started: Instant,
+    provider: Provider,
+    call: Option<LlmCall>,
+}
+
+impl Recorder {
+    fn usage(&mut self, usage: Option<Usage>) {
+        let Some(call) = self.call.as_mut() else {
+            return;
+        };
+        let Some(usage) = usage else {
+            return;
+        };
+        call.input_tokens = usage.input;
+        call.output_tokens = usage.output;
+        call.cached_tokens = usage.cached;
+        call.cost = usage::cost(Some(&usage), self.provider.price(&call.model));
+    }
+
+    fn response(&mut self, response: Value) {
+        if let Some(call) = self.call.as_mut() {
+            call.response = Some(response);
+        }
+    }
+
+    fn take(
+        &mut self,
+        outcome: &str,
+        status: Option<StatusCode>,
+        error: Option<String>,
+    ) -> Option<LlmCall> {
+        let mut call = self.call.take()?;
+        call.outcome = outcome.to_owned();
+        call.status = status.map(|status| status.as_u16());
+        call.error = error;
+        call.latency_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Some(call)
+    }
+
+    /// Records the call with its outcome (once).
+    async fn finish(&mut self, outcome: &str, status: Option<StatusCode>, error: Option<String>) {
+        if let Some(call) = self.take(outcome, status, error) {
+            record(&self.kernel, &self.execution_id, call).await;
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(call) = self.take("client_disconnected", None, None) {
+            let kernel = self.kernel.clone();
+            let execution_id = self.execution_id.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { record(&kernel, &execution_id, call).await });
+            }
+        }
+    }
+}
+
+async fn record(kernel: &Kernel, execution_id: &ExecutionId, call: LlmCall) {
+    let (provider, model, outcome) = (
+        call.provider.clone(),
+        call.model.clone(),
+        call.outcome.clone(),
+    );
+    if let Err(error) = kernel.record_llm_call(execution_id, call).await {
+        // The execution ended while the call ran: its terminal event stays the last one.
+        warn!(execution_id = %execution_id, provider = %provider, model = %model,
+              outcome = %outcome, error = %error, "LLM gateway: the model call could not be recorded");
+    }
 }
 
 /// Any other path under an execution's `llm/{provider}/`: refused in OpenAI's error shape,

@@ -48,6 +48,7 @@ async fn fake_chat(
     let model = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|value| value["model"].as_str().map(str::to_owned));
+    let body_copy = body.clone();
     fake.seen.lock().expect("lock").push((authorization, body));
     let refusal = |status: u16| {
         let error = json!({"error": {"message": "scripted", "type": "scripted", "code": status}});
@@ -73,6 +74,10 @@ async fn fake_chat(
         )
             .into_response();
     }
+    let include_usage = serde_json::from_slice::<Value>(&body_copy)
+        .ok()
+        .and_then(|value| value.pointer("/stream_options/include_usage")?.as_bool())
+        .unwrap_or(false);
     let gate = fake.clone();
     let chunks = futures::stream::unfold(0u8, move |index| {
         let gate = gate.clone();
@@ -87,7 +92,11 @@ async fn fake_chat(
                         .ok()?;
                     "data: {\"choices\":[{\"delta\":{\"content\":\"llo\"}}]}\n\n"
                 }
+                2 if include_usage => {
+                    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":2,\"total_tokens\":13}}\n\n"
+                }
                 2 => "data: [DONE]\n\n",
+                3 if include_usage => "data: [DONE]\n\n",
                 _ => return None,
             };
             Some((Ok::<_, std::io::Error>(Bytes::from(line)), index + 1))
@@ -116,9 +125,19 @@ async fn start_fake(fake: Arc<Fake>) -> String {
 }
 
 async fn kernel_with_gateway(base_url: Option<&str>) -> TestKernel {
+    kernel_with(base_url, Some(TOKEN), |_| {}).await
+}
+
+/// A kernel with the gateway (prices for `gpt-test`), the bearer token `token` (none: open)
+/// and `kernel` applied to its configuration (a policy).
+async fn kernel_with(
+    base_url: Option<&str>,
+    token: Option<&str>,
+    kernel: fn(&mut keel_actors::kernel::KernelConfig),
+) -> TestKernel {
     let gateway = base_url.map(|base_url| {
         let yaml = format!(
-            "providers:\n  openai:\n    format: openai\n    base_url: {base_url}\n    api_key_env: FAKE_KEY\n"
+            "providers:\n  openai:\n    format: openai\n    base_url: {base_url}\n    api_key_env: FAKE_KEY\n    prices:\n      gpt-test: {{input: 2.0, output: 10.0}}\n"
         );
         let config = GatewayConfig::parse(&yaml, Path::new("."), |_| Some(KEY.to_owned()))
             .expect("valid gateway configuration");
@@ -126,11 +145,12 @@ async fn kernel_with_gateway(base_url: Option<&str>) -> TestKernel {
     });
     TestKernel::start_with(Options {
         settings: HttpSettings {
-            bearer_token: Some(TOKEN.to_owned()),
+            bearer_token: token.map(str::to_owned),
             heartbeat: Duration::from_millis(300),
             gateway,
             ..HttpSettings::default()
         },
+        kernel,
         ..Options::default()
     })
     .await
@@ -363,4 +383,248 @@ async fn provider_errors_come_back_unchanged_and_an_unreachable_provider_is_a_50
         !text.contains(KEY) && !text.contains(&closed.to_string()),
         "{text}"
     );
+}
+
+/// The `llm.called` events of an execution, once `count` are recorded.
+async fn llm_calls(kernel: &TestKernel, execution_id: &str, count: usize) -> Vec<Value> {
+    crate::harness::eventually("llm.called recorded", || async {
+        let calls: Vec<Value> = kernel
+            .events(execution_id)
+            .await
+            .into_iter()
+            .filter(|event| event["type"] == "llm.called")
+            .map(|event| event["payload"].clone())
+            .collect();
+        (calls.len() >= count).then_some(calls)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn every_call_is_recorded_with_its_usage_cost_and_digest() {
+    use sha2::Digest;
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let kernel = kernel_with_gateway(Some(&base_url)).await;
+    let execution = kernel.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id");
+    let body = r#"{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}"#;
+    let response = kernel
+        .client
+        .post(kernel.url(&chat_path(id, "openai")))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::OK);
+    let _ = response.text().await.expect("body");
+
+    // A stream the caller did not ask usage for: the gateway asks the provider, records it,
+    // and the caller does not see the usage chunk.
+    let response = kernel
+        .client
+        .post(kernel.url(&chat_path(id, "openai")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"model": "gpt-test", "stream": true, "messages": []}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut stream = response.bytes_stream();
+    let mut received = String::new();
+    fake.first_chunk_read.notify_one();
+    while let Some(chunk) = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("stream in time")
+    {
+        received.push_str(&String::from_utf8_lossy(&chunk.expect("chunk")));
+    }
+    assert!(
+        received.contains("\"llo\"") && received.ends_with("data: [DONE]\n\n"),
+        "{received}"
+    );
+    assert!(
+        !received.contains("usage"),
+        "the caller did not ask for usage: {received}"
+    );
+    let upstream: Value =
+        serde_json::from_slice(&fake.seen.lock().expect("lock")[1].1).expect("JSON");
+    assert_eq!(upstream["stream_options"]["include_usage"], true);
+
+    let calls = llm_calls(&kernel, id, 2).await;
+    let plain = &calls[0];
+    assert_eq!(plain["provider"], "openai");
+    assert_eq!(plain["model"], "gpt-test");
+    assert_eq!(plain["stream"], false);
+    assert_eq!(plain["outcome"], "ok");
+    assert_eq!(plain["status"], 200);
+    assert_eq!(
+        (
+            plain["input_tokens"].as_u64(),
+            plain["output_tokens"].as_u64()
+        ),
+        (Some(7), Some(1))
+    );
+    assert_eq!(plain["cost"]["tokens"], 8.0);
+    let usd = plain["cost"]["usd"].as_f64().expect("usd");
+    assert!(
+        (usd - (7.0 * 2.0 + 1.0 * 10.0) / 1e6).abs() < 1e-12,
+        "{usd}"
+    );
+    assert_eq!(
+        plain["request_digest"],
+        hex::encode(sha2::Sha256::digest(body.as_bytes()))
+    );
+    assert_eq!(plain["request"]["messages"][0]["content"], "hi");
+    assert_eq!(
+        plain["response"]["choices"][0]["message"]["content"],
+        "hello"
+    );
+    let streamed = &calls[1];
+    assert_eq!(
+        (streamed["stream"].clone(), streamed["outcome"].clone()),
+        (json!(true), json!("ok"))
+    );
+    assert_eq!(
+        (
+            streamed["input_tokens"].as_u64(),
+            streamed["output_tokens"].as_u64()
+        ),
+        (Some(11), Some(2))
+    );
+    assert_eq!(streamed["cost"]["tokens"], 13.0);
+    let all = serde_json::to_string(&kernel.events(id).await).expect("JSON");
+    assert!(!all.contains(KEY), "the provider key reached the log");
+}
+
+#[tokio::test]
+async fn a_caller_must_hold_the_execution() {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    // No token: the session is the only proof a caller holds the execution.
+    let kernel = kernel_with(Some(&base_url), None, |_| {}).await;
+    let (_agent, mine) = crate::harness::running_execution(&kernel, "llm-holder").await;
+    let (_other_agent, other) = crate::harness::running_execution(&kernel, "llm-other").await;
+    let call = |session: Option<&str>| {
+        let mut request = kernel
+            .client
+            .post(kernel.url(&chat_path(&mine.execution_id, "openai")))
+            .json(&json!({"model": "gpt-test", "messages": []}));
+        if let Some(session) = session {
+            request = request.header("keel-session", session);
+        }
+        async move {
+            let response = request.send().await.expect("sent");
+            (
+                response.status(),
+                response.json::<Value>().await.expect("JSON"),
+            )
+        }
+    };
+    for session in [None, Some(other.session_id.as_str()), Some("not-a-session")] {
+        let (status, error) = call(session).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{session:?}: {error}");
+        assert_eq!(error["error"]["code"], "not_execution_holder");
+    }
+    assert!(
+        fake.seen.lock().expect("lock").is_empty(),
+        "a refused call reached the provider"
+    );
+    let (status, answer) = call(Some(&mine.session_id)).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(fake.seen.lock().expect("lock").len(), 1);
+    let calls = llm_calls(&kernel, &mine.execution_id, 1).await;
+    assert_eq!(calls.len(), 1);
+    assert!(
+        !kernel
+            .event_types(&other.execution_id)
+            .await
+            .contains(&"llm.called".to_owned()),
+        "the other execution recorded nothing"
+    );
+}
+
+fn token_budget(config: &mut keel_actors::kernel::KernelConfig) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(
+        &path,
+        "budget:\n  max_cost:\n    tokens: 10\nrules:\n  - id: all\n    priority: 1\n    when: {}\n    then:\n      decision: allow\n",
+    )
+    .expect("policy written");
+    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
+}
+
+#[tokio::test]
+async fn a_spent_token_budget_refuses_the_next_call_before_the_provider() {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let kernel = kernel_with(Some(&base_url), Some(TOKEN), token_budget).await;
+    let execution = kernel.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id");
+    let call = || async {
+        let response = kernel
+            .client
+            .post(kernel.url(&chat_path(id, "openai")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"model": "gpt-test", "messages": []}))
+            .send()
+            .await
+            .expect("sent");
+        (
+            response.status(),
+            response.json::<Value>().await.expect("JSON"),
+        )
+    };
+    // 8 tokens: under the 10-token budget, so the second call is allowed too (16 > 10) ...
+    assert_eq!(call().await.0, StatusCode::OK);
+    llm_calls(&kernel, id, 1).await;
+    assert_eq!(call().await.0, StatusCode::OK);
+    llm_calls(&kernel, id, 2).await;
+    // ... and the third is refused: the spend reached the limit.
+    let (status, error) = call().await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{error}");
+    assert_eq!(error["error"]["code"], "budget_exceeded");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("max_cost.tokens 10"),
+        "{error}"
+    );
+    assert_eq!(
+        fake.seen.lock().expect("lock").len(),
+        2,
+        "the refused call reached the provider"
+    );
+    let (_, body) = kernel.get(&format!("/v0/executions/{id}")).await;
+    assert_eq!(llm_calls(&kernel, id, 2).await.len(), 2, "{body}");
+}
+
+#[tokio::test]
+async fn a_caller_that_leaves_mid_stream_is_recorded_as_disconnected() {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let kernel = kernel_with_gateway(Some(&base_url)).await;
+    let execution = kernel.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id");
+    let response = kernel
+        .client
+        .post(kernel.url(&chat_path(id, "openai")))
+        .bearer_auth(TOKEN)
+        .json(&json!({"model": "gpt-test", "stream": true, "messages": []}))
+        .send()
+        .await
+        .expect("sent");
+    let mut stream = response.bytes_stream();
+    let first = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("first chunk");
+    assert!(first.is_some());
+    drop(stream); // the fake holds the rest until notified: the caller leaves mid-answer
+    let calls = llm_calls(&kernel, id, 1).await;
+    assert_eq!(calls[0]["outcome"], "client_disconnected", "{calls:?}");
+    assert_eq!(calls[0]["stream"], true);
 }

@@ -8,7 +8,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument as _;
 
 use super::machine::{self};
-use super::messages::ExecutionMsg;
+use super::messages::{ExecutionMsg, LlmAdmission};
 use super::rejection::Rejection;
 use super::state::ExecutionState;
 use super::watchdog;
@@ -365,6 +365,27 @@ async fn handle_message(
         }
         ExecutionMsg::GetExecution { reply } => {
             let _ = reply.send(state.exec.row());
+        }
+        ExecutionMsg::AdmitLlmCall { reply } => {
+            let admission = if state.exec.status.is_terminal() {
+                LlmAdmission::Finished
+            } else {
+                let engine = crate::kernel::context::read(&state.ctx.policy_in_force)
+                    .engine
+                    .clone();
+                engine
+                    .agent_budget(&state.exec.agent_id)
+                    .and_then(|budget| budget.check_cost(&state.exec.usage))
+                    .map_or(LlmAdmission::Allowed, |exceeded| {
+                        LlmAdmission::OverBudget(exceeded.reason)
+                    })
+            };
+            let _ = reply.send(admission);
+        }
+        ExecutionMsg::RecordLlmCall { call, reply } => {
+            let result =
+                decide_and_apply(state, |exec| machine::llm_called(exec, call.clone())).await;
+            let _ = reply.send(result);
         }
         // Handled by `passivation::intercept` before anything else.
         ExecutionMsg::IdleCheck { .. } | ExecutionMsg::Passivate { .. } => {}

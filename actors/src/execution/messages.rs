@@ -116,6 +116,19 @@ pub enum ExecutionMsg {
         /// Activity count of the accepted offer.
         epoch: u64,
     },
+    /// May a model call go to the provider now (LLM gateway)? Answers whether the execution
+    /// still runs and is within its cost budget.
+    AdmitLlmCall {
+        /// Answer.
+        reply: RpcReplyPort<LlmAdmission>,
+    },
+    /// Records a model call made through the LLM gateway (`llm.called`).
+    RecordLlmCall {
+        /// The call.
+        call: Box<crate::events::LlmCall>,
+        /// Answer.
+        reply: Reply<()>,
+    },
     /// Returns the projection.
     GetExecution {
         /// Answer.
@@ -124,6 +137,17 @@ pub enum ExecutionMsg {
     /// Makes the actor fail (tests of supervision only).
     #[cfg(any(test, feature = "testing"))]
     Crash,
+}
+
+/// Whether a model call may be forwarded ([`ExecutionMsg::AdmitLlmCall`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LlmAdmission {
+    /// Forward it.
+    Allowed,
+    /// The execution has finished.
+    Finished,
+    /// A `max_cost` unit of the execution's budget is spent; the reason names it.
+    OverBudget(String),
 }
 
 /// Messages of the execution supervisor.

@@ -4,7 +4,7 @@
 use super::actor::ExecutionActorState;
 use super::commands::JobSpec;
 use super::machine::{self};
-use super::messages::ExecutionMsg;
+use super::messages::{ExecutionMsg, LlmAdmission};
 use super::rejection::Rejection;
 use super::state::ExecutionState;
 use crate::agent_group::AgentGroupMsg;
@@ -168,6 +168,8 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),
         ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),
+        ExecutionMsg::RecordLlmCall { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::AdmitLlmCall { reply } => drop(reply.send(LlmAdmission::Finished)),
         ExecutionMsg::GetExecution { .. }
         | ExecutionMsg::IdleCheck { .. }
         | ExecutionMsg::Passivate { .. } => {}

@@ -180,13 +180,21 @@ impl Budget {
                 ),
             );
         }
+        self.check_cost(usage)
+    }
+
+    /// Checks the `max_cost` units alone (a model call through the LLM gateway): the first unit
+    /// whose spend has reached its limit refuses.
+    pub fn check_cost(&self, usage: &BudgetUsage) -> Option<BudgetExceeded> {
         for (unit, max) in &self.max_cost {
             let spent = usage.cost.get(unit).copied().unwrap_or(0.0);
             if spent >= *max {
-                return exceeded(
-                    BudgetLimit::MaxCost,
-                    format!("budget exceeded: max_cost.{unit} {max} reached ({spent} spent)"),
-                );
+                return Some(BudgetExceeded {
+                    limit: BudgetLimit::MaxCost,
+                    reason: format!(
+                        "budget exceeded: max_cost.{unit} {max} reached ({spent} spent)"
+                    ),
+                });
             }
         }
         None
@@ -295,6 +303,11 @@ impl BudgetUsage {
                 cost: Some(cost), ..
             } => {
                 for (unit, amount) in cost {
+                    *self.cost.entry(unit.clone()).or_default() += amount;
+                }
+            }
+            EventBody::LlmCalled(call) => {
+                for (unit, amount) in call.cost.iter().flatten() {
                     *self.cost.entry(unit.clone()).or_default() += amount;
                 }
             }

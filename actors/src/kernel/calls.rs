@@ -9,7 +9,8 @@ use super::context::call;
 use super::handle::Kernel;
 use super::types::KernelError;
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
-use crate::execution::{ExecutionMsg, Intent, IntentReply, Rejection, StepOutcome};
+use crate::events::LlmCall;
+use crate::execution::{ExecutionMsg, Intent, IntentReply, LlmAdmission, Rejection, StepOutcome};
 use crate::ids::{AgentId, ExecutionId, SessionId};
 use crate::store::ExecutionRow;
 
@@ -21,6 +22,33 @@ impl Kernel {
             .execution(id)
             .await?
             .ok_or_else(|| Rejection::ExecutionNotFound(id.to_string()).into())
+    }
+
+    /// Whether `session_id` is the live session of `execution_id` (the LLM gateway's proof that
+    /// a caller holds the execution).
+    pub fn session_holds(&self, session_id: &SessionId, execution_id: &ExecutionId) -> bool {
+        self.ctx.session_owner(session_id).as_ref() == Some(execution_id)
+    }
+
+    /// Asks an execution whether a model call may be forwarded now.
+    pub async fn admit_llm_call(&self, id: &ExecutionId) -> Result<LlmAdmission, KernelError> {
+        self.ctx
+            .ask_execution(id, |reply| ExecutionMsg::AdmitLlmCall { reply })
+            .await
+    }
+
+    /// Records a finished model call on its execution (`llm.called`).
+    pub async fn record_llm_call(
+        &self,
+        id: &ExecutionId,
+        call: LlmCall,
+    ) -> Result<(), KernelError> {
+        let call = Box::new(call);
+        self.ask(id, |reply| ExecutionMsg::RecordLlmCall {
+            call: call.clone(),
+            reply,
+        })
+        .await
     }
 
     /// Cancels an execution; returns its projection afterwards.

@@ -206,6 +206,25 @@ async def op_call(inp: dict[str, Any]) -> dict[str, Any]:
     return {"result": await execution.invoke_tool(inp["tool"], inp.get("args", {}))}
 
 
+async def op_llm(inp: dict[str, Any]) -> dict[str, Any]:
+    """Two model calls through the kernel's LLM gateway with the official openai package: the
+    base URL names the execution, the Keel-Session header proves this handler holds it."""
+    import openai  # only this op needs it
+
+    client = openai.AsyncOpenAI(
+        base_url=f"{os.environ['REBUNO_URL']}/v0/executions/{execution.id}/llm/openai/v1",
+        api_key="not-the-provider-key",
+        default_headers={"Keel-Session": execution.session_id},
+        max_retries=0,
+        timeout=10,
+    )
+    messages = [{"role": "user", "content": "hi"}]
+    plain = await client.chat.completions.create(model=inp["model"], messages=messages)
+    stream = await client.chat.completions.create(model=inp["model"], messages=messages, stream=True)
+    streamed = "".join([chunk.choices[0].delta.content or "" async for chunk in stream])
+    return {"plain": plain.choices[0].message.content, "streamed": streamed}
+
+
 async def op_restart(inp: dict[str, Any]) -> dict[str, Any]:
     """Survives a kernel restart: a wait, a pause, then a tool call and complete."""
     if inp.get("signal"):
@@ -255,6 +274,7 @@ OPS = {
     "restart": op_restart,
     "call": op_call,
     "journey": op_journey,
+    "llm": op_llm,
 }
 
 

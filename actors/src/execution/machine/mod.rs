@@ -6,6 +6,7 @@ mod intents;
 mod invoke;
 mod lifecycle;
 mod replays;
+mod llm;
 mod signals;
 mod steps;
 
@@ -108,6 +109,7 @@ pub use lifecycle::{
     cancel, consumer_lost, execution_deadline, fail_by_kernel, reset, step_deadline,
 };
 pub use replays::{ReplayedCall, replay_call, replayable};
+pub use llm::llm_called;
 pub use signals::signal;
 pub use steps::{
     RUNNER_LOST_ERROR, agent_step_result, claim_job, jittered_retry_delay, retry_delay,

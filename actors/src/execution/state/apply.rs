@@ -247,6 +247,8 @@ impl ExecutionState {
             } => self.stall_reported_since = Some(*since),
             // Informational: the hook's effect is in the events that follow it.
             EventBody::HookDecided { .. } => {}
+            // Counted by `usage` above; it changes nothing else.
+            EventBody::LlmCalled(_) => {}
             EventBody::SignalReceived {
                 signal_type,
                 payload,
