@@ -62,6 +62,14 @@ pub async fn run(
         policy.as_ref(),
     ));
     let store = open_store(&settings).await?;
+    let cluster = match &settings.cluster {
+        Some(cluster) => Some(
+            crate::cluster::Cluster::start(cluster, &settings.db.connection_string())
+                .await
+                .map_err(|error| anyhow!("cannot join the cluster: {error}"))?,
+        ),
+        None => None,
+    };
     let phase = Instant::now();
     let hook_caller =
         Arc::new(crate::hook_caller::HttpHookCaller::new().map_err(|error| anyhow!("{error}"))?);
@@ -135,6 +143,7 @@ pub async fn run(
     info!(
         console = %format!("http://{address}/"),
         db = %settings.db.redacted(),
+        cluster = %settings.cluster.as_ref().map_or_else(|| "off".to_owned(), |cluster| format!("node {} at {}", cluster.node_id, cluster.advertise_url)),
         policy = %describe_policy(&settings),
         auth = %describe_auth(&settings, keys_in_use),
         hooks = %hooks_in_force,
@@ -179,6 +188,9 @@ pub async fn run(
         ),
     }
     drop(kernel);
+    if let Some(cluster) = cluster {
+        cluster.leave().await;
+    }
     info!(elapsed_ms = millis(started.elapsed()), "shutdown complete");
 
     match server_result {
@@ -223,6 +235,7 @@ async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     }
     let options = StoreOptions {
         max_read_connections: settings.db_max_conns,
+        cluster_partitions: settings.cluster.as_ref().map(|cluster| cluster.partitions),
         ..StoreOptions::default()
     };
     let store = crate::store::open(&settings.db.connection_string(), &options)

@@ -27,7 +27,7 @@ use serde::Serialize;
 pub use bytes::parse_byte_size;
 pub use client::{ClientConfig, DEFAULT_KERNEL_URL};
 pub use otel::OtelArgs;
-pub use validate::{ConfigError, DbUrl, Secret, Settings};
+pub use validate::{ClusterSettings, ConfigError, DbUrl, Secret, Settings};
 
 /// Which command runs the kernel; decides the defaults that differ between them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -104,6 +104,27 @@ pub struct Config {
     /// Read connections of the database pool.
     #[arg(long, env = "KEEL_DB_MAX_CONNS", value_name = "N", default_value = "4")]
     pub db_max_conns: u32,
+
+    /// Run as one of several kernels sharing a PostgreSQL database (docs/deploying.md,
+    /// "Running several kernels"); needs --node-id and --advertise-url. Every kernel of a
+    /// database runs in the same mode: the other mode is refused at start.
+    #[arg(long, env = "KEEL_CLUSTER", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub cluster: bool,
+
+    /// This kernel's id in the cluster: unique among the kernels, stable across its restarts
+    /// (e.g. the host or pod name; letters, digits, `.`, `_`, `-`).
+    #[arg(long, env = "KEEL_NODE_ID", value_name = "NAME")]
+    pub node_id: Option<String>,
+
+    /// URL at which the other kernels of the cluster reach this one (e.g.
+    /// `http://10.0.0.5:8080`).
+    #[arg(long, env = "KEEL_ADVERTISE_URL", value_name = "URL")]
+    pub advertise_url: Option<String>,
+
+    /// Partitions executions are spread over in cluster mode; fixed by the first cluster
+    /// kernel on a database, and every later kernel must be started with the same count.
+    #[arg(long, env = "KEEL_PARTITIONS", value_name = "N", default_value = "64")]
+    pub partitions: u32,
 
     /// Policy file or directory of YAML files [default: `dev` allows every tool, `serve`
     /// applies the secure default].
@@ -305,6 +326,9 @@ impl Config {
         config.port = 0;
         config.data_dir = data_dir.to_path_buf();
         config.db_url = None;
+        config.cluster = false;
+        config.node_id = None;
+        config.advertise_url = None;
         config.policy = None;
         config.bearer_token = None;
         config.rebuno_bearer_token = None;
@@ -342,6 +366,10 @@ impl fmt::Debug for Config {
             .field("data_dir", &self.data_dir)
             .field("db_url", &self.db_url.as_deref().map(redact::redact_url))
             .field("db_max_conns", &self.db_max_conns)
+            .field("cluster", &self.cluster)
+            .field("node_id", &self.node_id)
+            .field("advertise_url", &self.advertise_url)
+            .field("partitions", &self.partitions)
             .field("policy", &self.policy)
             .field(
                 "bearer_token",

@@ -9,6 +9,7 @@ pub mod app;
 pub mod auth;
 pub mod bench;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod console;
 pub mod feed;

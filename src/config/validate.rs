@@ -109,6 +109,20 @@ pub struct ConfigError {
     pub problems: Vec<String>,
 }
 
+/// Cluster mode's settings (`--cluster`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// `--node-id`.
+    pub node_id: String,
+    /// `--advertise-url`, without a trailing `/`.
+    pub advertise_url: String,
+    /// `--partitions`.
+    pub partitions: u32,
+}
+
+/// Most partitions `--partitions` accepts.
+const MAX_PARTITIONS: u32 = 4096;
+
 /// A validated configuration: every value typed and checked.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -122,6 +136,8 @@ pub struct Settings {
     pub db: DbUrl,
     /// Read connections of the pool.
     pub db_max_conns: u32,
+    /// Cluster mode; `None`: the one-kernel mode.
+    pub cluster: Option<ClusterSettings>,
     /// Policy file or directory; `None` picks the mode's built-in engine.
     pub policy: Option<PathBuf>,
     /// Webhook subscriptions file, if any.
@@ -245,6 +261,7 @@ impl Config {
                 ));
             }
         }
+        let cluster = self.validate_cluster(&db, &mut problems);
         if self.db_max_conns == 0 {
             problems.push("--db-max-conns must be at least 1".to_owned());
         }
@@ -301,6 +318,7 @@ impl Config {
             data_dir: self.data_dir.clone(),
             db,
             db_max_conns: self.db_max_conns,
+            cluster,
             policy,
             webhooks: self.webhooks.clone(),
             llm_config: self.llm_config.clone(),
@@ -334,6 +352,80 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Checks the cluster flags: `--cluster` needs PostgreSQL, a node id and an advertised
+    /// URL; the other flags need `--cluster`.
+    fn validate_cluster(&self, db: &DbUrl, problems: &mut Vec<String>) -> Option<ClusterSettings> {
+        let node_id = self
+            .node_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|id| !id.is_empty());
+        let advertise_url = self
+            .advertise_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|url| !url.is_empty());
+        if !self.cluster {
+            if node_id.is_some() || advertise_url.is_some() {
+                problems.push(
+                    "--node-id and --advertise-url are cluster settings: add --cluster (KEEL_CLUSTER=true)"
+                        .to_owned(),
+                );
+            }
+            return None;
+        }
+        let before = problems.len();
+        if !matches!(db, DbUrl::Postgres(_)) {
+            problems.push(
+                "--cluster needs a PostgreSQL --db-url (postgres://...); SQLite serves one kernel"
+                    .to_owned(),
+            );
+        }
+        match node_id {
+            None => problems.push("--cluster needs --node-id NAME (KEEL_NODE_ID)".to_owned()),
+            Some(id)
+                if id.len() > 63
+                    || !id
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) =>
+            {
+                problems.push(format!(
+                    "--node-id {id:?} must be 1 to 63 letters, digits, '.', '_' or '-'"
+                ));
+            }
+            Some(_) => {}
+        }
+        match advertise_url {
+            None => problems.push(
+                "--cluster needs --advertise-url URL (KEEL_ADVERTISE_URL), where the other kernels reach this one"
+                    .to_owned(),
+            ),
+            Some(url) => match url::Url::parse(url) {
+                Ok(parsed)
+                    if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {}
+                _ => problems.push(format!(
+                    "--advertise-url {:?} must be an http:// or https:// URL with a host",
+                    redact_url(url)
+                )),
+            },
+        }
+        if self.partitions == 0 || self.partitions > MAX_PARTITIONS {
+            problems.push(format!(
+                "--partitions must be between 1 and {MAX_PARTITIONS}"
+            ));
+        }
+        if problems.len() > before {
+            return None;
+        }
+        Some(ClusterSettings {
+            node_id: node_id?.to_owned(),
+            advertise_url: advertise_url?.trim_end_matches('/').to_owned(),
+            partitions: self.partitions,
+        })
+    }
+}
+
 impl Settings {
     /// Returns the effective configuration as JSON, secrets redacted (`--dump-config`).
     pub fn dump(&self) -> Value {
@@ -344,6 +436,10 @@ impl Settings {
             "data-dir": self.data_dir.display().to_string(),
             "db-url": self.db.redacted(),
             "db-max-conns": self.db_max_conns,
+            "cluster": self.cluster.is_some(),
+            "node-id": self.cluster.as_ref().map(|cluster| cluster.node_id.as_str()),
+            "advertise-url": self.cluster.as_ref().map(|cluster| cluster.advertise_url.as_str()),
+            "partitions": self.cluster.as_ref().map(|cluster| cluster.partitions),
             "policy": self.policy.as_ref().map(|path| path.display().to_string()),
             "webhooks": self.webhooks.as_ref().map(|path| path.display().to_string()),
             "llm-config": self.llm_config.as_ref().map(|path| path.display().to_string()),

@@ -92,6 +92,11 @@ pub struct StoreOptions {
     /// PostgreSQL: the longest one operation (a statement, or a whole commit transaction) may
     /// run before it is cancelled and fails with `Unavailable`. Migrations at open are exempt.
     pub statement_timeout: Duration,
+    /// PostgreSQL: `Some(P)` opens the database as one kernel of a cluster with `P` partitions
+    /// (`keel serve --cluster`): a shared instead of the exclusive kernel lock, the database
+    /// marked as a cluster database. `None`: the one-kernel mode, which refuses a cluster
+    /// database. SQLite refuses `Some`.
+    pub cluster_partitions: Option<u32>,
 }
 
 impl Default for StoreOptions {
@@ -102,6 +107,7 @@ impl Default for StoreOptions {
             create_if_missing: true,
             acquire_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
+            cluster_partitions: None,
         }
     }
 }
@@ -114,6 +120,9 @@ impl Default for StoreOptions {
 /// ([`ANOTHER_KERNEL`]), and when its schema is newer than this binary.
 pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, StoreError> {
     match parse_url(url)? {
+        Backend::Sqlite(_) if options.cluster_partitions.is_some() => Err(StoreError::Unavailable(
+            "cluster mode needs a PostgreSQL database; SQLite serves one kernel".to_owned(),
+        )),
         Backend::Sqlite(path) => {
             let store = SqliteStore::open(&path, options).await?;
             Ok(Arc::new(store))

@@ -21,6 +21,7 @@
 //! Files: `schema.rs` (session settings, migrations, the read columns), `reads.rs` (events and
 //! executions), `write.rs` and `columns.rs` (commits), `writer.rs` (the writer connection).
 
+mod cluster;
 mod columns;
 mod reads;
 mod schema;
@@ -64,6 +65,8 @@ use schema::{EVENT_COLUMNS, migrate, with_session_settings};
 use schema::{MIGRATOR, STEP_COLUMNS};
 use writer::Writer;
 
+pub use cluster::{CLUSTER_DATABASE, Membership, NodeRow, PartitionRow, SINGLE_KERNEL_DATABASE};
+
 /// `ping` answers within this bound, so `/v0/ready` reports an outage within 2 s.
 const PING_TIMEOUT: Duration = Duration::from_millis(1500);
 
@@ -88,9 +91,14 @@ impl PostgresStore {
         let base = PgConnectOptions::from_str(url)
             .map_err(|error| StoreError::Unavailable(format!("invalid postgres url: {error}")))?;
         let base = with_session_settings(base, options);
-        let writer = Writer::new(schema::writer_settings(base.clone()), options);
+        let shared = options.cluster_partitions.is_some();
+        let writer = Writer::new(schema::writer_settings(base.clone()), options, shared);
         let mut connection = writer.connect_and_lock().await?;
         migrate(&mut connection).await?;
+        match options.cluster_partitions {
+            Some(partitions) => cluster::ensure_cluster(&mut connection, partitions).await?,
+            None => cluster::refuse_cluster(&mut connection).await?,
+        }
         writer.install(connection).await;
         let readers = PgPoolOptions::new()
             .max_connections(options.max_read_connections.max(1))

@@ -17,6 +17,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use keel_actors::error::StoreError;
 
 use super::super::{ANOTHER_KERNEL, StoreOptions, map_sqlx_error, with_context};
+use super::cluster::{CLUSTER_DATABASE, SINGLE_KERNEL_DATABASE};
 
 /// First key of the kernel lock (`pg_try_advisory_lock(int4, int4)`): "keel" in ASCII. The
 /// two-key form never collides with the single `bigint` key sqlx's migrator locks.
@@ -60,6 +61,9 @@ pub(super) struct Writer {
     slot: Mutex<Slot>,
     acquire_timeout: Duration,
     operation_timeout: Duration,
+    /// Cluster mode: the kernel lock is taken shared (every cluster kernel holds it; a kernel
+    /// started without `--cluster` cannot take it exclusively, nor the reverse).
+    shared: bool,
 }
 
 /// A writer connection taken out for one operation. Dropping it without [`Checkout::finish`]
@@ -71,7 +75,7 @@ pub(super) struct Checkout<'a> {
 
 impl Writer {
     /// Returns a writer that connects with `connect_options`; it has no connection yet.
-    pub fn new(connect_options: PgConnectOptions, options: &StoreOptions) -> Self {
+    pub fn new(connect_options: PgConnectOptions, options: &StoreOptions, shared: bool) -> Self {
         let target = format!(
             "connecting to postgresql database {}:{}/{}",
             connect_options.get_host(),
@@ -84,6 +88,7 @@ impl Writer {
             slot: Mutex::new(Slot::default()),
             acquire_timeout: options.acquire_timeout,
             operation_timeout: options.statement_timeout,
+            shared,
         }
     }
 
@@ -162,7 +167,12 @@ impl Writer {
             return;
         };
         let release = async {
-            let _ = sqlx::query("SELECT pg_advisory_unlock($1, $2)")
+            let unlock = if self.shared {
+                "SELECT pg_advisory_unlock_shared($1, $2)"
+            } else {
+                "SELECT pg_advisory_unlock($1, $2)"
+            };
+            let _ = sqlx::query(unlock)
                 .bind(LOCK_CLASS)
                 .bind(LOCK_KERNEL)
                 .execute(&mut connection)
@@ -219,11 +229,12 @@ impl Writer {
                 .await
                 .map_err(|error| with_context(map_sqlx_error(error), &self.target))?;
             let session = current_session(&mut connection).await?;
-            if try_lock(&mut connection).await? {
+            if try_lock(&mut connection, self.shared).await? {
                 return Ok((connection, session));
             }
             let mut orphan = false;
-            if let Some(previous) = previous
+            if !self.shared
+                && let Some(previous) = previous
                 && terminate_if_holder(&mut connection, previous).await?
             {
                 tracing::warn!(
@@ -239,9 +250,15 @@ impl Writer {
             let waiting = tokio::time::Instant::now();
             while orphan || waiting.elapsed() < self.lock_wait() {
                 tokio::time::sleep(LOCK_POLL).await;
-                if try_lock(&mut connection).await? {
+                if try_lock(&mut connection, self.shared).await? {
                     return Ok((connection, session));
                 }
+            }
+            if self.shared {
+                return Err(StoreError::Unavailable(SINGLE_KERNEL_DATABASE.to_owned()));
+            }
+            if super::cluster::is_cluster(&mut connection).await? {
+                return Err(StoreError::Unavailable(CLUSTER_DATABASE.to_owned()));
             }
             Err(StoreError::Unavailable(format!(
                 "{ANOTHER_KERNEL} (it holds the advisory lock pg_advisory_lock({LOCK_CLASS}, \
@@ -300,9 +317,15 @@ async fn current_session(connection: &mut PgConnection) -> Result<Session, Store
     Ok(Session { pid, started })
 }
 
-/// Tries to take the kernel lock without waiting; returns whether this session holds it.
-async fn try_lock(connection: &mut PgConnection) -> Result<bool, StoreError> {
-    sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1, $2)")
+/// Tries to take the kernel lock (`shared`: in cluster mode) without waiting; returns whether
+/// this session holds it.
+async fn try_lock(connection: &mut PgConnection, shared: bool) -> Result<bool, StoreError> {
+    let lock = if shared {
+        "SELECT pg_try_advisory_lock_shared($1, $2)"
+    } else {
+        "SELECT pg_try_advisory_lock($1, $2)"
+    };
+    sqlx::query_scalar::<_, bool>(lock)
         .bind(LOCK_CLASS)
         .bind(LOCK_KERNEL)
         .fetch_one(&mut *connection)

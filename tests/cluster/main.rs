@@ -1,0 +1,255 @@
+//! Cluster mode on real processes: several `keel serve --cluster` kernels on one fresh
+//! PostgreSQL database (docs/architecture.md, "Cluster"). Needs `KEEL_TEST_POSTGRES_URL`;
+//! without it every test passes after printing that it skipped.
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use harness::{Database, Kernel, poll};
+
+/// Partitions of a cluster database by default.
+const P: usize = 64;
+
+/// Bound of each test.
+const BUDGET: Duration = Duration::from_secs(60);
+
+/// Returns the live owners when every partition has one, with the count per owner.
+async fn fully_owned(database: &Database) -> Option<BTreeMap<String, usize>> {
+    let owners = database.live_owners().await;
+    if owners.len() != P {
+        return None;
+    }
+    let mut counts = BTreeMap::new();
+    for (_, owner, _) in owners {
+        *counts.entry(owner).or_insert(0) += 1;
+    }
+    Some(counts)
+}
+
+/// Returns the partitions held live by the kernels named in `nodes`, spread evenly.
+async fn owned_evenly_by(database: &Database, nodes: &[&str]) -> Option<BTreeMap<String, usize>> {
+    let counts = fully_owned(database).await?;
+    let ideal = P as f64 / nodes.len() as f64;
+    let even = counts.len() == nodes.len()
+        && nodes.iter().all(|node| {
+            counts
+                .get(*node)
+                .is_some_and(|held| (*held as f64 - ideal).abs() <= 3.0)
+        });
+    even.then_some(counts)
+}
+
+async fn three_kernels(database: &Database, dir: &std::path::Path) -> Vec<Kernel> {
+    let mut kernels = Vec::new();
+    for node in ["k1", "k2", "k3"] {
+        kernels.push(Kernel::start(node, &database.url, &dir.join(node)).await);
+    }
+    kernels
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_kernels_own_every_partition_once_and_evenly() {
+    let Some(database) = Database::fresh().await else {
+        return;
+    };
+    tokio::time::timeout(BUDGET, async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kernels = three_kernels(&database, dir.path()).await;
+        let started = Instant::now();
+        let counts = poll(Duration::from_secs(10), || {
+            owned_evenly_by(&database, &["k1", "k2", "k3"])
+        })
+        .await;
+        let Some(counts) = counts else {
+            panic!(
+                "after 10 s the partitions are {:?}; logs:\n{}",
+                database.partitions().await,
+                kernels
+                    .iter()
+                    .map(Kernel::log)
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            );
+        };
+        println!("balanced in {:?}: {counts:?}", started.elapsed());
+        // While all are up, no partition is ever without a live owner and nothing moves.
+        let settled = database.live_owners().await;
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            assert_eq!(
+                database.live_owners().await,
+                settled,
+                "ownership moved while all were up"
+            );
+        }
+        for kernel in kernels {
+            kernel.terminate().await;
+        }
+    })
+    .await
+    .expect("test within its budget");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_kernels_partitions_get_new_owners_at_a_higher_epoch_within_7_s() {
+    let Some(database) = Database::fresh().await else {
+        return;
+    };
+    tokio::time::timeout(BUDGET, async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut kernels = three_kernels(&database, dir.path()).await;
+        poll(Duration::from_secs(10), || {
+            owned_evenly_by(&database, &["k1", "k2", "k3"])
+        })
+        .await
+        .expect("three kernels balance within 10 s");
+        let before = database.live_owners().await;
+        let victim = kernels.remove(1);
+        assert_eq!(victim.node_id, "k2");
+        let orphaned: Vec<(i32, i64)> = before
+            .iter()
+            .filter(|(_, owner, _)| owner == "k2")
+            .map(|(id, _, epoch)| (*id, *epoch))
+            .collect();
+        victim.kill().await;
+        let killed = Instant::now();
+        let moved = poll(Duration::from_secs(7), || async {
+            let now = database.live_owners().await;
+            let all_moved = orphaned.iter().all(|(id, epoch)| {
+                now.iter().any(|(now_id, owner, now_epoch)| {
+                    now_id == id && owner != "k2" && now_epoch > epoch
+                })
+            });
+            (all_moved && now.len() == P).then_some(now)
+        })
+        .await;
+        let elapsed = killed.elapsed();
+        let Some(now) = moved else {
+            panic!(
+                "7 s after kill -9 the partitions are {:?}; logs:\n{}",
+                database.partitions().await,
+                kernels
+                    .iter()
+                    .map(Kernel::log)
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            );
+        };
+        println!("{} partitions moved in {elapsed:?}", orphaned.len());
+        // Partitions of the survivors kept their owners and epochs.
+        for (id, owner, epoch) in &before {
+            if owner != "k2" {
+                assert!(
+                    now.contains(&(*id, owner.clone(), *epoch)),
+                    "partition {id} moved"
+                );
+            }
+        }
+        let survivors = owned_evenly_by(&database, &["k1", "k3"]).await;
+        assert!(survivors.is_some(), "survivors are uneven: {now:?}");
+        for kernel in kernels {
+            kernel.terminate().await;
+        }
+    })
+    .await
+    .expect("test within its budget");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_hands_the_partitions_over_at_once() {
+    let Some(database) = Database::fresh().await else {
+        return;
+    };
+    tokio::time::timeout(BUDGET, async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut kernels = three_kernels(&database, dir.path()).await;
+        poll(Duration::from_secs(10), || {
+            owned_evenly_by(&database, &["k1", "k2", "k3"])
+        })
+        .await
+        .expect("three kernels balance within 10 s");
+        let leaving = kernels.remove(2);
+        let log = leaving.terminate().await;
+        assert!(log.contains("left the cluster"), "log:\n{log}");
+        let stopped = Instant::now();
+        // Well within a lease (5 s): the leaver released its leases and marked itself gone.
+        let counts = poll(Duration::from_secs(3), || {
+            owned_evenly_by(&database, &["k1", "k2"])
+        })
+        .await;
+        assert!(
+            counts.is_some(),
+            "3 s after SIGTERM: {:?}",
+            database.partitions().await
+        );
+        println!("handed over {:?} after the exit", stopped.elapsed());
+        for kernel in kernels {
+            kernel.terminate().await;
+        }
+    })
+    .await
+    .expect("test within its budget");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kernel_in_the_other_mode_is_refused_with_what_to_do() {
+    let Some(database) = Database::fresh().await else {
+        return;
+    };
+    tokio::time::timeout(BUDGET, async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // A one-kernel kernel holds the database: a cluster kernel is refused.
+        let single = Kernel::start_with("single", &database.url, &dir.path().join("s"), &[])
+            .await
+            .expect("the one-kernel kernel starts");
+        let refused =
+            Kernel::start_with("k1", &database.url, &dir.path().join("k1"), &["--cluster"])
+                .await
+                .err()
+                .expect("a cluster kernel is refused while a one-kernel kernel runs");
+        assert!(
+            refused.contains("started without --cluster"),
+            "log:\n{refused}"
+        );
+        single.terminate().await;
+
+        // The first cluster kernel marks the database; a one-kernel kernel is then refused,
+        // even once every cluster kernel stopped.
+        let member = Kernel::start("k1", &database.url, &dir.path().join("k1")).await;
+        let refused = Kernel::start_with("single", &database.url, &dir.path().join("s"), &[])
+            .await
+            .err()
+            .expect("a one-kernel kernel is refused on a cluster database");
+        assert!(
+            refused.contains("--cluster --node-id NAME"),
+            "log:\n{refused}"
+        );
+        // Another partition count is refused, naming the right one.
+        let refused = Kernel::start_with(
+            "k2",
+            &database.url,
+            &dir.path().join("k2"),
+            &["--cluster", "--partitions", "32"],
+        )
+        .await
+        .err()
+        .expect("another partition count is refused");
+        assert!(
+            refused.contains("start it with --partitions 64"),
+            "log:\n{refused}"
+        );
+        member.terminate().await;
+        let refused = Kernel::start_with("single", &database.url, &dir.path().join("s"), &[])
+            .await
+            .err()
+            .expect("a one-kernel kernel is refused on a cluster database");
+        assert!(
+            refused.contains("used by a cluster of keel kernels"),
+            "log:\n{refused}"
+        );
+    })
+    .await
+    .expect("test within its budget");
+}
