@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 
 use crate::status::ExecutionStatus;
 
+pub mod llm;
 mod operator;
 
 pub use operator::{AgentLabel, HttpLabels, OperatorMetrics, StepLabels, ToolLabel};
@@ -118,6 +119,8 @@ pub struct Metrics {
     pub operator: OperatorMetrics,
     /// Budgets and circuit breakers.
     pub guardrails: crate::guardrails::metrics::GuardrailMetrics,
+    /// Model calls through the LLM gateway.
+    pub llm: llm::LlmMetrics,
 }
 
 impl Default for Metrics {
@@ -230,6 +233,7 @@ impl Metrics {
         );
         let operator = OperatorMetrics::register(&mut registry);
         let guardrails = crate::guardrails::metrics::GuardrailMetrics::register(&mut registry);
+        let llm = llm::LlmMetrics::register(&mut registry);
         let live = LIVE_STATUSES.map(|status| {
             executions
                 .get_or_create(&StatusLabel {
@@ -241,6 +245,7 @@ impl Metrics {
             live,
             operator,
             guardrails,
+            llm,
             registry: Mutex::new(registry),
             supervision_log: crate::supervision::SupervisionLog::default(),
             executions,

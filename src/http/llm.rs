@@ -86,7 +86,9 @@ pub async fn chat_completions(
         }
         Err(error) => return unavailable(&error),
     };
+    let refused = |reason: &str| state.kernel.metrics().llm.refused(reason);
     if row.status.is_terminal() {
+        refused("finished");
         return finished(&id);
     }
     if let Err(reason) = holds(
@@ -96,6 +98,7 @@ pub async fn chat_completions(
         &execution_id,
         row.agent_id.as_str(),
     ) {
+        refused("holder");
         return openai_error(
             StatusCode::FORBIDDEN,
             "permission_error",
@@ -112,8 +115,12 @@ pub async fn chat_completions(
     };
     match state.kernel.admit_llm_call(&execution_id).await {
         Ok(LlmAdmission::Allowed) => {}
-        Ok(LlmAdmission::Finished) => return finished(&id),
+        Ok(LlmAdmission::Finished) => {
+            refused("finished");
+            return finished(&id);
+        }
         Ok(LlmAdmission::OverBudget(reason)) => {
+            refused("budget");
             return openai_error(
                 StatusCode::FORBIDDEN,
                 "permission_error",
@@ -476,6 +483,18 @@ impl Drop for Recorder {
 }
 
 async fn record(kernel: &Kernel, execution_id: &ExecutionId, call: LlmCall) {
+    kernel.metrics().llm.call(
+        &call.provider,
+        &call.model,
+        &call.outcome,
+        call.latency_ms as f64 / 1000.0,
+        [
+            ("input", call.input_tokens),
+            ("output", call.output_tokens),
+            ("cached", call.cached_tokens),
+        ],
+        call.cost.as_ref().and_then(|cost| cost.get("usd").copied()),
+    );
     let (provider, model, outcome) = (
         call.provider.clone(),
         call.model.clone(),

@@ -497,6 +497,35 @@ async fn every_call_is_recorded_with_its_usage_cost_and_digest() {
     assert_eq!(streamed["cost"]["tokens"], 13.0);
     let all = serde_json::to_string(&kernel.events(id).await).expect("JSON");
     assert!(!all.contains(KEY), "the provider key reached the log");
+
+    // Per provider and model, never per execution.
+    let metrics = scrape(&kernel).await;
+    for line in [
+        "keel_llm_calls_total{provider=\"openai\",model=\"gpt-test\",outcome=\"ok\"} 2",
+        "keel_llm_tokens_total{provider=\"openai\",model=\"gpt-test\",kind=\"input\"} 18",
+        "keel_llm_tokens_total{provider=\"openai\",model=\"gpt-test\",kind=\"output\"} 3",
+        "keel_llm_call_seconds_count{provider=\"openai\",model=\"gpt-test\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+    }
+    assert!(metrics.contains("keel_llm_cost_usd_total{provider=\"openai\",model=\"gpt-test\"}"));
+    assert!(
+        !metrics.contains(id),
+        "an execution id became a label value"
+    );
+}
+
+async fn scrape(kernel: &TestKernel) -> String {
+    kernel
+        .client
+        .get(kernel.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text")
 }
 
 #[tokio::test]
@@ -598,6 +627,11 @@ async fn a_spent_token_budget_refuses_the_next_call_before_the_provider() {
         fake.seen.lock().expect("lock").len(),
         2,
         "the refused call reached the provider"
+    );
+    assert!(
+        scrape(&kernel)
+            .await
+            .contains("keel_llm_refused_total{reason=\"budget\"} 1")
     );
     let (_, body) = kernel.get(&format!("/v0/executions/{id}")).await;
     assert_eq!(llm_calls(&kernel, id, 2).await.len(), 2, "{body}");

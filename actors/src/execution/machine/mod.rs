@@ -5,8 +5,8 @@
 mod intents;
 mod invoke;
 mod lifecycle;
-mod replays;
 mod llm;
+mod replays;
 mod signals;
 mod steps;
 
@@ -108,8 +108,8 @@ pub use intents::{assign, check_session, create, fail_text, intent, precheck_int
 pub use lifecycle::{
     cancel, consumer_lost, execution_deadline, fail_by_kernel, reset, step_deadline,
 };
-pub use replays::{ReplayedCall, replay_call, replayable};
 pub use llm::llm_called;
+pub use replays::{ReplayedCall, replay_call, replayable};
 pub use signals::signal;
 pub use steps::{
     RUNNER_LOST_ERROR, agent_step_result, claim_job, jittered_retry_delay, retry_delay,
