@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rebuno import Client
 
-from harness import Kernel, Sandbox, run, unique
+from harness import Kernel, Sandbox, run, unique, wait_until
 
 
 def create(kernel: Kernel, agent_id: str, inp: dict) -> str:
@@ -96,3 +96,92 @@ def test_a_kernel_kill_and_a_lost_agent_replay_from_the_log(sandbox: Sandbox) ->
         e for e in kernel.events(eid) if e["type"] == "step.created" and e["payload"].get("replay_of")
     ]
     assert len(replays) == 3
+
+
+APPROVALS = """\
+rules:
+  - id: approve-guarded
+    priority: 1
+    when:
+      tool_id: "guarded.*"
+    then:
+      decision: require_approval
+      reason: "a human must agree"
+  - id: approve-mul
+    priority: 2
+    when:
+      tool_id: calc_mul
+    then:
+      decision: require_approval
+      reason: "multiplication is serious"
+default:
+  decision: allow
+"""
+
+
+def send(kernel: Kernel, eid: str, signal_type: str, payload: dict) -> None:
+    async def go():
+        async with Client(kernel.url) as client:
+            return await client.send_signal(eid, signal_type, payload)
+
+    assert run(go()).status == "ok"
+
+
+def approve_next(kernel: Kernel, eid: str, nth: int) -> None:
+    def block():
+        blocks = [
+            e for e in kernel.events(eid)
+            if e["type"] == "execution.blocked" and e["payload"]["reason"] == "approval"
+        ]
+        return blocks[nth - 1] if len(blocks) >= nth else None
+
+    found = wait_until(f"approval request #{nth}", block, timeout=10)
+    send(kernel, eid, "step.approve", {"step_id": found["payload"]["ref"], "approved": True})
+
+
+def test_a_rerun_gets_its_signal_and_approvals_again(sandbox: Sandbox) -> None:
+    policy = sandbox.workdir / "approvals.yaml"
+    policy.write_text(APPROVALS)
+    kernel = sandbox.kernel("--policy", str(policy))
+    runner = sandbox.runner(kernel, unique("calc-runner"), unique("calc-runner-c"))
+    runner.wait_connected("runners")
+    agent_id = unique("gated")
+    victim = sandbox.agent(kernel, agent_id, unique("gated-victim"), hang=True)
+    victim.wait_connected()
+
+    eid = create(kernel, agent_id, {"op": "gated"})
+    kernel.wait_status(eid, "blocked")
+    send(kernel, eid, "go", {"a": 21})
+    approve_next(kernel, eid, 1)  # the remote calc_mul
+    approve_next(kernel, eid, 2)  # the local guarded.echo
+    victim.wait_marker("paused", eid)
+    survivor = sandbox.agent(kernel, agent_id, unique("gated-survivor"))
+    survivor.wait_connected()
+    victim.proc.kill()
+
+    final = kernel.wait_status(eid, "completed", "failed", "cancelled", timeout=15)
+    assert final["status"] == "completed", final
+    assert final["output"] == {
+        "go": {"a": 21}, "product": 42, "echoed": 42, "last": 43, "consumer": survivor.consumer_id,
+    }
+    events = kernel.events(eid)
+    types = [e["type"] for e in events]
+    assert "execution.reset" in types
+    # Neither the signal nor an approval was asked for again; the remote call ran once.
+    assert types.count("signal.received") == 3  # go + two step.approve
+    assert types.count("step.approval_required") == 2
+    assert jobs(runner) == 1
+    rerun = events[types.index("execution.reset") :]
+    waits = [e for e in rerun if e["type"] == "intent.accepted" and e["payload"]["intent_type"] == "wait"]
+    assert [w["payload"]["details"] for w in waits] == [{"signal_type": "go", "replay": True}]
+    gated = next(
+        e["step_id"] for e in events
+        if e["type"] == "step.created" and e["payload"]["tool_id"] == "guarded.echo"
+    )
+    reused = [
+        e for e in rerun
+        if e["type"] == "intent.accepted" and e["payload"].get("details", {}).get("approval_of")
+    ]
+    assert [e["payload"]["details"]["approval_of"] for e in reused] == [gated]
+    # The rebuno SDK runs a local tool itself: it ran again (docs/failure-semantics.md).
+    assert len(victim.markers("guarded-ran")) == 1 and len(survivor.markers("guarded-ran")) == 1

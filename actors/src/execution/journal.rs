@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::records::{HistoryEntry, StepState};
+use super::records::{ConsumedSignal, HistoryEntry, StepState};
 use crate::ids::{StepId, ToolId};
 use crate::status::StepStatus;
 
@@ -29,6 +29,8 @@ pub struct JournalEntry {
     pub result: Option<Value>,
     /// Error on failure.
     pub error: Option<String>,
+    /// Whether the failure was an operator's denial of its approval (replayed as that denial).
+    pub approval_denied: bool,
 }
 
 /// The journal of a run after the first: recorded calls by content, and how many calls of the
@@ -37,31 +39,47 @@ pub struct JournalEntry {
 pub struct Journal {
     entries: HashMap<String, Vec<JournalEntry>>,
     seen: HashMap<String, usize>,
+    /// Steps whose approval was granted, by call identity.
+    grants: HashMap<String, Vec<StepId>>,
+    /// Payloads of the signals consumed by waits, by signal type.
+    signals: HashMap<String, Vec<Value>>,
+    /// Waits of the current run so far, by signal type.
+    waits: HashMap<String, usize>,
 }
 
 impl Journal {
     /// Builds the journal from the steps of earlier runs: every step that ended `succeeded` or
-    /// `failed` (not cancelled or timed out) and was not itself a replay, in creation order.
-    /// `None` when there is nothing to replay.
-    pub fn build(steps: &[StepState], history: &[HistoryEntry]) -> Option<Self> {
+    /// `failed` (not cancelled or timed out) and was not itself a replay, in creation order; the
+    /// steps whose approval was granted; the signals waits consumed. `None` when there is
+    /// nothing to replay.
+    pub fn build(
+        steps: &[StepState],
+        history: &[HistoryEntry],
+        consumed: &[ConsumedSignal],
+    ) -> Option<Self> {
         let mut last: HashMap<&StepId, &HistoryEntry> = HashMap::new();
         for entry in history {
             last.insert(&entry.step_id, entry);
         }
-        let mut entries: HashMap<String, Vec<JournalEntry>> = HashMap::new();
-        for step in steps {
+        let mut journal = Self::default();
+        for step in steps.iter().filter(|step| step.replay_of.is_none()) {
+            if step.approval_answer == Some(true) {
+                journal
+                    .grants
+                    .entry(call_key(&step.tool_id, &step.arguments))
+                    .or_default()
+                    .push(step.id.clone());
+            }
             let success = match step.status {
                 StepStatus::Succeeded => true,
                 StepStatus::Failed => false,
                 _ => continue,
             };
-            if step.replay_of.is_some() {
-                continue;
-            }
             let Some(outcome) = last.get(&step.id) else {
                 continue;
             };
-            entries
+            journal
+                .entries
                 .entry(call_key(&step.tool_id, &step.arguments))
                 .or_default()
                 .push(JournalEntry {
@@ -69,12 +87,19 @@ impl Journal {
                     success,
                     result: outcome.result.clone(),
                     error: outcome.error.clone(),
+                    approval_denied: step.approval_answer == Some(false),
                 });
         }
-        (!entries.is_empty()).then(|| Self {
-            entries,
-            seen: HashMap::new(),
-        })
+        for signal in consumed {
+            journal
+                .signals
+                .entry(signal.signal_type.clone())
+                .or_default()
+                .push(signal.payload.clone());
+        }
+        let empty =
+            journal.entries.is_empty() && journal.grants.is_empty() && journal.signals.is_empty();
+        (!empty).then_some(journal)
     }
 
     /// Returns the recorded outcome the next call of `tool_id` with `arguments` in the current
@@ -83,6 +108,26 @@ impl Journal {
         let key = call_key(tool_id, arguments);
         let occurrence = self.seen.get(&key).copied().unwrap_or(0);
         self.entries.get(&key)?.get(occurrence)
+    }
+
+    /// Returns the step of an earlier run whose granted approval the next call of `tool_id`
+    /// with `arguments` reuses, if any (same tool, arguments and occurrence).
+    pub fn grant(&self, tool_id: &ToolId, arguments: &Value) -> Option<&StepId> {
+        let key = call_key(tool_id, arguments);
+        let occurrence = self.seen.get(&key).copied().unwrap_or(0);
+        self.grants.get(&key)?.get(occurrence)
+    }
+
+    /// Returns the payload an earlier run's wait consumed that the next `wait` for
+    /// `signal_type` of the current run gets again, if any.
+    pub fn signal(&self, signal_type: &str) -> Option<&Value> {
+        let occurrence = self.waits.get(signal_type).copied().unwrap_or(0);
+        self.signals.get(signal_type)?.get(occurrence)
+    }
+
+    /// Counts a `wait` of the current run (live or replayed).
+    pub fn saw_wait(&mut self, signal_type: &str) {
+        *self.waits.entry(signal_type.to_owned()).or_default() += 1;
     }
 
     /// Counts a step of the current run (live or replayed) as one occurrence of its call.

@@ -304,3 +304,173 @@ fn the_journal_is_rebuilt_from_the_log() {
     assert!(live.journal.is_some());
     let _ = Journal::default();
 }
+
+impl Log {
+    /// A call that asks for approval and gets `approved`; a granted one is then cancelled (the
+    /// agent was lost while it ran), a denied one fails with the approver's reason.
+    fn gated(&mut self, tool: &str, arguments: Value, approved: bool) -> StepId {
+        use crate::events::{BlockReason, ResumeReason};
+        let step = StepId::generate();
+        self.push(NewEvent::step(
+            &step,
+            created(tool, arguments.clone(), None),
+        ));
+        self.push(NewEvent::step(
+            &step,
+            EventBody::StepApprovalRequired {
+                tool_id: tool.into(),
+                arguments,
+                remote: true,
+                reason: "a human must agree".to_owned(),
+            },
+        ));
+        self.push(NewEvent::execution(EventBody::ExecutionBlocked {
+            reason: BlockReason::Approval,
+            reference: step.to_string(),
+            tool_id: None,
+            arguments: None,
+            remote: None,
+        }));
+        if approved {
+            self.push(NewEvent::execution(EventBody::ExecutionResumed {
+                reason: ResumeReason::ApprovalGranted,
+            }));
+            self.push(NewEvent::step(
+                &step,
+                EventBody::StepCancelled {
+                    reason: "agent disconnected".to_owned(),
+                },
+            ));
+        } else {
+            self.push(NewEvent::step(
+                &step,
+                EventBody::StepFailed {
+                    error: "not today".to_owned(),
+                    retryable: false,
+                    cost: None,
+                },
+            ));
+            self.push(NewEvent::execution(EventBody::ExecutionResumed {
+                reason: ResumeReason::ApprovalDenied,
+            }));
+        }
+        step
+    }
+
+    /// A `wait` for `signal_type` satisfied by a signal carrying `payload`.
+    fn waited(&mut self, signal_type: &str, payload: Value) {
+        use crate::events::{BlockReason, ResumeReason};
+        self.push(NewEvent::execution(EventBody::IntentAccepted {
+            intent_type: "wait".to_owned(),
+            details: Some(json!({ "signal_type": signal_type })),
+        }));
+        self.push(NewEvent::execution(EventBody::ExecutionBlocked {
+            reason: BlockReason::Signal,
+            reference: signal_type.to_owned(),
+            tool_id: None,
+            arguments: None,
+            remote: None,
+        }));
+        self.signal(signal_type, payload);
+        self.push(NewEvent::execution(EventBody::ExecutionResumed {
+            reason: ResumeReason::SignalReceived(signal_type.to_owned()),
+        }));
+    }
+
+    fn signal(&mut self, signal_type: &str, payload: Value) {
+        self.push(NewEvent::execution(EventBody::SignalReceived {
+            signal_type: signal_type.to_owned(),
+            payload,
+            sent_by: None,
+        }));
+    }
+}
+
+#[test]
+fn a_granted_approval_is_reused_by_the_same_call_only() {
+    let mut log = Log::new();
+    log.start();
+    let granted = log.gated("pay", json!({"n": 1}), true);
+    log.reset();
+    log.start();
+    let state = log.state();
+    let pay = ToolId::from("pay");
+    // Not in the journal of outcomes (it was cancelled), but its grant is.
+    assert!(machine::replayable(&state, &pay, &json!({"n": 1})).is_none());
+    assert_eq!(
+        machine::reusable_grant(&state, &pay, &json!({"n": 1.0})),
+        Some(&granted)
+    );
+    assert!(machine::reusable_grant(&state, &pay, &json!({"n": 2})).is_none());
+    assert!(machine::reusable_grant(&state, &"refund".into(), &json!({"n": 1})).is_none());
+    // Once the call was made again, a second identical call gets no grant.
+    log.call("pay", json!({"n": 1}), Some(Ok(json!("paid"))));
+    assert!(machine::reusable_grant(&log.state(), &pay, &json!({"n": 1})).is_none());
+}
+
+#[test]
+fn a_denied_approval_is_replayed_as_that_denial() {
+    let mut log = Log::new();
+    log.start();
+    let denied = log.gated("pay", json!({"n": 1}), false);
+    log.reset();
+    log.start();
+    let state = log.state();
+    let pay = ToolId::from("pay");
+    assert!(machine::reusable_grant(&state, &pay, &json!({"n": 1})).is_none());
+    let Some(entry) = machine::replayable(&state, &pay, &json!({"n": 1})) else {
+        panic!("the denied call is in the journal");
+    };
+    assert_eq!(entry.step_id, denied);
+    assert!(entry.approval_denied);
+    let call = ReplayedCall {
+        tool_id: &pay,
+        arguments: &json!({"n": 1}),
+        key: None,
+        remote: false,
+    };
+    let (transition, reply) = machine::replay_call(&state, &call, entry, crate::time::now());
+    assert!(reply.accepted && reply.pending_approval);
+    let pushes: Vec<_> = transition
+        .effects
+        .iter()
+        .filter_map(|effect| match effect {
+            crate::execution::Effect::PushToAgent(push) => Some(push),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pushes.len(), 1);
+    assert_eq!(pushes[0].event, "approval.resolved");
+    assert_eq!(pushes[0].data["approved"], json!(false));
+    assert_eq!(pushes[0].data["reason"], json!("not today"));
+}
+
+#[test]
+fn a_wait_gets_the_signal_an_earlier_run_consumed_in_order() {
+    let mut log = Log::new();
+    log.start();
+    log.waited("go", json!({"n": 1}));
+    log.waited("go", json!({"n": 2}));
+    log.reset();
+    // A new signal arrived while pending: it is for the wait after the replayed ones.
+    log.signal("go", json!({"n": 3}));
+    log.start();
+    for expected in [json!({"n": 1}), json!({"n": 2})] {
+        let state = log.state();
+        let payload = machine::replayable_signal(&state, "go").cloned();
+        assert_eq!(payload, Some(expected.clone()));
+        assert!(machine::replayable_signal(&state, "stop").is_none());
+        let transition = machine::replay_wait(&state, "go", &expected);
+        assert!(transition.events.iter().all(|event| !matches!(
+            event.body,
+            EventBody::ExecutionBlocked { .. } | EventBody::ExecutionResumed { .. }
+        )));
+        for event in transition.events {
+            log.push(event);
+        }
+    }
+    let state = log.state();
+    assert!(machine::replayable_signal(&state, "go").is_none());
+    assert_eq!(state.pending_signals.len(), 1);
+    assert_eq!(state.pending_signals[0].1, json!({"n": 3}));
+}

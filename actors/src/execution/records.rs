@@ -38,6 +38,8 @@ pub struct StepState {
     pub awaiting_approval: bool,
     /// Whether the step ever asked for approval (an answered one is not answered again).
     pub approval_requested: bool,
+    /// The operator's answer to its approval: `Some(true)` granted, `Some(false)` denied.
+    pub approval_answer: Option<bool>,
     /// Terminal outcome: `Some(true)` succeeded, `Some(false)` failed, for idempotent repeats.
     pub outcome: Option<bool>,
     /// Last change.
@@ -111,4 +113,16 @@ pub enum RecordedIntent {
         /// Full error text sent back.
         error: String,
     },
+}
+
+/// A signal a `wait` consumed, with the run it was consumed in (the journal replays it to the
+/// matching `wait` of a re-run).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConsumedSignal {
+    /// Run that consumed it.
+    pub run: u32,
+    /// Signal type.
+    pub signal_type: String,
+    /// Payload.
+    pub payload: Value,
 }

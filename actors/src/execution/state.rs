@@ -19,7 +19,7 @@ mod apply;
 mod replay_tests;
 
 pub use super::journal::Journal;
-pub use super::records::{HistoryEntry, RecordedIntent, Session, StepState};
+pub use super::records::{ConsumedSignal, HistoryEntry, RecordedIntent, Session, StepState};
 
 /// The folded state of one execution.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,6 +81,8 @@ pub struct ExecutionState {
     /// Recorded outcomes of earlier runs' calls, from the second run on (`None` before, or
     /// when no call of an earlier run completed).
     pub journal: Option<Journal>,
+    /// Signals consumed by a `wait`, oldest first (replayed to the matching wait of a re-run).
+    pub consumed_signals: Vec<ConsumedSignal>,
 }
 
 impl ExecutionState {
@@ -132,6 +134,7 @@ impl ExecutionState {
             usage: BudgetUsage::default(),
             runs: 0,
             journal: None,
+            consumed_signals: Vec::new(),
         };
         for event in &events[1..] {
             state.apply(event);

@@ -8,9 +8,10 @@ use super::actor::ExecutionActorState;
 use super::commands::{Intent, IntentReply};
 use super::effects::apply;
 use super::machine;
-use crate::ids::{ExecutionId, SessionId, ToolId};
+use crate::events::EventBody;
+use crate::ids::{ExecutionId, SessionId, StepId, ToolId};
 use crate::kernel::KernelError;
-use crate::policy::PolicyDecision;
+use crate::policy::{Decision, PolicyDecision};
 
 pub(super) async fn submit_intent(
     state: &mut ExecutionActorState,
@@ -39,6 +40,10 @@ pub(super) async fn submit_intent(
         Some(verdict) => super::hooks::pre_tool(state, &mut intent, verdict).await?,
         None => Vec::new(),
     };
+    let reused = match verdict.as_mut() {
+        Some(verdict) => reuse_grant(state, &intent, verdict),
+        None => None,
+    };
     let settings = state.ctx.config.execution.clone();
     let (mut transition, reply) = machine::intent(
         &state.exec,
@@ -48,6 +53,9 @@ pub(super) async fn submit_intent(
         &settings,
     )?;
     transition.events.splice(0..0, hook_events);
+    if let Some(granted) = &reused {
+        mark_reused_grant(&mut transition, granted);
+    }
     apply(state, transition).await?;
     let denial = verdict.as_ref().and_then(PolicyDecision::denial);
     let decision = match denial {
@@ -72,30 +80,85 @@ async fn replay(
     state: &mut ExecutionActorState,
     intent: &Intent,
 ) -> Result<Option<IntentReply>, KernelError> {
-    let Intent::InvokeTool {
-        tool_id,
-        arguments,
-        idempotency_key,
-        remote: true,
-    } = intent
-    else {
-        return Ok(None);
+    let (kind, transition, reply) = match intent {
+        Intent::Wait { signal_type } => {
+            let Some(payload) = machine::replayable_signal(&state.exec, signal_type) else {
+                return Ok(None);
+            };
+            let transition = machine::replay_wait(&state.exec, signal_type, payload);
+            ("wait", transition, IntentReply::accepted())
+        }
+        Intent::InvokeTool {
+            tool_id,
+            arguments,
+            idempotency_key,
+            remote,
+        } => {
+            let Some(entry) = machine::replayable(&state.exec, tool_id, arguments) else {
+                return Ok(None);
+            };
+            // The rebuno SDK runs an accepted local tool itself: only a denial (nothing runs)
+            // is replayed for it.
+            if !*remote && !entry.approval_denied {
+                return Ok(None);
+            }
+            let call = machine::ReplayedCall {
+                tool_id,
+                arguments,
+                key: idempotency_key.as_ref(),
+                remote: *remote,
+            };
+            let (transition, reply) =
+                machine::replay_call(&state.exec, &call, entry, state.ctx.now());
+            let kind = if *remote { "remote" } else { "local" };
+            (kind, transition, reply)
+        }
+        _ => return Ok(None),
     };
-    let Some(entry) = machine::replayable(&state.exec, tool_id, arguments) else {
-        return Ok(None);
-    };
-    let call = machine::ReplayedCall {
-        tool_id,
-        arguments,
-        key: idempotency_key.as_ref(),
-        remote: true,
-    };
-    let (transition, reply) = machine::replay_call(&state.exec, &call, entry, state.ctx.now());
     apply(state, transition).await?;
-    state.ctx.metrics.intent(intent.type_name(), "accepted");
-    state.ctx.metrics.step_replayed("remote");
+    let decision = if reply.pending_approval {
+        "pending_approval"
+    } else {
+        "accepted"
+    };
+    state.ctx.metrics.intent(intent.type_name(), decision);
+    state.ctx.metrics.step_replayed(kind);
     super::spans::record_intent_decision(state, "replayed");
     Ok(Some(reply))
+}
+
+/// Lets a call of a re-run that needs an approval through when the same call (tool, arguments,
+/// occurrence) of an earlier run was granted one; returns the step that was granted.
+fn reuse_grant(
+    state: &ExecutionActorState,
+    intent: &Intent,
+    verdict: &mut PolicyDecision,
+) -> Option<StepId> {
+    let Intent::InvokeTool {
+        tool_id, arguments, ..
+    } = intent
+    else {
+        return None;
+    };
+    if verdict.decision != Decision::RequireApproval {
+        return None;
+    }
+    let granted = machine::reusable_grant(&state.exec, tool_id, arguments)?.clone();
+    verdict.decision = Decision::Allow;
+    Some(granted)
+}
+
+/// Names the reused grant on the call's `intent.accepted`.
+fn mark_reused_grant(transition: &mut machine::Transition, granted: &StepId) {
+    for event in &mut transition.events {
+        if let EventBody::IntentAccepted {
+            details: Some(details),
+            ..
+        } = &mut event.body
+        {
+            details["approval_of"] = serde_json::json!(granted);
+        }
+    }
 }
 
 /// Puts `events` (the hooks' decisions) before the transition's own events.

@@ -250,6 +250,19 @@ async def op_journey(inp: dict[str, Any]) -> dict[str, Any]:
     return {"products": [first, again, third, last]}
 
 
+async def op_gated(inp: dict[str, Any]) -> dict[str, Any]:
+    """A wait, a remote call and a local call that both need an approval, then a pause where a
+    --hang agent stops for good: a re-run gets the signal and the approvals again (issue 33)."""
+    go = await execution.wait_signal("go")
+    product = await calc["calc_mul"](a=go["a"], b=2)
+    echoed = await guarded_echo(value=product)
+    mark("paused", execution_id=execution.id)
+    if ARGS.hang:
+        await asyncio.sleep(3600)
+    last = await add(a=echoed, b=1)
+    return {"go": go, "product": product, "echoed": echoed, "last": last}
+
+
 async def op_labels(inp: dict[str, Any]) -> dict[str, Any]:
     """Returns the labels the SDK's execution proxy carries."""
     return {"labels": dict(execution.labels or {})}
@@ -275,6 +288,7 @@ OPS = {
     "call": op_call,
     "journey": op_journey,
     "llm": op_llm,
+    "gated": op_gated,
 }
 
 

@@ -109,7 +109,9 @@ pub use lifecycle::{
     cancel, consumer_lost, execution_deadline, fail_by_kernel, reset, step_deadline,
 };
 pub use llm::llm_called;
-pub use replays::{ReplayedCall, replay_call, replayable};
+pub use replays::{
+    ReplayedCall, replay_call, replay_wait, replayable, replayable_signal, reusable_grant,
+};
 pub use signals::signal;
 pub use steps::{
     RUNNER_LOST_ERROR, agent_step_result, claim_job, jittered_retry_delay, retry_delay,

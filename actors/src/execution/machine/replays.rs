@@ -88,18 +88,65 @@ pub fn replay_call(
         },
     };
     transition.event(NewEvent::step(&step_id, body));
-    transition.effect(Effect::PushToAgent(Push::tool_result(
-        &state.id,
-        &step_id,
-        entry.success,
-        entry.result.as_ref(),
-        error.as_deref(),
-    )));
+    if entry.approval_denied {
+        // Denied by an operator: the agent hears that denial again, as a live call would.
+        let session_id = state
+            .session
+            .as_ref()
+            .map(|session| session.id.clone())
+            .unwrap_or_default();
+        transition.effect(Effect::PushToAgent(Push::approval_resolved(
+            &state.id,
+            &step_id,
+            false,
+            entry.error.as_deref(),
+            &session_id,
+        )));
+    } else {
+        transition.effect(Effect::PushToAgent(Push::tool_result(
+            &state.id,
+            &step_id,
+            entry.success,
+            entry.result.as_ref(),
+            error.as_deref(),
+        )));
+    }
     let reply = IntentReply {
         accepted: true,
         step_id: Some(step_id),
-        pending_approval: false,
+        pending_approval: entry.approval_denied,
         error: None,
     };
     (transition, reply)
+}
+
+/// Returns the payload an earlier run's `wait` for `signal_type` consumed that this run's next
+/// `wait` for it gets again, if any.
+pub fn replayable_signal<'a>(state: &'a ExecutionState, signal_type: &str) -> Option<&'a Value> {
+    state.journal.as_ref()?.signal(signal_type)
+}
+
+/// Answers a `wait` of a re-run with the signal an earlier run consumed: accepted without
+/// blocking (`intent.accepted` with `replay: true`) and the recorded `signal.received` pushed.
+pub fn replay_wait(state: &ExecutionState, signal_type: &str, payload: &Value) -> Transition {
+    let mut transition = Transition::default();
+    transition.event(NewEvent::execution(EventBody::IntentAccepted {
+        intent_type: "wait".to_owned(),
+        details: Some(json!({ "signal_type": signal_type, "replay": true })),
+    }));
+    transition.effect(Effect::PushToAgent(Push::signal_received(
+        &state.id,
+        signal_type,
+        payload,
+    )));
+    transition
+}
+
+/// Returns the step of an earlier run whose granted approval this call reuses, if any.
+pub fn reusable_grant<'a>(
+    state: &'a ExecutionState,
+    tool_id: &ToolId,
+    arguments: &Value,
+) -> Option<&'a StepId> {
+    state.journal.as_ref()?.grant(tool_id, arguments)
 }

@@ -33,7 +33,7 @@ impl ExecutionState {
                 self.session_lost = false;
                 self.runs = self.runs.saturating_add(1);
                 self.journal = if self.runs > 1 {
-                    Journal::build(&self.steps, &self.history)
+                    Journal::build(&self.steps, &self.history, &self.consumed_signals)
                 } else {
                     None
                 };
@@ -45,7 +45,20 @@ impl ExecutionState {
                 Blocker::Signal => self.signal_wait = Some(reference.clone()),
                 Blocker::Approval => self.approval = Some(StepId::new(reference.clone())),
             },
-            EventBody::ExecutionResumed { reason } => self.apply_resumed(reason),
+            EventBody::ExecutionResumed { reason } => {
+                let answer = match reason {
+                    ResumeReason::ApprovalGranted => Some(true),
+                    ResumeReason::ApprovalDenied => Some(false),
+                    _ => None,
+                };
+                if answer.is_some() {
+                    let waiting = self.approval.clone();
+                    if let Some(step) = self.step_mut(waiting.as_ref()) {
+                        step.approval_answer = answer;
+                    }
+                }
+                self.apply_resumed(reason);
+            }
             EventBody::ExecutionCompleted { output } => {
                 self.output = Some(output.clone());
                 self.finish(ExecutionStatus::Completed);
@@ -58,9 +71,21 @@ impl ExecutionState {
                 self.clear_blockers();
                 self.journal = None;
             }
-            EventBody::IntentAccepted { .. }
-            | EventBody::ToolCircuitOpened { .. }
-            | EventBody::ToolCircuitClosed { .. } => {}
+            EventBody::IntentAccepted {
+                intent_type,
+                details,
+            } => {
+                if let Some(journal) = &mut self.journal
+                    && intent_type == "wait"
+                    && let Some(signal_type) = details
+                        .as_ref()
+                        .and_then(|details| details.get("signal_type"))
+                        .and_then(Value::as_str)
+                {
+                    journal.saw_wait(signal_type);
+                }
+            }
+            EventBody::ToolCircuitOpened { .. } | EventBody::ToolCircuitClosed { .. } => {}
             EventBody::AgentTimeout { .. } => self.session_lost = true,
             EventBody::IntentDenied {
                 tool_id,
@@ -121,6 +146,7 @@ impl ExecutionState {
                     not_before: None,
                     awaiting_approval: false,
                     approval_requested: false,
+                    approval_answer: None,
                     outcome: None,
                     updated_at: at,
                     created_at: at,
@@ -276,8 +302,13 @@ impl ExecutionState {
                     .pending_signals
                     .iter()
                     .position(|(kind, _)| kind == signal_type)
+                    && let Some((signal_type, payload)) = self.pending_signals.remove(index)
                 {
-                    self.pending_signals.remove(index);
+                    self.consumed_signals.push(ConsumedSignal {
+                        run: self.runs,
+                        signal_type,
+                        payload,
+                    });
                 }
                 if self.signal_wait.as_deref() == Some(signal_type) {
                     self.signal_wait = None;
