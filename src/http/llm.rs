@@ -113,8 +113,23 @@ pub async fn chat_completions(
             "the request body is not JSON",
         );
     };
-    match state.kernel.admit_llm_call(&execution_id).await {
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let model_id = format!("{}/{model}", provider.name);
+    match state.kernel.admit_llm_call(&execution_id, &model_id).await {
         Ok(LlmAdmission::Allowed) => {}
+        Ok(LlmAdmission::ModelNotAllowed(reason)) => {
+            refused("model");
+            return openai_error(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "model_not_allowed",
+                &reason,
+            );
+        }
         Ok(LlmAdmission::Finished) => {
             refused("finished");
             return finished(&id);
@@ -130,11 +145,6 @@ pub async fn chat_completions(
         }
         Err(error) => return unavailable(&error),
     }
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
     let mut call = Recorder {
         kernel: state.kernel.clone(),

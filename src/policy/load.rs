@@ -13,8 +13,8 @@ use yaml_serde::Value;
 use keel_actors::hooks::HookSpec;
 use keel_actors::policy::PolicyEngine;
 use keel_actors::policy::rules::{
-    CompileIssue, CompiledPolicy, CompiledRules, FieldPath, PathSegment, PolicyDefinition, RuleSet,
-    compile,
+    CompileIssue, CompiledPolicy, CompiledRules, FieldPath, ModelAllowList, PathSegment,
+    PolicyDefinition, RuleSet, compile,
 };
 
 use super::directory::load_directory;
@@ -177,6 +177,17 @@ pub(super) fn load_file(path: &Path, source: &str) -> FileLoad {
             None
         }
     };
+    let compiled = match parse_models(source) {
+        Ok(models) => compiled.map(|compiled| compiled.with_models(models)),
+        Err(message) => {
+            let line = source
+                .lines()
+                .position(|line| line.starts_with("models:"))
+                .map(|index| index + 1);
+            problems.push(PolicyProblem::new(path, line, message));
+            None
+        }
+    };
     problems.sort_by_key(|problem| problem.line);
     FileLoad {
         compiled: compiled.filter(|_| problems.is_empty()),
@@ -293,6 +304,23 @@ fn parse(
         )),
         problems,
     )
+}
+
+/// Reads a file's `models:` section (the LLM gateway's allow-list); `None` without one.
+fn parse_models(source: &str) -> Result<Option<ModelAllowList>, String> {
+    let shell: super::spec::ModelsShellSpec = match yaml_serde::from_str(source) {
+        Ok(shell) => shell,
+        // A file whose shape is wrong elsewhere is reported by `parse`; only a bad `models`
+        // section is this function's to report.
+        Err(error) if error.to_string().contains("models") => {
+            return Err(format!("models: {error}"));
+        }
+        Err(_) => return Ok(None),
+    };
+    shell
+        .models
+        .map(|models| ModelAllowList::new(&models.allow))
+        .transpose()
 }
 
 /// Reads each section of rule `index` on its own and returns every section's first problem.

@@ -43,6 +43,30 @@ pub struct FileShellSpec {
     /// Concurrency limits (Keel addition).
     #[serde(default)]
     pub concurrency: Option<ConcurrencySpec>,
+    /// Models the LLM gateway may call for these agents (Keel addition, parsed by
+    /// `load::parse_models`).
+    #[allow(dead_code, reason = "parsed on its own by load::parse_models")]
+    #[serde(default)]
+    pub models: Option<IgnoredAny>,
+}
+
+/// `models:` — the LLM gateway's model allow-list (docs/llm.md).
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a `models` mapping with `allow`: a list of provider/model globs"
+)]
+pub struct ModelsSpec {
+    /// Globs over `provider/model`.
+    pub allow: Vec<String>,
+}
+
+/// The part of a file `load::parse_models` reads.
+#[derive(Debug, Deserialize)]
+pub struct ModelsShellSpec {
+    /// The `models:` section, if any.
+    #[serde(default)]
+    pub models: Option<ModelsSpec>,
 }
 
 /// `concurrency:` — running executions per agent id (and per label value), steps per tool id.

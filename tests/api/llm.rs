@@ -662,3 +662,65 @@ async fn a_caller_that_leaves_mid_stream_is_recorded_as_disconnected() {
     assert_eq!(calls[0]["outcome"], "client_disconnected", "{calls:?}");
     assert_eq!(calls[0]["stream"], true);
 }
+
+fn allow_one_model(config: &mut keel_actors::kernel::KernelConfig) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(
+        &path,
+        "models:\n  allow: [\"openai/gpt-test\", \"local/*\"]\nrules:\n  - id: all\n    priority: 1\n    when: {}\n    then:\n      decision: allow\n",
+    )
+    .expect("policy written");
+    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
+}
+
+#[tokio::test]
+async fn a_model_outside_the_policys_allow_list_is_refused_before_the_provider() {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let kernel = kernel_with(Some(&base_url), Some(TOKEN), allow_one_model).await;
+    let execution = kernel.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id");
+    let kernel = &kernel;
+    let call = |model: &'static str| async move {
+        let response = kernel
+            .client
+            .post(kernel.url(&chat_path(id, "openai")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"model": model, "messages": []}))
+            .send()
+            .await
+            .expect("sent");
+        (
+            response.status(),
+            response.json::<Value>().await.expect("JSON"),
+        )
+    };
+    let (status, error) = call("gpt-expensive").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{error}");
+    assert_eq!(error["error"]["code"], "model_not_allowed");
+    let message = error["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("openai/gpt-expensive") && message.contains("openai/gpt-test"),
+        "{message}"
+    );
+    assert!(
+        fake.seen.lock().expect("lock").is_empty(),
+        "a refused model reached the provider"
+    );
+    let (status, answer) = call("gpt-test").await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(fake.seen.lock().expect("lock").len(), 1);
+}
+
+#[test]
+fn a_bad_models_section_stops_the_policy_with_its_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, "rules: []\nmodels:\n  allow: \"openai/*\"\n").expect("policy written");
+    let Err(errors) = keel::policy::load_path(&path) else {
+        panic!("a models section that is not a list must not load");
+    };
+    let text = format!("{errors}");
+    assert!(text.contains("models") && text.contains(":2"), "{text}");
+}

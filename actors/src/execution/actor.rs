@@ -366,19 +366,24 @@ async fn handle_message(
         ExecutionMsg::GetExecution { reply } => {
             let _ = reply.send(state.exec.row());
         }
-        ExecutionMsg::AdmitLlmCall { reply } => {
+        ExecutionMsg::AdmitLlmCall { model_id, reply } => {
             let admission = if state.exec.status.is_terminal() {
                 LlmAdmission::Finished
             } else {
                 let engine = crate::kernel::context::read(&state.ctx.policy_in_force)
                     .engine
                     .clone();
-                engine
-                    .agent_budget(&state.exec.agent_id)
-                    .and_then(|budget| budget.check_cost(&state.exec.usage))
-                    .map_or(LlmAdmission::Allowed, |exceeded| {
-                        LlmAdmission::OverBudget(exceeded.reason)
-                    })
+                let agent_id = &state.exec.agent_id;
+                if let Some(reason) = engine.model_refusal(agent_id, &model_id) {
+                    LlmAdmission::ModelNotAllowed(reason)
+                } else {
+                    engine
+                        .agent_budget(agent_id)
+                        .and_then(|budget| budget.check_cost(&state.exec.usage))
+                        .map_or(LlmAdmission::Allowed, |exceeded| {
+                            LlmAdmission::OverBudget(exceeded.reason)
+                        })
+                }
             };
             let _ = reply.send(admission);
         }

@@ -119,6 +119,8 @@ pub enum ExecutionMsg {
     /// May a model call go to the provider now (LLM gateway)? Answers whether the execution
     /// still runs and is within its cost budget.
     AdmitLlmCall {
+        /// `provider/model` of the call (checked against the policy's `models.allow`).
+        model_id: String,
         /// Answer.
         reply: RpcReplyPort<LlmAdmission>,
     },
@@ -148,6 +150,8 @@ pub enum LlmAdmission {
     Finished,
     /// A `max_cost` unit of the execution's budget is spent; the reason names it.
     OverBudget(String),
+    /// The policy's `models.allow` does not list the model; the reason names the list.
+    ModelNotAllowed(String),
 }
 
 /// Messages of the execution supervisor.

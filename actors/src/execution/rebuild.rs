@@ -169,7 +169,7 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),
         ExecutionMsg::RecordLlmCall { reply, .. } => drop(reply.send(Err(error))),
-        ExecutionMsg::AdmitLlmCall { reply } => drop(reply.send(LlmAdmission::Finished)),
+        ExecutionMsg::AdmitLlmCall { reply, .. } => drop(reply.send(LlmAdmission::Finished)),
         ExecutionMsg::GetExecution { .. }
         | ExecutionMsg::IdleCheck { .. }
         | ExecutionMsg::Passivate { .. } => {}

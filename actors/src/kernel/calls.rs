@@ -30,10 +30,18 @@ impl Kernel {
         self.ctx.session_owner(session_id).as_ref() == Some(execution_id)
     }
 
-    /// Asks an execution whether a model call may be forwarded now.
-    pub async fn admit_llm_call(&self, id: &ExecutionId) -> Result<LlmAdmission, KernelError> {
+    /// Asks an execution whether a model call of `model_id` (`provider/model`) may be
+    /// forwarded now.
+    pub async fn admit_llm_call(
+        &self,
+        id: &ExecutionId,
+        model_id: &str,
+    ) -> Result<LlmAdmission, KernelError> {
         self.ctx
-            .ask_execution(id, |reply| ExecutionMsg::AdmitLlmCall { reply })
+            .ask_execution(id, |reply| ExecutionMsg::AdmitLlmCall {
+                model_id: model_id.to_owned(),
+                reply,
+            })
             .await
     }
 

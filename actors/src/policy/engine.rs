@@ -198,6 +198,12 @@ pub trait PolicyEngine: Send + Sync + 'static {
         None
     }
 
+    /// Why `agent_id` may not call `model_id` (`provider/model`) through the LLM gateway, when
+    /// a `models.allow` list refuses it.
+    fn model_refusal(&self, _agent_id: &AgentId, _model_id: &str) -> Option<String> {
+        None
+    }
+
     /// Returns the kernel-wide circuit breakers per tool id.
     fn breakers(&self) -> &BreakerSet {
         &NO_BREAKERS

@@ -38,9 +38,17 @@ pub struct CompiledRules {
     budget: Option<Budget>,
     breakers: BreakerSet,
     concurrency: Concurrency,
+    models: Option<Arc<super::models::ModelAllowList>>,
 }
 
 impl CompiledRules {
+    /// Returns these rules with the file's `models.allow` list.
+    #[must_use]
+    pub fn with_models(mut self, models: Option<super::models::ModelAllowList>) -> Self {
+        self.models = models.map(Arc::new);
+        self
+    }
+
     /// Bundles compiled rules with the file's default, budget and circuit breakers.
     pub(super) fn new(
         rules: Vec<Arc<CompiledRule>>,
@@ -54,6 +62,7 @@ impl CompiledRules {
             budget,
             breakers,
             concurrency: Concurrency::default(),
+            models: None,
         }
     }
 
@@ -117,6 +126,8 @@ pub struct RuleSet {
     budget: Option<Arc<Budget>>,
     /// Running limits of the agent (`concurrency.max_running` and `concurrency.labels`).
     running: RunningLimits,
+    /// Models the agent may call through the LLM gateway (`None`: any).
+    models: Option<Arc<super::models::ModelAllowList>>,
 }
 
 impl RuleSet {
@@ -128,6 +139,7 @@ impl RuleSet {
             file.budget.clone(),
         );
         set.running = file.concurrency.running(None);
+        set.models.clone_from(&file.models);
         set
     }
 
@@ -174,6 +186,8 @@ impl RuleSet {
         );
         // As budget keys: the agent file's keys win, else the global ones apply.
         set.running = agent.concurrency.running(Some(&global.concurrency));
+        // The agent file's `models.allow` replaces the global one.
+        set.models = agent.models.clone().or_else(|| global.models.clone());
         Ok(set)
     }
 
@@ -200,6 +214,7 @@ impl RuleSet {
             default,
             budget: budget.filter(|budget| !budget.is_empty()).map(Arc::new),
             running: RunningLimits::default(),
+            models: None,
         }
     }
 
@@ -385,6 +400,14 @@ impl PolicyEngine for CompiledPolicy {
 
     fn agent_budget(&self, agent_id: &AgentId) -> Option<Arc<Budget>> {
         self.routing.rules(agent_id)?.budget()
+    }
+
+    fn model_refusal(&self, agent_id: &AgentId, model_id: &str) -> Option<String> {
+        self.routing
+            .rules(agent_id)?
+            .models
+            .as_ref()?
+            .refusal(model_id)
     }
 
     fn longest_rate_window(&self) -> Option<Duration> {

@@ -13,6 +13,7 @@ mod definition;
 mod duration;
 mod glob;
 mod go_regex;
+mod models;
 mod predicates;
 mod schedule;
 #[cfg(test)]
@@ -30,5 +31,6 @@ pub use definition::{
 };
 pub use duration::{parse_duration, parse_go_duration, parse_non_negative_duration};
 pub use glob::Glob;
+pub use models::ModelAllowList;
 pub use predicates::{PATTERN_SIZE_LIMIT, json_equal};
 pub use schedule::Schedule;
