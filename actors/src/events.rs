@@ -372,9 +372,14 @@ pub struct LlmCall {
     /// The request body, when the gateway stores bodies and it is within the size limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<Value>,
-    /// The answer body (not streamed), under the same conditions.
+    /// The answer: its JSON body, or a stream's server-sent events as text, under the same
+    /// conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<Value>,
+    /// Sequence of the earlier run's `llm.called` whose answer this call of a re-run was given
+    /// instead of calling the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_of: Option<i64>,
 }
 
 impl EventBody {

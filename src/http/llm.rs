@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use keel_actors::events::LlmCall;
+use keel_actors::events::{EventBody, LlmCall};
 use keel_actors::execution::{LlmAdmission, Rejection};
 use keel_actors::ids::{ExecutionId, SessionId};
 use keel_actors::kernel::{Kernel, KernelError};
@@ -32,6 +32,11 @@ use crate::gateway::{MAX_STORED_BODY_BYTES, Provider};
 
 /// Header naming the session that proves the caller holds the execution.
 pub const SESSION_HEADER: &str = "keel-session";
+/// Header that, set to `off`, makes a re-run's call go to the provider even when an earlier run
+/// recorded the same call.
+pub const REPLAY_HEADER: &str = "keel-replay";
+/// Events read per page when a re-run's call is looked up in the log.
+const JOURNAL_PAGE: i64 = 1000;
 /// Longest provider error message kept on `llm.called`, in bytes.
 const MAX_ERROR_BYTES: usize = 512;
 /// Largest non-streamed answer the gateway reads from a provider.
@@ -119,8 +124,8 @@ pub async fn chat_completions(
         .unwrap_or_default()
         .to_owned();
     let model_id = format!("{}/{model}", provider.name);
-    match state.kernel.admit_llm_call(&execution_id, &model_id).await {
-        Ok(LlmAdmission::Allowed) => {}
+    let runs = match state.kernel.admit_llm_call(&execution_id, &model_id).await {
+        Ok(LlmAdmission::Allowed { runs }) => runs,
         Ok(LlmAdmission::ModelNotAllowed(reason)) => {
             refused("model");
             return openai_error(
@@ -144,7 +149,7 @@ pub async fn chat_completions(
             );
         }
         Err(error) => return unavailable(&error),
-    }
+    };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
     let mut call = Recorder {
         kernel: state.kernel.clone(),
@@ -167,8 +172,24 @@ pub async fn chat_completions(
             request: (provider.store_bodies && body.len() <= MAX_STORED_BODY_BYTES)
                 .then(|| request.clone()),
             response: None,
+            replay_of: None,
         }),
     };
+    // A re-run's call identical to one an earlier run completed gets that answer again.
+    let replay_wanted = headers
+        .get(REPLAY_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .is_none_or(|value| !value.eq_ignore_ascii_case("off"));
+    if runs > 1
+        && replay_wanted
+        && let Some(pending) = call.call.as_ref()
+    {
+        match journal_answer(&state.kernel, &call.execution_id, pending).await {
+            Ok(Some((sequence, answer))) => return call.replay(sequence, answer).await,
+            Ok(None) => {}
+            Err(error) => return unavailable(&error),
+        }
+    }
     // A stream's usage comes in its last chunk only when asked for; the gateway asks on the
     // caller's behalf and drops that chunk again unless the caller asked for it too.
     let (upstream_body, drop_usage_chunk) = if stream && !asks_for_usage(&request) {
@@ -266,6 +287,57 @@ pub async fn chat_completions(
             "the LLM provider's answer cannot be forwarded",
         )
     })
+}
+
+/// The answer an earlier run recorded for the same call (provider, model, request digest,
+/// streamed or not): the n-th such call of this run gets the n-th one recorded by earlier runs
+/// (their own live calls, not their replays). Returns its sequence and answer.
+async fn journal_answer(
+    kernel: &Kernel,
+    id: &ExecutionId,
+    call: &LlmCall,
+) -> Result<Option<(i64, Value)>, KernelError> {
+    let mut events = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = kernel.events(id, after, JOURNAL_PAGE).await?;
+        let done = i64::try_from(page.len()).unwrap_or(i64::MAX) < JOURNAL_PAGE;
+        if let Some(last) = page.last() {
+            after = last.sequence;
+        }
+        events.extend(page);
+        if done {
+            break;
+        }
+    }
+    let run_start = events
+        .iter()
+        .rev()
+        .find(|event| matches!(event.body, EventBody::ExecutionStarted { .. }))
+        .map_or(0, |event| event.sequence);
+    let mut recorded = Vec::new();
+    let mut made = 0usize;
+    for event in &events {
+        let EventBody::LlmCalled(earlier) = &event.body else {
+            continue;
+        };
+        let same = earlier.provider == call.provider
+            && earlier.model == call.model
+            && earlier.request_digest == call.request_digest
+            && earlier.stream == call.stream;
+        if !same {
+            continue;
+        }
+        if event.sequence > run_start {
+            made += 1;
+        } else if earlier.replay_of.is_none() && earlier.outcome == "ok" {
+            recorded.push((event.sequence, earlier.response.clone()));
+        }
+    }
+    Ok(recorded
+        .into_iter()
+        .nth(made)
+        .and_then(|(sequence, answer)| answer.map(|answer| (sequence, answer))))
 }
 
 /// Checks that the caller holds the execution: its live session in `Keel-Session`, an agent
@@ -369,9 +441,24 @@ fn relay_stream(
         status: StatusCode,
         drop_usage_chunk: bool,
         done: bool,
+        /// What was relayed, kept for the record while within the stored-body limit.
+        kept: Option<Vec<u8>>,
+    }
+    impl Relay {
+        fn keep(&mut self, bytes: &[u8]) {
+            if let Some(kept) = self.kept.as_mut() {
+                if kept.len() + bytes.len() > MAX_STORED_BODY_BYTES {
+                    self.kept = None;
+                } else {
+                    kept.extend_from_slice(bytes);
+                }
+            }
+        }
     }
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::OK);
+    let kept = call.provider.store_bodies.then(Vec::new);
     let relay = Relay {
+        kept,
         upstream: answer.bytes_stream().boxed(),
         splitter: EventSplitter::default(),
         call,
@@ -399,6 +486,7 @@ fn relay_stream(
                         out.extend_from_slice(&event);
                     }
                     if !out.is_empty() {
+                        relay.keep(&out);
                         return Some((Ok(Bytes::from(out)), relay));
                     }
                 }
@@ -419,6 +507,13 @@ fn relay_stream(
                 None => {
                     relay.done = true;
                     let tail = relay.splitter.finish();
+                    if let Some(tail) = &tail {
+                        relay.keep(tail);
+                    }
+                    if let Some(kept) = relay.kept.take() {
+                        let text = String::from_utf8_lossy(&kept).into_owned();
+                        relay.call.response(Value::String(text));
+                    }
                     let status = relay.status;
                     relay.call.finish("ok", Some(status), None).await;
                     return tail.map(|tail| (Ok(Bytes::from(tail)), relay));
@@ -450,6 +545,22 @@ impl Recorder {
         call.output_tokens = usage.output;
         call.cached_tokens = usage.cached;
         call.cost = usage::cost(Some(&usage), self.provider.price(&call.model));
+    }
+
+    /// Answers with an earlier run's recorded answer and records the call as its replay.
+    async fn replay(mut self, sequence: i64, answer: Value) -> Response {
+        let stream = self.call.as_ref().is_some_and(|call| call.stream);
+        if let Some(call) = self.call.as_mut() {
+            call.replay_of = Some(sequence);
+            call.request = None;
+        }
+        self.finish("ok", Some(StatusCode::OK), None).await;
+        match answer {
+            Value::String(events) if stream => {
+                ([(header::CONTENT_TYPE, "text/event-stream")], events).into_response()
+            }
+            answer => axum::Json(answer).into_response(),
+        }
     }
 
     fn response(&mut self, response: Value) {

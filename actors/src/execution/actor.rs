@@ -380,9 +380,12 @@ async fn handle_message(
                     engine
                         .agent_budget(agent_id)
                         .and_then(|budget| budget.check_cost(&state.exec.usage))
-                        .map_or(LlmAdmission::Allowed, |exceeded| {
-                            LlmAdmission::OverBudget(exceeded.reason)
-                        })
+                        .map_or(
+                            LlmAdmission::Allowed {
+                                runs: state.exec.runs,
+                            },
+                            |exceeded| LlmAdmission::OverBudget(exceeded.reason),
+                        )
                 }
             };
             let _ = reply.send(admission);

@@ -144,8 +144,12 @@ pub enum ExecutionMsg {
 /// Whether a model call may be forwarded ([`ExecutionMsg::AdmitLlmCall`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LlmAdmission {
-    /// Forward it.
-    Allowed,
+    /// Forward it; `runs` is the execution's number of runs so far (a re-run's calls may be
+    /// answered from the journal).
+    Allowed {
+        /// `execution.started` events so far.
+        runs: u32,
+    },
     /// The execution has finished.
     Finished,
     /// A `max_cost` unit of the execution's budget is spent; the reason names it.
