@@ -61,14 +61,18 @@ pub async fn run(
             .map(|path| path.display().to_string()),
         policy.as_ref(),
     ));
-    let store = open_store(&settings).await?;
-    let cluster = match &settings.cluster {
-        Some(cluster) => Some(
-            crate::cluster::Cluster::start(cluster, &settings.db.connection_string())
+    let ownership = settings
+        .cluster
+        .as_ref()
+        .map(|cluster| Arc::new(crate::cluster::Ownership::new(cluster.partitions)));
+    let store = open_store(&settings, ownership.clone()).await?;
+    let cluster = match (&settings.cluster, ownership) {
+        (Some(cluster), Some(ownership)) => Some(
+            crate::cluster::Cluster::start(cluster, &settings.db.connection_string(), ownership)
                 .await
                 .map_err(|error| anyhow!("cannot join the cluster: {error}"))?,
         ),
-        None => None,
+        _ => None,
     };
     let phase = Instant::now();
     let hook_caller =
@@ -228,7 +232,10 @@ async fn drain_http(
 }
 
 /// Opens (creating and migrating) the configured database.
-async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_store(
+    settings: &Settings,
+    ownership: Option<Arc<crate::cluster::Ownership>>,
+) -> anyhow::Result<Arc<dyn Store>> {
     let phase = Instant::now();
     for parameter in settings.db.unrecognized_parameters() {
         warn!(parameter = %parameter, "--db-url: ignoring an unrecognized parameter");
@@ -238,14 +245,17 @@ async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
         cluster_partitions: settings.cluster.as_ref().map(|cluster| cluster.partitions),
         ..StoreOptions::default()
     };
-    let store = crate::store::open(&settings.db.connection_string(), &options)
-        .await
-        .map_err(|error| {
-            anyhow!(
-                "cannot open the database {}: {error}",
-                settings.db.redacted()
-            )
-        })?;
+    let url = settings.db.connection_string();
+    let opened = match ownership {
+        Some(ownership) => crate::store::open_cluster(&url, &options, ownership).await,
+        None => crate::store::open(&url, &options).await,
+    };
+    let store = opened.map_err(|error| {
+        anyhow!(
+            "cannot open the database {}: {error}",
+            settings.db.redacted()
+        )
+    })?;
     info!(db = %settings.db.redacted(), elapsed_ms = millis(phase.elapsed()), "database open");
     Ok(store)
 }

@@ -167,6 +167,16 @@ impl Ownership {
     }
 }
 
+impl crate::store::PartitionFence for Ownership {
+    fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    fn epoch(&self, partition: u32) -> Option<i64> {
+        Ownership::epoch(self, partition)
+    }
+}
+
 /// A running cluster membership: the lease manager task and the partitions it holds.
 #[derive(Debug)]
 pub struct Cluster {
@@ -181,7 +191,11 @@ impl Cluster {
     /// Registers this kernel in the cluster on the database at `db_url` and starts its lease
     /// manager. The store must already have been opened in cluster mode (it creates the
     /// partition rows).
-    pub async fn start(settings: &ClusterSettings, db_url: &str) -> Result<Self, StoreError> {
+    pub async fn start(
+        settings: &ClusterSettings,
+        db_url: &str,
+        ownership: Arc<Ownership>,
+    ) -> Result<Self, StoreError> {
         let membership = Arc::new(
             Membership::join(
                 db_url,
@@ -199,7 +213,6 @@ impl Cluster {
             partitions = settings.partitions,
             "joined the cluster"
         );
-        let ownership = Arc::new(Ownership::new(settings.partitions));
         let stop = CancellationToken::new();
         let manager = LeaseManager {
             membership: membership.clone(),

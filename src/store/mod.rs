@@ -75,6 +75,28 @@ pub(crate) fn phase(status: keel_actors::status::ExecutionStatus) -> &'static st
     }
 }
 
+/// What the PostgreSQL store asks cluster mode before every write (docs/architecture.md,
+/// "Cluster"): the epoch at which this kernel holds a partition, `None` when it may not act on
+/// it now. Implemented by `crate::cluster::Ownership`.
+pub trait PartitionFence: Send + Sync + std::fmt::Debug {
+    /// The partition count P.
+    fn partitions(&self) -> u32;
+    /// The epoch `partition` is held at, if this kernel may write to it now.
+    fn epoch(&self, partition: u32) -> Option<i64>;
+}
+
+/// The partition of an execution: FNV-1a (32 bits) of the id's UTF-8 bytes modulo
+/// `partitions`. Stable across builds and platforms; PostgreSQL's `keel_partition` (migration
+/// 0011) computes the same.
+pub fn partition_of(id: &str, partitions: u32) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in id.as_bytes() {
+        hash ^= u32::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash % partitions.max(1)
+}
+
 /// How a store is opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -131,6 +153,24 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, S
             let store = PostgresStore::open(url, options).await?;
             Ok(Arc::new(store))
         }
+    }
+}
+
+/// Opens a PostgreSQL database as one kernel of a cluster (`options.cluster_partitions` must
+/// be set): every write is fenced on the partitions `fence` says this kernel holds.
+pub async fn open_cluster(
+    url: &str,
+    options: &StoreOptions,
+    fence: Arc<dyn PartitionFence>,
+) -> Result<Arc<dyn Store>, StoreError> {
+    match parse_url(url)? {
+        Backend::Postgres if options.cluster_partitions.is_some() => {
+            let store = PostgresStore::open_fenced(url, options, Some(fence)).await?;
+            Ok(Arc::new(store))
+        }
+        _ => Err(StoreError::Unavailable(
+            "cluster mode needs a PostgreSQL database; SQLite serves one kernel".to_owned(),
+        )),
     }
 }
 

@@ -31,6 +31,8 @@ mod writer;
 #[cfg(test)]
 mod batch_tests;
 #[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
 mod hot_tests;
 #[cfg(test)]
 mod outage_tests;
@@ -43,6 +45,7 @@ mod tests;
 
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -59,7 +62,7 @@ use keel_actors::store::{
 };
 use keel_actors::time::{self, Timestamp};
 
-use super::{PG_NON_TERMINAL, StoreOptions, map_sqlx_error};
+use super::{PG_NON_TERMINAL, PartitionFence, StoreOptions, map_sqlx_error};
 use schema::{EVENT_COLUMNS, migrate, with_session_settings};
 #[cfg(test)]
 use schema::{MIGRATOR, STEP_COLUMNS};
@@ -78,6 +81,8 @@ pub struct PostgresStore {
     readers: PgPool,
     /// Client-side bound of one read, on top of the server's `statement_timeout`.
     read_timeout: Duration,
+    /// Cluster mode: the partitions this kernel holds; every write is fenced on them.
+    fence: Option<Arc<dyn PartitionFence>>,
 }
 
 impl PostgresStore {
@@ -88,6 +93,16 @@ impl PostgresStore {
     /// `options.acquire_timeout`, another kernel holds the database, or its schema is newer than
     /// this binary. Error messages name host, port and database, never the password.
     pub async fn open(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        Self::open_fenced(url, options, None).await
+    }
+
+    /// Like [`PostgresStore::open`]; with a `fence` (cluster mode) every write is fenced on the
+    /// partitions it says this kernel holds.
+    pub async fn open_fenced(
+        url: &str,
+        options: &StoreOptions,
+        fence: Option<Arc<dyn PartitionFence>>,
+    ) -> Result<Self, StoreError> {
         let base = PgConnectOptions::from_str(url)
             .map_err(|error| StoreError::Unavailable(format!("invalid postgres url: {error}")))?;
         let base = with_session_settings(base, options);
@@ -113,6 +128,7 @@ impl PostgresStore {
             writer,
             readers,
             read_timeout: options.acquire_timeout + options.statement_timeout,
+            fence,
         })
     }
 
@@ -150,7 +166,12 @@ impl Store for PostgresStore {
         let mut checkout = self.writer.checkout().await?;
         let outcome = self
             .writer
-            .bounded(write::commit_all(checkout.connection(), batch, pending))
+            .bounded(write::commit_all(
+                checkout.connection(),
+                batch,
+                pending,
+                self.fence.as_deref(),
+            ))
             .await;
         checkout.finish(outcome)
     }
@@ -179,6 +200,7 @@ impl Store for PostgresStore {
                         &group,
                         &mut results,
                         &mut pending,
+                        self.fence.as_deref(),
                     ))
                     .await;
                 checkout.finish(outcome)

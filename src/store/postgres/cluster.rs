@@ -35,11 +35,13 @@ pub(super) async fn ensure_cluster(
     let mut transaction = sqlx::Connection::begin(&mut *connection)
         .await
         .map_err(map_sqlx_error)?;
-    sqlx::query("INSERT INTO cluster_meta (partitions) VALUES ($1) ON CONFLICT DO NOTHING")
-        .bind(wanted)
-        .execute(&mut *transaction)
-        .await
-        .map_err(map_sqlx_error)?;
+    let marked =
+        sqlx::query("INSERT INTO cluster_meta (partitions) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(wanted)
+            .execute(&mut *transaction)
+            .await
+            .map_err(map_sqlx_error)?
+            .rows_affected();
     let found = sqlx::query_scalar::<_, i32>("SELECT partitions FROM cluster_meta")
         .fetch_one(&mut *transaction)
         .await
@@ -58,6 +60,17 @@ pub(super) async fn ensure_cluster(
     .execute(&mut *transaction)
     .await
     .map_err(map_sqlx_error)?;
+    if marked == 1 {
+        // A one-kernel database becoming a cluster database: its executions get their
+        // partitions (new ones get theirs as they are written).
+        sqlx::query(
+            "UPDATE executions SET partition = keel_partition(id, $1) WHERE partition IS NULL",
+        )
+        .bind(wanted)
+        .execute(&mut *transaction)
+        .await
+        .map_err(map_sqlx_error)?;
+    }
     transaction.commit().await.map_err(map_sqlx_error)
 }
 

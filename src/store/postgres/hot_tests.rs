@@ -35,7 +35,7 @@ async fn write(connection: &mut PgConnection, commit: Commit) -> ExecutionRow {
         .enumerate()
         .map(|(index, previous)| (index, previous.expect("a valid commit")))
         .collect();
-    commit_all(connection, &group, pending)
+    commit_all(connection, &group, pending, None)
         .await
         .expect("written");
     row

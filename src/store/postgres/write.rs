@@ -22,7 +22,9 @@ use sqlx::postgres::PgConnection;
 use keel_actors::error::StoreError;
 use keel_actors::store::Commit;
 
-use super::super::{expected_previous_sequence, map_sqlx_error, sequence_conflict};
+use super::super::{
+    PartitionFence, expected_previous_sequence, map_sqlx_error, partition_of, sequence_conflict,
+};
 use super::columns::{EventColumns, ExecutionColumns, LabelColumns, StepColumns};
 
 /// The statement that writes one round; its 37 parameters are bound by [`write_round`].
@@ -68,7 +70,78 @@ pub(super) const WRITE_ROUND: &str = "WITH b AS (SELECT * FROM UNNEST($1::text[]
      deadline = excluded.deadline, updated_at = excluded.updated_at) \
      SELECT id FROM written";
 
+/// [`WRITE_ROUND`] in cluster mode: the same statement, fenced. Two more parameters give each
+/// execution's partition (`$38`) and the epoch this kernel holds it at (`$39`); the `fence`
+/// part reads those partitions `FOR SHARE` and only the executions whose partition is still at
+/// that epoch are written (`bf`), so once another kernel's acquisition (which updates the row,
+/// and so waits for this statement or makes it wait) has committed, nothing of this kernel's
+/// commits to that partition. New executions get their partition, events their epoch. It
+/// returns `(id, true)` per execution written and `(id, false)` per execution fenced out.
+pub(super) static WRITE_ROUND_FENCED: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| fenced(WRITE_ROUND));
+
+/// Rewrites [`WRITE_ROUND`] into [`WRITE_ROUND_FENCED`]; a unit test checks every rewrite
+/// applied.
+fn fenced(statement: &str) -> String {
+    const REWRITES: [(&str, &str); 7] = [
+        (
+            "$12::int8[]) AS b (id, agent_id, status, labels, input, output, \
+             created_at, updated_at, session_id, consumer_id, last_sequence, previous)), ",
+            "$12::int8[], $38::int4[], $39::int8[]) AS b (id, agent_id, status, labels, input, \
+             output, created_at, updated_at, session_id, consumer_id, last_sequence, previous, \
+             partition, epoch)), \
+             fence AS (SELECT p.id, p.epoch FROM partitions AS p \
+             WHERE p.id = ANY($38::int4[]) FOR SHARE), \
+             bf AS (SELECT b.* FROM b JOIN fence AS f ON f.id = b.partition AND f.epoch = b.epoch), ",
+        ),
+        (
+            "consumer_id, last_sequence) \
+             SELECT id,",
+            "consumer_id, last_sequence, partition) \
+             SELECT id,",
+        ),
+        (
+            "consumer_id, last_sequence \
+             FROM b WHERE previous = 0",
+            "consumer_id, last_sequence, partition \
+             FROM bf AS b WHERE previous = 0",
+        ),
+        (
+            "last_sequence = b.last_sequence FROM b \
+             WHERE b.previous <> 0",
+            "last_sequence = b.last_sequence FROM bf AS b \
+             WHERE b.previous <> 0",
+        ),
+        (
+            "correlation_id, idempotency_key) \
+             SELECT v.id,",
+            "correlation_id, idempotency_key, epoch) \
+             SELECT v.id,",
+        ),
+        (
+            "v.correlation_id, v.key \
+             FROM UNNEST(",
+            "v.correlation_id, v.key, \
+             (SELECT bf.epoch FROM bf WHERE bf.id = v.execution_id) \
+             FROM UNNEST(",
+        ),
+        (
+            "deadline = excluded.deadline, updated_at = excluded.updated_at) \
+             SELECT id FROM written",
+            "deadline = excluded.deadline, updated_at = excluded.updated_at) \
+             SELECT id, true FROM written \
+             UNION ALL SELECT id, false FROM b WHERE id NOT IN (SELECT id FROM bf)",
+        ),
+    ];
+    let mut fenced = statement.to_owned();
+    for (from, to) in REWRITES {
+        fenced = fenced.replacen(from, to, 1);
+    }
+    fenced
+}
+
 /// One execution's commits within a round, written together or not at all.
+#[derive(Clone)]
 pub(super) struct Unit {
     /// Indexes of the commits in the group, in order; each follows the one before.
     pub commits: Vec<usize>,
@@ -94,14 +167,19 @@ pub(super) async fn commit_group(
     group: &[Commit],
     results: &mut [Result<(), StoreError>],
     pending: &mut Vec<(usize, i64)>,
+    fence: Option<&dyn PartitionFence>,
 ) -> Result<(), StoreError> {
     while !pending.is_empty() {
         let (units, rest) = plan_round(group, pending);
-        let written = write_round(connection, group, &units).await?;
-        for (unit, written) in units.iter().zip(written) {
-            if !written {
-                for &index in &unit.commits {
-                    results[index] = Err(conflict(group, index, unit));
+        let outcomes = write_round(connection, group, &units, fence).await?;
+        for (unit, outcome) in units.iter().zip(outcomes) {
+            for &index in &unit.commits {
+                match outcome {
+                    Outcome::Written => {}
+                    Outcome::Conflict => results[index] = Err(conflict(group, index, unit)),
+                    Outcome::Fenced(partition) => {
+                        results[index] = Err(fenced_out(group, index, partition));
+                    }
                 }
             }
         }
@@ -115,18 +193,24 @@ pub(super) async fn commit_all(
     connection: &mut PgConnection,
     group: &[Commit],
     mut pending: Vec<(usize, i64)>,
+    fence: Option<&dyn PartitionFence>,
 ) -> Result<(), StoreError> {
     let mut transaction = connection.begin().await.map_err(map_sqlx_error)?;
     let mut failure = None;
     while !pending.is_empty() && failure.is_none() {
         let (units, rest) = plan_round(group, &pending);
-        match write_round(&mut transaction, group, &units).await {
-            Ok(written) => {
+        match write_round(&mut transaction, group, &units, fence).await {
+            Ok(outcomes) => {
                 failure = units
                     .iter()
-                    .zip(written)
-                    .find(|(_, written)| !written)
-                    .map(|(unit, _)| conflict(group, unit.commits[0], unit));
+                    .zip(outcomes)
+                    .find_map(|(unit, outcome)| match outcome {
+                        Outcome::Written => None,
+                        Outcome::Conflict => Some(conflict(group, unit.commits[0], unit)),
+                        Outcome::Fenced(partition) => {
+                            Some(fenced_out(group, unit.commits[0], partition))
+                        }
+                    });
             }
             // A broken connection is dropped by the caller, which ends the transaction.
             Err(error @ StoreError::Unavailable(_)) => return Err(error),
@@ -142,6 +226,25 @@ pub(super) async fn commit_all(
             Err(error)
         }
     }
+}
+
+/// How one unit's write ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Written,
+    /// Its first commit does not follow the stored last sequence.
+    Conflict,
+    /// Cluster mode: this kernel does not hold the execution's partition (any more).
+    Fenced(u32),
+}
+
+/// The error of commit `index`, refused because this kernel does not hold `partition`.
+fn fenced_out(group: &[Commit], index: usize, partition: u32) -> StoreError {
+    StoreError::Unavailable(format!(
+        "execution {} is in partition {partition}, which this kernel does not hold (another \
+         kernel owns it now, or its lease could not be renewed); nothing was written",
+        group[index].execution.id
+    ))
 }
 
 /// The conflict of commit `index`, which was not written with its unit.
@@ -192,8 +295,113 @@ fn plan_round(group: &[Commit], pending: &[(usize, i64)]) -> (Vec<Unit>, Vec<(us
     (units, rest)
 }
 
-/// Runs [`WRITE_ROUND`] for `units`; returns, per unit, whether it was written.
+/// Runs [`WRITE_ROUND`] for `units` (in cluster mode, [`WRITE_ROUND_FENCED`] for those whose
+/// partition `fence` says this kernel holds); returns how each unit's write ended.
 async fn write_round(
+    connection: &mut PgConnection,
+    group: &[Commit],
+    units: &[Unit],
+    fence: Option<&dyn PartitionFence>,
+) -> Result<Vec<Outcome>, StoreError> {
+    let Some(fence) = fence else {
+        let written = write_unfenced(connection, group, units).await?;
+        return Ok(written
+            .into_iter()
+            .map(|written| {
+                if written {
+                    Outcome::Written
+                } else {
+                    Outcome::Conflict
+                }
+            })
+            .collect());
+    };
+    let mut outcomes = vec![Outcome::Conflict; units.len()];
+    let mut sent = Vec::with_capacity(units.len());
+    let mut sent_units = Vec::with_capacity(units.len());
+    let mut partitions = Vec::with_capacity(units.len());
+    let mut epochs = Vec::with_capacity(units.len());
+    for (index, unit) in units.iter().enumerate() {
+        let id = group[unit.commits[0]].execution.id.as_str();
+        let partition = partition_of(id, fence.partitions());
+        match (fence.epoch(partition), i32::try_from(partition)) {
+            (Some(epoch), Ok(column)) => {
+                sent.push(index);
+                sent_units.push(unit.clone());
+                partitions.push(column);
+                epochs.push(epoch);
+            }
+            _ => outcomes[index] = Outcome::Fenced(partition),
+        }
+    }
+    if sent.is_empty() {
+        return Ok(outcomes);
+    }
+    let units = &sent_units;
+    let rows = ExecutionColumns::new(group, units)?;
+    let labels = LabelColumns::new(group, units);
+    let events = EventColumns::new(group, units)?;
+    let steps = StepColumns::new(group, units);
+    let answered: Vec<(String, bool)> = sqlx::query_as(WRITE_ROUND_FENCED.as_str())
+        .bind(rows.id)
+        .bind(rows.agent_id)
+        .bind(rows.status)
+        .bind(rows.labels)
+        .bind(rows.input)
+        .bind(rows.output)
+        .bind(rows.created_at)
+        .bind(rows.updated_at)
+        .bind(rows.session_id)
+        .bind(rows.consumer_id)
+        .bind(rows.last_sequence)
+        .bind(rows.previous)
+        .bind(labels.execution_id)
+        .bind(labels.key)
+        .bind(labels.value)
+        .bind(events.id)
+        .bind(events.execution_id)
+        .bind(events.sequence)
+        .bind(events.step_id)
+        .bind(events.event_type)
+        .bind(events.schema_version)
+        .bind(events.timestamp)
+        .bind(events.payload)
+        .bind(events.causation_id)
+        .bind(events.correlation_id)
+        .bind(events.idempotency_key)
+        .bind(steps.id)
+        .bind(steps.execution_id)
+        .bind(steps.tool_id)
+        .bind(steps.status)
+        .bind(steps.attempt)
+        .bind(steps.max_attempts)
+        .bind(steps.remote)
+        .bind(steps.job_id)
+        .bind(steps.runner_id)
+        .bind(steps.deadline)
+        .bind(steps.updated_at)
+        .bind(&partitions)
+        .bind(&epochs)
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(map_sqlx_error)?;
+    let answered: HashMap<&str, bool> = answered
+        .iter()
+        .map(|(id, written)| (id.as_str(), *written))
+        .collect();
+    for ((index, unit), partition) in sent.iter().zip(units).zip(&partitions) {
+        let id = group[unit.commits[0]].execution.id.as_str();
+        outcomes[*index] = match answered.get(id) {
+            Some(true) => Outcome::Written,
+            Some(false) => Outcome::Fenced(u32::try_from(*partition).unwrap_or_default()),
+            None => Outcome::Conflict,
+        };
+    }
+    Ok(outcomes)
+}
+
+/// Runs [`WRITE_ROUND`] for `units`; returns, per unit, whether it was written.
+async fn write_unfenced(
     connection: &mut PgConnection,
     group: &[Commit],
     units: &[Unit],
@@ -286,4 +494,27 @@ pub(super) async fn delete_terminal_before(
     }
     transaction.commit().await.map_err(map_sqlx_error)?;
     Ok(ids.len() as u64)
+}
+
+#[cfg(test)]
+mod fence_tests {
+    use super::*;
+
+    #[test]
+    fn the_fenced_statement_applies_every_rewrite() {
+        let fenced = WRITE_ROUND_FENCED.as_str();
+        for part in [
+            "$38::int4[], $39::int8[]) AS b (",
+            "WHERE p.id = ANY($38::int4[]) FOR SHARE), bf AS (",
+            "last_sequence, partition) SELECT id,",
+            "last_sequence, partition FROM bf AS b WHERE previous = 0",
+            "FROM bf AS b WHERE b.previous <> 0",
+            "idempotency_key, epoch) SELECT v.id,",
+            "(SELECT bf.epoch FROM bf WHERE bf.id = v.execution_id) FROM UNNEST(",
+            "SELECT id, true FROM written UNION ALL SELECT id, false FROM b",
+        ] {
+            assert!(fenced.contains(part), "missing {part:?} in {fenced}");
+        }
+        assert!(!fenced.contains("FROM b WHERE previous = 0"));
+    }
 }
