@@ -186,7 +186,9 @@ pub fn access(method: &Method, route: &str) -> Access {
         "/v0/agents/stream" => Access::AgentStream,
         "/v0/agents/intent"
         | "/v0/agents/step-result"
-        | "/v0/executions/{id}/llm/{provider}/v1/chat/completions" => Access::AgentWork,
+        | "/v0/executions/{id}/llm/{provider}/v1/chat/completions"
+        | "/v0/executions/{id}/llm/{provider}/v1/embeddings"
+        | "/v0/executions/{id}/llm/{provider}/v1/messages" => Access::AgentWork,
         "/v0/runners/stream" => Access::RunnerStream,
         "/v0/runners/steps/{step_id}/started" => Access::RunnerBody,
         "/v0/runners/{id}" if method == Method::DELETE => Access::RunnerRemove,

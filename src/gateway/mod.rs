@@ -52,8 +52,20 @@ pub enum GatewayConfigError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
-    /// OpenAI's `/v1/chat/completions`.
+    /// OpenAI's `/v1/chat/completions` and `/v1/embeddings`.
     Openai,
+    /// Anthropic's `/v1/messages`.
+    Anthropic,
+}
+
+impl Format {
+    /// The name used in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
 }
 
 /// A provider's key; its `Debug` never shows it.

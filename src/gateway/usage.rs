@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::Format;
+
 /// Tokens a call used, as the provider reported them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -31,6 +33,50 @@ impl Usage {
                 .pointer("/prompt_tokens_details/cached_tokens")
                 .and_then(Value::as_u64),
         })
+    }
+
+    /// Reads the usage of a whole answer in `format`.
+    pub fn from_answer(format: Format, value: &Value) -> Option<Self> {
+        match format {
+            Format::Openai => Self::from_openai(value),
+            Format::Anthropic => value.get("usage").and_then(Self::from_anthropic),
+        }
+    }
+
+    /// Reads the usage one stream event carries in `format` (OpenAI: the last chunk's;
+    /// Anthropic: `message_start`'s `message.usage` and `message_delta`'s `usage`).
+    pub fn from_stream_event(format: Format, value: &Value) -> Option<Self> {
+        match format {
+            Format::Openai => Self::from_openai(value),
+            Format::Anthropic => value
+                .pointer("/message/usage")
+                .or_else(|| value.get("usage"))
+                .and_then(Self::from_anthropic),
+        }
+    }
+
+    /// Reads an Anthropic `usage` object: its input counts exclude cache reads and writes, which
+    /// are added (cache reads are also the `cached` count).
+    fn from_anthropic(usage: &Value) -> Option<Self> {
+        if !usage.is_object() {
+            return None;
+        }
+        let count = |name: &str| usage.get(name).and_then(Value::as_u64);
+        let read = count("cache_read_input_tokens");
+        let written = count("cache_creation_input_tokens");
+        Some(Self {
+            input: count("input_tokens")
+                .map(|input| input + read.unwrap_or(0) + written.unwrap_or(0)),
+            output: count("output_tokens"),
+            cached: read,
+        })
+    }
+
+    /// Takes every count `newer` knows (a stream reports usage in more than one event).
+    pub fn merge(&mut self, newer: Self) {
+        self.input = newer.input.or(self.input);
+        self.output = newer.output.or(self.output);
+        self.cached = newer.cached.or(self.cached);
     }
 
     /// Input plus output tokens, when either is known.
@@ -180,6 +226,26 @@ mod tests {
         );
         assert_eq!(Usage::from_openai(&json!({"usage": null})), None);
         assert_eq!(cost(None, Some(&price)), None);
+    }
+
+    #[test]
+    fn anthropic_usage_adds_cache_reads_and_writes_and_streams_merge() {
+        let answer = json!({"usage": {"input_tokens": 10, "output_tokens": 5,
+            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20}});
+        assert_eq!(
+            Usage::from_answer(Format::Anthropic, &answer),
+            Some(Usage {
+                input: Some(130),
+                output: Some(5),
+                cached: Some(100)
+            })
+        );
+        let start = json!({"type": "message_start",
+            "message": {"usage": {"input_tokens": 12, "output_tokens": 1}}});
+        let delta = json!({"type": "message_delta", "usage": {"output_tokens": 40}});
+        let mut usage = Usage::from_stream_event(Format::Anthropic, &start).expect("start");
+        usage.merge(Usage::from_stream_event(Format::Anthropic, &delta).expect("delta"));
+        assert_eq!((usage.input, usage.output), (Some(12), Some(40)));
     }
 
     #[test]

@@ -28,13 +28,15 @@ use tracing::{debug, warn};
 use super::AppState;
 use crate::auth::{Principal, Role};
 use crate::gateway::usage::{self, EventSplitter, Usage};
-use crate::gateway::{MAX_STORED_BODY_BYTES, Provider};
+use crate::gateway::{Format, MAX_STORED_BODY_BYTES, Provider};
 
 /// Header naming the session that proves the caller holds the execution.
 pub const SESSION_HEADER: &str = "keel-session";
 /// Header that, set to `off`, makes a re-run's call go to the provider even when an earlier run
 /// recorded the same call.
 pub const REPLAY_HEADER: &str = "keel-replay";
+/// `anthropic-version` sent when the caller gave none.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Events read per page when a re-run's call is looked up in the log.
 const JOURNAL_PAGE: i64 = 1000;
 /// Longest provider error message kept on `llm.called`, in bytes.
@@ -42,31 +44,106 @@ const MAX_ERROR_BYTES: usize = 512;
 /// Largest non-streamed answer the gateway reads from a provider.
 const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
-/// An error in the OpenAI wire format.
-fn openai_error(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
-    (
-        status,
-        axum::Json(
-            json!({"error": {"message": message, "type": kind, "code": code, "param": null}}),
-        ),
-    )
-        .into_response()
+/// Which provider API a route forwards to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// OpenAI `chat/completions`.
+    Chat,
+    /// OpenAI `embeddings`.
+    Embeddings,
+    /// Anthropic `messages`.
+    Messages,
 }
 
-fn invalid(status: StatusCode, code: &str, message: &str) -> Response {
-    openai_error(status, "invalid_request_error", code, message)
+impl Route {
+    fn path(self) -> &'static str {
+        match self {
+            Route::Chat => "chat/completions",
+            Route::Embeddings => "embeddings",
+            Route::Messages => "messages",
+        }
+    }
+
+    fn format(self) -> Format {
+        match self {
+            Route::Chat | Route::Embeddings => Format::Openai,
+            Route::Messages => Format::Anthropic,
+        }
+    }
 }
 
-/// Forwards one chat completion of execution `id` to provider `provider`.
+/// An error in the wire format of `format`: OpenAI's `{"error": {"message", "type", "code",
+/// "param"}}` or Anthropic's `{"type": "error", "error": {"type", "message"}}` (with `code`).
+fn refusal(format: Format, status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
+    let body = match format {
+        Format::Openai => {
+            json!({"error": {"message": message, "type": kind, "code": code, "param": null}})
+        }
+        Format::Anthropic => {
+            let kind = match status {
+                StatusCode::BAD_REQUEST | StatusCode::CONFLICT => "invalid_request_error",
+                StatusCode::UNAUTHORIZED => "authentication_error",
+                StatusCode::FORBIDDEN => "permission_error",
+                StatusCode::NOT_FOUND => "not_found_error",
+                StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+                _ => "api_error",
+            };
+            json!({"type": "error", "error": {"type": kind, "message": message, "code": code}})
+        }
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+fn invalid(format: Format, status: StatusCode, code: &str, message: &str) -> Response {
+    refusal(format, status, "invalid_request_error", code, message)
+}
+
+/// `POST …/llm/{provider}/v1/chat/completions` (OpenAI format).
 pub async fn chat_completions(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    principal: Option<axum::Extension<Principal>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    forward(state, path, principal, headers, body, Route::Chat).await
+}
+
+/// `POST …/llm/{provider}/v1/embeddings` (OpenAI format).
+pub async fn embeddings(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    principal: Option<axum::Extension<Principal>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    forward(state, path, principal, headers, body, Route::Embeddings).await
+}
+
+/// `POST …/llm/{provider}/v1/messages` (Anthropic format).
+pub async fn messages(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    principal: Option<axum::Extension<Principal>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    forward(state, path, principal, headers, body, Route::Messages).await
+}
+
+/// Forwards one call of execution `id` to provider `provider`.
+async fn forward(
     State(state): State<AppState>,
     Path((id, provider)): Path<(String, String)>,
     principal: Option<axum::Extension<Principal>>,
     headers: HeaderMap,
     body: Bytes,
+    route: Route,
 ) -> Response {
+    let format = route.format();
     let Some(gateway) = state.settings.gateway.as_ref() else {
         return invalid(
+            format,
             StatusCode::NOT_FOUND,
             "not_found",
             "the LLM gateway is not configured (start the kernel with --llm-config)",
@@ -74,27 +151,42 @@ pub async fn chat_completions(
     };
     let Some(provider) = gateway.config.providers.get(&provider) else {
         return invalid(
+            format,
             StatusCode::NOT_FOUND,
             "not_found",
             &format!("no LLM provider named {provider:?} is configured"),
         );
     };
+    if provider.format != format {
+        return invalid(
+            format,
+            StatusCode::NOT_FOUND,
+            "unknown_route",
+            &format!(
+                "provider {} speaks the {} format, which has no {} route",
+                provider.name,
+                provider.format.as_str(),
+                route.path()
+            ),
+        );
+    }
     let execution_id = ExecutionId::new(id.clone());
     let row = match state.kernel.execution(&execution_id).await {
         Ok(row) => row,
         Err(KernelError::Rejected(Rejection::ExecutionNotFound(_))) => {
             return invalid(
+                format,
                 StatusCode::NOT_FOUND,
                 "not_found",
                 &format!("execution {id} not found"),
             );
         }
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(format, &error),
     };
     let refused = |reason: &str| state.kernel.metrics().llm.refused(reason);
     if row.status.is_terminal() {
         refused("finished");
-        return finished(&id);
+        return finished(format, &id);
     }
     if let Err(reason) = holds(
         &state.kernel,
@@ -104,7 +196,8 @@ pub async fn chat_completions(
         row.agent_id.as_str(),
     ) {
         refused("holder");
-        return openai_error(
+        return refusal(
+            format,
             StatusCode::FORBIDDEN,
             "permission_error",
             "not_execution_holder",
@@ -113,6 +206,7 @@ pub async fn chat_completions(
     }
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return invalid(
+            format,
             StatusCode::BAD_REQUEST,
             "invalid_json",
             "the request body is not JSON",
@@ -128,7 +222,8 @@ pub async fn chat_completions(
         Ok(LlmAdmission::Allowed { runs }) => runs,
         Ok(LlmAdmission::ModelNotAllowed(reason)) => {
             refused("model");
-            return openai_error(
+            return refusal(
+                format,
                 StatusCode::FORBIDDEN,
                 "permission_error",
                 "model_not_allowed",
@@ -137,18 +232,19 @@ pub async fn chat_completions(
         }
         Ok(LlmAdmission::Finished) => {
             refused("finished");
-            return finished(&id);
+            return finished(format, &id);
         }
         Ok(LlmAdmission::OverBudget(reason)) => {
             refused("budget");
-            return openai_error(
+            return refusal(
+                format,
                 StatusCode::FORBIDDEN,
                 "permission_error",
                 "budget_exceeded",
                 &format!("execution {id}: {reason}"),
             );
         }
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(format, &error),
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
     let mut call = Recorder {
@@ -156,6 +252,7 @@ pub async fn chat_completions(
         execution_id,
         started: Instant::now(),
         provider: provider.clone(),
+        usage: None,
         call: Some(LlmCall {
             provider: provider.name.clone(),
             model,
@@ -187,30 +284,43 @@ pub async fn chat_completions(
         match journal_answer(&state.kernel, &call.execution_id, pending).await {
             Ok(Some((sequence, answer))) => return call.replay(sequence, answer).await,
             Ok(None) => {}
-            Err(error) => return unavailable(&error),
+            Err(error) => return unavailable(format, &error),
         }
     }
     // A stream's usage comes in its last chunk only when asked for; the gateway asks on the
     // caller's behalf and drops that chunk again unless the caller asked for it too.
-    let (upstream_body, drop_usage_chunk) = if stream && !asks_for_usage(&request) {
-        let mut request = request;
-        if let Some(object) = request.as_object_mut() {
-            let options = object.entry("stream_options").or_insert_with(|| json!({}));
-            if let Some(options) = options.as_object_mut() {
-                options.insert("include_usage".to_owned(), Value::Bool(true));
+    let (upstream_body, drop_usage_chunk) =
+        if route == Route::Chat && stream && !asks_for_usage(&request) {
+            let mut request = request;
+            if let Some(object) = request.as_object_mut() {
+                let options = object.entry("stream_options").or_insert_with(|| json!({}));
+                if let Some(options) = options.as_object_mut() {
+                    options.insert("include_usage".to_owned(), Value::Bool(true));
+                }
             }
-        }
-        (Bytes::from(request.to_string()), true)
-    } else {
-        (body, false)
-    };
+            (Bytes::from(request.to_string()), true)
+        } else {
+            (body, false)
+        };
     let mut upstream = gateway
         .client
-        .post(format!("{}/chat/completions", provider.base_url))
+        .post(format!("{}/{}", provider.base_url, route.path()))
         .header(header::CONTENT_TYPE, "application/json")
         .body(upstream_body);
-    if let Some(key) = &provider.api_key {
-        upstream = upstream.bearer_auth(key.expose());
+    match (&provider.api_key, format) {
+        (Some(key), Format::Openai) => upstream = upstream.bearer_auth(key.expose()),
+        (Some(key), Format::Anthropic) => upstream = upstream.header("x-api-key", key.expose()),
+        (None, _) => {}
+    }
+    if format == Format::Anthropic {
+        let version = headers
+            .get("anthropic-version")
+            .cloned()
+            .unwrap_or_else(|| HeaderValue::from_static(ANTHROPIC_VERSION));
+        upstream = upstream.header("anthropic-version", version);
+        if let Some(beta) = headers.get("anthropic-beta") {
+            upstream = upstream.header("anthropic-beta", beta.clone());
+        }
     }
     if let Some(accept) = headers.get(header::ACCEPT) {
         upstream = upstream.header(header::ACCEPT, accept.clone());
@@ -223,7 +333,8 @@ pub async fn chat_completions(
             let message = format!("the LLM provider {} cannot be reached", provider.name);
             call.finish("unreachable", None, Some(message.clone()))
                 .await;
-            return openai_error(
+            return refusal(
+                format,
                 StatusCode::BAD_GATEWAY,
                 "server_error",
                 "upstream_unreachable",
@@ -241,14 +352,14 @@ pub async fn chat_completions(
         }
     }
     let body = if stream && status.is_success() {
-        Body::from_stream(relay_stream(answer, call, drop_usage_chunk))
+        Body::from_stream(relay_stream(answer, call, format, drop_usage_chunk))
     } else {
         match read_answer(answer).await {
             Ok(bytes) => {
                 let parsed = serde_json::from_slice::<Value>(&bytes).ok();
                 if status.is_success() {
                     if let Some(parsed) = &parsed {
-                        call.usage(Usage::from_openai(parsed));
+                        call.usage(Usage::from_answer(format, parsed));
                         if call.provider.store_bodies && bytes.len() <= MAX_STORED_BODY_BYTES {
                             call.response(parsed.clone());
                         }
@@ -270,7 +381,8 @@ pub async fn chat_completions(
                 let message = format!("reading the answer of {} failed", provider.name);
                 call.finish("provider_error", Some(status), Some(message.clone()))
                     .await;
-                return openai_error(
+                return refusal(
+                    format,
                     StatusCode::BAD_GATEWAY,
                     "server_error",
                     "upstream_invalid",
@@ -280,7 +392,8 @@ pub async fn chat_completions(
         }
     };
     response.body(body).unwrap_or_else(|_| {
-        openai_error(
+        refusal(
+            format,
             StatusCode::BAD_GATEWAY,
             "server_error",
             "upstream_invalid",
@@ -381,17 +494,19 @@ fn asks_for_usage(request: &Value) -> bool {
     request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true))
 }
 
-fn finished(id: &str) -> Response {
+fn finished(format: Format, id: &str) -> Response {
     invalid(
+        format,
         StatusCode::CONFLICT,
         "execution_finished",
         &format!("execution {id} has finished; its LLM calls are closed"),
     )
 }
 
-fn unavailable(error: &KernelError) -> Response {
+fn unavailable(format: Format, error: &KernelError) -> Response {
     warn!(error = %error, "LLM gateway: reading the execution failed");
-    openai_error(
+    refusal(
+        format,
         StatusCode::SERVICE_UNAVAILABLE,
         "server_error",
         "unavailable",
@@ -432,6 +547,7 @@ async fn read_answer(answer: reqwest::Response) -> Result<Bytes, String> {
 fn relay_stream(
     answer: reqwest::Response,
     call: Recorder,
+    format: Format,
     drop_usage_chunk: bool,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     struct Relay {
@@ -466,7 +582,7 @@ fn relay_stream(
         drop_usage_chunk,
         done: false,
     };
-    futures::stream::unfold(relay, |mut relay| async move {
+    futures::stream::unfold(relay, move |mut relay| async move {
         if relay.done {
             return None;
         }
@@ -476,7 +592,7 @@ fn relay_stream(
                     let mut out = Vec::with_capacity(chunk.len());
                     for event in relay.splitter.push(&chunk) {
                         if let Some(parsed) = usage::event_json(&event) {
-                            if let Some(found) = Usage::from_openai(&parsed) {
+                            if let Some(found) = Usage::from_stream_event(format, &parsed) {
                                 relay.call.usage(Some(found));
                             }
                             if relay.drop_usage_chunk && usage::usage_only(&parsed) {
@@ -531,20 +647,15 @@ struct Recorder {
     started: Instant,
     provider: Provider,
     call: Option<LlmCall>,
+    /// Usage reported so far (a stream may report it in more than one event).
+    usage: Option<Usage>,
 }
 
 impl Recorder {
     fn usage(&mut self, usage: Option<Usage>) {
-        let Some(call) = self.call.as_mut() else {
-            return;
-        };
-        let Some(usage) = usage else {
-            return;
-        };
-        call.input_tokens = usage.input;
-        call.output_tokens = usage.output;
-        call.cached_tokens = usage.cached;
-        call.cost = usage::cost(Some(&usage), self.provider.price(&call.model));
+        if let Some(usage) = usage {
+            self.usage.get_or_insert_default().merge(usage);
+        }
     }
 
     /// Answers with an earlier run's recorded answer and records the call as its replay.
@@ -576,6 +687,12 @@ impl Recorder {
         error: Option<String>,
     ) -> Option<LlmCall> {
         let mut call = self.call.take()?;
+        if let Some(usage) = self.usage {
+            call.input_tokens = usage.input;
+            call.output_tokens = usage.output;
+            call.cached_tokens = usage.cached;
+            call.cost = usage::cost(Some(&usage), self.provider.price(&call.model));
+        }
         call.outcome = outcome.to_owned();
         call.status = status.map(|status| status.as_u16());
         call.error = error;
@@ -631,12 +748,13 @@ async fn record(kernel: &Kernel, execution_id: &ExecutionId, call: LlmCall) {
 /// Any other path under an execution's `llm/{provider}/`: refused in OpenAI's error shape,
 /// naming the path, so that a client pointed at the gateway learns what is not forwarded.
 pub async fn unknown_route(Path((_, provider, rest)): Path<(String, String, String)>) -> Response {
-    openai_error(
+    refusal(
+        Format::Openai,
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         "unknown_route",
         &format!(
-            "the LLM gateway does not forward {provider}/{rest}; it forwards POST {provider}/v1/chat/completions"
+            "the LLM gateway does not forward {provider}/{rest}; it forwards POST v1/chat/completions and v1/embeddings (OpenAI format) and v1/messages (Anthropic format)"
         ),
     )
 }

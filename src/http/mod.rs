@@ -266,6 +266,14 @@ pub fn router(state: AppState) -> Router {
             post(llm::chat_completions),
         )
         .route(
+            "/v0/executions/{id}/llm/{provider}/v1/embeddings",
+            post(llm::embeddings),
+        )
+        .route(
+            "/v0/executions/{id}/llm/{provider}/v1/messages",
+            post(llm::messages),
+        )
+        .route(
             "/v0/executions/{id}/llm/{provider}/{*rest}",
             axum::routing::any(llm::unknown_route),
         )
