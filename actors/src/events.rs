@@ -175,6 +175,10 @@ pub enum EventBody {
         /// the tool again (Keel addition, docs/failure-semantics.md).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replay_of: Option<StepId>,
+        /// Step of an earlier run at the same journal position whose idempotency key this
+        /// call keeps (absent: the key is this step's own). Keel addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key_of: Option<StepId>,
     },
     /// A step was handed out (to a runner, or to the agent after approval).
     #[serde(rename = "step.dispatched")]

@@ -342,6 +342,10 @@ pub struct ThenSpec {
     /// Step deadline in milliseconds; 0 means the kernel's step timeout.
     #[serde(default)]
     pub timeout_ms: Option<i64>,
+    /// Whether a re-run answers a matching call from the journal (default true); `false` for
+    /// calls that must run again (reading the clock, polling a status). Keel addition.
+    #[serde(default)]
+    pub replay: Option<bool>,
 }
 
 /// `rate_limit:` of a rule.
@@ -416,6 +420,7 @@ impl From<RuleSpec> for RuleDefinition {
                 decision: spec.then.decision.into(),
                 reason: spec.then.reason,
                 timeout_ms: spec.then.timeout_ms,
+                replay: spec.then.replay,
             },
             rate_limit: spec.rate_limit.map(|limit| RateLimitDefinition {
                 max: limit.max,

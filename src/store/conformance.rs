@@ -220,6 +220,7 @@ pub async fn commit_round_trips_every_event_field(store: Arc<dyn Store>) {
                 retry_max_delay_ms: None,
                 max_retries: None,
                 replay_of: None,
+                key_of: None,
             },
         )
         .with_key(Some("intent-key-1".into())),

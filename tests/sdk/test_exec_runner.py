@@ -120,7 +120,9 @@ def test_success_passes_the_job_line_a_clean_environment_and_the_workdir(sandbox
     job = data["job"]
     assert set(job) == {
         "job_id", "execution_id", "step_id", "tool_id", "arguments", "attempt", "deadline",
+        "idempotency_key",
     }
+    assert job["idempotency_key"] == f"{final.id}:{job['step_id']}"
     assert job["execution_id"] == final.id
     assert job["tool_id"] == TOOL
     assert job["arguments"] == {"mode": "echo", "n": [1, 2]}
@@ -128,7 +130,9 @@ def test_success_passes_the_job_line_a_clean_environment_and_the_workdir(sandbox
     assert job["deadline"].endswith("Z") or "+" in job["deadline"]
     # Only the allowed variables reach the worker (Python adds LC_CTYPE itself when no locale
     # is set, PEP 538); stdin ends after the one line.
-    assert [name for name in data["env"] if name != "LC_CTYPE"] == ["KEEL_TEST_ALLOWED", "PATH"]
+    assert [name for name in data["env"] if name != "LC_CTYPE"] == [
+        "KEEL_IDEMPOTENCY_KEY", "KEEL_TEST_ALLOWED", "PATH",
+    ]
     assert data["cwd"] == str(workdir)
     assert data["stdin_rest"] == ""
 
@@ -317,3 +321,53 @@ def test_documented_example_wraps_wc(sandbox: Sandbox) -> None:
     final, events = setup.call({"words": "missing"})
     assert final["status"] == "failed"
     assert failures(events)[0]["error"] == 'argument "text" (a string) is required'
+
+
+def test_the_idempotency_key_is_the_same_across_a_retry_a_runner_failover_and_a_rerun(
+    sandbox: Sandbox,
+) -> None:
+    """Issue 33: the key a worker gets in KEEL_IDEMPOTENCY_KEY names the logical call, not the
+    job or the step: attempt 1 fails (retry), attempt 2 hangs and its runner is stopped (another
+    runner takes the job), attempt 3 hangs and the agent is killed (the execution is re-run
+    and the same call is a new step), and the re-run's call succeeds: four jobs, one key."""
+    setup = Setup(sandbox, ["--shutdown-timeout", "500ms"], kernel_flags=["--runner-timeout", "1s"])
+    log = sandbox.workdir / "keyed.log"
+
+    def calls() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def wait_calls(n: int) -> None:
+        wait_until(f"{n} worker calls", lambda: len(calls()) >= n, timeout=15)
+
+    execution_id = setup.create(
+        {"mode": "keyed", "log": str(log), "script": ["retry", "hang", "hang", "ok"]}
+    )
+    wait_calls(2)
+    setup.runner.popen.send_signal(signal.SIGTERM)  # hands attempt 2 back
+    assert setup.runner.popen.wait(timeout=15) == 0
+    setup.start_runner([], WORKER, {})
+    wait_calls(3)
+    survivor = sandbox.agent(setup.kernel, setup.agent_id, unique("exec-agent-survivor"))
+    survivor.wait_connected()
+    setup.agent.proc.kill()
+    final = setup.kernel.wait_status(execution_id, "completed", "failed", "cancelled", timeout=20)
+    assert final["status"] == "completed", final
+    assert final["output"]["result"] == {"calls": 4}
+    made = calls()
+    assert len(made) == 4
+    first_step = made[0]["step_id"]
+    assert [c["step_id"] == first_step for c in made] == [True, True, True, False]
+    assert [c["attempt"] for c in made] == [1, 2, 3, 1]
+    assert {c["key"] for c in made} == {f"{execution_id}:{first_step}"}
+    assert all(c["line_key"] == c["key"] for c in made)
+    events = setup.kernel.events(execution_id)
+    assert "execution.reset" in [e["type"] for e in events]
+    rerun_step = next(
+        e for e in events if e["type"] == "step.created" and e["step_id"] == made[3]["step_id"]
+    )
+    assert rerun_step["payload"]["key_of"] == first_step
+    for c in made:
+        try:
+            os.kill(c["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -185,3 +185,38 @@ def test_a_rerun_gets_its_signal_and_approvals_again(sandbox: Sandbox) -> None:
     assert [e["payload"]["details"]["approval_of"] for e in reused] == [gated]
     # The rebuno SDK runs a local tool itself: it ran again (docs/failure-semantics.md).
     assert len(victim.markers("guarded-ran")) == 1 and len(survivor.markers("guarded-ran")) == 1
+
+
+def test_a_rule_with_replay_false_runs_its_calls_again(sandbox: Sandbox) -> None:
+    policy = sandbox.workdir / "no-replay.yaml"
+    policy.write_text(
+        "rules:\n"
+        "  - id: always-fresh\n"
+        "    priority: 1\n"
+        "    when:\n"
+        "      tool_id: calc_mul\n"
+        "    then:\n"
+        "      decision: allow\n"
+        "      replay: false\n"
+        "default:\n"
+        "  decision: allow\n"
+    )
+    kernel = sandbox.kernel("--policy", str(policy))
+    runner = sandbox.runner(kernel, unique("calc-runner"), unique("calc-runner-c"))
+    runner.wait_connected("runners")
+    agent_id = unique("fresh")
+    victim = sandbox.agent(kernel, agent_id, unique("fresh-victim"), hang=True)
+    victim.wait_connected()
+    eid = create(kernel, agent_id, {"op": "journey", "a": 2, "b": 3})
+    victim.wait_marker("paused", eid)
+    survivor = sandbox.agent(kernel, agent_id, unique("fresh-survivor"))
+    survivor.wait_connected()
+    victim.proc.kill()
+    final = kernel.wait_status(eid, "completed", "failed", "cancelled", timeout=15)
+    assert final["status"] == "completed", final
+    assert final["output"]["products"] == [6, 6, 42, 42]
+    # Nothing replayed: 3 calls, then all 4 again.
+    assert jobs(runner) == 7, runner.markers()
+    assert not [
+        e for e in kernel.events(eid) if e["type"] == "step.created" and e["payload"].get("replay_of")
+    ]

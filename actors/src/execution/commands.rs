@@ -165,6 +165,10 @@ pub struct JobSpec {
     /// W3C trace context the runner may continue (docs/tracing.md): set by the execution when
     /// it lets a runner claim the job, only when traces are exported.
     pub traceparent: Option<String>,
+    /// Key of the logical call, the same for every retry, runner failover and re-run of it
+    /// (`{execution_id}:{step_id}` of the call's first step): set when a runner claims the job,
+    /// for the runner to pass on to an outside API (docs/runners.md).
+    pub idempotency_key: Option<String>,
 }
 
 /// Something the actor does after the events of a transition are durable.

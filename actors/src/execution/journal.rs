@@ -45,6 +45,9 @@ pub struct Journal {
     signals: HashMap<String, Vec<Value>>,
     /// Waits of the current run so far, by signal type.
     waits: HashMap<String, usize>,
+    /// The step that first held each journal position (call identity, occurrence), whose
+    /// idempotency key every later call at that position keeps.
+    positions: HashMap<String, Vec<StepId>>,
 }
 
 impl Journal {
@@ -62,6 +65,16 @@ impl Journal {
             last.insert(&entry.step_id, entry);
         }
         let mut journal = Self::default();
+        let mut occurrences: HashMap<(u32, String), usize> = HashMap::new();
+        for step in steps {
+            let key = call_key(&step.tool_id, &step.arguments);
+            let occurrence = occurrences.entry((step.run, key.clone())).or_default();
+            let held = journal.positions.entry(key).or_default();
+            if *occurrence == held.len() {
+                held.push(step.key_of.clone().unwrap_or_else(|| step.id.clone()));
+            }
+            *occurrence += 1;
+        }
         for step in steps.iter().filter(|step| step.replay_of.is_none()) {
             if step.approval_answer == Some(true) {
                 journal
@@ -97,8 +110,7 @@ impl Journal {
                 .or_default()
                 .push(signal.payload.clone());
         }
-        let empty =
-            journal.entries.is_empty() && journal.grants.is_empty() && journal.signals.is_empty();
+        let empty = journal.positions.is_empty() && journal.signals.is_empty();
         (!empty).then_some(journal)
     }
 
@@ -123,6 +135,14 @@ impl Journal {
     pub fn signal(&self, signal_type: &str) -> Option<&Value> {
         let occurrence = self.waits.get(signal_type).copied().unwrap_or(0);
         self.signals.get(signal_type)?.get(occurrence)
+    }
+
+    /// Returns the step whose idempotency key the next call of `tool_id` with `arguments` in
+    /// the current run keeps, if an earlier run made a call at that position.
+    pub fn key_of(&self, tool_id: &ToolId, arguments: &Value) -> Option<&StepId> {
+        let key = call_key(tool_id, arguments);
+        let occurrence = self.seen.get(&key).copied().unwrap_or(0);
+        self.positions.get(&key)?.get(occurrence)
     }
 
     /// Counts a `wait` of the current run (live or replayed).

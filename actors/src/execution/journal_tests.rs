@@ -163,6 +163,7 @@ fn created(tool: &str, arguments: Value, replay_of: Option<StepId>) -> EventBody
         retry_max_delay_ms: None,
         max_retries: None,
         replay_of,
+        key_of: None,
     }
 }
 
@@ -473,4 +474,39 @@ fn a_wait_gets_the_signal_an_earlier_run_consumed_in_order() {
     assert!(machine::replayable_signal(&state, "go").is_none());
     assert_eq!(state.pending_signals.len(), 1);
     assert_eq!(state.pending_signals[0].1, json!({"n": 3}));
+}
+
+#[test]
+fn a_call_keeps_the_key_of_the_position_it_holds_across_runs() {
+    let mut log = Log::new();
+    log.start();
+    let first = log.call("pay", json!({"n": 1}), None);
+    let other = log.call("pay", json!({"n": 2}), Some(Ok(json!("paid"))));
+    log.reset();
+    log.start();
+    let state = log.state();
+    let journal = state.journal.as_ref().expect("a re-run has a journal");
+    let pay = ToolId::from("pay");
+    assert_eq!(journal.key_of(&pay, &json!({"n": 1.0})), Some(&first));
+    assert_eq!(journal.key_of(&pay, &json!({"n": 2})), Some(&other));
+    assert_eq!(journal.key_of(&pay, &json!({"n": 3})), None);
+    // The re-run's call of {"n": 1} records key_of and so has the first step's key.
+    let again = StepId::generate();
+    let mut body = created("pay", json!({"n": 1}), None);
+    if let EventBody::StepCreated { key_of, .. } = &mut body {
+        *key_of = Some(first.clone());
+    }
+    log.push(NewEvent::step(&again, body));
+    let state = log.state();
+    let id = ExecutionId::new("e");
+    let step = state.step(&again).expect("step");
+    assert_eq!(step.idempotency_key(&id), format!("e:{first}"));
+    let own = state.step(&first).expect("step");
+    assert_eq!(own.idempotency_key(&id), format!("e:{first}"));
+    // A third run still finds the first step at that position.
+    log.reset();
+    log.start();
+    let state = log.state();
+    let journal = state.journal.as_ref().expect("journal");
+    assert_eq!(journal.key_of(&pay, &json!({"n": 1})), Some(&first));
 }

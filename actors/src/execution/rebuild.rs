@@ -225,6 +225,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
             deadline: step.deadline.unwrap_or_else(|| state.ctx.now()),
             not_before: step.not_before,
             traceparent: None,
+            idempotency_key: None,
         };
         let waiting_retry = step.status == crate::status::StepStatus::Pending;
         state.ctx.tell_dispatcher(if waiting_retry {

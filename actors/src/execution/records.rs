@@ -62,6 +62,19 @@ pub struct StepState {
     pub run: u32,
     /// Step of an earlier run whose outcome this step replayed.
     pub replay_of: Option<StepId>,
+    /// Step of an earlier run whose idempotency key this step keeps.
+    pub key_of: Option<StepId>,
+}
+
+impl StepState {
+    /// Returns the idempotency key of the logical call this step makes: the same for every
+    /// retry, runner failover and re-run of the call (docs/runners.md).
+    pub fn idempotency_key(&self, execution_id: &crate::ids::ExecutionId) -> String {
+        format!(
+            "{execution_id}:{}",
+            self.key_of.as_ref().unwrap_or(&self.id)
+        )
+    }
 }
 
 /// One entry of the `history` sent with `execution.assigned` (WIRE.md §10.4.1).

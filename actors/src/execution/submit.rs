@@ -102,6 +102,9 @@ async fn replay(
             if !*remote && !entry.approval_denied {
                 return Ok(None);
             }
+            if !replay_allowed(state, tool_id, arguments) {
+                return Ok(None);
+            }
             let call = machine::ReplayedCall {
                 tool_id,
                 arguments,
@@ -125,6 +128,16 @@ async fn replay(
     state.ctx.metrics.step_replayed(kind);
     super::spans::record_intent_decision(state, "replayed");
     Ok(Some(reply))
+}
+
+/// Returns whether the rule matching a call lets a re-run replay it (`then.replay`, true by
+/// default). Only the rule is evaluated: no rate-limit slot, breaker or budget is touched.
+fn replay_allowed(state: &ExecutionActorState, tool_id: &ToolId, arguments: &Value) -> bool {
+    let input = super::hooks::policy_input(state, tool_id, arguments);
+    let engine = crate::kernel::context::read(&state.ctx.policy_in_force)
+        .engine
+        .clone();
+    engine.evaluate(&input).replay
 }
 
 /// Lets a call of a re-run that needs an approval through when the same call (tool, arguments,

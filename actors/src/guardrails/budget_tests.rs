@@ -23,6 +23,7 @@ fn created(tool: &str) -> EventBody {
         retry_max_delay_ms: None,
         max_retries: None,
         replay_of: None,
+        key_of: None,
     }
 }
 

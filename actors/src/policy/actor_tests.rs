@@ -295,6 +295,7 @@ async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Cloc
                 retry_max_delay_ms: None,
                 max_retries: None,
                 replay_of: None,
+                key_of: None,
             },
         ));
     }

@@ -122,6 +122,9 @@ pub struct PolicyDecision {
     /// call is denied when this many local steps of the tool are running (the execution counts
     /// them in the store; remote jobs wait in the dispatcher instead).
     pub max_concurrent_steps: Option<u32>,
+    /// Whether a re-run answers a call the journal holds instead of running it again (the
+    /// rule's `replay`, true by default; docs/failure-semantics.md).
+    pub replay: bool,
 }
 
 /// One admitted call in the rate-limit windows.
@@ -149,6 +152,7 @@ impl PolicyDecision {
             budget: None,
             rate_slot: None,
             max_concurrent_steps: None,
+            replay: true,
         }
     }
 

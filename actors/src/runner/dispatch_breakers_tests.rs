@@ -29,6 +29,7 @@ fn key(runner: &str) -> ConnectionKey {
 fn job(id: &str) -> JobSpec {
     JobSpec {
         traceparent: None,
+        idempotency_key: None,
         job_id: id.into(),
         execution_id: "e1".into(),
         step_id: StepId::new(format!("step-{id}")),

@@ -25,6 +25,7 @@ fn key(consumer: &str) -> ConnectionKey {
 fn job(id: &str, tool: &str) -> JobSpec {
     JobSpec {
         traceparent: None,
+        idempotency_key: None,
         job_id: id.into(),
         execution_id: "e1".into(),
         step_id: StepId::new(format!("step-{id}")),

@@ -30,6 +30,7 @@ fn job(id: &str, step: &str, tool: &str) -> JobSpec {
         deadline: at(59),
         not_before: None,
         traceparent: None,
+        idempotency_key: None,
     }
 }
 

@@ -36,6 +36,7 @@ fn job(execution: &ExecutionId, id: &str) -> JobSpec {
         deadline: crate::time::now() + chrono::Duration::minutes(5),
         not_before: None,
         traceparent: None,
+        idempotency_key: None,
     }
 }
 

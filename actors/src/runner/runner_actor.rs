@@ -135,6 +135,9 @@ fn job_assigned(job: &JobSpec) -> Push {
             "not_before": not_before,
         }),
     };
+    if let Some(key) = &job.idempotency_key {
+        push.data["idempotency_key"] = json!(key);
+    }
     crate::trace::stamp(&mut push, job.traceparent.as_deref());
     push
 }

@@ -28,6 +28,7 @@ fn job(execution: &ExecutionId) -> JobSpec {
         deadline: crate::time::now() + chrono::Duration::minutes(1),
         not_before: None,
         traceparent: None,
+        idempotency_key: None,
     }
 }
 

@@ -75,11 +75,13 @@ pub enum RunEnd {
 pub async fn run(
     spec: &WorkerSpec,
     job_line: Vec<u8>,
+    job_env: &[(&str, String)],
     limit: Option<TimeLimit>,
     cancel: &CancellationToken,
     shutdown: &CancellationToken,
 ) -> RunEnd {
     let mut command = command(spec);
+    command.envs(job_env.iter().map(|(name, value)| (name, value)));
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {

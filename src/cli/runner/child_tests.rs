@@ -40,7 +40,7 @@ fn alive(pid: &str) -> bool {
 
 async fn run_plain(spec: &WorkerSpec, limit: Option<TimeLimit>) -> RunEnd {
     let never = CancellationToken::new();
-    run(spec, b"{}\n".to_vec(), limit, &never, &never).await
+    run(spec, b"{}\n".to_vec(), &[], limit, &never, &never).await
 }
 
 fn read_pid(path: &Path) -> String {
@@ -138,7 +138,7 @@ async fn cancellation_kills_the_worker_and_reports_nothing() {
             cancel.cancel();
         })
     };
-    let end = run(&spec, b"{}\n".to_vec(), None, &cancel, &never).await;
+    let end = run(&spec, b"{}\n".to_vec(), &[], None, &cancel, &never).await;
     canceller.await.expect("canceller");
     assert!(matches!(end, RunEnd::Cancelled), "{end:?}");
     assert!(!alive(&read_pid(&pidfile)));

@@ -189,7 +189,12 @@ async fn job_outcome(shared: &Shared, job: &Job, cancel: &CancellationToken) -> 
         "running a worker"
     );
     let line = protocol::job_line(job);
-    match child::run(&shared.worker, line, limit, cancel, &shared.kill).await {
+    let env: Vec<(&str, String)> = job
+        .idempotency_key
+        .iter()
+        .map(|key| (protocol::IDEMPOTENCY_KEY_ENV, key.clone()))
+        .collect();
+    match child::run(&shared.worker, line, &env, limit, cancel, &shared.kill).await {
         RunEnd::Cancelled => None,
         RunEnd::Finished {
             ending,

@@ -28,7 +28,14 @@ pub struct Job {
     /// When the kernel stops waiting for the result (RFC 3339), if it said.
     #[serde(default)]
     pub deadline: Option<String>,
+    /// Key of the logical call, the same for its retries, runner failovers and re-runs
+    /// (Keel kernels send it; absent from older ones).
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
+
+/// Environment variable that gives a worker its job's idempotency key.
+pub const IDEMPOTENCY_KEY_ENV: &str = "KEEL_IDEMPOTENCY_KEY";
 
 fn first_attempt() -> u32 {
     1
@@ -71,6 +78,10 @@ pub fn job_line(job: &Job) -> Vec<u8> {
         "attempt": job.attempt,
         "deadline": job.deadline,
     });
+    let mut line = line;
+    if let Some(key) = &job.idempotency_key {
+        line["idempotency_key"] = Value::from(key.as_str());
+    }
     let mut bytes = line.to_string().into_bytes();
     bytes.push(b'\n');
     bytes

@@ -176,3 +176,15 @@ fn a_result_line_with_a_cost_the_kernel_cannot_count_is_unusable() {
     }
     assert!(parse_result(br#"{"success":true,"cost":{"usd":0.1,"tokens":12}}"#).is_ok());
 }
+
+#[test]
+fn the_idempotency_key_reaches_the_job_line_when_the_kernel_sends_one() {
+    let job = parse_job(
+        r#"{"id":"j1","execution_id":"e1","step_id":"s2","tool_id":"t","idempotency_key":"e1:s1"}"#,
+    )
+    .expect("a job.assigned parses");
+    assert_eq!(job.idempotency_key.as_deref(), Some("e1:s1"));
+    let parsed: Value = serde_json::from_slice(&job_line(&job)).expect("JSON");
+    assert_eq!(parsed["idempotency_key"], json!("e1:s1"));
+    assert_eq!(super::protocol::IDEMPOTENCY_KEY_ENV, "KEEL_IDEMPOTENCY_KEY");
+}

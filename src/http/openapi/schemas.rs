@@ -393,6 +393,11 @@ pub struct JobAssigned {
     deadline: String,
     #[schema(format = DateTime)]
     not_before: String,
+    /// Keel's addition: the key of the logical call, the same for every retry, runner failover
+    /// and re-run of it (`{execution_id}:{step_id}` of its first step), to pass on to an outside
+    /// API. The rebuno SDK ignores it.
+    #[schema(required = false)]
+    idempotency_key: Option<String>,
     /// Keel's addition, only when traces are exported: the W3C trace context of the job's step
     /// span, for the runner to continue (docs/tracing.md). The rebuno SDK ignores it.
     #[schema(

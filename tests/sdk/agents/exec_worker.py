@@ -8,7 +8,8 @@ Modes: ``echo`` (returns the job line, its environment and working directory), `
 1), ``hang`` (records its pid and a grandchild's pid in ``arguments.pidfile``, notes SIGTERM
 in ``arguments.termfile``, then sleeps until killed), ``flood`` (prints ``arguments.bytes``
 bytes), ``silent_exit`` (stderr only, exit 3), ``garbage``, ``spin`` (burns CPU),
-``allocate`` (allocates ``arguments.bytes``), ``sleep`` (sleeps ``arguments.seconds`` and
+``allocate`` (allocates ``arguments.bytes``), ``keyed`` (logs ``KEEL_IDEMPOTENCY_KEY``, then
+follows ``arguments.script``), ``sleep`` (sleeps ``arguments.seconds`` and
 reports when it ran).
 
 With ``--no-stdin PIDFILE`` it never reads stdin: it records its pid and sleeps until killed.
@@ -95,6 +96,27 @@ def main() -> None:
     elif mode == "allocate":
         block = bytearray(int(args["bytes"]))
         answer(success=True, data={"allocated": len(block)})
+    elif mode == "keyed":
+        # Notes the idempotency key it was given; the n-th call (over all attempts, runners and
+        # re-runs) does what arguments.script[n] says: retry, hang or succeed.
+        with open(args["log"], "a") as f:
+            f.write(json.dumps({
+                "key": os.environ.get("KEEL_IDEMPOTENCY_KEY"),
+                "line_key": job.get("idempotency_key"),
+                "step_id": job["step_id"],
+                "attempt": job["attempt"],
+                "pid": os.getpid(),
+            }) + "\n")
+        with open(args["log"]) as f:
+            calls = len(f.readlines())
+        script = args["script"]
+        what = script[min(calls, len(script)) - 1]
+        if what == "retry":
+            answer(success=False, error="busy, try again", retryable=True)
+        elif what == "hang":
+            time.sleep(60)
+        else:
+            answer(success=True, data={"calls": calls})
     elif mode == "sleep":
         started = time.time()
         time.sleep(float(args["seconds"]))

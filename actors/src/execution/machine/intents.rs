@@ -215,11 +215,17 @@ pub fn intent(
                     "invoke_tool needs a policy decision".to_owned(),
                 ));
             };
+            let key_of = state
+                .journal
+                .as_ref()
+                .and_then(|journal| journal.key_of(tool_id, arguments))
+                .cloned();
             let call = ToolCall {
                 tool_id,
                 arguments,
                 key: idempotency_key.as_ref(),
                 remote: *remote,
+                key_of,
             };
             Ok(invoke_tool(state, &call, verdict, now, settings))
         }

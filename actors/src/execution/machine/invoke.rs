@@ -17,6 +17,8 @@ pub(super) struct ToolCall<'a> {
     pub(super) arguments: &'a Value,
     pub(super) key: Option<&'a String>,
     pub(super) remote: bool,
+    /// Step of an earlier run whose idempotency key this call keeps (a re-run).
+    pub(super) key_of: Option<StepId>,
 }
 
 pub(super) fn invoke_tool(
@@ -134,6 +136,7 @@ pub(super) fn invoke_tool(
             deadline,
             not_before: None,
             traceparent: None,
+            idempotency_key: None,
         }));
     }
     if !state.tool_blocked {
@@ -198,6 +201,7 @@ fn step_created(
             retry_max_delay_ms: rule.retry.map(|retry| millis(retry.max_delay)),
             max_retries: rule.max_retries,
             replay_of: None,
+            key_of: call.key_of.clone(),
         },
     )
 }

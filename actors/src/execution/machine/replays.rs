@@ -71,6 +71,11 @@ pub fn replay_call(
                 retry_max_delay_ms: None,
                 max_retries: None,
                 replay_of: Some(entry.step_id.clone()),
+                key_of: state
+                    .journal
+                    .as_ref()
+                    .and_then(|journal| journal.key_of(call.tool_id, call.arguments))
+                    .cloned(),
             },
         )
         .with_key(key),

@@ -170,6 +170,7 @@ fn resolve_approval(
                 deadline,
                 not_before: None,
                 traceparent: None,
+                idempotency_key: None,
             }));
         }
     } else {

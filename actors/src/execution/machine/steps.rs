@@ -185,6 +185,7 @@ fn retry(
         deadline: add(not_before, step_timeout(step, settings)),
         not_before: Some(not_before),
         traceparent: None,
+        idempotency_key: None,
     }));
     transition
 }
@@ -257,6 +258,7 @@ pub fn claim_job(
     }
     let mut transition = Transition::default();
     let mut delivered = job.clone();
+    delivered.idempotency_key = Some(step.idempotency_key(&state.id));
     if step.status == StepStatus::Pending {
         let deadline = add(now, step_timeout(step, settings));
         delivered.deadline = deadline;

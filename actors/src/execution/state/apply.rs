@@ -114,6 +114,7 @@ impl ExecutionState {
                 retry_max_delay_ms,
                 max_retries,
                 replay_of,
+                key_of,
                 ..
             } => {
                 if let Some(journal) = &mut self.journal {
@@ -158,6 +159,7 @@ impl ExecutionState {
                     stall_reported: false,
                     run: self.runs,
                     replay_of: replay_of.clone(),
+                    key_of: key_of.clone(),
                 });
             }
             EventBody::StepApprovalRequired { .. } => {

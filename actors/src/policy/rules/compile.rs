@@ -218,6 +218,7 @@ fn compile_rule(
         budget: budget.map(Arc::new),
         rate_slot: None,
         max_concurrent_steps: None,
+        replay: rule.then.replay.unwrap_or(true),
     };
     Some(CompiledRule {
         index,

@@ -224,6 +224,8 @@ pub struct OutcomeDefinition {
     pub reason: Option<String>,
     /// Step deadline in milliseconds; 0 means the kernel's step timeout, as when absent.
     pub timeout_ms: Option<i64>,
+    /// Whether a re-run replays a matching call from the journal (absent: yes).
+    pub replay: Option<bool>,
 }
 
 /// The `rate_limit:` section of a rule.

@@ -43,6 +43,7 @@ pub(super) fn rule(
             decision,
             reason: None,
             timeout_ms: None,
+            replay: None,
         },
         rate_limit: None,
         retry: None,
