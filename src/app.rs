@@ -107,6 +107,15 @@ pub async fn run(
     let streams_end = CancellationToken::new();
     let stop_accepting = CancellationToken::new();
     let mut http = http_settings(&settings);
+    if let (Some(cluster_settings), Some(cluster)) = (&settings.cluster, &cluster) {
+        let routing = crate::cluster::forward::Routing::new(
+            cluster.ownership().clone(),
+            &cluster_settings.node_id,
+            settings.large_body_limit,
+        )
+        .map_err(|error| anyhow!("{error}"))?;
+        http.cluster = Some(Arc::new(routing));
+    }
     let mut llm_in_force = "off".to_owned();
     if let Some(path) = &settings.llm_config {
         let gateway = crate::gateway::GatewayConfig::load(path)
@@ -354,6 +363,7 @@ fn http_settings(settings: &Settings) -> HttpSettings {
         },
         feed: crate::http::feed::FeedSettings::default(),
         gateway: None,
+        cluster: None,
     }
 }
 

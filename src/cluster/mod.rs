@@ -16,6 +16,7 @@
 //! measures its own intervals (its self-fence).
 
 pub mod assign;
+pub mod forward;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -58,6 +59,18 @@ pub struct Held {
 pub struct Ownership {
     held: Mutex<BTreeMap<u32, Held>>,
     partitions: u32,
+    /// Per partition, the kernel the last view showed holding it (id, advertised URL), if its
+    /// lease ran and its heartbeat was fresh.
+    routes: Mutex<Vec<Option<Route>>>,
+}
+
+/// Where a partition's owner is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Its `--node-id`.
+    pub node: String,
+    /// Its `--advertise-url`.
+    pub url: String,
 }
 
 impl Ownership {
@@ -66,6 +79,40 @@ impl Ownership {
         Self {
             held: Mutex::new(BTreeMap::new()),
             partitions,
+            routes: Mutex::new(vec![None; partitions as usize]),
+        }
+    }
+
+    /// The owner of `partition` as the last view showed it.
+    pub fn route(&self, partition: u32) -> Option<Route> {
+        self.routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(partition as usize)
+            .cloned()
+            .flatten()
+    }
+
+    /// Records the owners of the last view.
+    fn set_routes(&self, nodes: &[NodeRow], partitions: &[PartitionRow]) {
+        let mut routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
+        for route in routes.iter_mut() {
+            *route = None;
+        }
+        for row in partitions {
+            let owner = nodes.iter().find(|node| {
+                node.live
+                    && Some(&node.id) == row.owner.as_ref()
+                    && Some(node.incarnation) == row.owner_incarnation
+            });
+            if let (true, Some(owner), Some(slot)) =
+                (row.leased, owner, routes.get_mut(row.id as usize))
+            {
+                *slot = Some(Route {
+                    node: owner.id.clone(),
+                    url: owner.url.clone(),
+                });
+            }
         }
     }
 
@@ -336,6 +383,7 @@ impl LeaseManager {
             );
             return Ok(());
         }
+        self.ownership.set_routes(&nodes, &partitions);
         let plan = plan(
             &self.node_id,
             self.membership.incarnation(),

@@ -93,6 +93,8 @@ pub struct Request {
     pub created_by: Option<String>,
     /// End user it is created for, as the request says.
     pub on_behalf_of: Option<String>,
+    /// Cluster mode: the id to create it under (in a partition this kernel holds).
+    pub id: Option<keel_actors::ids::ExecutionId>,
 }
 
 /// Returns the request's `Idempotency-Key`, if it has one: at most one header of 1 to
@@ -149,6 +151,7 @@ pub async fn create(
         idempotency_key: key,
         created_by: request.created_by,
         on_behalf_of: request.on_behalf_of,
+        id: request.id,
     };
     kernel
         .create_execution_with(request.agent_id, request.input, request.labels, options)

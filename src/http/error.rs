@@ -123,6 +123,9 @@ impl IntoResponse for ApiError {
         };
         let retry_after = match &self {
             Self::RateLimited(_, seconds) => Some(seconds.to_string()),
+            // The kernel or its database is briefly unable (an outage, a partition moving
+            // between kernels): a retry after a second is the right reaction.
+            Self::Unavailable(_) => Some("1".to_owned()),
             _ => None,
         };
         let rule_id = match &self {

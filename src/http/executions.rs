@@ -176,6 +176,15 @@ pub async fn create(
         priority,
         created_by: principal.and_then(|principal| principal.recorded_name()),
         on_behalf_of,
+        id: match &state.settings.cluster {
+            Some(routing) => Some(routing.new_execution_id().ok_or_else(|| {
+                ApiError::Unavailable(
+                    "this kernel holds no partition yet; retry (any kernel of the cluster)"
+                        .to_owned(),
+                )
+            })?),
+            None => None,
+        },
     };
     let backlog = &state.settings.backlog;
     let Some(key) = key else {

@@ -67,6 +67,8 @@ pub struct HttpSettings {
     pub feed: feed::FeedSettings,
     /// The LLM gateway (`--llm-config`); `None` leaves its routes answering 404.
     pub gateway: Option<Arc<crate::gateway::Gateway>>,
+    /// Cluster mode: requests concerning an execution another kernel owns are forwarded to it.
+    pub cluster: Option<Arc<crate::cluster::forward::Routing>>,
 }
 
 impl Default for HttpSettings {
@@ -81,6 +83,7 @@ impl Default for HttpSettings {
             backlog: creation::Backlog::default(),
             feed: feed::FeedSettings::default(),
             gateway: None,
+            cluster: None,
         }
     }
 }
@@ -278,12 +281,22 @@ pub fn router(state: AppState) -> Router {
             axum::routing::any(llm::unknown_route),
         )
         .fallback(error::not_found);
+    let cluster = state.settings.cluster.clone();
     // One layer: request id, then CORS, then authentication (`request_id.rs`, `auth.rs`).
-    routes
+    let router = routes
         .layer(middleware::from_fn_with_state(
             state.clone(),
             request_id::request_id,
         ))
         .with_state(state)
-        .layer(middleware::from_fn(error::method_not_allowed))
+        .layer(middleware::from_fn(error::method_not_allowed));
+    // Cluster mode: outermost, so a request for an execution owned elsewhere goes there as it
+    // came (the owner authenticates it).
+    match cluster {
+        Some(routing) => router.layer(middleware::from_fn_with_state(
+            routing,
+            crate::cluster::forward::forward,
+        )),
+        None => router,
+    }
 }

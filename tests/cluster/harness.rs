@@ -74,7 +74,6 @@ pub fn free_port() -> u16 {
 pub struct Kernel {
     pub node_id: String,
     /// Its advertised URL (`http://127.0.0.1:PORT`).
-    #[allow(dead_code)]
     pub url: String,
     child: Child,
     log: Arc<Mutex<Vec<String>>>,

@@ -253,3 +253,182 @@ async fn a_kernel_in_the_other_mode_is_refused_with_what_to_do() {
     .await
     .expect("test within its budget");
 }
+
+/// POSTs JSON to `url`; returns the status, the `Retry-After` header and the body.
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    body: serde_json::Value,
+) -> (u16, Option<String>, serde_json::Value) {
+    let response = http.post(url).json(&body).send().await.expect("POST");
+    let status = response.status().as_u16();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    (status, retry, response.json().await.unwrap_or_default())
+}
+
+/// GETs `url`; returns the status, the `Retry-After` header and the body.
+async fn get(http: &reqwest::Client, url: &str) -> (u16, Option<String>, serde_json::Value) {
+    let response = http.get(url).send().await.expect("GET");
+    let status = response.status().as_u16();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    (status, retry, response.json().await.unwrap_or_default())
+}
+
+/// GETs `url`, retrying a 503 (with `Retry-After`, as a client should) for up to 3 s: right
+/// after partitions move, a kernel's routes are up to a tick old.
+async fn get_retrying(
+    http: &reqwest::Client,
+    url: &str,
+) -> (u16, Option<String>, serde_json::Value) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let answer = get(http, url).await;
+        if answer.0 != 503 || Instant::now() >= deadline {
+            return answer;
+        }
+        assert_eq!(
+            answer.1.as_deref(),
+            Some("1"),
+            "503 without Retry-After: {}",
+            answer.2
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The kernel holding the partition of execution `id`, per the database.
+async fn owner_of(database: &Database, id: &str) -> String {
+    sqlx::query_scalar::<_, String>(
+        "SELECT p.owner FROM executions AS e JOIN partitions AS p ON p.id = e.partition \
+         WHERE e.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&database.pool)
+    .await
+    .expect("owner of the execution")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn any_kernel_answers_for_any_execution_and_a_dead_owners_work_moves() {
+    let Some(database) = Database::fresh().await else {
+        return;
+    };
+    tokio::time::timeout(BUDGET, async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut kernels = three_kernels(&database, dir.path()).await;
+        poll(Duration::from_secs(10), || {
+            owned_evenly_by(&database, &["k1", "k2", "k3"])
+        })
+        .await
+        .expect("three kernels balance within 10 s");
+        let http = reqwest::Client::new();
+
+        // Each kernel creates executions in partitions it holds.
+        let mut created = Vec::new();
+        for kernel in &kernels {
+            for n in 0..3 {
+                let (status, _, body) = post(
+                    &http,
+                    &format!("{}/v0/executions", kernel.url),
+                    serde_json::json!({"agent_id": "far-agent", "input": {"n": n}}),
+                )
+                .await;
+                assert_eq!(status, 201, "{body}");
+                let id = body["id"].as_str().expect("id").to_owned();
+                assert_eq!(
+                    owner_of(&database, &id).await,
+                    kernel.node_id,
+                    "created in a partition of its own"
+                );
+                created.push((id, kernel.node_id.clone()));
+            }
+        }
+        // Every kernel answers for every execution, the same way.
+        for (id, _) in &created {
+            let mut answers = Vec::new();
+            for kernel in &kernels {
+                let (status, _, body) =
+                    get_retrying(&http, &format!("{}/v0/executions/{id}", kernel.url)).await;
+                assert_eq!(status, 200, "{body}");
+                answers.push(body);
+            }
+            assert!(
+                answers.iter().all(|answer| answer == &answers[0]),
+                "{answers:?}"
+            );
+        }
+        // A signal through a kernel that does not own the execution reaches it.
+        let (id, owner) = created
+            .iter()
+            .find(|(_, owner)| owner == "k2")
+            .cloned()
+            .expect("an execution of k2");
+        let (status, _, body) = post(
+            &http,
+            &format!("{}/v0/executions/{id}/cancel", kernels[0].url),
+            serde_json::json!({}),
+        )
+        .await;
+        assert!(status < 300, "{status} {body}");
+        let (_, _, body) =
+            get_retrying(&http, &format!("{}/v0/executions/{id}", kernels[2].url)).await;
+        assert_eq!(body["status"], "cancelled", "{body}");
+
+        // The owner of another execution dies: answers are 503 with Retry-After until a
+        // survivor takes the partition, then the survivor answers and acts on it.
+        let (id, _) = created
+            .iter()
+            .find(|(other, owner)| owner == "k2" && *other != id)
+            .cloned()
+            .expect("another execution of k2");
+        assert_eq!(owner, "k2");
+        let victim = kernels.remove(1);
+        victim.kill().await;
+        let killed = Instant::now();
+        let unavailable = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let answered = poll(Duration::from_secs(8), || {
+            let http = http.clone();
+            let url = format!("{}/v0/executions/{id}/cancel", kernels[0].url);
+            let unavailable = unavailable.clone();
+            async move {
+                let (status, retry, body) = post(&http, &url, serde_json::json!({})).await;
+                match status {
+                    200..=299 => Some(body),
+                    503 => {
+                        assert_eq!(retry.as_deref(), Some("1"), "{body}");
+                        unavailable.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        None
+                    }
+                    other => panic!("{other} {body}"),
+                }
+            }
+        })
+        .await;
+        assert!(
+            answered.is_some(),
+            "no survivor took over the execution within 8 s"
+        );
+        println!(
+            "cancelled through a survivor {:?} after kill -9 ({} answers were 503)",
+            killed.elapsed(),
+            unavailable.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        let (_, _, body) =
+            get_retrying(&http, &format!("{}/v0/executions/{id}", kernels[1].url)).await;
+        assert_eq!(body["status"], "cancelled", "{body}");
+        assert_ne!(owner_of(&database, &id).await, "k2");
+        for kernel in kernels {
+            kernel.terminate().await;
+        }
+    })
+    .await
+    .expect("test within its budget");
+}

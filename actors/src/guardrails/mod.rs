@@ -24,4 +24,7 @@ pub struct CreateOptions {
     pub created_by: Option<String>,
     /// End user the creation is made for (recorded on `execution.created`).
     pub on_behalf_of: Option<String>,
+    /// The new execution's id; `None` generates one. (Cluster mode picks an id in a partition
+    /// the kernel holds.)
+    pub id: Option<crate::ids::ExecutionId>,
 }

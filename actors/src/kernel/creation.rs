@@ -49,7 +49,7 @@ impl Kernel {
         options: CreateOptions,
     ) -> Result<ExecutionRow, KernelError> {
         let (labels, decisions) = self.pre_create(&agent_id, &input, labels, &options).await?;
-        let id = ExecutionId::generate();
+        let id = options.id.clone().unwrap_or_else(ExecutionId::generate);
         let priority = options.priority;
         let created = match record_creation_decided(
             &self.ctx,
