@@ -179,6 +179,10 @@ pub enum EventBody {
         /// call keeps (absent: the key is this step's own). Keel addition.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key_of: Option<StepId>,
+        /// Step of an earlier run whose outcome was recorded but that this call runs again (a
+        /// local tool of the rebuno SDK, or a rule with `replay: false`). Keel addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repeats: Option<StepId>,
     },
     /// A step was handed out (to a runner, or to the agent after approval).
     #[serde(rename = "step.dispatched")]

@@ -221,6 +221,7 @@ pub async fn commit_round_trips_every_event_field(store: Arc<dyn Store>) {
                 max_retries: None,
                 replay_of: None,
                 key_of: None,
+                repeats: None,
             },
         )
         .with_key(Some("intent-key-1".into())),

@@ -1,6 +1,7 @@
 //! `Store::tool_calls_since` for both backends: the tool calls the policy allowed since a time,
 //! read from the event log. An allowed `invoke_tool` writes `step.created` without a following
-//! `step.approval_required` (approval-gated steps never count toward a rate limit). The
+//! `step.approval_required` (approval-gated steps never count toward a rate limit), and a call a
+//! re-run answered from the journal (`replay_of`) ran nothing and does not count either. The
 //! `events_step_created_time` partial index (migration 0002) finds the events by time; the
 //! agent comes from the execution row and the tool from the step row.
 
@@ -21,6 +22,7 @@ const TEMPLATE: &str = "SELECT x.agent_id, s.tool_id, {time} AS at \
      WHERE e.type = 'step.created' AND e.timestamp >= {since} \
      AND NOT EXISTS (SELECT 1 FROM events AS a WHERE a.execution_id = e.execution_id \
      AND a.step_id = e.step_id AND a.type = 'step.approval_required') \
+     AND {not_replay} \
      ORDER BY e.timestamp, e.position";
 
 /// One result row: agent, tool, RFC 3339 time.
@@ -33,7 +35,11 @@ pub(super) async fn sqlite(
 ) -> Result<Vec<AllowedToolCall>, StoreError> {
     let sql = TEMPLATE
         .replace("{time}", "e.timestamp")
-        .replace("{since}", "?");
+        .replace("{since}", "?")
+        .replace(
+            "{not_replay}",
+            "json_extract(e.payload, '$.replay_of') IS NULL",
+        );
     let rows = sqlx::query_as::<_, Row>(&sql)
         .bind(time::format(&since))
         .fetch_all(readers)
@@ -50,7 +56,8 @@ pub(super) async fn postgres(readers: &PgPool, since: Timestamp) -> Result<Vec<R
             "{time}",
             "to_char(e.timestamp AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
         )
-        .replace("{since}", "$1::timestamptz");
+        .replace("{since}", "$1::timestamptz")
+        .replace("{not_replay}", "(e.payload ->> 'replay_of') IS NULL");
     sqlx::query_as::<_, Row>(&sql)
         .bind(time::format(&since))
         .fetch_all(readers)

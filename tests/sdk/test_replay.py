@@ -183,8 +183,13 @@ def test_a_rerun_gets_its_signal_and_approvals_again(sandbox: Sandbox) -> None:
         if e["type"] == "intent.accepted" and e["payload"].get("details", {}).get("approval_of")
     ]
     assert [e["payload"]["details"]["approval_of"] for e in reused] == [gated]
-    # The rebuno SDK runs a local tool itself: it ran again (docs/failure-semantics.md).
+    # The rebuno SDK runs a local tool itself: it ran again (docs/failure-semantics.md), and
+    # the log says which recorded step it repeats.
     assert len(victim.markers("guarded-ran")) == 1 and len(survivor.markers("guarded-ran")) == 1
+    again = [
+        e for e in rerun if e["type"] == "step.created" and e["payload"]["tool_id"] == "guarded.echo"
+    ]
+    assert [e["payload"].get("repeats") for e in again] == [gated]
 
 
 def test_a_rule_with_replay_false_runs_its_calls_again(sandbox: Sandbox) -> None:

@@ -164,6 +164,7 @@ fn created(tool: &str, arguments: Value, replay_of: Option<StepId>) -> EventBody
         max_retries: None,
         replay_of,
         key_of: None,
+        repeats: None,
     }
 }
 
@@ -509,4 +510,46 @@ fn a_call_keeps_the_key_of_the_position_it_holds_across_runs() {
     let state = log.state();
     let journal = state.journal.as_ref().expect("journal");
     assert_eq!(journal.key_of(&pay, &json!({"n": 1})), Some(&first));
+}
+
+#[test]
+fn a_call_run_again_names_the_recorded_step_it_repeats() {
+    use crate::execution::{ExecutionSettings, Intent};
+    use crate::policy::{Decision, PolicyDecision};
+    let mut log = Log::new();
+    log.start();
+    let recorded = log.call("clock", json!({}), Some(Ok(json!("12:00"))));
+    log.reset();
+    log.start();
+    let state = log.state();
+    let allow = PolicyDecision::plain(Decision::Allow, "default", "allowed");
+    let created = |arguments: Value, remote: bool| {
+        let intent = Intent::InvokeTool {
+            tool_id: "clock".into(),
+            arguments,
+            idempotency_key: None,
+            remote,
+        };
+        let settings = ExecutionSettings::default();
+        let (transition, _) =
+            machine::intent(&state, &intent, Some(&allow), crate::time::now(), &settings)
+                .expect("accepted");
+        transition
+            .events
+            .into_iter()
+            .find_map(|event| match event.body {
+                EventBody::StepCreated {
+                    repeats, key_of, ..
+                } => Some((repeats, key_of)),
+                _ => None,
+            })
+    };
+    // A local call (the rebuno SDK runs it) or a remote one under `replay: false`.
+    for remote in [false, true] {
+        assert_eq!(
+            created(json!({}), remote),
+            Some((Some(recorded.clone()), Some(recorded.clone())))
+        );
+    }
+    assert_eq!(created(json!({"tz": "UTC"}), false), Some((None, None)));
 }

@@ -24,6 +24,7 @@ fn created(tool: &str) -> EventBody {
         max_retries: None,
         replay_of: None,
         key_of: None,
+        repeats: None,
     }
 }
 

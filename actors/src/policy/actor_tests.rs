@@ -296,6 +296,7 @@ async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Cloc
                 max_retries: None,
                 replay_of: None,
                 key_of: None,
+                repeats: None,
             },
         ));
     }

@@ -16,14 +16,21 @@ use super::{advance, at, commit_each, create};
 /// Returns the `step.created` event of `step` (built from its wire form, so it does not depend
 /// on the optional fields other features add).
 fn step_created(step: &StepId, tool_id: &str) -> NewEvent {
-    let body: EventBody = serde_json::from_value(json!({
-        "type": "step.created",
-        "payload": {
-            "tool_id": tool_id, "tool_version": 0, "arguments": {"q": 1}, "max_attempts": 1,
-            "attempt": 1, "deadline": "2026-01-02T00:00:00.000000Z", "remote": false,
-        },
-    }))
-    .expect("step.created decodes");
+    step_created_replaying(step, tool_id, None)
+}
+
+/// Returns the `step.created` event of `step`, replaying `replay_of` when given.
+fn step_created_replaying(step: &StepId, tool_id: &str, replay_of: Option<&str>) -> NewEvent {
+    let mut payload = json!({
+        "tool_id": tool_id, "tool_version": 0, "arguments": {"q": 1}, "max_attempts": 1,
+        "attempt": 1, "deadline": "2026-01-02T00:00:00.000000Z", "remote": false,
+    });
+    if let Some(replayed) = replay_of {
+        payload["replay_of"] = json!(replayed);
+    }
+    let body: EventBody =
+        serde_json::from_value(json!({ "type": "step.created", "payload": payload }))
+            .expect("step.created decodes");
     NewEvent::step(step, body)
 }
 
@@ -60,6 +67,10 @@ pub(super) async fn call(
 ) -> ExecutionRow {
     let step = StepId::new(step);
     let mut events = vec![step_created(&step, tool_id)];
+    // A call a re-run answered from the journal ran nothing: `replayed-` steps replay one.
+    if let Some(replayed) = step.as_str().strip_prefix("replayed-") {
+        events = vec![step_created_replaying(&step, tool_id, Some(replayed))];
+    }
     let mut status = ExecutionStatus::Running;
     if gated {
         events.push(NewEvent::step(
@@ -95,6 +106,7 @@ pub async fn tool_calls_since_lists_allowed_calls_oldest_first(store: Arc<dyn St
     let b = call(&store, &b, "step-b1", "http.get", at(15), false).await;
     let a = call(&store, &a, "step-a2", "shell.ls", at(20), false).await;
     call(&store, &b, "step-b2", "deploy", at(25), true).await;
+    let a = call(&store, &a, "replayed-step-a1", "shell.ls", at(26), false).await;
     call(&store, &a, "step-a3", "http.get", at(30), false).await;
 
     let expected = |agent: &str, tool: &str, when: i64| AllowedToolCall {
@@ -110,7 +122,7 @@ pub async fn tool_calls_since_lists_allowed_calls_oldest_first(store: Arc<dyn St
             expected("agent-a", "shell.ls", 20),
             expected("agent-a", "http.get", 30),
         ],
-        "the bound is inclusive; the approval-gated step is left out"
+        "the bound is inclusive; the approval-gated step and the replay are left out"
     );
     assert_eq!(
         store.tool_calls_since(at(16)).await.expect("read"),

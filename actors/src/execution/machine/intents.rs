@@ -215,17 +215,20 @@ pub fn intent(
                     "invoke_tool needs a policy decision".to_owned(),
                 ));
             };
-            let key_of = state
-                .journal
-                .as_ref()
+            let journal = state.journal.as_ref();
+            let key_of = journal
                 .and_then(|journal| journal.key_of(tool_id, arguments))
                 .cloned();
+            let repeats = journal
+                .and_then(|journal| journal.lookup(tool_id, arguments))
+                .map(|entry| entry.step_id.clone());
             let call = ToolCall {
                 tool_id,
                 arguments,
                 key: idempotency_key.as_ref(),
                 remote: *remote,
                 key_of,
+                repeats,
             };
             Ok(invoke_tool(state, &call, verdict, now, settings))
         }

@@ -19,6 +19,8 @@ pub(super) struct ToolCall<'a> {
     pub(super) remote: bool,
     /// Step of an earlier run whose idempotency key this call keeps (a re-run).
     pub(super) key_of: Option<StepId>,
+    /// Step of an earlier run whose recorded outcome this call runs again.
+    pub(super) repeats: Option<StepId>,
 }
 
 pub(super) fn invoke_tool(
@@ -202,6 +204,7 @@ fn step_created(
             max_retries: rule.max_retries,
             replay_of: None,
             key_of: call.key_of.clone(),
+            repeats: call.repeats.clone(),
         },
     )
 }

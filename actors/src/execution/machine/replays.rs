@@ -76,6 +76,7 @@ pub fn replay_call(
                     .as_ref()
                     .and_then(|journal| journal.key_of(call.tool_id, call.arguments))
                     .cloned(),
+                repeats: None,
             },
         )
         .with_key(key),
