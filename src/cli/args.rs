@@ -74,7 +74,8 @@ pub enum Command {
     /// Denies a waiting tool call: `keel deny ID --reason TEXT` (the agent is told why).
     Deny(crate::cli::approvals::AnswerArgs),
     /// Serves tools from the command line: runs each job in a fresh worker process
-    /// (`keel runner --exec --runner-id R --tool T -- PROGRAM ARGS…`; docs/guardrails.md).
+    /// (`keel runner --exec --runner-id R --tool T -- PROGRAM ARGS…`; docs/guardrails.md), or
+    /// publishes an MCP server's tools (`keel runner --mcp --runner-id R -- COMMAND…`; docs/mcp.md).
     Runner(crate::cli::runner::RunnerArgs),
     /// Drives a kernel over stdio: `keel client --jsonl` reads commands as JSON lines.
     #[command(mut_arg("output", |arg| arg.default_value("json")

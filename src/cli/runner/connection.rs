@@ -20,6 +20,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::child::{self, RunEnd, TimeLimit, WorkerSpec};
+use super::mcp::McpServer;
 use super::protocol::{self, Ending, Job, Outcome};
 use crate::cli::{CliError, Client, path_segment};
 
@@ -40,8 +41,8 @@ pub struct Shared {
     pub tools_body: Value,
     /// Tool ids served.
     pub tools: HashSet<String>,
-    /// How workers are started.
-    pub worker: WorkerSpec,
+    /// What runs the jobs.
+    pub backend: Backend,
     /// Wall-time limit per job, on top of the job's own deadline.
     pub timeout: Option<Duration>,
     /// Whether worker failures (crash, garbage, kill) are reported as retryable.
@@ -56,6 +57,14 @@ pub struct Shared {
     pub kill: CancellationToken,
     /// Jobs in hand.
     pub in_flight: InFlight,
+}
+
+/// What runs a runner's jobs.
+pub enum Backend {
+    /// `--exec`: a fresh worker process per job.
+    Exec(WorkerSpec),
+    /// `--mcp`: a `tools/call` to the MCP server.
+    Mcp(Arc<McpServer>),
 }
 
 /// Keeps one runner connection open until the runner stops, reconnecting when it drops.
@@ -188,13 +197,17 @@ async fn job_outcome(shared: &Shared, job: &Job, cancel: &CancellationToken) -> 
         attempt = job.attempt,
         "running a worker"
     );
+    let worker = match &shared.backend {
+        Backend::Exec(worker) => worker,
+        Backend::Mcp(server) => return mcp_outcome(shared, server, job, limit, cancel).await,
+    };
     let line = protocol::job_line(job);
     let env: Vec<(&str, String)> = job
         .idempotency_key
         .iter()
         .map(|key| (protocol::IDEMPOTENCY_KEY_ENV, key.clone()))
         .collect();
-    match child::run(&shared.worker, line, &env, limit, cancel, &shared.kill).await {
+    match child::run(worker, line, &env, limit, cancel, &shared.kill).await {
         RunEnd::Cancelled => None,
         RunEnd::Finished {
             ending,
@@ -216,6 +229,39 @@ async fn job_outcome(shared: &Shared, job: &Job, cancel: &CancellationToken) -> 
             Some(outcome)
         }
     }
+}
+
+/// Runs a job as an MCP `tools/call`; `None` when the kernel cancelled the job. Leaving the
+/// call (cancel, time limit, shutdown) drops it, which sends `notifications/cancelled`.
+async fn mcp_outcome(
+    shared: &Shared,
+    server: &McpServer,
+    job: &Job,
+    limit: Option<TimeLimit>,
+    cancel: &CancellationToken,
+) -> Option<Outcome> {
+    let time_limit = async {
+        match &limit {
+            Some(limit) => tokio::time::sleep_until(limit.at).await,
+            None => std::future::pending().await,
+        }
+    };
+    let outcome = tokio::select! {
+        outcome = server.call(&job.tool_id, &job.arguments) => outcome,
+        () = cancel.cancelled() => return None,
+        () = time_limit => {
+            let why = limit.map(|limit| limit.why).unwrap_or_default();
+            Outcome::failure(format!("MCP call cancelled: {why}"), shared.worker_failures_retryable)
+        }
+        () = shared.kill.cancelled() => protocol::outcome(&Ending::ShuttingDown, b"", "", true),
+    };
+    tracing::info!(
+        job_id = job.id,
+        success = outcome.success,
+        error = outcome.error.as_deref(),
+        "MCP call finished"
+    );
+    Some(outcome)
 }
 
 /// The earlier of the job's deadline and the runner's wall-time limit.

@@ -13,6 +13,8 @@ mod child;
 #[cfg(test)]
 mod child_tests;
 mod connection;
+mod mcp;
+mod mcp_result;
 pub mod protocol;
 #[cfg(test)]
 mod protocol_tests;
@@ -31,7 +33,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use self::child::WorkerSpec;
-use self::connection::{InFlight, Shared};
+use self::connection::{Backend, InFlight, Shared};
+use self::mcp::{McpServer, ServerSpec};
 use self::shim::Rlimits;
 use super::args::parse_key_value;
 use super::{CliError, Client};
@@ -47,6 +50,15 @@ pub struct RunnerArgs {
     /// flag may be left out).
     #[arg(long)]
     pub exec: bool,
+    /// Serve the tools of an MCP server: the command after `--` is started once and speaks MCP
+    /// on its stdio; its tools are published as `<tool-prefix><name>` and each job is a
+    /// `tools/call` (docs/mcp.md).
+    #[arg(long, conflicts_with = "exec")]
+    pub mcp: bool,
+    /// With --mcp: prefix of the published tool ids (`fs.` publishes `read_file` as
+    /// `fs.read_file`).
+    #[arg(long, value_name = "PREFIX", default_value = "", requires = "mcp")]
+    pub tool_prefix: String,
     /// Runner id (tools are published under it).
     #[arg(long, value_name = "ID")]
     pub runner_id: String,
@@ -56,14 +68,15 @@ pub struct RunnerArgs {
     /// connections are <consumer-id>-0 … <consumer-id>-(N-1).
     #[arg(long, value_name = "ID")]
     pub consumer_id: Option<String>,
-    /// Tool id served (repeatable; the worker reads `tool_id` from its job line).
-    #[arg(long = "tool", value_name = "TOOL", required = true)]
+    /// Tool id served (repeatable; the worker reads `tool_id` from its job line). With --mcp:
+    /// an MCP tool name to publish (repeatable) [default: all the server lists].
+    #[arg(long = "tool", value_name = "TOOL", required_unless_present = "mcp")]
     pub tools: Vec<String>,
     /// Description published with every tool [default: names the command].
     #[arg(long, value_name = "TEXT")]
     pub description: Option<String>,
     /// JSON Schema file of a tool's arguments, `TOOL=FILE` [default: any object].
-    #[arg(long = "tool-schema", value_name = "TOOL=FILE", value_parser = parse_key_value)]
+    #[arg(long = "tool-schema", value_name = "TOOL=FILE", value_parser = parse_key_value, conflicts_with = "mcp")]
     pub tool_schemas: Vec<(String, String)>,
     /// Jobs run at once (one connection each).
     #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -74,7 +87,8 @@ pub struct RunnerArgs {
     /// Time between SIGTERM and SIGKILL when a worker is killed.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub kill_grace: Duration,
-    /// Most bytes a worker may write on stdout; more fails the job and kills the worker.
+    /// Most bytes a worker may write on stdout; more fails the job and kills the worker. With
+    /// --mcp: most bytes of a mapped result; more is cut with a truncation marker.
     #[arg(long, value_name = "BYTES", default_value = "1MiB", value_parser = parse_byte_size)]
     pub max_output: usize,
     /// Bytes of a worker's stderr kept for the failure message.
@@ -119,7 +133,7 @@ impl RunnerArgs {
 
 /// Runs the runner until SIGTERM or Ctrl-C.
 pub async fn run(args: RunnerArgs) -> Result<(), CliError> {
-    let shared = Arc::new(prepare(&args)?);
+    let shared = Arc::new(prepare(&args).await?);
     let base = args.consumer_id.clone().unwrap_or_else(|| {
         let hex = uuid::Uuid::new_v4().simple().to_string();
         format!("{}-{}", args.runner_id, &hex[..8])
@@ -133,9 +147,11 @@ pub async fn run(args: RunnerArgs) -> Result<(), CliError> {
         };
         connections.push(tokio::spawn(connection::serve(shared.clone(), consumer_id)));
     }
+    let mut published: Vec<&String> = shared.tools.iter().collect();
+    published.sort_unstable();
     tracing::info!(
         runner_id = args.runner_id,
-        tools = ?args.tools,
+        tools = ?published,
         parallel = args.parallel,
         "keel runner started"
     );
@@ -180,6 +196,9 @@ pub async fn run(args: RunnerArgs) -> Result<(), CliError> {
     for connection in connections {
         connection.abort();
     }
+    if let Backend::Mcp(server) = &shared.backend {
+        server.shutdown().await;
+    }
     Ok(())
 }
 
@@ -191,8 +210,9 @@ async fn next_signal(terminate: &mut Signal, interrupt: &mut Signal) -> &'static
     }
 }
 
-/// Checks the flags and builds the shared state.
-fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
+/// Checks the flags and builds the shared state (with --mcp, starts the server and lists its
+/// tools).
+async fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
     let client = Client::new(&args.client)?;
     let invalid = |what, message: String| CliError::InvalidArgument { what, message };
     if args.runner_id.trim().is_empty() {
@@ -224,6 +244,39 @@ fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
             env.push((OsString::from(name), value));
         }
     }
+    if args.mcp {
+        if args.cpu_seconds.is_some() || args.memory.is_some() {
+            return Err(invalid(
+                "--mcp",
+                "--cpu-seconds and --memory apply to --exec workers only".to_owned(),
+            ));
+        }
+        let spec = ServerSpec {
+            program,
+            args: program_args.to_vec(),
+            workdir: args.workdir.clone(),
+            env,
+            kill_grace: args.kill_grace,
+            max_output: args.max_output,
+        };
+        let (server, published) = McpServer::start(spec, &args.tool_prefix, &args.tools)
+            .await
+            .map_err(|error| CliError::Failed(error.to_string()))?;
+        if published.is_empty() {
+            server.shutdown().await;
+            return Err(CliError::Failed(
+                "the MCP server lists no tool to publish".to_owned(),
+            ));
+        }
+        let tools = published.iter().map(|tool| tool.id.clone()).collect();
+        return Ok(shared(
+            args,
+            client,
+            mcp::tools_body(&published),
+            tools,
+            Backend::Mcp(Arc::new(server)),
+        ));
+    }
     let tools: HashSet<String> = args.tools.iter().cloned().collect();
     if tools
         .iter()
@@ -251,12 +304,29 @@ fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
         stderr_tail: args.stderr_tail,
         kill_grace: args.kill_grace,
     };
-    Ok(Shared {
+    Ok(shared(
+        args,
+        client,
+        tools_body,
+        tools,
+        Backend::Exec(worker),
+    ))
+}
+
+/// The shared state of the connections.
+fn shared(
+    args: &RunnerArgs,
+    client: Client,
+    tools_body: Value,
+    tools: HashSet<String>,
+    backend: Backend,
+) -> Shared {
+    Shared {
         client,
         runner_id: args.runner_id.clone(),
         tools_body,
         tools,
-        worker,
+        backend,
         timeout: args.timeout,
         worker_failures_retryable: args.worker_failures_retryable,
         slots: Semaphore::new(usize::from(args.parallel)),
@@ -264,7 +334,7 @@ fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
         stop: CancellationToken::new(),
         kill: CancellationToken::new(),
         in_flight: InFlight::default(),
-    })
+    }
 }
 
 /// The schemas published before every connect.

@@ -97,6 +97,8 @@ def blob(size: int) -> str:
 
 # Remote tools hosted by tests/sdk/agents/runner.py, discovered through the kernel.
 calc = remote.Tools("calc")
+# MCP tools published by `keel runner --mcp --tool-prefix mcpt.` (tests/sdk/test_mcp.py).
+mcpt = remote.Tools("mcpt")
 
 
 async def op_tools(inp: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +227,19 @@ async def op_llm(inp: dict[str, Any]) -> dict[str, Any]:
     return {"plain": plain.choices[0].message.content, "streamed": streamed}
 
 
+async def op_mcp(inp: dict[str, Any]) -> dict[str, Any]:
+    """Calls MCP-backed tools through remote.Tools("mcpt"), one after the other (rebuno 0.4.8
+    indexes the handle by the full tool id)."""
+    calls = []
+    for call in inp["calls"]:
+        try:
+            tool = mcpt["mcpt." + call["tool"]]
+            calls.append({"result": await tool(**call.get("args", {}))})
+        except (PolicyError, ToolError) as e:
+            calls.append({"error": type(e).__name__, "message": str(e)})
+    return {"calls": calls, "tools": sorted(mcpt.tools)}
+
+
 async def op_restart(inp: dict[str, Any]) -> dict[str, Any]:
     """Survives a kernel restart: a wait, a pause, then a tool call and complete."""
     if inp.get("signal"):
@@ -289,6 +304,7 @@ OPS = {
     "journey": op_journey,
     "llm": op_llm,
     "gated": op_gated,
+    "mcp": op_mcp,
 }
 
 

@@ -1,0 +1,362 @@
+//! `keel runner --mcp`: the runner's jobs are `tools/call` requests to one MCP server. The
+//! server is started over stdio (the command after `--`) in a process group of its own with
+//! only the allowed environment, initialised with the official Rust MCP SDK (`rmcp`), and its
+//! tools are published as Keel tools (`<prefix><name>`, with the server's input schemas). A job
+//! becomes one `tools/call`; the result is mapped by [`super::mcp_result`]. Dropping a call
+//! (the kernel cancelled the job) sends `notifications/cancelled`. A server that exits is
+//! started again by the next job; the job it was running fails as retryable.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::{ServiceError, ServiceExt};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+
+use super::mcp_result;
+use super::protocol::Outcome;
+
+/// Time allowed to start a server, initialise it and list its tools.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest run of `tools/list` pages followed (a server that never stops paging is refused).
+const MAX_LIST_PAGES: usize = 100;
+
+/// How the MCP server is started, fixed when the runner starts.
+#[derive(Clone, Debug)]
+pub struct ServerSpec {
+    /// Absolute path of the program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Working directory (the runner's own when `None`).
+    pub workdir: Option<PathBuf>,
+    /// The whole environment of the server.
+    pub env: Vec<(OsString, OsString)>,
+    /// Time between SIGTERM and SIGKILL when the server is stopped.
+    pub kill_grace: Duration,
+    /// Most bytes of a mapped result; more is cut with a truncation marker.
+    pub max_output: usize,
+}
+
+/// One MCP tool as published: the Keel id and the MCP name it calls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PublishedTool {
+    /// Keel tool id (`<prefix><name>`).
+    pub id: String,
+    /// The tool's MCP name.
+    pub name: String,
+    /// Its description ("" when the server gave none).
+    pub description: String,
+    /// Its input schema (a JSON object).
+    pub input_schema: Value,
+}
+
+/// A running server: the MCP session and the process behind it.
+struct Live {
+    service: RunningService<RoleClient, ()>,
+    child: Child,
+    group: Option<Pid>,
+}
+
+/// The MCP server behind a runner: started on demand, shared by all jobs.
+pub struct McpServer {
+    spec: ServerSpec,
+    live: Mutex<Option<Live>>,
+    /// Keel tool id → MCP tool name, of the published tools.
+    names: HashMap<String, String>,
+}
+
+/// Why a server could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// The process could not be started.
+    #[error("cannot start the MCP server: {0}")]
+    Spawn(std::io::Error),
+    /// The MCP handshake failed.
+    #[error("the MCP server did not initialise: {0}")]
+    Initialize(String),
+    /// Listing the tools failed.
+    #[error("the MCP server did not list its tools: {0}")]
+    List(String),
+    /// Start-up took too long.
+    #[error("the MCP server did not start within {0:?}")]
+    Timeout(Duration),
+}
+
+impl McpServer {
+    /// Starts the server, initialises it and lists its tools; returns the server and the tools
+    /// to publish (ids `<prefix><name>`; `only`, when not empty, keeps just those MCP names).
+    pub async fn start(
+        spec: ServerSpec,
+        prefix: &str,
+        only: &[String],
+    ) -> Result<(Self, Vec<PublishedTool>), McpError> {
+        let mut live = tokio::time::timeout(STARTUP_TIMEOUT, connect(&spec))
+            .await
+            .map_err(|_| McpError::Timeout(STARTUP_TIMEOUT))??;
+        let listed = match tokio::time::timeout(STARTUP_TIMEOUT, list_tools(&live)).await {
+            Ok(Ok(listed)) => listed,
+            Ok(Err(error)) => {
+                stop(&mut live, spec.kill_grace).await;
+                return Err(error);
+            }
+            Err(_) => {
+                stop(&mut live, spec.kill_grace).await;
+                return Err(McpError::Timeout(STARTUP_TIMEOUT));
+            }
+        };
+        let tools = publishable(listed, prefix, only);
+        let names = tools
+            .iter()
+            .map(|tool| (tool.id.clone(), tool.name.clone()))
+            .collect();
+        let server = Self {
+            spec,
+            live: Mutex::new(Some(live)),
+            names,
+        };
+        Ok((server, tools))
+    }
+
+    /// Runs one job's `tools/call`. Dropping the future cancels the call
+    /// (`notifications/cancelled` is sent to the server).
+    pub async fn call(&self, tool_id: &str, arguments: &Value) -> Outcome {
+        let Some(name) = self.names.get(tool_id) else {
+            return Outcome::failure(format!("No handler registered for tool '{tool_id}'"), false);
+        };
+        let arguments = match arguments {
+            Value::Object(fields) => Some(fields.clone()),
+            Value::Null => None,
+            other => {
+                return Outcome::failure(
+                    format!("MCP tool arguments must be a JSON object, not {other}"),
+                    false,
+                );
+            }
+        };
+        let peer = match self.peer().await {
+            Ok(peer) => peer,
+            Err(error) => return Outcome::failure(error.to_string(), true),
+        };
+        let mut params = CallToolRequestParams::new(name.clone());
+        params.arguments = arguments;
+        match peer.call_tool(params).await {
+            Ok(result) => match serde_json::to_value(&result) {
+                Ok(result) => mcp_result::outcome(&result, self.spec.max_output),
+                Err(error) => Outcome::failure(format!("unreadable MCP result: {error}"), false),
+            },
+            Err(ServiceError::McpError(error)) => Outcome::failure(
+                format!("MCP error {}: {}", error.code.0, error.message),
+                false,
+            ),
+            Err(error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                self.forget_if_closed().await;
+                Outcome::failure(format!("the MCP server went away: {error}"), true)
+            }
+            Err(error) => Outcome::failure(format!("MCP call failed: {error}"), true),
+        }
+    }
+
+    /// Stops the server: SIGTERM to its group, SIGKILL after the grace.
+    pub async fn shutdown(&self) {
+        if let Some(mut live) = self.live.lock().await.take() {
+            stop(&mut live, self.spec.kill_grace).await;
+        }
+    }
+
+    /// The session's peer, starting the server again when it is gone.
+    async fn peer(&self) -> Result<rmcp::Peer<RoleClient>, McpError> {
+        let mut live = self.live.lock().await;
+        if let Some(current) = live.as_mut()
+            && current.service.is_closed()
+        {
+            tracing::warn!("the MCP server went away; starting it again");
+            stop(current, self.spec.kill_grace).await;
+            *live = None;
+        }
+        if live.is_none() {
+            let started = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.spec))
+                .await
+                .map_err(|_| McpError::Timeout(STARTUP_TIMEOUT))??;
+            *live = Some(started);
+        }
+        live.as_ref()
+            .map(|live| live.service.peer().clone())
+            .ok_or_else(|| McpError::Initialize("no session".to_owned()))
+    }
+
+    /// Drops the session when its transport is closed, killing what is left of the process.
+    async fn forget_if_closed(&self) {
+        let mut live = self.live.lock().await;
+        if let Some(current) = live.as_mut()
+            && current.service.is_closed()
+        {
+            stop(current, self.spec.kill_grace).await;
+            *live = None;
+        }
+    }
+}
+
+/// Starts the process and runs the MCP handshake over its stdio.
+async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
+    let mut command = Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(name, value)| (name, value)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(dir) = &spec.workdir {
+        command.current_dir(dir);
+    }
+    let mut child = command.spawn().map_err(McpError::Spawn)?;
+    let group = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw);
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        signal_group(group, Signal::SIGKILL);
+        return Err(McpError::Initialize("no stdio pipes".to_owned()));
+    };
+    match ().serve((stdout, stdin)).await {
+        Ok(service) => {
+            tracing::info!(pid = ?group, server = ?service.peer_info().and_then(|info| info.server_info.as_ref().map(|server| server.name.clone())), "MCP server initialised");
+            Ok(Live {
+                service,
+                child,
+                group,
+            })
+        }
+        Err(error) => {
+            signal_group(group, Signal::SIGKILL);
+            let _ = child.wait().await;
+            Err(McpError::Initialize(error.to_string()))
+        }
+    }
+}
+
+/// Lists every tool of the server as JSON (`name`, `description`, `inputSchema`, …).
+async fn list_tools(live: &Live) -> Result<Vec<Value>, McpError> {
+    let peer = live.service.peer();
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..MAX_LIST_PAGES {
+        let params = cursor.clone().map(|cursor| {
+            let mut params = rmcp::model::PaginatedRequestParams::default();
+            params.cursor = Some(cursor);
+            params
+        });
+        let page = peer
+            .list_tools(params)
+            .await
+            .map_err(|error| McpError::List(error.to_string()))?;
+        for tool in &page.tools {
+            tools.push(
+                serde_json::to_value(tool).map_err(|error| McpError::List(error.to_string()))?,
+            );
+        }
+        match page.next_cursor {
+            None => return Ok(tools),
+            Some(next) => {
+                if !seen.insert(next.clone()) {
+                    return Err(McpError::List(format!(
+                        "the cursor {next:?} came back twice"
+                    )));
+                }
+                cursor = Some(next);
+            }
+        }
+    }
+    Err(McpError::List(format!("more than {MAX_LIST_PAGES} pages")))
+}
+
+/// Turns listed MCP tools into Keel tools: unusable names (empty, with a comma or whitespace)
+/// and duplicates are dropped with a warning.
+pub fn publishable(listed: Vec<Value>, prefix: &str, only: &[String]) -> Vec<PublishedTool> {
+    let mut seen = std::collections::HashSet::new();
+    let mut tools = Vec::new();
+    for tool in listed {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            tracing::warn!("ignoring an MCP tool without a name");
+            continue;
+        };
+        if !only.is_empty() && !only.iter().any(|allowed| allowed == name) {
+            continue;
+        }
+        if name.is_empty() || name.contains(',') || name.chars().any(char::is_whitespace) {
+            tracing::warn!(name, "ignoring an MCP tool whose name cannot be a tool id");
+            continue;
+        }
+        if !seen.insert(name.to_owned()) {
+            tracing::warn!(name, "ignoring a second MCP tool of the same name");
+            continue;
+        }
+        let input_schema = tool
+            .get("inputSchema")
+            .filter(|schema| schema.is_object())
+            .cloned()
+            .unwrap_or_else(|| json!({ "type": "object", "properties": {} }));
+        tools.push(PublishedTool {
+            id: format!("{prefix}{name}"),
+            name: name.to_owned(),
+            description: tool
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            input_schema,
+        });
+    }
+    tools
+}
+
+/// The body of `POST /v0/runners/{id}/tools` for the published tools.
+pub fn tools_body(tools: &[PublishedTool]) -> Value {
+    let tools: Vec<Value> = tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "id": tool.id,
+                "description": tool.description,
+                "input_schema": tool.input_schema,
+            })
+        })
+        .collect();
+    json!({ "tools": tools })
+}
+
+/// Ends a session and its process: the session is closed (stdin ends), the group gets SIGTERM,
+/// and SIGKILL after `grace`.
+async fn stop(live: &mut Live, grace: Duration) {
+    live.service.cancellation_token().cancel();
+    signal_group(live.group, Signal::SIGTERM);
+    if tokio::time::timeout(grace, live.child.wait())
+        .await
+        .is_err()
+    {
+        signal_group(live.group, Signal::SIGKILL);
+        let _ = live.child.start_kill();
+        let _ = live.child.wait().await;
+    }
+    // Whatever the server left behind in its group goes with it.
+    signal_group(live.group, Signal::SIGKILL);
+}
+
+/// Sends `signal` to a process group (nothing when it is gone).
+fn signal_group(group: Option<Pid>, signal: Signal) {
+    if let Some(group) = group {
+        let _ = killpg(group, signal);
+    }
+}

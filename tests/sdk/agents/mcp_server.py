@@ -1,0 +1,59 @@
+"""An MCP server over stdio, written with the official Python MCP SDK, for `keel runner --mcp`.
+
+Every tools/call is counted: a line with the tool name and its arguments is appended to the
+file named by MCP_CALLS_FILE (when set) before the tool runs, so a test can tell which calls
+reached the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("keel-test")
+
+
+def count(tool: str, **arguments: Any) -> None:
+    path = os.environ.get("MCP_CALLS_FILE")
+    if path:
+        with open(path, "a", encoding="utf-8") as calls:
+            calls.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+
+
+@server.tool(description="Returns the text it is given.")
+def echo(text: str) -> str:
+    count("echo", text=text)
+    return text
+
+
+@server.tool(description="Adds two integers.")
+def add(a: int, b: int) -> dict[str, int]:
+    count("add", a=a, b=b)
+    return {"sum": a + b}
+
+
+@server.tool(description="Reads a file of the test's directory (the path is checked by policy).")
+def read_file(path: str) -> str:
+    count("read_file", path=path)
+    with open(path, encoding="utf-8") as file:
+        return file.read()
+
+
+@server.tool(description="Fails with the reason it is given.")
+def fail(reason: str) -> str:
+    count("fail", reason=reason)
+    raise ToolError(reason)
+
+
+@server.tool(description="Returns `size` characters.")
+def blob(size: int) -> str:
+    count("blob", size=size)
+    return "x" * size
+
+
+if __name__ == "__main__":
+    server.run()

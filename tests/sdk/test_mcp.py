@@ -1,0 +1,175 @@
+"""`keel runner --mcp` end to end: an MCP server written with the official Python MCP SDK
+(agents/mcp_server.py, stdio) is started by the runner, its tools are published under a
+prefix, and a real rebuno==0.4.8 SDK agent calls them through `remote.Tools("mcpt")`.
+
+The server appends every tools/call it receives to a file, so a test can tell which calls
+reached it (a call the policy denies must not).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+from rebuno import Client
+from rebuno.types import ExecutionStatus
+
+from harness import AGENTS, Kernel, Proc, Sandbox, keel_bin, run, unique
+
+PREFIX = "mcpt."
+SERVER = [sys.executable, str(AGENTS / "mcp_server.py")]
+
+POLICY = """\
+rules:
+  - id: no-secrets
+    priority: 1
+    when:
+      tool_id: mcpt.read_file
+      arguments:
+        - field: path
+          pattern: '^.*secret.*$'
+    then:
+      decision: deny
+      reason: "secrets stay put"
+default:
+  decision: allow
+"""
+
+
+class Setup:
+    """A kernel with POLICY, a `keel runner --mcp` serving agents/mcp_server.py, an SDK agent."""
+
+    def __init__(self, sandbox: Sandbox, runner_flags: list[str] | None = None):
+        self.sandbox = sandbox
+        self.dir = sandbox.workdir
+        policy = self.dir / "policy.yaml"
+        policy.write_text(POLICY)
+        self.kernel: Kernel = sandbox.kernel("--policy", str(policy))
+        self.calls_file = self.dir / "mcp-calls.jsonl"
+        self.runner = self.start_runner(runner_flags or [])
+        # The SDK resolves remote.Tools("mcpt") when it starts: after the runner published.
+        self.agent_id = unique("mcp-agent")
+        self.agent = sandbox.agent(self.kernel, self.agent_id, unique("mcp-agent-c"))
+        self.agent.wait_connected()
+
+    def start_runner(self, flags: list[str]) -> Proc:
+        runner_id = unique("mcp-runner")
+        argv = [
+            str(keel_bin()), "runner", "--mcp",
+            "--url", self.kernel.url,
+            "--runner-id", runner_id,
+            "--tool-prefix", PREFIX,
+            "--env-allow", "PATH",
+            "--env-allow", "MCP_CALLS_FILE",
+            "--kill-grace", "1s",
+            *flags,
+            "--", *SERVER,
+        ]
+        env = {**os.environ, "RUST_LOG": "info", "MCP_CALLS_FILE": str(self.calls_file)}
+        proc = Proc(runner_id, argv, self.dir / f"{runner_id}.log", env)
+        self.sandbox.procs.append(proc)
+        proc.wait_for_log("runner connection open", timeout=20)
+        return proc
+
+    def run_calls(self, calls: list[dict[str, Any]]) -> Any:
+        async def scenario():
+            async with Client(self.kernel.url) as client:
+                return await client.run_until_complete(
+                    self.agent_id, input={"op": "mcp", "calls": calls}
+                )
+
+        return run(scenario(), timeout=30)
+
+    def received(self) -> list[dict[str, Any]]:
+        if not self.calls_file.exists():
+            return []
+        return [json.loads(line) for line in self.calls_file.read_text().splitlines() if line]
+
+
+def test_sdk_agent_calls_mcp_tools_and_a_denied_call_never_reaches_the_server(
+    sandbox: Sandbox,
+) -> None:
+    setup = Setup(sandbox)
+    public = setup.dir / "public.txt"
+    public.write_text("hello from a file")
+    secret = setup.dir / "secret.txt"
+    secret.write_text("s3cret")
+
+    # The tool directory holds the server's tools under the prefix, with their input schemas.
+    directory = httpx.get(setup.kernel.url + "/v0/tools", params={"prefix": "mcpt"}, timeout=5)
+    directory.raise_for_status()
+    tools = {tool["id"]: tool for tool in directory.json()}
+    assert set(tools) == {"mcpt.echo", "mcpt.add", "mcpt.read_file", "mcpt.fail", "mcpt.blob"}
+    add_schema = tools["mcpt.add"]["input_schema"]
+    assert add_schema["required"] == ["a", "b"]
+    assert add_schema["properties"]["a"]["type"] == "integer"
+    assert tools["mcpt.add"]["description"] == "Adds two integers."
+
+    final = setup.run_calls([
+        {"tool": "echo", "args": {"text": "hi"}},
+        {"tool": "add", "args": {"a": 2, "b": 3}},
+        {"tool": "read_file", "args": {"path": str(public)}},
+        {"tool": "read_file", "args": {"path": str(secret)}},
+        {"tool": "fail", "args": {"reason": "boom"}},
+    ])
+    assert final.status == ExecutionStatus.COMPLETED, final
+    calls = final.output["calls"]
+    assert final.output["tools"] == ["mcpt.add", "mcpt.blob", "mcpt.echo", "mcpt.fail", "mcpt.read_file"]
+    # Structured content is the result as it is (the Python SDK wraps a plain return value
+    # as {"result": value}).
+    assert calls[0] == {"result": {"result": "hi"}}
+    assert calls[1] == {"result": {"sum": 5}}
+    assert calls[2] == {"result": {"result": "hello from a file"}}
+    # The policy's argument predicate applies to the MCP arguments.
+    assert calls[3]["error"] == "PolicyError", calls[3]
+    assert "secrets stay put" in calls[3]["message"]
+    # isError fails the step with the tool's text.
+    assert calls[4]["error"] == "ToolError", calls[4]
+    assert "boom" in calls[4]["message"]
+
+    received = setup.received()
+    assert [call["tool"] for call in received] == ["echo", "add", "read_file", "fail"]
+    assert all(call["arguments"].get("path") != str(secret) for call in received)
+
+    events = setup.kernel.events(final.id)
+    created = [e["payload"]["tool_id"] for e in events if e["type"] == "step.created"]
+    assert created == ["mcpt.echo", "mcpt.add", "mcpt.read_file", "mcpt.fail"]
+    completed = [e for e in events if e["type"] == "step.completed"]
+    assert len(completed) == 3
+    failed = [e["payload"] for e in events if e["type"] == "step.failed"]
+    assert len(failed) == 1 and failed[0].get("retryable") in (None, False)
+
+
+def test_a_large_mcp_result_is_cut_with_a_marker(sandbox: Sandbox) -> None:
+    setup = Setup(sandbox, ["--max-output", "1KiB"])
+    final = setup.run_calls([
+        {"tool": "blob", "args": {"size": 5000}},
+        {"tool": "blob", "args": {"size": 10}},
+    ])
+    assert final.status == ExecutionStatus.COMPLETED, final
+    big, small = final.output["calls"]
+    assert big["result"]["truncated"] is True
+    # The size and the preview are of the result's JSON text ({"result":"xxx…"}).
+    whole = json.dumps({"result": "x" * 5000}, separators=(",", ":"))
+    assert big["result"]["bytes"] == len(whole)
+    assert big["result"]["preview"] == whole[:1024]
+    assert small == {"result": {"result": "x" * 10}}
+
+
+def test_the_runner_refuses_to_start_when_the_server_does_not_initialise(sandbox: Sandbox) -> None:
+    kernel = sandbox.kernel()
+    done = subprocess.run(
+        [
+            str(keel_bin()), "runner", "--mcp", "--url", kernel.url, "--runner-id", "broken",
+            "--", sys.executable, "-c", "import sys; sys.exit(3)",
+        ],
+        capture_output=True, text=True, timeout=40,
+    )
+    assert done.returncode != 0, done
+    assert "the MCP server did not initialise" in done.stderr, done.stderr
+    # Nothing was published under the runner.
+    assert httpx.get(kernel.url + "/v0/tools", timeout=5).json() == []
