@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod limits;
 pub mod usage;
 
 pub use usage::Price;
@@ -100,6 +101,9 @@ pub struct Provider {
     pub prices: BTreeMap<String, Price>,
     /// Whether request and answer bodies are stored on `llm.called` (else digests only).
     pub store_bodies: bool,
+    /// Limits shared by every call to this provider (requests and tokens per minute, 429
+    /// parking, breaker).
+    pub gate: std::sync::Arc<limits::Gate>,
 }
 
 impl Provider {
@@ -123,6 +127,51 @@ struct ProviderFile {
     prices: BTreeMap<String, Price>,
     #[serde(default = "stored")]
     store_bodies: bool,
+    #[serde(default)]
+    limits: Option<LimitsFile>,
+}
+
+/// `limits:` of a provider.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    #[serde(default)]
+    rpm: Option<u32>,
+    #[serde(default)]
+    tpm: Option<u64>,
+    #[serde(default)]
+    max_wait: Option<String>,
+    #[serde(default)]
+    breaker_failures: Option<u32>,
+    #[serde(default)]
+    breaker_cool_down: Option<String>,
+}
+
+impl LimitsFile {
+    fn settings(self, name: &str) -> Result<limits::LimitSettings, String> {
+        let defaults = limits::LimitSettings::default();
+        let duration = |text: Option<String>, default, field: &str| match text {
+            None => Ok(default),
+            Some(text) => keel_actors::policy::rules::parse_duration(&text)
+                .map_err(|error| format!("provider {name}: limits.{field}: {error}")),
+        };
+        if self.rpm == Some(0) || self.tpm == Some(0) {
+            return Err(format!(
+                "provider {name}: limits.rpm and limits.tpm must be greater than zero"
+            ));
+        }
+        Ok(limits::LimitSettings {
+            rpm: self.rpm,
+            tpm: self.tpm,
+            max_wait: duration(self.max_wait, defaults.max_wait, "max_wait")?,
+            breaker_failures: self.breaker_failures.unwrap_or(defaults.breaker_failures),
+            breaker_cool_down: duration(
+                self.breaker_cool_down,
+                defaults.breaker_cool_down,
+                "breaker_cool_down",
+            )?,
+        })
+    }
 }
 
 fn stored() -> bool {
@@ -216,9 +265,14 @@ impl GatewayConfig {
                     ));
                 }
             }
+            let limits = match provider.limits {
+                Some(limits) => limits.settings(&name)?,
+                None => limits::LimitSettings::default(),
+            };
             providers.insert(
                 name.clone(),
                 Provider {
+                    gate: std::sync::Arc::new(limits::Gate::new(limits)),
                     name,
                     format: provider.format,
                     base_url: provider.base_url.trim_end_matches('/').to_owned(),

@@ -27,6 +27,7 @@ use tracing::{debug, warn};
 
 use super::AppState;
 use crate::auth::{Principal, Role};
+use crate::gateway::limits::{self, Held};
 use crate::gateway::usage::{self, EventSplitter, Usage};
 use crate::gateway::{Format, MAX_STORED_BODY_BYTES, Provider};
 
@@ -302,44 +303,107 @@ async fn forward(
         } else {
             (body, false)
         };
-    let mut upstream = gateway
-        .client
-        .post(format!("{}/{}", provider.base_url, route.path()))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(upstream_body);
-    match (&provider.api_key, format) {
-        (Some(key), Format::Openai) => upstream = upstream.bearer_auth(key.expose()),
-        (Some(key), Format::Anthropic) => upstream = upstream.header("x-api-key", key.expose()),
-        (None, _) => {}
-    }
-    if format == Format::Anthropic {
-        let version = headers
-            .get("anthropic-version")
-            .cloned()
-            .unwrap_or_else(|| HeaderValue::from_static(ANTHROPIC_VERSION));
-        upstream = upstream.header("anthropic-version", version);
-        if let Some(beta) = headers.get("anthropic-beta") {
-            upstream = upstream.header("anthropic-beta", beta.clone());
+    let build = || {
+        let mut upstream = gateway
+            .client
+            .post(format!("{}/{}", provider.base_url, route.path()))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(upstream_body.clone());
+        match (&provider.api_key, format) {
+            (Some(key), Format::Openai) => upstream = upstream.bearer_auth(key.expose()),
+            (Some(key), Format::Anthropic) => {
+                upstream = upstream.header("x-api-key", key.expose());
+            }
+            (None, _) => {}
         }
-    }
-    if let Some(accept) = headers.get(header::ACCEPT) {
-        upstream = upstream.header(header::ACCEPT, accept.clone());
-    }
-    let answer = match upstream.send().await {
-        Ok(answer) => answer,
-        Err(error) => {
-            // reqwest's message names the URL, never the key.
-            warn!(provider = %provider.name, error = %error, "LLM gateway: the provider cannot be reached");
-            let message = format!("the LLM provider {} cannot be reached", provider.name);
-            call.finish("unreachable", None, Some(message.clone()))
-                .await;
-            return refusal(
-                format,
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                "upstream_unreachable",
-                &message,
-            );
+        if format == Format::Anthropic {
+            let version = headers
+                .get("anthropic-version")
+                .cloned()
+                .unwrap_or_else(|| HeaderValue::from_static(ANTHROPIC_VERSION));
+            upstream = upstream.header("anthropic-version", version);
+            if let Some(beta) = headers.get("anthropic-beta") {
+                upstream = upstream.header("anthropic-beta", beta.clone());
+            }
+        }
+        if let Some(accept) = headers.get(header::ACCEPT) {
+            upstream = upstream.header(header::ACCEPT, accept.clone());
+        }
+        upstream
+    };
+    // The provider's shared limits: wait for a slot (a parked provider, requests or tokens per
+    // minute), and after a 429 wait for its Retry-After once instead of passing it on.
+    let gate = &provider.gate;
+    let mut retried = false;
+    let answer = loop {
+        if let Err(held) = gate.admit().await {
+            let (status, code, reason, wait) = match held {
+                Held::Throttled(wait) => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    "throttled",
+                    wait,
+                ),
+                Held::Open(wait) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "provider_unavailable",
+                    "breaker",
+                    wait,
+                ),
+            };
+            refused(reason);
+            let message = match held {
+                Held::Throttled(_) => format!(
+                    "provider {} is at its limits; no slot within {} s",
+                    provider.name,
+                    gate.max_wait().as_secs()
+                ),
+                Held::Open(_) => format!(
+                    "provider {} keeps failing; calls pause until its breaker closes",
+                    provider.name
+                ),
+            };
+            let mut response = refusal(format, status, "rate_limit_error", code, &message);
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            if let Ok(value) = HeaderValue::from_str(&seconds.max(1).to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            return response;
+        }
+        match build().send().await {
+            Ok(answer) if answer.status().as_u16() == 429 => {
+                let wait = limits::retry_after(
+                    answer
+                        .headers()
+                        .get(header::RETRY_AFTER)
+                        .and_then(|value| value.to_str().ok()),
+                );
+                gate.answered(Some(429), wait);
+                if !retried && wait.unwrap_or_default() <= gate.max_wait() {
+                    retried = true;
+                    continue;
+                }
+                break answer;
+            }
+            Ok(answer) => {
+                gate.answered(Some(answer.status().as_u16()), None);
+                break answer;
+            }
+            Err(error) => {
+                gate.answered(None, None);
+                // reqwest's message names the URL, never the key.
+                warn!(provider = %provider.name, error = %error, "LLM gateway: the provider cannot be reached");
+                let message = format!("the LLM provider {} cannot be reached", provider.name);
+                call.finish("unreachable", None, Some(message.clone()))
+                    .await;
+                return refusal(
+                    format,
+                    StatusCode::BAD_GATEWAY,
+                    "server_error",
+                    "upstream_unreachable",
+                    &message,
+                );
+            }
         }
     };
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -688,6 +752,7 @@ impl Recorder {
     ) -> Option<LlmCall> {
         let mut call = self.call.take()?;
         if let Some(usage) = self.usage {
+            self.provider.gate.used(usage.total().unwrap_or(0));
             call.input_tokens = usage.input;
             call.output_tokens = usage.output;
             call.cached_tokens = usage.cached;

@@ -28,6 +28,10 @@ const KEY: &str = "sk-provider-key-9f3a";
 #[derive(Default)]
 struct Fake {
     seen: Mutex<Vec<(Option<String>, Bytes)>>,
+    /// Model `busy`: every request within a second of the first is answered 429.
+    busy_until: Mutex<Option<std::time::Instant>>,
+    /// 429s given for model `busy`.
+    busy_refusals: std::sync::atomic::AtomicUsize,
     /// Released by the test once it has read the stream's first chunk.
     first_chunk_read: Notify,
 }
@@ -59,6 +63,22 @@ async fn fake_chat(
         )
             .into_response()
     };
+    if model.as_deref() == Some("busy") {
+        let now = std::time::Instant::now();
+        let mut until = fake.busy_until.lock().expect("lock");
+        let busy_until = *until.get_or_insert(now + Duration::from_secs(1));
+        if now < busy_until {
+            fake.busy_refusals
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let error = json!({"error": {"message": "busy", "type": "rate_limit", "code": 429}});
+            return (
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                [("content-type", "application/json"), ("retry-after", "1")],
+                error.to_string(),
+            )
+                .into_response();
+        }
+    }
     match model.as_deref() {
         Some("rate-limited") => return refusal(429),
         Some("broken") => return refusal(500),
@@ -137,7 +157,7 @@ async fn kernel_with(
 ) -> TestKernel {
     let gateway = base_url.map(|base_url| {
         let yaml = format!(
-            "providers:\n  openai:\n    format: openai\n    base_url: {base_url}\n    api_key_env: FAKE_KEY\n    prices:\n      gpt-test: {{input: 2.0, output: 10.0}}\n"
+            "providers:\n  openai:\n    format: openai\n    base_url: {base_url}\n    api_key_env: FAKE_KEY\n    prices:\n      gpt-test: {{input: 2.0, output: 10.0}}\n    limits:\n      max_wait: 2s\n"
         );
         let config = GatewayConfig::parse(&yaml, Path::new("."), |_| Some(KEY.to_owned()))
             .expect("valid gateway configuration");
@@ -349,15 +369,16 @@ async fn provider_errors_come_back_unchanged_and_an_unreachable_provider_is_a_50
             .json(&json!({"model": model, "messages": []}))
             .send()
     };
+    let broken = call("broken").await.expect("sent");
+    assert_eq!(broken.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let fine = call("gpt-test").await.expect("sent");
+    assert_eq!(fine.status(), StatusCode::OK);
+    // A Retry-After longer than the provider's max_wait (2 s here): passed on as it came.
     let limited = call("rate-limited").await.expect("sent");
     assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(limited.headers()["retry-after"], "7");
     let body: Value = limited.json().await.expect("JSON");
     assert_eq!(body["error"]["message"], "scripted");
-    let broken = call("broken").await.expect("sent");
-    assert_eq!(broken.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    let fine = call("gpt-test").await.expect("sent");
-    assert_eq!(fine.status(), StatusCode::OK);
     assert_eq!(fake.seen.lock().expect("lock").len(), 3);
 
     // A provider nobody listens on: a port bound, then released.
@@ -941,4 +962,146 @@ async fn anthropic_messages_and_openai_embeddings_are_forwarded_and_recorded() {
     );
     assert_eq!(calls[1]["stream"], true);
     assert_eq!(calls[2]["model"], "emb-1");
+}
+
+#[tokio::test]
+async fn a_429_parks_the_provider_so_callers_wait_once_instead_of_retrying_into_it() {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let kernel = kernel_with(Some(&base_url), Some(TOKEN), |_| {}).await;
+    let execution = kernel.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id").to_owned();
+    let call = |kernel: &TestKernel| {
+        let request = kernel
+            .client
+            .post(kernel.url(&chat_path(&id, "openai")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"model": "busy", "messages": []}));
+        async move { request.send().await.expect("sent").status() }
+    };
+    let started = std::time::Instant::now();
+    let first = call(&kernel);
+    let others = async {
+        // Once the provider has answered the first call's 429, more callers arrive.
+        crate::harness::eventually("the first 429", || async {
+            (fake.busy_refusals.load(std::sync::atomic::Ordering::SeqCst) > 0).then_some(())
+        })
+        .await;
+        futures::future::join_all((0..5).map(|_| call(&kernel))).await
+    };
+    let (first, others) = tokio::join!(first, others);
+    assert_eq!(
+        first,
+        StatusCode::OK,
+        "the parked call went again after Retry-After"
+    );
+    assert!(
+        others.iter().all(|status| *status == StatusCode::OK),
+        "{others:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(
+        fake.busy_refusals.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "callers arriving while parked waited instead of calling the provider"
+    );
+    assert_eq!(
+        fake.seen.lock().expect("lock").len(),
+        7,
+        "one 429, its retry, five calls"
+    );
+}
+
+#[tokio::test]
+async fn requests_per_minute_and_the_breaker_hold_calls_before_the_provider() {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let yaml = format!(
+        "providers:\n  openai:\n    format: openai\n    base_url: {base_url}\n    limits:\n      rpm: 3\n      max_wait: 1s\n      breaker_failures: 2\n      breaker_cool_down: 1m\n"
+    );
+    let config = GatewayConfig::parse(&yaml, Path::new("."), |_| None).expect("valid");
+    let kernel = TestKernel::start_with(Options {
+        settings: HttpSettings {
+            bearer_token: Some(TOKEN.to_owned()),
+            gateway: Some(Arc::new(Gateway::new(config).expect("gateway"))),
+            ..HttpSettings::default()
+        },
+        ..Options::default()
+    })
+    .await;
+    let execution = kernel.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id");
+    let call = |model: &'static str| {
+        let request = kernel
+            .client
+            .post(kernel.url(&chat_path(id, "openai")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"model": model, "messages": []}));
+        async move { request.send().await.expect("sent") }
+    };
+    assert_eq!(call("gpt-test").await.status(), StatusCode::OK);
+    // Two failures in a row open the breaker: the next call is not sent.
+    assert_eq!(
+        call("broken").await.status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        call("broken").await.status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    let open = call("gpt-test").await;
+    assert_eq!(open.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(open.headers().contains_key("retry-after"));
+    let body: Value = open.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "provider_unavailable");
+    assert_eq!(
+        fake.seen.lock().expect("lock").len(),
+        3,
+        "the open breaker sent nothing"
+    );
+    let metrics = scrape(&kernel).await;
+    assert!(
+        metrics.contains("keel_llm_refused_total{reason=\"breaker\"} 1"),
+        "{metrics}"
+    );
+
+    // Three requests in this minute already: a fourth would wait past max_wait (1 s).
+    let kernel2 = kernel_with_rpm(&base_url).await;
+    let execution = kernel2.create("llm-agent", json!({})).await;
+    let id = execution["id"].as_str().expect("id");
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let response = kernel2
+            .client
+            .post(kernel2.url(&chat_path(id, "openai")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"model": "gpt-test", "messages": []}))
+            .send()
+            .await
+            .expect("sent");
+        statuses.push(response.status());
+    }
+    assert_eq!(
+        statuses,
+        vec![StatusCode::OK; 2]
+            .into_iter()
+            .chain([StatusCode::TOO_MANY_REQUESTS])
+            .collect::<Vec<_>>()
+    );
+}
+
+async fn kernel_with_rpm(base_url: &str) -> TestKernel {
+    let yaml = format!(
+        "providers:\n  openai:\n    format: openai\n    base_url: {base_url}\n    limits:\n      rpm: 2\n      max_wait: 1s\n"
+    );
+    let config = GatewayConfig::parse(&yaml, Path::new("."), |_| None).expect("valid");
+    TestKernel::start_with(Options {
+        settings: HttpSettings {
+            bearer_token: Some(TOKEN.to_owned()),
+            gateway: Some(Arc::new(Gateway::new(config).expect("gateway"))),
+            ..HttpSettings::default()
+        },
+        ..Options::default()
+    })
+    .await
 }
