@@ -28,12 +28,16 @@ pub use batch::{
     many_executions_in_one_batch_are_all_or_nothing, resume, resumed_to, with_step,
 };
 pub use creation::{
-    a_creation_key_names_one_execution, pending_and_running_executions_carry_their_labels,
+    a_creation_key_names_one_execution, a_nul_in_one_input_leaves_the_agents_queue_readable,
+    pending_and_running_executions_carry_their_labels,
     pending_queue_lists_an_agents_pending_executions_with_priorities,
     running_executions_lists_an_agents_running_and_blocked_executions,
 };
 pub use feed::{the_feed_reads_every_execution_in_position_order, webhook_positions_round_trip};
-pub use runner_results::runner_results_since_names_the_runner_of_each_remote_result;
+pub use runner_results::{
+    a_nul_in_a_result_leaves_the_runner_results_readable,
+    runner_results_since_names_the_runner_of_each_remote_result,
+};
 pub use tool_calls::{
     active_local_steps_counts_unfinished_local_steps_of_a_tool, step_row,
     tool_calls_since_lists_allowed_calls_oldest_first,

@@ -80,11 +80,12 @@ pub(super) async fn postgres_pending(
     readers: &PgPool,
     agent_id: &str,
 ) -> Result<Vec<PendingRow>, sqlx::Error> {
+    let priority = format!(
+        "COALESCE(({})::BIGINT, 0)",
+        super::pg_json_text("e.payload", "priority")
+    );
     let sql = PENDING
-        .replace(
-            "{priority}",
-            "COALESCE((e.payload ->> 'priority')::BIGINT, 0)",
-        )
+        .replace("{priority}", &priority)
         .replace("{labels}", "x.labels::text")
         .replace("{pending}", super::PENDING)
         .replace("{agent}", "$1");

@@ -65,6 +65,23 @@ pub(crate) const PG_NON_TERMINAL: &str = "phase IN ('pending', 'active')";
 /// migration 0007, SQLite's 0009).
 pub(crate) const PENDING: &str = "phase = 'pending'";
 
+/// PostgreSQL: the text of the top-level `key` of the `json` column `column`, NULL when absent.
+///
+/// `->>` over a `json` value de-escapes every string of the document, and PostgreSQL cannot
+/// de-escape `\u0000` (a NUL a client may put in any input, argument or error), so a plain
+/// `column ->> 'key'` fails on such a row and with it the whole read of every other row. A
+/// document that holds the escape has it rewritten to `\uFFFD` first: the escape and its
+/// replacement have the same shape, so the text stays valid JSON wherever the six characters
+/// stand (also after an escaped backslash), and only the values that held a NUL change.
+/// Documents without it (all but hostile ones) are read as before.
+pub(crate) fn pg_json_text(column: &str, key: &str) -> String {
+    format!(
+        "(CASE WHEN strpos({column}::text, E'\\\\u0000') > 0 \
+         THEN replace({column}::text, E'\\\\u0000', E'\\\\uFFFD')::json ->> '{key}' \
+         ELSE {column} ->> '{key}' END)"
+    )
+}
+
 /// The `phase` column value of a status (PostgreSQL's migration 0007, SQLite's 0009): running
 /// and blocked executions are `active`, every other status is its own phase.
 pub(crate) fn phase(status: keel_actors::status::ExecutionStatus) -> &'static str {

@@ -134,8 +134,8 @@ pub(super) async fn postgres_runners(
 ) -> Result<Vec<Row>, sqlx::Error> {
     let sql = runner_sql(
         "to_char(e.timestamp AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
-        "d.payload ->> 'runner_id'",
-        "e.payload ->> 'error'",
+        &super::pg_json_text("d.payload", "runner_id"),
+        &super::pg_json_text("e.payload", "error"),
         "$1::timestamptz",
     );
     sqlx::query_as::<_, Row>(&sql)

@@ -214,3 +214,34 @@ pub async fn pending_and_running_executions_carry_their_labels(store: Arc<dyn St
         ]
     );
 }
+
+/// A NUL (`\u0000`) in one execution's input breaks no read of the agent's queue: the other
+/// pending executions, and the one holding it, are listed with their priorities (PostgreSQL
+/// cannot de-escape the NUL in a `json` value, and a plain `->>` failed the whole read).
+pub async fn a_nul_in_one_input_leaves_the_agents_queue_readable(store: Arc<dyn Store>) {
+    commit_each(&store, &[keyed("exec-1", "a", 1, 4, None)]).await;
+    let mut poisoned = keyed("exec-2", "a", 2, 9, None);
+    if let EventBody::ExecutionCreated { input, .. } = &mut poisoned.events[0].body {
+        *input = serde_json::json!({ "text": "a\u{0}b", "raw": "\\u0000", "nested": ["\u{0}"] });
+    }
+    commit_each(&store, &[poisoned]).await;
+    commit_each(&store, &[keyed("exec-3", "a", 3, -1, None)]).await;
+    let queue = store.pending_queue(&"a".into()).await.expect("read");
+    let ids: Vec<(&str, i64)> = queue
+        .iter()
+        .map(|entry| (entry.id.as_str(), entry.priority))
+        .collect();
+    assert_eq!(ids, [("exec-1", 4), ("exec-2", 9), ("exec-3", -1)]);
+    let events = store
+        .events(&ExecutionId::new("exec-2"), 0, 10)
+        .await
+        .expect("events read");
+    let EventBody::ExecutionCreated { input, .. } = &events[0].body else {
+        panic!("first event: {:?}", events[0].body);
+    };
+    assert_eq!(
+        input,
+        &serde_json::json!({ "text": "a\u{0}b", "raw": "\\u0000", "nested": ["\u{0}"] }),
+        "the input reads back unchanged"
+    );
+}

@@ -116,3 +116,37 @@ pub async fn runner_results_since_names_the_runner_of_each_remote_result(store: 
         [result("r2", true, 20), result("r1", false, 30)]
     );
 }
+
+/// A NUL (`\u0000`) in a runner's error or in a dispatch's job id breaks no read of the
+/// runner results: every result is listed, and a lost runner's failure is still left out.
+pub async fn a_nul_in_a_result_leaves_the_runner_results_readable(store: Arc<dyn Store>) {
+    let mut row = create(&store, "exec-n", "agent-n", &[], at(1)).await;
+    for (micros, step) in [(2, "poisoned"), (3, "clean"), (4, "lost")] {
+        row = call(&store, &row, step, "index", at(micros), false).await;
+    }
+    let dispatches = vec![
+        dispatched("poisoned", "r1", "j\u{0}1"),
+        dispatched("clean", "r2", "j2"),
+        dispatched("lost", "r3", "j3"),
+    ];
+    row = append(&store, &row, 10, dispatches).await;
+    let ends = vec![
+        failed("poisoned", "bad \u{0} byte \\u0000", false),
+        completed("clean"),
+        failed(
+            "lost",
+            &format!("{} \u{0}", keel_actors::execution::RUNNER_LOST_ERROR),
+            true,
+        ),
+    ];
+    append(&store, &row, 20, ends).await;
+    let result = |runner: &str, success: bool| RunnerToolResult {
+        runner_id: runner.into(),
+        success,
+        at: at(20),
+    };
+    assert_eq!(
+        store.runner_results_since(at(0)).await.expect("read"),
+        [result("r1", false), result("r2", true)]
+    );
+}

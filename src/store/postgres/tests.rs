@@ -71,6 +71,8 @@ conformance_on_postgres!(
     webhook_positions_round_trip,
     tool_results_since_lists_step_results_oldest_first,
     runner_results_since_names_the_runner_of_each_remote_result,
+    a_nul_in_a_result_leaves_the_runner_results_readable,
+    a_nul_in_one_input_leaves_the_agents_queue_readable,
     many_executions_in_one_batch_are_all_or_nothing,
     a_group_writes_every_commit_but_the_failing_ones,
     a_clean_group_answers_ok_for_each_commit,
