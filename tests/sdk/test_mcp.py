@@ -12,13 +12,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
 from rebuno import Client
 from rebuno.types import ExecutionStatus
 
-from harness import AGENTS, Kernel, Proc, Sandbox, keel_bin, run, unique
+from harness import AGENTS, Kernel, Proc, Sandbox, keel_bin, run, unique, wait_until
 
 PREFIX = "mcpt."
 SERVER = [sys.executable, str(AGENTS / "mcp_server.py")]
@@ -48,7 +49,7 @@ class Setup:
         self.dir = sandbox.workdir
         policy = self.dir / "policy.yaml"
         policy.write_text(POLICY)
-        self.kernel: Kernel = sandbox.kernel("--policy", str(policy))
+        self.kernel: Kernel = sandbox.kernel("--policy", str(policy), "--retry-base-delay", "100ms")
         self.calls_file = self.dir / "mcp-calls.jsonl"
         self.runner = self.start_runner(runner_flags or [])
         # The SDK resolves remote.Tools("mcpt") when it starts: after the runner published.
@@ -103,7 +104,10 @@ def test_sdk_agent_calls_mcp_tools_and_a_denied_call_never_reaches_the_server(
     directory = httpx.get(setup.kernel.url + "/v0/tools", params={"prefix": "mcpt"}, timeout=5)
     directory.raise_for_status()
     tools = {tool["id"]: tool for tool in directory.json()}
-    assert set(tools) == {"mcpt.echo", "mcpt.add", "mcpt.read_file", "mcpt.fail", "mcpt.blob"}
+    assert set(tools) == {
+        "mcpt.echo", "mcpt.add", "mcpt.read_file", "mcpt.fail", "mcpt.blob", "mcpt.slow",
+        "mcpt.stubborn", "mcpt.crash_once", "mcpt.pid",
+    }
     add_schema = tools["mcpt.add"]["input_schema"]
     assert add_schema["required"] == ["a", "b"]
     assert add_schema["properties"]["a"]["type"] == "integer"
@@ -118,7 +122,7 @@ def test_sdk_agent_calls_mcp_tools_and_a_denied_call_never_reaches_the_server(
     ])
     assert final.status == ExecutionStatus.COMPLETED, final
     calls = final.output["calls"]
-    assert final.output["tools"] == ["mcpt.add", "mcpt.blob", "mcpt.echo", "mcpt.fail", "mcpt.read_file"]
+    assert "mcpt.read_file" in final.output["tools"]
     # Structured content is the result as it is (the Python SDK wraps a plain return value
     # as {"result": value}).
     assert calls[0] == {"result": {"result": "hi"}}
@@ -131,7 +135,7 @@ def test_sdk_agent_calls_mcp_tools_and_a_denied_call_never_reaches_the_server(
     assert calls[4]["error"] == "ToolError", calls[4]
     assert "boom" in calls[4]["message"]
 
-    received = setup.received()
+    received = [call for call in setup.received() if call["event"] == "call"]
     assert [call["tool"] for call in received] == ["echo", "add", "read_file", "fail"]
     assert all(call["arguments"].get("path") != str(secret) for call in received)
 
@@ -173,3 +177,90 @@ def test_the_runner_refuses_to_start_when_the_server_does_not_initialise(sandbox
     assert "the MCP server did not initialise" in done.stderr, done.stderr
     # Nothing was published under the runner.
     assert httpx.get(kernel.url + "/v0/tools", timeout=5).json() == []
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def start_call(setup: Setup, tool: str, args: dict[str, Any]) -> str:
+    body = {"agent_id": setup.agent_id, "input": {"op": "mcp", "calls": [{"tool": tool, "args": args}]}}
+    r = httpx.post(setup.kernel.url + "/v0/executions", json=body, timeout=5)
+    r.raise_for_status()
+    return r.json()["id"]
+
+
+def wait_received(setup: Setup, tool: str, event: str = "call") -> dict[str, Any]:
+    return wait_until(
+        f"{tool} {event} at the server",
+        lambda: next(
+            (c for c in setup.received() if c["tool"] == tool and c["event"] == event), None
+        ),
+        15,
+    )
+
+
+def cancel(setup: Setup, execution_id: str) -> None:
+    r = httpx.post(f"{setup.kernel.url}/v0/executions/{execution_id}/cancel", timeout=5)
+    r.raise_for_status()
+    setup.kernel.wait_status(execution_id, "cancelled", timeout=10)
+
+
+def test_a_cancelled_call_reaches_the_server_as_a_cancellation(sandbox: Sandbox) -> None:
+    setup = Setup(sandbox)
+    execution_id = start_call(setup, "slow", {"seconds": 60})
+    started = wait_received(setup, "slow")
+    cancel(setup, execution_id)
+    # The server got notifications/cancelled and stopped the tool.
+    stopped = wait_received(setup, "slow", "cancelled")
+    assert stopped["pid"] == started["pid"]
+    # It answered the ping after the grace, so it keeps running and serves the next call.
+    setup.runner.wait_for_log("MCP call cancelled")
+    final = setup.run_calls([{"tool": "pid", "args": {}}])
+    assert final.output["calls"] == [{"result": {"result": started["pid"]}}]
+    assert "did not answer a ping" not in setup.runner.log.read_text()
+
+
+def test_a_server_stuck_in_a_cancelled_call_is_killed_and_started_again(sandbox: Sandbox) -> None:
+    setup = Setup(sandbox)
+    execution_id = start_call(setup, "stubborn", {"seconds": 300})
+    started = wait_received(setup, "stubborn")
+    cancel(setup, execution_id)
+    # No answer to the ping within the grace (1s): the process group is killed.
+    setup.runner.wait_for_log("did not answer a ping after a cancelled call", timeout=15)
+    wait_until("the stuck server to be gone", lambda: not alive(started["pid"]), 10)
+    # The next call starts a new server.
+    final = setup.run_calls([{"tool": "pid", "args": {}}])
+    [call] = final.output["calls"]
+    new_pid = call["result"]["result"]
+    assert new_pid != started["pid"] and alive(new_pid)
+
+
+def test_a_crashed_server_fails_the_call_retryably_and_is_started_again(sandbox: Sandbox) -> None:
+    setup = Setup(sandbox)
+    marker = setup.dir / "crashed-once"
+    final = setup.run_calls([{"tool": "crash_once", "args": {"marker": str(marker)}}])
+    assert final.status == ExecutionStatus.COMPLETED, final
+    # The kernel ran the step again on the restarted server.
+    assert final.output["calls"] == [{"result": {"result": "survived"}}]
+    crashes = [c for c in setup.received() if c["tool"] == "crash_once"]
+    assert len(crashes) == 2 and crashes[0]["pid"] != crashes[1]["pid"]
+    assert not alive(crashes[0]["pid"])
+    events = setup.kernel.events(final.id)
+    failed = [e["payload"] for e in events if e["type"] == "step.failed"]
+    assert failed and failed[0]["retryable"] is True, failed
+    assert "went away" in failed[0]["error"]
+
+
+def test_stopping_the_runner_leaves_no_server_process(sandbox: Sandbox) -> None:
+    setup = Setup(sandbox)
+    final = setup.run_calls([{"tool": "pid", "args": {}}])
+    server_pid = final.output["calls"][0]["result"]["result"]
+    assert alive(server_pid)
+    setup.runner.stop(grace=10)
+    assert not alive(server_pid)

@@ -232,10 +232,11 @@ async fn job_outcome(shared: &Shared, job: &Job, cancel: &CancellationToken) -> 
 }
 
 /// Runs a job as an MCP `tools/call`; `None` when the kernel cancelled the job. Leaving the
-/// call (cancel, time limit, shutdown) drops it, which sends `notifications/cancelled`.
+/// call (cancel, time limit) drops it, which sends `notifications/cancelled`; the server is
+/// then checked for being stuck in it ([`McpServer::after_cancel`]).
 async fn mcp_outcome(
     shared: &Shared,
-    server: &McpServer,
+    server: &Arc<McpServer>,
     job: &Job,
     limit: Option<TimeLimit>,
     cancel: &CancellationToken,
@@ -248,8 +249,13 @@ async fn mcp_outcome(
     };
     let outcome = tokio::select! {
         outcome = server.call(&job.tool_id, &job.arguments) => outcome,
-        () = cancel.cancelled() => return None,
+        () = cancel.cancelled() => {
+            tracing::info!(job_id = job.id, "MCP call cancelled");
+            tokio::spawn(server.clone().after_cancel());
+            return None;
+        }
         () = time_limit => {
+            tokio::spawn(server.clone().after_cancel());
             let why = limit.map(|limit| limit.why).unwrap_or_default();
             Outcome::failure(format!("MCP call cancelled: {why}"), shared.worker_failures_retryable)
         }

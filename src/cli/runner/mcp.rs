@@ -3,18 +3,24 @@
 //! only the allowed environment, initialised with the official Rust MCP SDK (`rmcp`), and its
 //! tools are published as Keel tools (`<prefix><name>`, with the server's input schemas). A job
 //! becomes one `tools/call`; the result is mapped by [`super::mcp_result`]. Dropping a call
-//! (the kernel cancelled the job) sends `notifications/cancelled`. A server that exits is
-//! started again by the next job; the job it was running fails as retryable.
+//! (the kernel cancelled the job, or its time is up) sends `notifications/cancelled`; if the
+//! server then does not answer a `ping` within the kill grace, it is taken for stuck in the
+//! cancelled call and its process group is killed. A server that exits (or was killed) is
+//! started again by the next job, after a backoff that grows with consecutive crashes; the
+//! jobs it was running fail as retryable.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use rmcp::model::CallToolRequestParams;
+
+use rmcp::model::{CallToolRequestParams, ClientRequest, PingRequest};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Value, json};
@@ -28,6 +34,10 @@ use super::protocol::Outcome;
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest run of `tools/list` pages followed (a server that never stops paging is refused).
 const MAX_LIST_PAGES: usize = 100;
+/// First pause before starting a crashed server again; doubled per crash up to [`RESTART_MAX`].
+const RESTART_MIN: Duration = Duration::from_millis(500);
+/// Longest pause before starting a crashed server again.
+const RESTART_MAX: Duration = Duration::from_secs(30);
 
 /// How the MCP server is started, fixed when the runner starts.
 #[derive(Clone, Debug)]
@@ -64,12 +74,23 @@ struct Live {
     service: RunningService<RoleClient, ()>,
     child: Child,
     group: Option<Pid>,
+    /// Counts the servers started, to tell this one from its successors.
+    generation: u64,
+}
+
+/// The running server, if any.
+#[derive(Default)]
+struct State {
+    live: Option<Live>,
+    generations: u64,
 }
 
 /// The MCP server behind a runner: started on demand, shared by all jobs.
 pub struct McpServer {
     spec: ServerSpec,
-    live: Mutex<Option<Live>>,
+    state: Mutex<State>,
+    /// Crashes (exits, failed starts) since the last call that got an answer.
+    crashes: AtomicU32,
     /// Keel tool id → MCP tool name, of the published tools.
     names: HashMap<String, String>,
 }
@@ -102,6 +123,7 @@ impl McpServer {
         let mut live = tokio::time::timeout(STARTUP_TIMEOUT, connect(&spec))
             .await
             .map_err(|_| McpError::Timeout(STARTUP_TIMEOUT))??;
+        live.generation = 1;
         let listed = match tokio::time::timeout(STARTUP_TIMEOUT, list_tools(&live)).await {
             Ok(Ok(listed)) => listed,
             Ok(Err(error)) => {
@@ -120,7 +142,11 @@ impl McpServer {
             .collect();
         let server = Self {
             spec,
-            live: Mutex::new(Some(live)),
+            state: Mutex::new(State {
+                live: Some(live),
+                generations: 1,
+            }),
+            crashes: AtomicU32::new(0),
             names,
         };
         Ok((server, tools))
@@ -142,13 +168,17 @@ impl McpServer {
                 );
             }
         };
-        let peer = match self.peer().await {
+        let (peer, generation) = match self.peer().await {
             Ok(peer) => peer,
             Err(error) => return Outcome::failure(error.to_string(), true),
         };
         let mut params = CallToolRequestParams::new(name.clone());
         params.arguments = arguments;
-        match peer.call_tool(params).await {
+        let result = peer.call_tool(params).await;
+        if result.is_ok() {
+            self.crashes.store(0, Ordering::Relaxed);
+        }
+        match result {
             Ok(result) => match serde_json::to_value(&result) {
                 Ok(result) => mcp_result::outcome(&result, self.spec.max_output),
                 Err(error) => Outcome::failure(format!("unreadable MCP result: {error}"), false),
@@ -158,51 +188,120 @@ impl McpServer {
                 false,
             ),
             Err(error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
-                self.forget_if_closed().await;
+                self.forget(generation).await;
                 Outcome::failure(format!("the MCP server went away: {error}"), true)
             }
             Err(error) => Outcome::failure(format!("MCP call failed: {error}"), true),
         }
     }
 
+    /// After a call was cancelled (its future dropped, which sent `notifications/cancelled`):
+    /// waits the kill grace, then pings the server; one that does not answer within the grace
+    /// is stuck in the cancelled call, so its process group is killed and the next job starts
+    /// it again.
+    pub async fn after_cancel(self: Arc<Self>) {
+        let (peer, generation) = {
+            let state = self.state.lock().await;
+            match &state.live {
+                Some(live) => (live.service.peer().clone(), live.generation),
+                None => return,
+            }
+        };
+        let grace = self.spec.kill_grace;
+        tokio::time::sleep(grace).await;
+        let ping = ClientRequest::PingRequest(PingRequest::default());
+        let answered = matches!(
+            tokio::time::timeout(grace, peer.send_request(ping)).await,
+            Ok(Ok(_))
+        );
+        if answered {
+            return;
+        }
+        let mut state = self.state.lock().await;
+        if let Some(live) = state.live.as_mut()
+            && live.generation == generation
+        {
+            tracing::warn!(
+                pid = ?live.group,
+                "the MCP server did not answer a ping after a cancelled call; killing its process group"
+            );
+            stop(live, grace).await;
+            state.live = None;
+        }
+    }
+
     /// Stops the server: SIGTERM to its group, SIGKILL after the grace.
     pub async fn shutdown(&self) {
-        if let Some(mut live) = self.live.lock().await.take() {
+        if let Some(mut live) = self.state.lock().await.live.take() {
             stop(&mut live, self.spec.kill_grace).await;
         }
     }
 
-    /// The session's peer, starting the server again when it is gone.
-    async fn peer(&self) -> Result<rmcp::Peer<RoleClient>, McpError> {
-        let mut live = self.live.lock().await;
-        if let Some(current) = live.as_mut()
+    /// The session's peer and its generation, starting the server again when it is gone
+    /// (after a backoff when it crashed).
+    async fn peer(&self) -> Result<(rmcp::Peer<RoleClient>, u64), McpError> {
+        let mut state = self.state.lock().await;
+        if let Some(current) = state.live.as_mut()
             && current.service.is_closed()
         {
-            tracing::warn!("the MCP server went away; starting it again");
+            tracing::warn!(pid = ?current.group, "the MCP server went away");
             stop(current, self.spec.kill_grace).await;
-            *live = None;
+            state.live = None;
+            self.crashes.fetch_add(1, Ordering::Relaxed);
         }
-        if live.is_none() {
-            let started = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.spec))
-                .await
-                .map_err(|_| McpError::Timeout(STARTUP_TIMEOUT))??;
-            *live = Some(started);
+        if state.live.is_none() {
+            let crashes = self.crashes.load(Ordering::Relaxed);
+            if crashes > 0 {
+                let delay = restart_delay(crashes);
+                tracing::info!(
+                    crashes,
+                    ?delay,
+                    "starting the MCP server again after a pause"
+                );
+                tokio::time::sleep(delay).await;
+            }
+            let started = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.spec)).await;
+            let mut live = match started {
+                Ok(Ok(live)) => live,
+                Ok(Err(error)) => {
+                    self.crashes.fetch_add(1, Ordering::Relaxed);
+                    return Err(error);
+                }
+                Err(_) => {
+                    self.crashes.fetch_add(1, Ordering::Relaxed);
+                    return Err(McpError::Timeout(STARTUP_TIMEOUT));
+                }
+            };
+            state.generations += 1;
+            live.generation = state.generations;
+            state.live = Some(live);
         }
-        live.as_ref()
-            .map(|live| live.service.peer().clone())
+        state
+            .live
+            .as_ref()
+            .map(|live| (live.service.peer().clone(), live.generation))
             .ok_or_else(|| McpError::Initialize("no session".to_owned()))
     }
 
-    /// Drops the session when its transport is closed, killing what is left of the process.
-    async fn forget_if_closed(&self) {
-        let mut live = self.live.lock().await;
-        if let Some(current) = live.as_mut()
-            && current.service.is_closed()
+    /// Drops the session of `generation` (its transport closed), killing what is left of
+    /// the process; counts a crash.
+    async fn forget(&self, generation: u64) {
+        let mut state = self.state.lock().await;
+        if let Some(current) = state.live.as_mut()
+            && current.generation == generation
         {
+            tracing::warn!(pid = ?current.group, "the MCP server went away");
             stop(current, self.spec.kill_grace).await;
-            *live = None;
+            state.live = None;
+            self.crashes.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Pause before the start that follows `crashes` crashes in a row.
+fn restart_delay(crashes: u32) -> Duration {
+    let doublings = crashes.saturating_sub(1).min(16);
+    (RESTART_MIN * 2_u32.pow(doublings)).min(RESTART_MAX)
 }
 
 /// Starts the process and runs the MCP handshake over its stdio.
@@ -236,6 +335,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 service,
                 child,
                 group,
+                generation: 0,
             })
         }
         Err(error) => {
@@ -358,5 +458,42 @@ async fn stop(live: &mut Live, grace: Duration) {
 fn signal_group(group: Option<Pid>, signal: Signal) {
     if let Some(group) = group {
         let _ = killpg(group, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_from_half_a_second_to_thirty() {
+        assert_eq!(restart_delay(1), Duration::from_millis(500));
+        assert_eq!(restart_delay(2), Duration::from_secs(1));
+        assert_eq!(restart_delay(4), Duration::from_secs(4));
+        assert_eq!(restart_delay(10), RESTART_MAX);
+        assert_eq!(restart_delay(u32::MAX), RESTART_MAX);
+    }
+
+    #[test]
+    fn tools_are_prefixed_filtered_and_deduplicated() {
+        let listed = vec![
+            json!({ "name": "read", "description": "Reads.", "inputSchema": { "type": "object", "properties": { "p": {} } } }),
+            json!({ "name": "read", "description": "again" }),
+            json!({ "name": "bad name" }),
+            json!({ "name": "a,b" }),
+            json!({ "description": "no name" }),
+            json!({ "name": "write" }),
+        ];
+        let tools = publishable(listed.clone(), "fs.", &[]);
+        let ids: Vec<&str> = tools.iter().map(|tool| tool.id.as_str()).collect();
+        assert_eq!(ids, ["fs.read", "fs.write"]);
+        assert_eq!(tools[0].description, "Reads.");
+        assert_eq!(
+            tools[1].input_schema,
+            json!({ "type": "object", "properties": {} })
+        );
+        let only = publishable(listed, "", &["write".to_owned()]);
+        assert_eq!(only.len(), 1);
+        assert_eq!(only[0].id, "write");
     }
 }

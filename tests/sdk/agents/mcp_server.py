@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
+
+import anyio
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -17,11 +20,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 server = MCPServer("keel-test")
 
 
-def count(tool: str, **arguments: Any) -> None:
+def count(tool: str, event: str = "call", **arguments: Any) -> None:
     path = os.environ.get("MCP_CALLS_FILE")
     if path:
+        line = {"tool": tool, "event": event, "pid": os.getpid(), "arguments": arguments}
         with open(path, "a", encoding="utf-8") as calls:
-            calls.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+            calls.write(json.dumps(line) + "\n")
 
 
 @server.tool(description="Returns the text it is given.")
@@ -53,6 +57,39 @@ def fail(reason: str) -> str:
 def blob(size: int) -> str:
     count("blob", size=size)
     return "x" * size
+
+
+@server.tool(description="Sleeps cooperatively; a cancellation stops it (and is recorded).")
+async def slow(seconds: float) -> str:
+    count("slow", seconds=seconds)
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        count("slow", event="cancelled")
+        raise
+    return "slept"
+
+
+@server.tool(description="Blocks the whole server, ignoring any cancellation.")
+async def stubborn(seconds: float) -> str:
+    count("stubborn", seconds=seconds)
+    time.sleep(seconds)
+    return "done"
+
+
+@server.tool(description="Kills the server the first time (marker file absent), then answers.")
+def crash_once(marker: str) -> str:
+    count("crash_once", marker=marker)
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return "survived"
+
+
+@server.tool(description="Returns the server's process id.")
+def pid() -> int:
+    count("pid")
+    return os.getpid()
 
 
 if __name__ == "__main__":
