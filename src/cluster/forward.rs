@@ -31,6 +31,11 @@ pub const FORWARDED_BY: &str = "keel-forwarded-by";
 /// How long connecting to the owner may take before the client gets a 503.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long the owner may take to start answering (its status and headers; a stream's body
+/// may then last): a paused owner's socket still accepts connections, and the client gets a
+/// 503 after this instead of waiting for it to resume.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Most tries at an id in a held partition before giving up (with P/N held, one in N ids fits).
 const ID_TRIES: usize = 4096;
 
@@ -229,16 +234,24 @@ async fn relay(routing: &Routing, route: Route, request: Request) -> Response {
     if let Ok(value) = HeaderValue::from_str(&routing.node_id) {
         headers.insert(HeaderName::from_static(FORWARDED_BY), value);
     }
-    let sent = routing
+    let send = routing
         .client
         .request(parts.method, &url)
         .headers(headers)
         .body(reqwest::Body::wrap_stream(body.into_data_stream()))
-        .send()
-        .await;
+        .send();
+    let sent = tokio::time::timeout(ANSWER_TIMEOUT, send).await;
     let answer = match sent {
-        Ok(answer) => answer,
-        Err(error) => {
+        Ok(Ok(answer)) => answer,
+        Err(_) => {
+            tracing::warn!(owner = %route.node, "the owning kernel did not answer a forwarded request in time");
+            return ApiError::Unavailable(format!(
+                "the kernel owning this execution ({}) did not answer in time; retry in a second",
+                route.node
+            ))
+            .into_response();
+        }
+        Ok(Err(error)) => {
             tracing::warn!(owner = %route.node, error = %error, "forwarding to the owning kernel failed");
             return ApiError::Unavailable(format!(
                 "the kernel owning this execution ({}) cannot be reached; retry in a second",

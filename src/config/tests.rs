@@ -509,3 +509,75 @@ fn otel_endpoints_must_be_plain_http_base_urls() {
         );
     }
 }
+
+#[test]
+fn cluster_mode_needs_postgres_a_node_id_and_an_advertised_url() {
+    let problems = parse(&["serve", "--cluster"])
+        .validate()
+        .unwrap_err()
+        .problems;
+    let text = problems.join("\n");
+    assert!(
+        text.contains("--cluster needs a PostgreSQL --db-url"),
+        "{text}"
+    );
+    assert!(text.contains("--cluster needs --node-id"), "{text}");
+    assert!(text.contains("--cluster needs --advertise-url"), "{text}");
+
+    let problems = parse(&[
+        "serve",
+        "--cluster",
+        "--db-url",
+        "postgres://keel@db/keel",
+        "--node-id",
+        "a b",
+        "--advertise-url",
+        "ftp://x",
+        "--partitions",
+        "0",
+    ])
+    .validate()
+    .unwrap_err()
+    .problems
+    .join("\n");
+    assert!(problems.contains("--node-id \"a b\""), "{problems}");
+    assert!(problems.contains("--advertise-url"), "{problems}");
+    assert!(
+        problems.contains("--partitions must be between 1"),
+        "{problems}"
+    );
+
+    let settings = parse(&[
+        "serve",
+        "--cluster",
+        "--db-url",
+        "postgres://keel:pw@db/keel",
+        "--node-id",
+        "kernel-1",
+        "--advertise-url",
+        "http://10.0.0.5:8080/",
+    ])
+    .validate()
+    .unwrap();
+    let cluster = settings.cluster.clone().expect("cluster mode");
+    assert_eq!(cluster.node_id, "kernel-1");
+    assert_eq!(cluster.advertise_url, "http://10.0.0.5:8080");
+    assert_eq!(cluster.partitions, 64);
+    let dump = settings.dump();
+    assert_eq!(dump["cluster"], true);
+    assert_eq!(dump["node-id"], "kernel-1");
+    assert_eq!(dump["partitions"], 64);
+}
+
+#[test]
+fn cluster_flags_without_cluster_mode_are_refused_and_the_default_is_one_kernel() {
+    let problems = parse(&["serve", "--node-id", "kernel-1"])
+        .validate()
+        .unwrap_err()
+        .problems
+        .join("\n");
+    assert!(problems.contains("add --cluster"), "{problems}");
+    let settings = parse(&["serve"]).validate().unwrap();
+    assert!(settings.cluster.is_none());
+    assert_eq!(settings.dump()["cluster"], false);
+}
