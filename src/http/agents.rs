@@ -6,7 +6,7 @@
 use axum::Json;
 use axum::extract::{RawQuery, Request, State};
 use axum::response::Response;
-use keel_actors::execution::{Intent, IntentReply, StepOutcome};
+use keel_actors::execution::{Capabilities, Intent, IntentReply, StepOutcome};
 use keel_actors::ids::{AgentId, ConsumerId, ExecutionId, SessionId, StepId, ToolId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -50,6 +50,10 @@ pub struct IntentBody {
     pending_approval: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The arguments a `pre_tool` hook gave a local tool (Keel addition, only for an agent that
+    /// sent `Keel-Capabilities: modify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<Value>,
 }
 
 impl From<IntentReply> for IntentBody {
@@ -59,8 +63,28 @@ impl From<IntentReply> for IntentBody {
             step_id: reply.step_id.map(StepId::into_string),
             pending_approval: reply.pending_approval,
             error: reply.error.filter(|error| !error.is_empty()),
+            arguments: reply.arguments,
         }
     }
+}
+
+/// The header in which a Keel SDK says what it does beyond the rebuno protocol.
+pub const CAPABILITIES_HEADER: &str = "keel-capabilities";
+
+/// Reads the request's `Keel-Capabilities` (none when absent or not text).
+fn capabilities_of(request: &Request) -> Capabilities {
+    request
+        .headers()
+        .get_all(CAPABILITIES_HEADER)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .fold(Capabilities::default(), |known, value| {
+            let more = Capabilities::parse(value);
+            Capabilities {
+                modify: known.modify || more.modify,
+                replay: known.replay || more.replay,
+            }
+        })
 }
 
 #[derive(Deserialize)]
@@ -115,6 +139,7 @@ pub async fn intent(
     request: Request,
 ) -> Result<Json<IntentBody>, ApiError> {
     let principal = super::keys::principal_of(&request);
+    let capabilities = capabilities_of(&request);
     let body: IntentRequest = read_json(
         request,
         state.settings.large_body_limit,
@@ -140,10 +165,11 @@ pub async fn intent(
     let intent = to_intent(fields)?;
     let reply = state
         .kernel
-        .submit_intent(
+        .submit_intent_with(
             &ExecutionId::new(execution_id),
             &SessionId::new(session_id),
             intent,
+            capabilities,
         )
         .await?;
     if let Some(step_id) = &reply.step_id {
@@ -198,6 +224,7 @@ pub async fn step_result(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let principal = super::keys::principal_of(&request);
+    let capabilities = capabilities_of(&request);
     let body: StepResultRequest = read_json(
         request,
         state.settings.large_body_limit,
@@ -224,15 +251,28 @@ pub async fn step_result(
         retryable: false,
         cost,
     };
-    state
+    let reply = state
         .kernel
-        .agent_step_result(
+        .agent_step_result_with(
             &ExecutionId::new(execution_id),
             &SessionId::new(session_id),
             outcome,
+            capabilities,
         )
         .await?;
-    Ok(Json(json!({ "status": "ok" })))
+    // A post_tool hook failed the step: the agent must not use the result it holds (the
+    // failure is recorded; a 403 makes the rebuno SDK raise instead of returning it).
+    if let Some((hook_id, reason)) = reply.failed_by_hook {
+        return Err(ApiError::Forbidden {
+            rule_id: format!("hook:{hook_id}"),
+            message: format!("step failed by hook {hook_id}: {reason}"),
+        });
+    }
+    let mut answer = json!({ "status": "ok" });
+    if let Some(result) = reply.result {
+        answer["result"] = result;
+    }
+    Ok(Json(answer))
 }
 
 #[cfg(test)]

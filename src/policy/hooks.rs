@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-use keel_actors::hooks::{FailureMode, HookPoint, HookSpec};
+use keel_actors::hooks::{FailureMode, HookPoint, HookSpec, LocalModify};
 use keel_actors::policy::rules::parse_duration;
 use serde::Deserialize;
 use yaml_serde::Value;
@@ -36,6 +36,8 @@ struct HookEntry {
     agent_ids: Vec<String>,
     #[serde(default)]
     rule_ids: Vec<String>,
+    #[serde(default)]
+    local_modify: Option<String>,
 }
 
 /// Reads the `hooks:` list of one file's source (none when the key is absent). `agent` scopes
@@ -134,6 +136,20 @@ pub fn parse_hooks(
                 continue;
             }
         };
+        let local_modify = match entry.local_modify.as_deref() {
+            None | Some("refuse") => LocalModify::Refuse,
+            Some("record_only") => LocalModify::RecordOnly,
+            Some(other) => {
+                problem(format!(
+                    "local_modify {other:?} must be refuse or record_only"
+                ));
+                continue;
+            }
+        };
+        if point == HookPoint::PreCreate && entry.local_modify.is_some() {
+            problem("local_modify applies to pre_tool and post_tool hooks only".to_owned());
+            continue;
+        }
         let agent_ids = match agent {
             Some(agent) => vec![AgentId::new(agent)],
             None => entry.agent_ids.into_iter().map(AgentId::new).collect(),
@@ -146,6 +162,7 @@ pub fn parse_hooks(
             failure,
             agent_ids,
             rule_ids: entry.rule_ids,
+            local_modify,
         });
     }
     (hooks, problems)
@@ -227,6 +244,35 @@ mod tests {
             problems[0].to_string().contains("pre_create"),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn local_modify_defaults_to_refuse_and_is_checked() {
+        let source = "rules: []\nhooks:\n  - id: a\n    point: pre_tool\n    url: http://h/a\n  \
+                      - id: b\n    point: post_tool\n    url: http://h/b\n    local_modify: record_only\n";
+        let (hooks, problems) = parse_hooks(Path::new("p.yaml"), source, None);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(hooks[0].local_modify, LocalModify::Refuse);
+        assert_eq!(hooks[1].local_modify, LocalModify::RecordOnly);
+        for (point, extra, expected) in [
+            (
+                "pre_tool",
+                "local_modify: ignore",
+                "must be refuse or record_only",
+            ),
+            (
+                "pre_create",
+                "local_modify: refuse",
+                "pre_tool and post_tool hooks only",
+            ),
+        ] {
+            let source = format!(
+                "rules: []\nhooks:\n  - id: a\n    point: {point}\n    url: http://h\n    {extra}\n"
+            );
+            let (hooks, problems) = parse_hooks(Path::new("p.yaml"), &source, None);
+            assert!(hooks.is_empty(), "{extra}");
+            assert!(problems[0].to_string().contains(expected), "{problems:?}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use keel::hook_caller::HttpHookCaller;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{Options, TestKernel, TestRunner, running_execution};
+use crate::harness::{Assignment, Options, TestKernel, TestRunner, running_execution};
 
 /// What the hook server answers on one route.
 #[derive(Clone, Debug)]
@@ -166,6 +166,39 @@ fn invoke(tool: &str, arguments: Value) -> Value {
     json!({"type": "invoke_tool", "tool_id": tool, "arguments": arguments})
 }
 
+/// Posts `body` to `path` as an agent whose SDK applies modifications
+/// (`Keel-Capabilities: modify`).
+async fn post_modify(kernel: &TestKernel, path: &str, body: Value) -> (StatusCode, Value) {
+    let request = reqwest::Client::new()
+        .post(kernel.url(path))
+        .header("Keel-Capabilities", "replay, Modify")
+        .json(&body);
+    kernel.send(request).await
+}
+
+/// Submits `intent` for `run` as an agent that applies modifications.
+async fn intent_modify(
+    kernel: &TestKernel,
+    run: &Assignment,
+    intent: Value,
+) -> (StatusCode, Value) {
+    let body =
+        json!({"execution_id": run.execution_id, "session_id": run.session_id, "intent": intent});
+    post_modify(kernel, "/v0/agents/intent", body).await
+}
+
+/// Reports a successful local result for `run` as an agent that applies modifications.
+async fn result_modify(
+    kernel: &TestKernel,
+    run: &Assignment,
+    step: &str,
+    data: Value,
+) -> (StatusCode, Value) {
+    let body = json!({"execution_id": run.execution_id, "session_id": run.session_id,
+        "step_id": step, "success": true, "data": data});
+    post_modify(kernel, "/v0/agents/step-result", body).await
+}
+
 #[tokio::test]
 async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked_again() {
     let (hooks, base) = HookServer::start().await;
@@ -200,19 +233,20 @@ async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked
     let (status, _) = run.step_result(&kernel, &step, true, json!("ok")).await;
     assert_eq!(status, StatusCode::OK);
 
-    // Modify: the modified arguments are recorded and become the step's.
+    // Modify (an agent that applies it): the modified arguments are recorded, become the
+    // step's and come back in the answer, so the local tool runs with them.
     hooks.set(
         "pre",
         Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/tmp/safe"}})),
     );
-    let (status, body) = run
-        .intent(&kernel, invoke("fs.read", json!({"path": "/tmp/b"})))
-        .await;
+    let (status, body) =
+        intent_modify(&kernel, &run, invoke("fs.read", json!({"path": "/tmp/b"}))).await;
     assert_eq!(
         (status, &body["accepted"]),
         (StatusCode::OK, &json!(true)),
         "{body}"
     );
+    assert_eq!(body["arguments"], json!({"path": "/tmp/safe"}), "{body}");
     let step = body["step_id"].as_str().expect("step").to_owned();
     let events = from_first_hook(&kernel, &run.execution_id).await;
     assert_eq!(events[0].1["decision"], "modify");
@@ -229,9 +263,8 @@ async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked
         "pre",
         Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/etc/shadow"}})),
     );
-    let (status, body) = run
-        .intent(&kernel, invoke("fs.read", json!({"path": "/tmp/c"})))
-        .await;
+    let (status, body) =
+        intent_modify(&kernel, &run, invoke("fs.read", json!({"path": "/tmp/c"}))).await;
     assert_eq!(
         (status, &body["accepted"]),
         (StatusCode::OK, &json!(false)),
@@ -272,6 +305,199 @@ async fn pre_tool_hooks_pass_modify_and_abort_and_modified_arguments_are_checked
         metrics.contains("keel_hook_calls_total{hook=\"guard\",decision=\"abort\"} 1"),
         "{metrics}"
     );
+    kernel.shutdown().await;
+}
+
+/// A policy allowing everything with a `pre_tool` and a `post_tool` hook, both with
+/// `local_modify` set to `local` (absent: the default).
+fn local_policy(base: &str, local: Option<&str>) -> String {
+    let local = local.map_or(String::new(), |mode| format!("    local_modify: {mode}\n"));
+    format!(
+        "rules:\n  - id: allow-all\n    priority: 1\n    when: {{}}\n    then: {{decision: allow}}\n\
+         hooks:\n  - id: sandbox\n    point: pre_tool\n    url: {base}/pre\n    timeout: 300ms\n{local}\
+         \x20 - id: redact\n    point: post_tool\n    url: {base}/post\n    timeout: 300ms\n{local}"
+    )
+}
+
+#[tokio::test]
+async fn a_modify_of_a_local_tool_the_agent_cannot_apply_is_refused_by_default() {
+    let (hooks, base) = HookServer::start().await;
+    let kernel = kernel_with_policy(&local_policy(&base, None), Options::default()).await;
+    let (_agent, run) = running_execution(&kernel, "writer").await;
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/sandbox/a"}})),
+    );
+
+    // An agent without `Keel-Capabilities: modify` would run the tool with its own arguments:
+    // the call is denied, naming the hook and why, and no step claims arguments it never had.
+    let (status, body) = run
+        .intent(&kernel, invoke("fs.read", json!({"path": "/etc/a"})))
+        .await;
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(false)),
+        "{body}"
+    );
+    let error = body["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("hook sandbox changed the arguments of local tool fs.read"),
+        "{body}"
+    );
+    assert!(error.contains("Keel-Capabilities: modify"), "{body}");
+    assert!(body.get("arguments").is_none(), "{body}");
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    assert_eq!(events[0].1["decision"], "modify");
+    assert_eq!(events[1].0, "intent.denied");
+    assert_eq!(events[1].1["rule_id"], "hook:sandbox");
+    assert_eq!(events[1].1["arguments"], json!({"path": "/etc/a"}));
+    assert_eq!(events.len(), 2, "{events:?}");
+
+    // A remote tool keeps its behaviour: the runner gets the modified arguments.
+    let mut runner = TestRunner::connect(&kernel, "r1", &["fs.read"]).await;
+    let remote = json!({"type": "invoke_tool", "tool_id": "fs.read", "arguments": {"path": "/etc/a"}, "remote": true});
+    let (status, body) = run.intent(&kernel, remote).await;
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
+    assert!(body.get("arguments").is_none(), "{body}");
+    let job = runner.job().await;
+    assert_eq!(job["arguments"], json!({"path": "/sandbox/a"}), "{job}");
+    runner.result(&kernel, &job, true, json!("ok")).await;
+
+    // A post_tool modify of a local result the agent already holds: the step fails with the
+    // reason and the agent is told (403) instead of using what it has.
+    hooks.set("pre", Behaviour::Answer(json!({"decision": "pass"})));
+    hooks.set(
+        "post",
+        Behaviour::Answer(json!({"decision": "modify", "result": {"token": "[redacted]"}})),
+    );
+    let step = run.invoke(&kernel, "fs.read").await;
+    let (status, body) = run
+        .step_result(&kernel, &step, true, json!({"token": "secret"}))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["rule_id"], "hook:redact", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("changed the result of local tool"),
+        "{body}"
+    );
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    let failed = events
+        .iter()
+        .find(|(kind, _)| kind == "step.failed")
+        .expect("step.failed");
+    assert!(failed.1.get("result").is_none(), "{failed:?}");
+    assert!(!format!("{events:?}").contains("secret"), "{events:?}");
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_agent_that_applies_modifications_gets_the_hooks_arguments_and_result() {
+    let (hooks, base) = HookServer::start().await;
+    let kernel = kernel_with_policy(&local_policy(&base, None), Options::default()).await;
+    let (_agent, run) = running_execution(&kernel, "writer").await;
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/sandbox/a"}})),
+    );
+    hooks.set(
+        "post",
+        Behaviour::Answer(json!({"decision": "modify", "result": {"token": "[redacted]"}})),
+    );
+    let mut intent = invoke("fs.read", json!({"path": "/etc/a"}));
+    intent["idempotency_key"] = json!("read-1");
+    let (status, body) = intent_modify(&kernel, &run, intent.clone()).await;
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
+    assert_eq!(body["arguments"], json!({"path": "/sandbox/a"}), "{body}");
+    let step = body["step_id"].as_str().expect("step").to_owned();
+    // A retried intent (same key) gets the same step and the same arguments.
+    let (status, again) = intent_modify(&kernel, &run, intent).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again, body);
+    let (status, body) = result_modify(&kernel, &run, &step, json!({"token": "secret"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["result"], json!({"token": "[redacted]"}), "{body}");
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    let completed = events
+        .iter()
+        .find(|(kind, _)| kind == "step.completed")
+        .expect("step.completed");
+    assert_eq!(completed.1["result"], json!({"token": "[redacted]"}));
+
+    // Unchanged arguments and results: no `arguments` or `result` in the answers.
+    hooks.set("pre", Behaviour::Answer(json!({"decision": "pass"})));
+    hooks.set("post", Behaviour::Answer(json!({"decision": "pass"})));
+    let (_, body) = intent_modify(&kernel, &run, invoke("fs.read", json!({"path": "/a"}))).await;
+    assert!(body.get("arguments").is_none(), "{body}");
+    let step = body["step_id"].as_str().expect("step").to_owned();
+    let (status, body) = result_modify(&kernel, &run, &step, json!(1)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
+    kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn record_only_hooks_let_a_local_call_run_as_the_agent_has_it_and_say_so() {
+    let (hooks, base) = HookServer::start().await;
+    let kernel = kernel_with_policy(
+        &local_policy(&base, Some("record_only")),
+        Options::default(),
+    )
+    .await;
+    let (_agent, run) = running_execution(&kernel, "writer").await;
+    hooks.set(
+        "pre",
+        Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/sandbox/a"}})),
+    );
+    hooks.set(
+        "post",
+        Behaviour::Answer(json!({"decision": "modify", "result": "[redacted]"})),
+    );
+    let (status, body) = run
+        .intent(&kernel, invoke("fs.read", json!({"path": "/etc/a"})))
+        .await;
+    assert_eq!(
+        (status, &body["accepted"]),
+        (StatusCode::OK, &json!(true)),
+        "{body}"
+    );
+    let step = body["step_id"].as_str().expect("step").to_owned();
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    assert_eq!(events[0].1["decision"], "modify");
+    assert!(
+        events[0].1["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("recorded only, not applied"),
+        "{events:?}"
+    );
+    let created = events
+        .iter()
+        .find(|(kind, _)| kind == "step.created")
+        .expect("step.created");
+    assert_eq!(
+        created.1["arguments"],
+        json!({"path": "/etc/a"}),
+        "what the tool runs with"
+    );
+    let (status, body) = run.step_result(&kernel, &step, true, json!("plain")).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
+    let events = from_first_hook(&kernel, &run.execution_id).await;
+    let completed = events
+        .iter()
+        .find(|(kind, _)| kind == "step.completed")
+        .expect("step.completed");
+    assert_eq!(completed.1["result"], json!("plain"), "what the agent has");
     kernel.shutdown().await;
 }
 
@@ -740,7 +966,7 @@ hooks:
         "pre",
         Behaviour::Answer(json!({"decision": "modify", "arguments": {"path": "/etc/passwd"}})),
     );
-    let (_, body) = run.intent(&kernel, read("/tmp/b")).await;
+    let (_, body) = intent_modify(&kernel, &run, read("/tmp/b")).await;
     assert_eq!(body["accepted"], json!(false), "{body}");
     assert!(
         body["error"].as_str().unwrap_or("").contains("/etc"),

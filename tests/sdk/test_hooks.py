@@ -94,6 +94,71 @@ def test_a_post_tool_hook_modifies_the_result_the_agent_sees(sandbox: Sandbox) -
     assert types.index("hook.decided") < events.index(completed)
 
 
+class _Guard(_JsonHook):
+    """A pre_tool hook that moves paths under /etc into a sandbox, and a post_tool hook that
+    redacts tokens."""
+
+    calls: list[dict] = []
+
+    def answer(self, call: dict) -> dict:
+        if call["point"] == "pre_tool" and call["arguments"]["path"].startswith("/etc"):
+            return {"decision": "modify", "arguments": {"path": "/sandbox" + call["arguments"]["path"]}}
+        if call["point"] == "post_tool" and "token" in call["result"]:
+            return {"decision": "modify", "result": {**call["result"], "token": "[redacted]"}}
+        return {"decision": "pass"}
+
+
+def test_a_hook_modify_of_a_local_tool_is_refused_for_the_rebuno_sdk(sandbox: Sandbox) -> None:
+    """The rebuno SDK runs local tools itself and cannot apply a hook's modification: the call
+    is refused with the reason instead of running with arguments the log does not show, and a
+    redacted result is not handed to the agent as if it were the original."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Guard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        policy = sandbox.workdir / "guard-policy.yaml"
+        policy.write_text(
+            "rules: []\n"
+            "default:\n  decision: allow\n"
+            "hooks:\n"
+            f"  - id: sandbox\n    point: pre_tool\n    url: {url}/pre\n    timeout: 2s\n"
+            f"  - id: redact\n    point: post_tool\n    url: {url}/post\n    timeout: 2s\n"
+        )
+        kernel = sandbox.kernel("--policy", str(policy))
+        agent_id = unique("guarded")
+        agent = sandbox.agent(kernel, agent_id, unique("guarded-c"))
+
+        async def scenario():
+            async with Client(kernel.url) as client:
+                moved = await client.run_until_complete(agent_id, input={"op": "hooked", "path": "/etc/passwd"})
+                redacted = await client.run_until_complete(agent_id, input={"op": "hooked", "path": "/tmp/a"})
+                return moved, redacted
+
+        moved, redacted = run(scenario(), timeout=20)
+    finally:
+        server.shutdown()
+
+    # pre_tool: refused with the hook's reason; the tool never ran with either path.
+    assert moved.status == ExecutionStatus.COMPLETED, moved
+    assert "changed the arguments of local tool fs.read" in moved.output["denied"]
+    assert "Keel-Capabilities: modify" in moved.output["denied"]
+    ran = [m["path"] for m in agent.markers("fs-read-ran")]
+    assert "/etc/passwd" not in ran and "/sandbox/etc/passwd" not in ran, ran
+    denied = [e for e in kernel.events(moved.id) if e["type"] == "intent.denied"]
+    assert denied[0]["payload"]["rule_id"] == "hook:sandbox"
+    assert denied[0]["payload"]["arguments"] == {"path": "/etc/passwd"}
+
+    # post_tool: the tool ran, the agent's result report was refused (PolicyError), and the
+    # step failed with the reason: the log holds no result the agent did not get.
+    assert redacted.status == ExecutionStatus.COMPLETED, redacted
+    assert ran == ["/tmp/a"]
+    assert redacted.output["rule_id"] == "hook:redact"
+    assert "changed the result of local tool fs.read" in redacted.output["denied"]
+    events = kernel.events(redacted.id)
+    assert [e["type"] for e in events].count("step.failed") == 1
+    assert "secret-" not in json.dumps(events)
+
+
 class _Admit(_JsonHook):
     """A pre_create hook: refuses creations whose input asks for it, adds a label otherwise."""
 

@@ -191,44 +191,54 @@ async fn handle_message(
             session_id,
             session_owner,
             intent,
+            capabilities,
             reply,
         } => {
-            let result =
-                super::submit::submit_intent(state, &session_id, session_owner.as_ref(), intent)
-                    .await;
+            let result = super::submit::submit_intent(
+                state,
+                &session_id,
+                session_owner.as_ref(),
+                intent,
+                capabilities,
+            )
+            .await;
             let _ = reply.send(result);
         }
         ExecutionMsg::ReportStepResult {
             session_id,
             session_owner,
             mut outcome,
+            capabilities,
             reply,
         } => {
             let result =
                 match machine::check_session(&state.exec, &session_id, session_owner.as_ref()) {
-                    Ok(()) => match super::hooks::post_tool(state, &mut outcome).await {
-                        Ok(hook_events) => {
-                            decide_and_apply(state, |exec| {
+                    Ok(()) => {
+                        match super::hooks::post_tool(state, &mut outcome, Some(capabilities)).await
+                        {
+                            Ok(post_tool) => decide_and_apply(state, |exec| {
                                 machine::agent_step_result(exec, &outcome).map(|transition| {
-                                    super::submit::with_first(transition, hook_events)
+                                    super::submit::with_first(transition, post_tool.events)
                                 })
                             })
                             .await
+                            .map(|()| post_tool.reply),
+                            Err(error) => Err(error),
                         }
-                        Err(error) => Err(error),
-                    },
+                    }
                     Err(rejection) => Err(rejection.into()),
                 };
             count_step(state, &outcome, &result);
             let _ = reply.send(result);
         }
         ExecutionMsg::ReportRunnerResult { mut outcome, reply } => {
-            let result = match super::hooks::post_tool(state, &mut outcome).await {
-                Ok(hook_events) => {
+            let result = match super::hooks::post_tool(state, &mut outcome, None).await {
+                Ok(post_tool) => {
                     let (now, jitter) = (state.ctx.now(), jitter(&settings));
                     decide_and_apply(state, |exec| {
-                        machine::runner_result(exec, &outcome, now, &settings, jitter)
-                            .map(|transition| super::submit::with_first(transition, hook_events))
+                        machine::runner_result(exec, &outcome, now, &settings, jitter).map(
+                            |transition| super::submit::with_first(transition, post_tool.events),
+                        )
                     })
                     .await
                 }

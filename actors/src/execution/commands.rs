@@ -114,6 +114,47 @@ pub struct IntentReply {
     pub pending_approval: bool,
     /// Denial text.
     pub error: Option<String>,
+    /// The arguments a `pre_tool` hook gave a local tool, for an agent that applies them
+    /// (`Keel-Capabilities: modify`); absent when unchanged.
+    pub arguments: Option<Value>,
+}
+
+/// What the agent's SDK does beyond the rebuno protocol, from its `Keel-Capabilities` header
+/// (a comma-separated list; unknown words are ignored, so an old kernel and a newer SDK get on).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// It runs a local tool with the arguments a `pre_tool` hook gave it, and hands the agent
+    /// the result a `post_tool` hook replaced.
+    pub modify: bool,
+    /// It returns a recorded result of a local tool instead of running it again.
+    pub replay: bool,
+}
+
+impl Capabilities {
+    /// Reads a `Keel-Capabilities` header value (case-insensitive words separated by commas).
+    pub fn parse(header: &str) -> Self {
+        let mut capabilities = Self::default();
+        for word in header.split(',') {
+            let word = word.trim();
+            if word.eq_ignore_ascii_case("modify") {
+                capabilities.modify = true;
+            } else if word.eq_ignore_ascii_case("replay") {
+                capabilities.replay = true;
+            }
+        }
+        capabilities
+    }
+}
+
+/// The answer to an agent's step result.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepResultReply {
+    /// The result a `post_tool` hook put in place of the agent's, for an agent that applies it
+    /// (`Keel-Capabilities: modify`); absent when unchanged.
+    pub result: Option<Value>,
+    /// The `post_tool` hook that failed the step, and why: the agent must not use the result it
+    /// has (the answer is a 403).
+    pub failed_by_hook: Option<(String, String)>,
 }
 
 impl IntentReply {

@@ -23,7 +23,7 @@ use ractor::ActorRef;
 pub(super) fn count_step(
     state: &ExecutionActorState,
     outcome: &StepOutcome,
-    result: &Result<(), KernelError>,
+    result: &Result<impl Sized, KernelError>,
 ) {
     if result.is_ok()
         && let Some(step) = state.exec.step(&outcome.step_id)

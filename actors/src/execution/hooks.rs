@@ -6,9 +6,9 @@
 use serde_json::{Value, json};
 
 use super::actor::ExecutionActorState;
-use super::commands::{Intent, StepOutcome};
+use super::commands::{Capabilities, Intent, StepOutcome, StepResultReply};
 use crate::events::NewEvent;
-use crate::hooks::{ChainOutcome, HookPoint, HookSpec, run_chain};
+use crate::hooks::{Applier, ChainOutcome, HookPoint, HookSpec, run_chain};
 use crate::ids::ToolId;
 use crate::kernel::KernelError;
 use crate::kernel::context::{call, read};
@@ -101,26 +101,47 @@ fn request(state: &ExecutionActorState, point: HookPoint, tool_id: &ToolId) -> V
     request
 }
 
+/// What the `pre_tool` chain did to an intent.
+#[derive(Default)]
+pub(super) struct PreTool {
+    /// The `hook.decided` events, in call order.
+    pub events: Vec<NewEvent>,
+    /// Whether the intent's arguments were replaced.
+    pub modified: bool,
+}
+
 /// Runs the `pre_tool` chain of an allowed `invoke_tool`: modified arguments replace the
 /// intent's (and are checked by the policy again: the new verdict replaces `verdict`); an
-/// abort turns `verdict` into a deny that names the hook. Returns the `hook.decided` events.
+/// abort turns `verdict` into a deny that names the hook. A local tool's arguments are only
+/// replaced for an agent that applies them (`capabilities.modify`); for any other agent each
+/// modifying hook's `local_modify` refuses the call (a deny naming the hook) or records the
+/// decision only, so the log never claims arguments the tool did not run with.
 pub(super) async fn pre_tool(
     state: &ExecutionActorState,
     intent: &mut Intent,
     verdict: &mut PolicyDecision,
-) -> Result<Vec<NewEvent>, KernelError> {
+    capabilities: Capabilities,
+) -> Result<PreTool, KernelError> {
     let Some(caller) = state.ctx.config.hook_caller.clone() else {
-        return Ok(Vec::new());
+        return Ok(PreTool::default());
     };
     let Intent::InvokeTool {
-        tool_id, arguments, ..
+        tool_id,
+        arguments,
+        remote,
+        ..
     } = intent
     else {
-        return Ok(Vec::new());
+        return Ok(PreTool::default());
     };
     if verdict.decision != Decision::Allow || !has_hooks(state, HookPoint::PreTool) {
-        return Ok(Vec::new());
+        return Ok(PreTool::default());
     }
+    let applier = if *remote || capabilities.modify {
+        Applier::Applied
+    } else {
+        Applier::NotApplied
+    };
     let input = policy_input(state, tool_id, arguments);
     let hooks = hooks_for(
         state,
@@ -130,7 +151,7 @@ pub(super) async fn pre_tool(
     )
     .await?;
     if hooks.is_empty() {
-        return Ok(Vec::new());
+        return Ok(PreTool::default());
     }
     let mut request = request(state, HookPoint::PreTool, tool_id);
     if let Some(key) = intent_key(intent) {
@@ -140,7 +161,7 @@ pub(super) async fn pre_tool(
         tool_id, arguments, ..
     } = intent
     else {
-        return Ok(Vec::new());
+        return Ok(PreTool::default());
     };
     let run = run_chain(
         caller.as_ref(),
@@ -150,6 +171,7 @@ pub(super) async fn pre_tool(
         request,
         "arguments",
         arguments.clone(),
+        applier,
     )
     .await;
     let slot = verdict.rate_slot.take();
@@ -177,7 +199,10 @@ pub(super) async fn pre_tool(
         Some(slot) if verdict.decision != Decision::Allow => release_rate_slot(state, slot),
         slot => verdict.rate_slot = slot,
     }
-    Ok(run.events)
+    Ok(PreTool {
+        events: run.events,
+        modified: run.modified,
+    })
 }
 
 fn release_rate_slot(state: &ExecutionActorState, slot: RateSlot) {
@@ -195,31 +220,49 @@ fn intent_key(intent: &Intent) -> Option<String> {
     }
 }
 
+/// What the `post_tool` chain did to a result.
+#[derive(Default)]
+pub(super) struct PostTool {
+    /// The `hook.decided` events, in call order.
+    pub events: Vec<NewEvent>,
+    /// The answer to the agent that reported the result (empty for a runner).
+    pub reply: StepResultReply,
+}
+
 /// Runs the `post_tool` chain of a successful result of an active step: a modified result
-/// replaces the outcome's data; an abort fails the step with the hook's reason. Returns the
-/// `hook.decided` events.
+/// replaces the outcome's data; an abort fails the step with the hook's reason. `agent` is the
+/// reporting agent's capabilities (None for a runner): an agent already holds the result it
+/// reports, so a replaced result is only applied for one that applies it (the answer carries
+/// it), each modifying hook's `local_modify` decides for any other agent (fail the step, or
+/// record the decision and keep the agent's result), and a failed step is answered with the
+/// hook and its reason so the agent does not use what it has.
 pub(super) async fn post_tool(
     state: &ExecutionActorState,
     outcome: &mut StepOutcome,
-) -> Result<Vec<NewEvent>, KernelError> {
+    agent: Option<Capabilities>,
+) -> Result<PostTool, KernelError> {
     let Some(caller) = state.ctx.config.hook_caller.clone() else {
-        return Ok(Vec::new());
+        return Ok(PostTool::default());
     };
     if !outcome.success || !has_hooks(state, HookPoint::PostTool) {
-        return Ok(Vec::new());
+        return Ok(PostTool::default());
     }
     let Some(step) = state
         .exec
         .step(&outcome.step_id)
         .filter(|step| !step.status.is_terminal())
     else {
-        return Ok(Vec::new());
+        return Ok(PostTool::default());
+    };
+    let applier = match agent {
+        Some(capabilities) if !step.remote && !capabilities.modify => Applier::NotApplied,
+        _ => Applier::Applied,
     };
     let (tool_id, arguments) = (step.tool_id.clone(), step.arguments.clone());
     let input = policy_input(state, &tool_id, &arguments);
     let hooks = hooks_for(state, HookPoint::PostTool, input, None).await?;
     if hooks.is_empty() {
-        return Ok(Vec::new());
+        return Ok(PostTool::default());
     }
     let mut request = request(state, HookPoint::PostTool, &tool_id);
     request["step_id"] = json!(outcome.step_id.as_str());
@@ -232,17 +275,30 @@ pub(super) async fn post_tool(
         request,
         "result",
         outcome.data.clone().unwrap_or(Value::Null),
+        applier,
     )
     .await;
+    let mut reply = StepResultReply::default();
     match run.outcome {
-        ChainOutcome::Abort { reason, .. } => {
+        ChainOutcome::Abort { hook_id, reason } => {
             outcome.success = false;
             outcome.data = None;
-            outcome.error = Some(reason);
+            outcome.error = Some(reason.clone());
             outcome.retryable = false;
+            if agent.is_some() {
+                reply.failed_by_hook = Some((hook_id, reason));
+            }
         }
-        ChainOutcome::Continue(result) if run.modified => outcome.data = Some(result),
+        ChainOutcome::Continue(result) if run.modified => {
+            if agent.is_some() {
+                reply.result = Some(result.clone());
+            }
+            outcome.data = Some(result);
+        }
         ChainOutcome::Continue(_) => {}
     }
-    Ok(run.events)
+    Ok(PostTool {
+        events: run.events,
+        reply,
+    })
 }

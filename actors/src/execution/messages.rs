@@ -3,7 +3,7 @@
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::Value;
 
-use super::commands::{Intent, IntentReply, JobSpec, StepOutcome};
+use super::commands::{Capabilities, Intent, IntentReply, JobSpec, StepOutcome, StepResultReply};
 use crate::ids::{ConsumerId, ExecutionId, JobId, RunnerId, SessionId, StepId};
 use crate::kernel::KernelError;
 use crate::push::Push;
@@ -22,6 +22,8 @@ pub enum ExecutionMsg {
         session_owner: Option<ExecutionId>,
         /// The intent.
         intent: Intent,
+        /// What the agent's SDK can do beyond the rebuno protocol.
+        capabilities: Capabilities,
         /// Answer.
         reply: Reply<IntentReply>,
     },
@@ -33,8 +35,10 @@ pub enum ExecutionMsg {
         session_owner: Option<ExecutionId>,
         /// The result.
         outcome: StepOutcome,
+        /// What the agent's SDK can do beyond the rebuno protocol.
+        capabilities: Capabilities,
         /// Answer.
-        reply: Reply<()>,
+        reply: Reply<StepResultReply>,
     },
     /// Records a result from a runner.
     ReportRunnerResult {

@@ -50,7 +50,10 @@ mod tests;
 mod timer_tests;
 
 pub use actor::{ExecutionActor, ExecutionArgs, StartMode};
-pub use commands::{Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome};
+pub use commands::{
+    Capabilities, Effect, ExecutionSettings, Intent, IntentReply, JobSpec, StepOutcome,
+    StepResultReply,
+};
 pub use machine::RUNNER_LOST_ERROR;
 pub use messages::ExecutionSupervisorMsg;
 pub use messages::{ExecutionMsg, LlmAdmission};

@@ -73,6 +73,7 @@ async fn an_execution_actor_talks_to_its_neighbours_only_after_commits() {
         session_id: session.clone(),
         session_owner: None,
         intent: invoke("shell.exec", true),
+        capabilities: Default::default(),
         reply,
     };
     let denied = call(&execution, deny, timeout, "execution")
@@ -89,6 +90,7 @@ async fn an_execution_actor_talks_to_its_neighbours_only_after_commits() {
         session_id: session.clone(),
         session_owner: None,
         intent: invoke("web.search", true),
+        capabilities: Default::default(),
         reply,
     };
     let accepted = call(&execution, remote, timeout, "execution")

@@ -161,8 +161,8 @@ const NOTICE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, error: KernelError) {
     match message {
         ExecutionMsg::SubmitIntent { reply, .. } => drop(reply.send(Err(error))),
-        ExecutionMsg::ReportStepResult { reply, .. }
-        | ExecutionMsg::ReportRunnerResult { reply, .. }
+        ExecutionMsg::ReportStepResult { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::ReportRunnerResult { reply, .. }
         | ExecutionMsg::MarkStepStarted { reply, .. }
         | ExecutionMsg::DeliverSignal { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),

@@ -5,7 +5,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::actor::ExecutionActorState;
-use super::commands::{Intent, IntentReply};
+use super::commands::{Capabilities, Intent, IntentReply};
 use super::effects::apply;
 use super::machine;
 use crate::events::EventBody;
@@ -18,9 +18,14 @@ pub(super) async fn submit_intent(
     session_id: &SessionId,
     session_owner: Option<&ExecutionId>,
     intent: Intent,
+    capabilities: Capabilities,
 ) -> Result<IntentReply, KernelError> {
     machine::check_session(&state.exec, session_id, session_owner)?;
-    if let Some(reply) = machine::precheck_intent(&state.exec, &intent)? {
+    if let Some(mut reply) = machine::precheck_intent(&state.exec, &intent)? {
+        // A repeat of an accepted call: the arguments the step runs with, as the first answer.
+        if capabilities.modify {
+            reply.arguments = modified_arguments(state, &intent, &reply);
+        }
         return Ok(reply);
     }
     if let Some(reply) = replay(state, &intent).await? {
@@ -36,16 +41,17 @@ pub(super) async fn submit_intent(
         } => Some(check_policy(state, tool_id, arguments, *remote).await?),
         _ => None,
     };
-    let hook_events = match verdict.as_mut() {
-        Some(verdict) => super::hooks::pre_tool(state, &mut intent, verdict).await?,
-        None => Vec::new(),
+    let pre_tool = match verdict.as_mut() {
+        Some(verdict) => super::hooks::pre_tool(state, &mut intent, verdict, capabilities).await?,
+        None => super::hooks::PreTool::default(),
     };
+    let hook_events = pre_tool.events;
     let reused = match verdict.as_mut() {
         Some(verdict) => reuse_grant(state, &intent, verdict),
         None => None,
     };
     let settings = state.ctx.config.execution.clone();
-    let (mut transition, reply) = machine::intent(
+    let (mut transition, mut reply) = machine::intent(
         &state.exec,
         &intent,
         verdict.as_ref(),
@@ -57,6 +63,17 @@ pub(super) async fn submit_intent(
         mark_reused_grant(&mut transition, granted);
     }
     apply(state, transition).await?;
+    if pre_tool.modified && capabilities.modify && reply.accepted {
+        // `intent` holds the hooks' arguments now: the ones the step was created with.
+        if let Intent::InvokeTool {
+            arguments,
+            remote: false,
+            ..
+        } = &intent
+        {
+            reply.arguments = Some(arguments.clone());
+        }
+    }
     let denial = verdict.as_ref().and_then(PolicyDecision::denial);
     let decision = match denial {
         _ if reply.pending_approval => "pending_approval",
@@ -72,6 +89,20 @@ pub(super) async fn submit_intent(
         _ => {}
     }
     Ok(reply)
+}
+
+/// Returns the arguments the accepted local step of `reply` runs with when they are not the
+/// ones `intent` proposed (a `pre_tool` hook changed them), for an agent that applies them.
+fn modified_arguments(
+    state: &ExecutionActorState,
+    intent: &Intent,
+    reply: &IntentReply,
+) -> Option<Value> {
+    let Intent::InvokeTool { arguments, .. } = intent else {
+        return None;
+    };
+    let step = state.exec.step(reply.step_id.as_ref()?)?;
+    (reply.accepted && !step.remote && step.arguments != *arguments).then(|| step.arguments.clone())
 }
 
 /// Answers a remote `invoke_tool` of a re-run from the journal when an earlier run completed

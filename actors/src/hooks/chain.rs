@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{FailureMode, HookCaller, HookPoint, HookSpec, HookVerdict};
+use super::{FailureMode, HookCaller, HookPoint, HookSpec, HookVerdict, LocalModify};
 use crate::events::{EventBody, NewEvent};
 use crate::ids::ToolId;
 
@@ -33,8 +33,22 @@ pub struct ChainRun {
     pub events: Vec<NewEvent>,
 }
 
+/// Who applies a modification of the chain's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applier {
+    /// The kernel or a runner (a remote tool), or an agent that said it applies them
+    /// (`Keel-Capabilities: modify`): every modification goes on.
+    Applied,
+    /// An agent that runs the tool itself and cannot apply a modification (rebuno 0.4.8): each
+    /// hook's `local_modify` decides between refusing the call and recording the decision only.
+    NotApplied,
+}
+
 /// Calls `hooks` in order with `request` (whose `field` — `arguments` or `result` — is replaced
-/// by each modification before the next hook sees it), stopping at the first abort.
+/// by each modification before the next hook sees it), stopping at the first abort. With
+/// [`Applier::NotApplied`] a modification either stops the chain (`local_modify: refuse`, with
+/// a reason that says why) or is recorded and not passed on (`record_only`).
+#[allow(clippy::too_many_arguments)]
 pub async fn run_chain(
     caller: &dyn HookCaller,
     hooks: &[HookSpec],
@@ -43,6 +57,7 @@ pub async fn run_chain(
     mut request: Value,
     field: &str,
     value: Value,
+    applier: Applier,
 ) -> ChainRun {
     let mut value = value;
     let mut events = Vec::with_capacity(hooks.len());
@@ -67,6 +82,31 @@ pub async fn run_chain(
         };
         match answer {
             Ok(HookVerdict::Pass) => events.push(record("pass", None, None)),
+            Ok(HookVerdict::Modify(_)) if applier == Applier::NotApplied => {
+                let why = format!(
+                    "hook {} changed the {field} of local tool {tool_id}, which this agent \
+                     cannot apply (its SDK does not send Keel-Capabilities: modify)",
+                    hook.id
+                );
+                match hook.local_modify {
+                    LocalModify::Refuse => {
+                        let reason = format!("{why}; the call is refused");
+                        events.push(record("modify", Some(reason.clone()), None));
+                        return ChainRun {
+                            outcome: ChainOutcome::Abort {
+                                hook_id: hook.id.clone(),
+                                reason,
+                            },
+                            modified,
+                            events,
+                        };
+                    }
+                    LocalModify::RecordOnly => {
+                        let reason = format!("{why}; recorded only, not applied");
+                        events.push(record("modify", Some(reason), None));
+                    }
+                }
+            }
             Ok(HookVerdict::Modify(new_value)) => {
                 events.push(record("modify", None, None));
                 value = new_value;

@@ -33,6 +33,7 @@ fn hook(id: &str, failure: FailureMode) -> HookSpec {
         failure,
         agent_ids: Vec::new(),
         rule_ids: Vec::new(),
+        local_modify: Default::default(),
     }
 }
 

@@ -22,7 +22,7 @@ use crate::ids::AgentId;
 use async_trait::async_trait;
 use serde_json::Value;
 
-pub use chain::{ChainOutcome, ChainRun, run_chain};
+pub use chain::{Applier, ChainOutcome, ChainRun, run_chain};
 
 /// Where a hook runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,6 +66,30 @@ impl FailureMode {
     }
 }
 
+/// What a `pre_tool` or `post_tool` hook's modify of a LOCAL tool's call means when the agent
+/// cannot apply it (its SDK does not send `Keel-Capabilities: modify`, e.g. rebuno 0.4.8): the
+/// agent runs the tool itself, so a modification it never sees must not pass for applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LocalModify {
+    /// Refuse: the intent is denied (`pre_tool`) or the step fails (`post_tool`) with a reason
+    /// that says why (the default: a hook used as a security control does not fail open).
+    #[default]
+    Refuse,
+    /// Record the hook's decision only: the call goes on with what the agent has, and that is
+    /// what the log records.
+    RecordOnly,
+}
+
+impl LocalModify {
+    /// Returns the policy file's name of the choice.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Refuse => "refuse",
+            Self::RecordOnly => "record_only",
+        }
+    }
+}
+
 /// One configured hook.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HookSpec {
@@ -84,6 +108,8 @@ pub struct HookSpec {
     /// Only tool calls these policy rules decided (empty: every rule; always empty for
     /// `pre_create`, which no rule decides).
     pub rule_ids: Vec<String>,
+    /// What a modify of a local tool's call means when the agent cannot apply it.
+    pub local_modify: LocalModify,
 }
 
 impl HookSpec {

@@ -10,7 +10,10 @@ use super::handle::Kernel;
 use super::types::KernelError;
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
 use crate::events::LlmCall;
-use crate::execution::{ExecutionMsg, Intent, IntentReply, LlmAdmission, Rejection, StepOutcome};
+use crate::execution::{
+    Capabilities, ExecutionMsg, Intent, IntentReply, LlmAdmission, Rejection, StepOutcome,
+    StepResultReply,
+};
 use crate::ids::{AgentId, ExecutionId, SessionId};
 use crate::store::ExecutionRow;
 
@@ -92,36 +95,65 @@ impl Kernel {
         .await
     }
 
-    /// Submits an agent intent.
+    /// Submits an agent intent (from an agent that speaks the rebuno protocol only).
     pub async fn submit_intent(
         &self,
         execution_id: &ExecutionId,
         session_id: &SessionId,
         intent: Intent,
     ) -> Result<IntentReply, KernelError> {
+        self.submit_intent_with(execution_id, session_id, intent, Capabilities::default())
+            .await
+    }
+
+    /// Submits an agent intent from an agent with `capabilities` (`Keel-Capabilities`).
+    pub async fn submit_intent_with(
+        &self,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+        intent: Intent,
+        capabilities: Capabilities,
+    ) -> Result<IntentReply, KernelError> {
         let owner = self.ctx.session_owner(session_id);
         self.ask(execution_id, |reply| ExecutionMsg::SubmitIntent {
             session_id: session_id.clone(),
             session_owner: owner.clone(),
             intent: intent.clone(),
+            capabilities,
             reply,
         })
         .await
         .map_err(|error| self.session_error(error, execution_id, session_id))
     }
 
-    /// Records a step result reported by the agent holding the session.
+    /// Records a step result reported by the agent holding the session (an agent that speaks
+    /// the rebuno protocol only).
     pub async fn agent_step_result(
         &self,
         execution_id: &ExecutionId,
         session_id: &SessionId,
         outcome: StepOutcome,
     ) -> Result<(), KernelError> {
+        self.agent_step_result_with(execution_id, session_id, outcome, Capabilities::default())
+            .await
+            .map(drop)
+    }
+
+    /// Records a step result reported by the agent holding the session, an agent with
+    /// `capabilities` (`Keel-Capabilities`).
+    pub async fn agent_step_result_with(
+        &self,
+        execution_id: &ExecutionId,
+        session_id: &SessionId,
+        outcome: StepOutcome,
+        capabilities: Capabilities,
+    ) -> Result<StepResultReply, KernelError> {
         let owner = self.ctx.session_owner(session_id);
         self.ask(execution_id, |reply| ExecutionMsg::ReportStepResult {
             session_id: session_id.clone(),
             session_owner: owner.clone(),
             outcome: outcome.clone(),
+            capabilities,
             reply,
         })
         .await

@@ -91,6 +91,7 @@ fn hook(id: &str, agents: &[&str]) -> HookSpec {
         failure: FailureMode::FailClosed,
         agent_ids: agents.iter().map(|agent| AgentId::from(*agent)).collect(),
         rule_ids: Vec::new(),
+        local_modify: Default::default(),
     }
 }
 

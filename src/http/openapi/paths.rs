@@ -167,8 +167,11 @@ fn agent_intent() {}
 #[utoipa::path(post, path = "/v0/agents/step-result", tag = "agents",
     request_body = AgentStepResult,
     responses(
-        (status = 200, description = "Recorded", body = Status),
+        (status = 200, description = "Recorded. With `Keel-Capabilities: modify`, `result` \
+            carries the result a post_tool hook put in place of the agent's.", body = Status),
         (status = 400, description = "Missing ids", body = Error),
+        (status = 403, description = "A post_tool hook failed the step (or changed the result \
+            of an agent that cannot apply it): do not use the result", body = Error),
         (status = 401, description = "Missing token, or unknown or stale session", body = Error),
         (status = 404, description = "No such step", body = Error),
         (status = 409, description = "Step already resolved", body = Error),

@@ -254,6 +254,10 @@ pub struct IntentAnswer {
     /// Why it was denied.
     #[schema(required = false)]
     error: Option<String>,
+    /// Keel addition, only for a request with `Keel-Capabilities: modify`: the arguments a
+    /// `pre_tool` hook gave this local tool call (absent when unchanged).
+    #[schema(required = false, value_type = Object)]
+    arguments: Option<serde_json::Value>,
 }
 
 /// Body of `POST /v0/agents/step-result` (a local step's outcome).

@@ -95,6 +95,13 @@ def blob(size: int) -> str:
     return "x" * size
 
 
+@tool("fs.read")
+def fs_read(path: str) -> dict[str, Any]:
+    """Reads a "file" (returns a secret); hooks guard it in the hook tests."""
+    mark("fs-read-ran", path=path)
+    return {"path": path, "token": "secret-" + path}
+
+
 # Remote tools hosted by tests/sdk/agents/runner.py, discovered through the kernel.
 calc = remote.Tools("calc")
 # MCP tools published by `keel runner --mcp --tool-prefix mcpt.` (tests/sdk/test_mcp.py).
@@ -145,6 +152,14 @@ async def op_policy(inp: dict[str, Any]) -> dict[str, Any]:
     except PolicyError as e:
         return {"echo": echoed, "denied": str(e), "error_type": type(e).__name__}
     return {"echo": echoed, "denied": None}
+
+
+async def op_hooked(inp: dict[str, Any]) -> dict[str, Any]:
+    """A local call guarded by hooks; a refusal comes back as PolicyError with its reason."""
+    try:
+        return {"read": await fs_read(path=inp["path"])}
+    except PolicyError as e:
+        return {"denied": str(e), "rule_id": e.rule_id}
 
 
 async def op_budget(inp: dict[str, Any]) -> dict[str, Any]:
@@ -305,6 +320,7 @@ OPS = {
     "llm": op_llm,
     "gated": op_gated,
     "mcp": op_mcp,
+    "hooked": op_hooked,
 }
 
 

@@ -173,6 +173,7 @@ pub fn precheck_intent(
                     step_id: Some(step_id.clone()),
                     pending_approval: *pending_approval,
                     error: None,
+                    ..IntentReply::default()
                 };
                 Ok(Some(reply))
             }

@@ -93,6 +93,7 @@ pub(super) fn invoke_tool(
             step_id: Some(step_id),
             pending_approval: true,
             error: None,
+            ..IntentReply::default()
         };
         return (transition, reply);
     }
@@ -157,6 +158,7 @@ pub(super) fn invoke_tool(
             step_id: Some(step_id),
             pending_approval: false,
             error: None,
+            ..IntentReply::default()
         },
     )
 }

@@ -122,6 +122,7 @@ pub fn replay_call(
         step_id: Some(step_id),
         pending_approval: entry.approval_denied,
         error: None,
+        ..IntentReply::default()
     };
     (transition, reply)
 }
