@@ -150,6 +150,16 @@ set -e
 # 5 = no tests collected: that is a failure too.
 [ "$sdk_rc" -eq 0 ] || failures+=("sdk tests (pytest exit $sdk_rc)")
 
+step "Keel Python SDK tests (sdk/python, installed from the wheel it builds)"
+keel_sdk_report=$target_dir/keel-sdk-junit.xml
+rm -f "$keel_sdk_report"
+set +e
+"$venv/bin/python" -m pytest "$root/sdk/python/tests" -p no:cacheprovider \
+    --junitxml="$keel_sdk_report"
+keel_sdk_rc=$?
+set -e
+[ "$keel_sdk_rc" -eq 0 ] || failures+=("keel-sdk tests (pytest exit $keel_sdk_rc)")
+
 step "SDK compatibility tests on PostgreSQL (KEEL_TEST_BACKEND=postgres)"
 pg_report=$target_dir/sdk-junit-postgres.xml
 rm -f "$pg_report"
@@ -179,6 +189,7 @@ else
     echo "all tests passed"
 fi
 sdk_summary "$report"
+sdk_summary "$keel_sdk_report" "keel-sdk"
 if [ -z "$pg_skip" ]; then
     sdk_summary "$pg_report" "sdk (postgres)"
 else

@@ -1,0 +1,137 @@
+"""Builds the keel-sdk wheel, installs it into a private directory and imports it from there
+(never from the source tree), and starts real kernels (KEEL_BIN) for the tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PACKAGE = HERE.parent
+REPO = PACKAGE.parent.parent
+BUILD = Path(tempfile.mkdtemp(prefix="keel-sdk-wheel-"))
+SITE = BUILD / "site"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The wheel, as a user would get it, without network (no build isolation, no dependencies:
+    # httpx is already installed next to pytest).
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "-w", str(BUILD / "dist"), str(PACKAGE)],
+        check=True, timeout=120,
+    )
+    wheels = list((BUILD / "dist").glob("keel_sdk-*.whl"))
+    assert len(wheels) == 1, wheels
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(SITE),
+         str(wheels[0])],
+        check=True, timeout=120,
+    )
+    sys.path.insert(0, str(SITE))
+    os.environ["KEEL_SDK_SITE"] = str(SITE)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(BUILD, ignore_errors=True)
+
+
+def keel_bin() -> Path:
+    path = Path(os.environ.get("KEEL_BIN", "target/debug/keel"))
+    return path if path.is_absolute() else REPO / path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(what: str, check, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Kernel:
+    def __init__(self, workdir: Path, args: list[str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / "kernel.log"
+        (workdir / "data").mkdir(parents=True)
+        argv = [str(keel_bin()), "dev", "--port", str(self.port), "--data-dir",
+                str(workdir / "data"), "--agent-timeout", "1s", *args]
+        self.proc = subprocess.Popen(argv, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        wait_until("kernel health", self._healthy)
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"kernel exited:\n{self.log.read_text()[-3000:]}")
+        try:
+            return httpx.get(self.url + "/v0/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def kernels(tmp_path: Path) -> Iterator[list[Kernel]]:
+    started: list[Kernel] = []
+    yield started
+    for kernel in started:
+        kernel.stop()
+
+
+@pytest.fixture
+def start_kernel(tmp_path: Path, kernels: list[Kernel]):  # type: ignore[no-untyped-def]
+    def start(*args: str) -> Kernel:
+        kernel = Kernel(tmp_path / f"kernel{len(kernels)}", list(args))
+        kernels.append(kernel)
+        return kernel
+
+    return start
+
+
+@pytest.fixture
+def agent_proc(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+    """Starts tests/agent_app.py (importing keel_sdk from the installed wheel)."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(kernel: Kernel, agent_id: str) -> Path:
+        markers = tmp_path / f"{agent_id}.markers"
+        env = dict(os.environ, PYTHONPATH=str(SITE), PYTHONUNBUFFERED="1")
+        log = (tmp_path / f"{agent_id}.log").open("w")
+        procs.append(subprocess.Popen(
+            [sys.executable, str(HERE / "agent_app.py"), kernel.url, agent_id, str(markers)],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        ))
+        return markers
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
