@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 import keel_sdk
-from keel_sdk import Agent, ApprovalDenied, PolicyDenied, execution, tool
+from keel_sdk import Agent, ApprovalDenied, PolicyDenied, execution, remote, tool
 
 URL, AGENT_ID, MARKERS = sys.argv[1], sys.argv[2], sys.argv[3]
 assert "site" in os.path.dirname(keel_sdk.__file__), keel_sdk.__file__  # from the wheel
@@ -52,6 +52,8 @@ async def handle(payload: dict) -> Any:  # type: ignore[type-arg]
             await guarded_echo(value="x")
         except ApprovalDenied as error:
             return {"type": type(error).__name__, "reason": error.reason}
+    if op == "remote":
+        return {"product": await remote.Tools("calc")["calc.mul"](a=6, b=7)}
     if op == "signal":
         return {"signal": await execution.wait_signal("go")}
     return {"unexpected": op}

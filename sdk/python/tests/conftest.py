@@ -117,12 +117,12 @@ def agent_proc(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
     """Starts tests/agent_app.py (importing keel_sdk from the installed wheel)."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(kernel: Kernel, agent_id: str) -> Path:
+    def start(kernel: Kernel, agent_id: str, script: str = "agent_app.py") -> Path:
         markers = tmp_path / f"{agent_id}.markers"
         env = dict(os.environ, PYTHONPATH=str(SITE), PYTHONUNBUFFERED="1")
         log = (tmp_path / f"{agent_id}.log").open("w")
         procs.append(subprocess.Popen(
-            [sys.executable, str(HERE / "agent_app.py"), kernel.url, agent_id, str(markers)],
+            [sys.executable, str(HERE / script), kernel.url, agent_id, str(markers)],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         ))
         return markers

@@ -140,6 +140,27 @@ def test_denials_are_typed_and_keep_the_kernels_reason(tmp_path: Path, start_ker
     assert markers(marks, "danger-ran") == [] and markers(marks, "guarded-ran") == []
 
 
+def test_a_runner_serves_remote_tools_with_a_stable_idempotency_key(start_kernel, agent_proc) -> None:  # type: ignore[no-untyped-def]
+    kernel = start_kernel()
+    ran = agent_proc(kernel, "calc-runner", "runner_app.py")
+    agent_proc(kernel, "remote-user")
+
+    async def scenario() -> Any:
+        async with Client(kernel.url) as client:
+            for _ in range(200):  # the runner is connected once its tool is listed
+                tools = await client.request("GET", "/v0/tools")
+                if any(t.get("id") == "calc.mul" for t in tools or []):
+                    break
+                await asyncio.sleep(0.05)
+            return await client.run_until_complete("remote-user", {"op": "remote"})
+
+    done = run(scenario())
+    assert done.status == "completed", done.raw
+    assert done.output["product"] == 42
+    keys = [m["key"] for m in markers(ran, "mul-ran")]
+    assert len(keys) == 1 and keys[0], keys
+
+
 def test_a_refused_credential_stops_the_agent(start_kernel) -> None:  # type: ignore[no-untyped-def]
     kernel = start_kernel("--bearer-token", "right-token-0123456789")
     agent = Agent("locked", base_url=kernel.url, api_key="wrong", reconnect_delay=0.1)

@@ -18,6 +18,7 @@ from .errors import (
     ValidationError,
 )
 from .execution import execution
+from .runner import Job, Runner, current_job
 from .tool import Tool, tool
 
 #: Aliases for code written against the rebuno SDK.
@@ -33,16 +34,19 @@ __all__ = [
     "Conflict",
     "Execution",
     "IntentResult",
+    "Job",
     "KeelError",
     "NotFound",
     "PolicyDenied",
     "PolicyError",
     "RebunoError",
+    "Runner",
     "Tool",
     "ToolError",
     "Unauthorized",
     "UnauthorizedError",
     "ValidationError",
+    "current_job",
     "execution",
     "remote",
     "tool",

@@ -114,6 +114,10 @@ class Client:
     async def close(self) -> None:
         await self._http.aclose()
 
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Any kernel request (JSON answer, typed errors, retries as below)."""
+        return await self._request(method, path, **kwargs)
+
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         """Sends a request; retries connection errors, 429 and 5xx; raises typed errors."""
         attempt = 0
@@ -243,7 +247,8 @@ class Client:
                 except ValueError:
                     body = None
                 raise from_response(response.status_code, body)
-            kind, lines = "message", []
+            kind = "message"
+            lines: list[str] = []
             async for line in response.aiter_lines():
                 if not line:
                     if lines:
