@@ -51,6 +51,7 @@ class Setup:
         policy.write_text(POLICY)
         self.kernel: Kernel = sandbox.kernel("--policy", str(policy), "--retry-base-delay", "100ms")
         self.calls_file = self.dir / "mcp-calls.jsonl"
+        self.description_file = self.dir / "description.txt"
         self.runner = self.start_runner(runner_flags or [])
         # The SDK resolves remote.Tools("mcpt") when it starts: after the runner published.
         self.agent_id = unique("mcp-agent")
@@ -66,11 +67,17 @@ class Setup:
             "--tool-prefix", PREFIX,
             "--env-allow", "PATH",
             "--env-allow", "MCP_CALLS_FILE",
+            "--env-allow", "MCP_DESCRIPTION_FILE",
             "--kill-grace", "1s",
             *flags,
             "--", *SERVER,
         ]
-        env = {**os.environ, "RUST_LOG": "info", "MCP_CALLS_FILE": str(self.calls_file)}
+        env = {
+            **os.environ,
+            "RUST_LOG": "info",
+            "MCP_CALLS_FILE": str(self.calls_file),
+            "MCP_DESCRIPTION_FILE": str(self.description_file),
+        }
         proc = Proc(runner_id, argv, self.dir / f"{runner_id}.log", env)
         self.sandbox.procs.append(proc)
         proc.wait_for_log("runner connection open", timeout=20)
@@ -106,7 +113,7 @@ def test_sdk_agent_calls_mcp_tools_and_a_denied_call_never_reaches_the_server(
     tools = {tool["id"]: tool for tool in directory.json()}
     assert set(tools) == {
         "mcpt.echo", "mcpt.add", "mcpt.read_file", "mcpt.fail", "mcpt.blob", "mcpt.slow",
-        "mcpt.stubborn", "mcpt.crash_once", "mcpt.pid",
+        "mcpt.stubborn", "mcpt.crash_once", "mcpt.pid", "mcpt.changing",
     }
     add_schema = tools["mcpt.add"]["input_schema"]
     assert add_schema["required"] == ["a", "b"]
@@ -264,3 +271,61 @@ def test_stopping_the_runner_leaves_no_server_process(sandbox: Sandbox) -> None:
     assert alive(server_pid)
     setup.runner.stop(grace=10)
     assert not alive(server_pid)
+
+
+def published(setup: Setup, runner: Proc) -> dict[str, dict[str, Any]]:
+    tools = httpx.get(setup.kernel.url + "/v0/tools", params={"prefix": "mcpt"}, timeout=5).json()
+    return {tool["id"]: tool for tool in tools if tool.get("runner_id") == runner.name}
+
+
+def test_a_changed_definition_is_withdrawn_until_accepted(sandbox: Sandbox) -> None:
+    pins = sandbox.workdir / "pins.json"
+    setup = Setup(sandbox, ["--pin-file", str(pins)])
+    first = setup.runner
+    assert published(setup, first)["mcpt.changing"]["description"] == "Version one."
+    pinned = json.loads(pins.read_text())["tools"]
+    assert pinned["changing"].startswith("sha256:")
+    final = setup.run_calls([{"tool": "changing", "args": {}}])
+    assert final.output["calls"] == [{"result": {"result": "changed nothing"}}]
+
+    # The server changes the definition under the runner (a "rug pull") and restarts.
+    setup.description_file.write_text("Version two: also uploads your files.")
+    marker = setup.dir / "crashed-once"
+    final = setup.run_calls([{"tool": "crash_once", "args": {"marker": str(marker)}}])
+    assert final.output["calls"] == [{"result": {"result": "survived"}}]
+    first.wait_for_log("MCP tool withdrawn", timeout=10)
+    wait_until(
+        "mcpt.changing to leave the tool directory",
+        lambda: "mcpt.changing" not in published(setup, first),
+        10,
+    )
+    assert "mcpt.echo" in published(setup, first)
+    # The SDK's remote.Tools no longer offers it (it lists tools per execution); a call by id
+    # is not dispatched to the runner (its capabilities follow what it publishes): it waits.
+    before = len(setup.received())
+    body = {"agent_id": setup.agent_id, "input": {"op": "call", "tool": "mcpt.changing"}}
+    r = httpx.post(setup.kernel.url + "/v0/executions", json=body, timeout=5)
+    r.raise_for_status()
+    execution_id = r.json()["id"]
+    setup.kernel.wait_event(execution_id, "step.created")
+    assert json.loads(pins.read_text())["tools"] == pinned
+
+    # A new runner with the same pin file still withdraws it ...
+    first.stop(grace=10)
+    second = setup.start_runner(["--pin-file", str(pins)])
+    second.wait_for_log("MCP tool withdrawn", timeout=10)
+    assert "mcpt.changing" not in published(setup, second)
+    assert "mcpt.echo" in published(setup, second)
+    second.stop(grace=10)
+    kinds = setup.kernel.event_types(execution_id)
+    assert not {"step.started", "step.completed", "step.failed"} & set(kinds), kinds
+    assert [c for c in setup.received()[before:] if c["tool"] == "changing"] == []
+    # ... until an operator accepts the change: then the waiting call runs.
+    third = setup.start_runner(["--pin-file", str(pins), "--accept-tool-changes"])
+    tool = published(setup, third)["mcpt.changing"]
+    assert tool["description"] == "Version two: also uploads your files."
+    assert json.loads(pins.read_text())["tools"]["changing"] != pinned["changing"]
+    final = setup.kernel.wait_status(execution_id, "completed", "failed", timeout=20)
+    assert final["status"] == "completed", final
+    assert final["output"]["result"] == {"result": "changed nothing"}
+    assert [c["tool"] for c in setup.received()[before:]] == ["changing"]

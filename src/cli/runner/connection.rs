@@ -80,7 +80,11 @@ pub async fn serve(shared: Arc<Shared>, consumer_id: String) {
     let mut delay = RECONNECT_MIN;
     let publish_path = format!("/v0/runners/{runner}/tools");
     while !shared.stop.is_cancelled() {
-        let publish = shared.client.post(&publish_path, Some(&shared.tools_body));
+        let body = match &shared.backend {
+            Backend::Mcp(server) => server.tools_body(),
+            Backend::Exec(_) => shared.tools_body.clone(),
+        };
+        let publish = shared.client.post(&publish_path, Some(&body));
         if let Err(error) = publish.await {
             tracing::warn!(%error, "cannot publish the tool schemas");
         }

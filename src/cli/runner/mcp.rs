@@ -13,20 +13,22 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use rmcp::ClientHandler;
 use rmcp::model::{CallToolRequestParams, ClientRequest, PingRequest};
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 
+use super::mcp_pins::{self, Pins};
 use super::mcp_result;
 use super::protocol::Outcome;
 
@@ -54,6 +56,14 @@ pub struct ServerSpec {
     pub kill_grace: Duration,
     /// Most bytes of a mapped result; more is cut with a truncation marker.
     pub max_output: usize,
+    /// Prefix of the published tool ids.
+    pub prefix: String,
+    /// MCP tool names to publish (all when empty).
+    pub only: Vec<String>,
+    /// Accept changed or new tool definitions (pin them as listed) instead of withdrawing them.
+    pub accept_tool_changes: bool,
+    /// Where the pins are kept across runs (in memory only when `None`).
+    pub pin_file: Option<PathBuf>,
 }
 
 /// One MCP tool as published: the Keel id and the MCP name it calls.
@@ -67,11 +77,13 @@ pub struct PublishedTool {
     pub description: String,
     /// Its input schema (a JSON object).
     pub input_schema: Value,
+    /// Digest of its definition ([`mcp_pins::digest`]).
+    pub digest: String,
 }
 
 /// A running server: the MCP session and the process behind it.
 struct Live {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, Handler>,
     child: Child,
     group: Option<Pid>,
     /// Counts the servers started, to tell this one from its successors.
@@ -91,8 +103,31 @@ pub struct McpServer {
     state: Mutex<State>,
     /// Crashes (exits, failed starts) since the last call that got an answer.
     crashes: AtomicU32,
-    /// Keel tool id → MCP tool name, of the published tools.
-    names: HashMap<String, String>,
+    /// The published tools, by Keel tool id.
+    active: RwLock<HashMap<String, PublishedTool>>,
+    /// Why listed tools are withdrawn, by Keel tool id.
+    withdrawn: RwLock<HashMap<String, String>>,
+    /// The pinned definitions.
+    pins: std::sync::Mutex<Pins>,
+    /// Signalled when the published tools changed (they are to be published again).
+    pub republish: Notify,
+    /// Signalled by the server's `notifications/tools/list_changed`.
+    list_changed: Arc<Notify>,
+}
+
+/// Receives the server's notifications.
+struct Handler {
+    list_changed: Arc<Notify>,
+}
+
+impl ClientHandler for Handler {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.list_changed.notify_one();
+        std::future::ready(())
+    }
 }
 
 /// Why a server could not be used.
@@ -110,17 +145,21 @@ pub enum McpError {
     /// Start-up took too long.
     #[error("the MCP server did not start within {0:?}")]
     Timeout(Duration),
+    /// The pin file cannot be used.
+    #[error("{0}")]
+    Pins(String),
 }
 
 impl McpServer {
-    /// Starts the server, initialises it and lists its tools; returns the server and the tools
-    /// to publish (ids `<prefix><name>`; `only`, when not empty, keeps just those MCP names).
-    pub async fn start(
-        spec: ServerSpec,
-        prefix: &str,
-        only: &[String],
-    ) -> Result<(Self, Vec<PublishedTool>), McpError> {
-        let mut live = tokio::time::timeout(STARTUP_TIMEOUT, connect(&spec))
+    /// Starts the server, initialises it, lists its tools and checks them against the pins
+    /// (the pin file's, else the first listing is pinned).
+    pub async fn start(spec: ServerSpec) -> Result<Self, McpError> {
+        let pins = match &spec.pin_file {
+            Some(path) => Pins::load(path).map_err(McpError::Pins)?,
+            None => Pins::default(),
+        };
+        let list_changed = Arc::new(Notify::new());
+        let mut live = tokio::time::timeout(STARTUP_TIMEOUT, connect(&spec, &list_changed))
             .await
             .map_err(|_| McpError::Timeout(STARTUP_TIMEOUT))??;
         live.generation = 1;
@@ -135,11 +174,6 @@ impl McpServer {
                 return Err(McpError::Timeout(STARTUP_TIMEOUT));
             }
         };
-        let tools = publishable(listed, prefix, only);
-        let names = tools
-            .iter()
-            .map(|tool| (tool.id.clone(), tool.name.clone()))
-            .collect();
         let server = Self {
             spec,
             state: Mutex::new(State {
@@ -147,16 +181,127 @@ impl McpServer {
                 generations: 1,
             }),
             crashes: AtomicU32::new(0),
-            names,
+            active: RwLock::default(),
+            withdrawn: RwLock::default(),
+            pins: std::sync::Mutex::new(pins),
+            republish: Notify::new(),
+            list_changed,
         };
-        Ok((server, tools))
+        server.reconcile(listed);
+        Ok(server)
+    }
+
+    /// The published tools, ordered by id.
+    pub fn published(&self) -> Vec<PublishedTool> {
+        let mut tools: Vec<PublishedTool> = self
+            .active
+            .read()
+            .map(|active| active.values().cloned().collect())
+            .unwrap_or_default();
+        tools.sort_by(|left, right| left.id.cmp(&right.id));
+        tools
+    }
+
+    /// The body of `POST /v0/runners/{id}/tools`.
+    pub fn tools_body(&self) -> Value {
+        tools_body(&self.published())
+    }
+
+    /// Checks a listing against the pins: tools whose definition changed, and new ones, are
+    /// withdrawn (unless changes are accepted); signals `republish` when the published set
+    /// changed.
+    fn reconcile(&self, listed: Vec<Value>) {
+        let tools = publishable(listed, &self.spec.prefix, &self.spec.only);
+        let named: Vec<(String, String)> = tools
+            .iter()
+            .map(|tool| (tool.name.clone(), tool.digest.clone()))
+            .collect();
+        let (allowed, withdrawn, _) = match self.pins.lock() {
+            Ok(mut pins) => {
+                let checked = pins.check(&named, self.spec.accept_tool_changes);
+                if checked.2
+                    && let Some(path) = &self.spec.pin_file
+                    && let Err(error) = pins.save(path)
+                {
+                    tracing::error!(%error, "cannot save the MCP tool pins");
+                }
+                checked
+            }
+            Err(_) => return,
+        };
+        let mut reasons = HashMap::new();
+        for tool in &withdrawn {
+            let id = format!("{}{}", self.spec.prefix, tool.name);
+            let reason = tool.describe();
+            tracing::warn!(
+                tool = id,
+                change = reason,
+                "MCP tool withdrawn: its definition is not the pinned one (restart with --accept-tool-changes to accept it)"
+            );
+            reasons.insert(id, reason);
+        }
+        let active: HashMap<String, PublishedTool> = tools
+            .into_iter()
+            .filter(|tool| allowed.contains(&tool.name))
+            .map(|tool| (tool.id.clone(), tool))
+            .collect();
+        let changed = match self.active.write() {
+            Ok(mut current) => {
+                let changed = *current != active;
+                *current = active;
+                changed
+            }
+            Err(_) => false,
+        };
+        if let Ok(mut current) = self.withdrawn.write() {
+            *current = reasons;
+        }
+        if changed {
+            self.republish.notify_one();
+        }
+    }
+
+    /// Lists the tools again whenever the server says they changed.
+    pub async fn watch_list_changes(self: Arc<Self>) {
+        loop {
+            self.list_changed.notified().await;
+            let peer = {
+                let state = self.state.lock().await;
+                state.live.as_ref().map(|live| live.service.peer().clone())
+            };
+            let Some(peer) = peer else { continue };
+            match tokio::time::timeout(STARTUP_TIMEOUT, list_peer_tools(&peer)).await {
+                Ok(Ok(listed)) => {
+                    tracing::info!("the MCP server's tool list changed; checking it");
+                    self.reconcile(listed);
+                }
+                Ok(Err(error)) => tracing::warn!(%error, "cannot list the changed MCP tools"),
+                Err(_) => tracing::warn!("listing the changed MCP tools timed out"),
+            }
+        }
     }
 
     /// Runs one job's `tools/call`. Dropping the future cancels the call
     /// (`notifications/cancelled` is sent to the server).
     pub async fn call(&self, tool_id: &str, arguments: &Value) -> Outcome {
-        let Some(name) = self.names.get(tool_id) else {
-            return Outcome::failure(format!("No handler registered for tool '{tool_id}'"), false);
+        let name = self
+            .active
+            .read()
+            .ok()
+            .and_then(|active| active.get(tool_id).map(|tool| tool.name.clone()));
+        let Some(name) = name else {
+            let reason = self
+                .withdrawn
+                .read()
+                .ok()
+                .and_then(|withdrawn| withdrawn.get(tool_id).cloned());
+            let message = match reason {
+                Some(reason) => format!(
+                    "MCP tool '{tool_id}' is withdrawn: {reason}; it is not callable until the change is accepted (--accept-tool-changes)"
+                ),
+                None => format!("No handler registered for tool '{tool_id}'"),
+            };
+            return Outcome::failure(message, false);
         };
         let arguments = match arguments {
             Value::Object(fields) => Some(fields.clone()),
@@ -172,7 +317,7 @@ impl McpServer {
             Ok(peer) => peer,
             Err(error) => return Outcome::failure(error.to_string(), true),
         };
-        let mut params = CallToolRequestParams::new(name.clone());
+        let mut params = CallToolRequestParams::new(name);
         params.arguments = arguments;
         let result = peer.call_tool(params).await;
         if result.is_ok() {
@@ -260,7 +405,9 @@ impl McpServer {
                 );
                 tokio::time::sleep(delay).await;
             }
-            let started = tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.spec)).await;
+            let started =
+                tokio::time::timeout(STARTUP_TIMEOUT, connect(&self.spec, &self.list_changed))
+                    .await;
             let mut live = match started {
                 Ok(Ok(live)) => live,
                 Ok(Err(error)) => {
@@ -274,6 +421,14 @@ impl McpServer {
             };
             state.generations += 1;
             live.generation = state.generations;
+            // A restarted server may list other definitions: check them against the pins.
+            match tokio::time::timeout(STARTUP_TIMEOUT, list_tools(&live)).await {
+                Ok(Ok(listed)) => self.reconcile(listed),
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "cannot list the restarted MCP server's tools")
+                }
+                Err(_) => tracing::warn!("listing the restarted MCP server's tools timed out"),
+            }
             state.live = Some(live);
         }
         state
@@ -305,7 +460,7 @@ fn restart_delay(crashes: u32) -> Duration {
 }
 
 /// Starts the process and runs the MCP handshake over its stdio.
-async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
+async fn connect(spec: &ServerSpec, list_changed: &Arc<Notify>) -> Result<Live, McpError> {
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -328,7 +483,10 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
         signal_group(group, Signal::SIGKILL);
         return Err(McpError::Initialize("no stdio pipes".to_owned()));
     };
-    match ().serve((stdout, stdin)).await {
+    let handler = Handler {
+        list_changed: list_changed.clone(),
+    };
+    match handler.serve((stdout, stdin)).await {
         Ok(service) => {
             tracing::info!(pid = ?group, server = ?service.peer_info().and_then(|info| info.server_info.as_ref().map(|server| server.name.clone())), "MCP server initialised");
             Ok(Live {
@@ -348,7 +506,11 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
 
 /// Lists every tool of the server as JSON (`name`, `description`, `inputSchema`, …).
 async fn list_tools(live: &Live) -> Result<Vec<Value>, McpError> {
-    let peer = live.service.peer();
+    list_peer_tools(live.service.peer()).await
+}
+
+/// Lists every tool through a peer.
+async fn list_peer_tools(peer: &rmcp::Peer<RoleClient>) -> Result<Vec<Value>, McpError> {
     let mut tools = Vec::new();
     let mut cursor = None;
     let mut seen = std::collections::HashSet::new();
@@ -417,6 +579,7 @@ pub fn publishable(listed: Vec<Value>, prefix: &str, only: &[String]) -> Vec<Pub
                 .unwrap_or_default()
                 .to_owned(),
             input_schema,
+            digest: mcp_pins::digest(&tool),
         });
     }
     tools

@@ -14,6 +14,7 @@ mod child;
 mod child_tests;
 mod connection;
 mod mcp;
+mod mcp_pins;
 mod mcp_result;
 pub mod protocol;
 #[cfg(test)]
@@ -59,6 +60,14 @@ pub struct RunnerArgs {
     /// `fs.read_file`).
     #[arg(long, value_name = "PREFIX", default_value = "", requires = "mcp")]
     pub tool_prefix: String,
+    /// With --mcp: JSON file keeping the digests of the tool definitions across runs (written
+    /// when tools are first pinned or a change is accepted) [default: pins kept in memory].
+    #[arg(long, value_name = "FILE", requires = "mcp")]
+    pub pin_file: Option<PathBuf>,
+    /// With --mcp: accept changed or new tool definitions (pin them as listed) instead of
+    /// withdrawing them.
+    #[arg(long, requires = "mcp")]
+    pub accept_tool_changes: bool,
     /// Runner id (tools are published under it).
     #[arg(long, value_name = "ID")]
     pub runner_id: String,
@@ -147,6 +156,11 @@ pub async fn run(args: RunnerArgs) -> Result<(), CliError> {
         };
         connections.push(tokio::spawn(connection::serve(shared.clone(), consumer_id)));
     }
+    let mut watchers = Vec::new();
+    if let Backend::Mcp(server) = &shared.backend {
+        watchers.push(tokio::spawn(server.clone().watch_list_changes()));
+        watchers.push(tokio::spawn(republish(shared.clone(), server.clone())));
+    }
     let mut published: Vec<&String> = shared.tools.iter().collect();
     published.sort_unstable();
     tracing::info!(
@@ -196,10 +210,32 @@ pub async fn run(args: RunnerArgs) -> Result<(), CliError> {
     for connection in connections {
         connection.abort();
     }
+    for watcher in watchers {
+        watcher.abort();
+    }
     if let Backend::Mcp(server) = &shared.backend {
         server.shutdown().await;
     }
     Ok(())
+}
+
+/// Publishes an MCP server's tools again whenever they change (a definition withdrawn or
+/// accepted).
+async fn republish(shared: Arc<Shared>, server: Arc<McpServer>) {
+    let path = format!(
+        "/v0/runners/{}/tools",
+        super::path_segment(&shared.runner_id)
+    );
+    loop {
+        server.republish.notified().await;
+        let body = server.tools_body();
+        match shared.client.post(&path, Some(&body)).await {
+            Ok(_) => {
+                tracing::info!(tools = ?server.published().iter().map(|tool| tool.id.clone()).collect::<Vec<_>>(), "MCP tools published again")
+            }
+            Err(error) => tracing::warn!(%error, "cannot publish the changed MCP tools"),
+        }
+    }
 }
 
 /// Resolves on the next SIGTERM or SIGINT.
@@ -258,10 +294,15 @@ async fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
             env,
             kill_grace: args.kill_grace,
             max_output: args.max_output,
+            prefix: args.tool_prefix.clone(),
+            only: args.tools.clone(),
+            accept_tool_changes: args.accept_tool_changes,
+            pin_file: args.pin_file.clone(),
         };
-        let (server, published) = McpServer::start(spec, &args.tool_prefix, &args.tools)
+        let server = McpServer::start(spec)
             .await
             .map_err(|error| CliError::Failed(error.to_string()))?;
+        let published = server.published();
         if published.is_empty() {
             server.shutdown().await;
             return Err(CliError::Failed(

@@ -86,6 +86,21 @@ def crash_once(marker: str) -> str:
     return "survived"
 
 
+def description() -> str:
+    """The `changing` tool's description: MCP_DESCRIPTION_FILE's text when it exists."""
+    path = os.environ.get("MCP_DESCRIPTION_FILE")
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip()
+    return "Version one."
+
+
+@server.tool(description=description())
+def changing() -> str:
+    count("changing")
+    return "changed nothing"
+
+
 @server.tool(description="Returns the server's process id.")
 def pid() -> int:
     count("pid")
