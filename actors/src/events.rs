@@ -183,6 +183,10 @@ pub enum EventBody {
         /// local tool of the rebuno SDK, or a rule with `replay: false`). Keel addition.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         repeats: Option<StepId>,
+        /// The matching rule says `idempotency: at_most_once`: a lost runner makes the
+        /// outcome unknown instead of retrying the step. Keel addition.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        at_most_once: bool,
     },
     /// A step was handed out (to a runner, or to the agent after approval).
     #[serde(rename = "step.dispatched")]
@@ -236,6 +240,26 @@ pub enum EventBody {
             skip_serializing_if = "Option::is_none"
         )]
         not_before: Option<Timestamp>,
+    },
+    /// An `at_most_once` step lost its runner after delivery and before a result: it may or
+    /// may not have happened, so it is not retried; an operator reconciles it. Keel addition.
+    #[serde(rename = "step.outcome_unknown")]
+    StepOutcomeUnknown {
+        /// Runner that held the job.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runner_id: Option<RunnerId>,
+        /// Why the outcome is unknown.
+        reason: String,
+    },
+    /// An operator answered a step whose outcome was unknown: `happened` (with its result),
+    /// `run_again` or `fail`. The step's usual events follow. Keel addition.
+    #[serde(rename = "step.reconciled")]
+    StepReconciled {
+        /// `happened`, `run_again` or `fail`.
+        answer: String,
+        /// Principal whose request answered (absent on kernels without authentication).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// The step was cancelled.
     #[serde(rename = "step.cancelled")]
@@ -412,6 +436,8 @@ impl EventBody {
             Self::StepTimedOut {} => "step.timed_out",
             Self::StepRetried { .. } => "step.retried",
             Self::StepCancelled { .. } => "step.cancelled",
+            Self::StepOutcomeUnknown { .. } => "step.outcome_unknown",
+            Self::StepReconciled { .. } => "step.reconciled",
             Self::StepApprovalRequired { .. } => "step.approval_required",
             Self::SignalReceived { .. } => "signal.received",
             Self::AgentTimeout { .. } => "agent.timeout",

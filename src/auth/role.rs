@@ -181,7 +181,9 @@ pub fn access(method: &Method, route: &str) -> Access {
     match route {
         "/v0/health" | "/v0/ready" => Access::Public,
         "/v0/executions" if !get => Access::Create,
-        "/v0/executions/{id}/cancel" => Access::Operate,
+        "/v0/executions/{id}/cancel" | "/v0/executions/{id}/steps/{step_id}/reconcile" => {
+            Access::Operate
+        }
         "/v0/executions/{id}/signal" => Access::Signal,
         "/v0/agents/stream" => Access::AgentStream,
         "/v0/agents/intent"

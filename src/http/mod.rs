@@ -19,6 +19,7 @@ mod keys;
 mod llm;
 pub mod openapi;
 pub(crate) mod query;
+mod reconcile;
 mod request_id;
 mod runners;
 mod serve;
@@ -223,6 +224,10 @@ pub fn routes() -> Routes {
         .route("/v0/executions/{id}/", get(executions::get))
         .route("/v0/executions/{id}/cancel", post(executions::cancel))
         .route("/v0/executions/{id}/signal", post(executions::signal))
+        .route(
+            "/v0/executions/{id}/steps/{step_id}/reconcile",
+            post(reconcile::reconcile),
+        )
         .route("/v0/executions/{id}/events", get(executions::events))
         .route("/v0/executions/{id}/stream", get(sse::execution_stream))
         .route("/v0/events", get(feed::page))

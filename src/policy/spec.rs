@@ -346,6 +346,21 @@ pub struct ThenSpec {
     /// calls that must run again (reading the clock, polling a status). Keel addition.
     #[serde(default)]
     pub replay: Option<bool>,
+    /// `at_most_once`: a remote step that loses its runner after delivery is not retried; its
+    /// outcome is unknown until an operator reconciles it. `at_least_once` (the default)
+    /// retries it. Keel addition (the word rebuno uses).
+    #[serde(default)]
+    pub idempotency: Option<IdempotencySpec>,
+}
+
+/// `then.idempotency` of a rule.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencySpec {
+    /// Retried after a lost runner (the default).
+    AtLeastOnce,
+    /// Never run twice without an operator's answer.
+    AtMostOnce,
 }
 
 /// `rate_limit:` of a rule.
@@ -421,6 +436,7 @@ impl From<RuleSpec> for RuleDefinition {
                 reason: spec.then.reason,
                 timeout_ms: spec.then.timeout_ms,
                 replay: spec.then.replay,
+                at_most_once: spec.then.idempotency == Some(IdempotencySpec::AtMostOnce),
             },
             rate_limit: spec.rate_limit.map(|limit| RateLimitDefinition {
                 max: limit.max,

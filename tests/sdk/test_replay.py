@@ -4,6 +4,7 @@ what it does not"). Driven by the unmodified rebuno 0.4.8 SDK."""
 
 from __future__ import annotations
 
+import httpx
 from rebuno import Client
 
 from harness import Kernel, Sandbox, run, unique, wait_until
@@ -225,3 +226,76 @@ def test_a_rule_with_replay_false_runs_its_calls_again(sandbox: Sandbox) -> None
     assert not [
         e for e in kernel.events(eid) if e["type"] == "step.created" and e["payload"].get("replay_of")
     ]
+
+
+AT_MOST_ONCE = """\
+rules:
+  - id: charge-once
+    priority: 1
+    when:
+      tool_id: calc_slow
+    then:
+      decision: allow
+      idempotency: at_most_once
+default:
+  decision: allow
+"""
+
+
+def reconcile(kernel: Kernel, eid: str, step_id: str, body: dict) -> httpx.Response:
+    return httpx.post(
+        f"{kernel.url}/v0/executions/{eid}/steps/{step_id}/reconcile", json=body, timeout=5
+    )
+
+
+def test_an_at_most_once_step_that_lost_its_runner_waits_for_an_operator(sandbox: Sandbox) -> None:
+    policy = sandbox.workdir / "at-most-once.yaml"
+    policy.write_text(AT_MOST_ONCE)
+    kernel = sandbox.kernel("--policy", str(policy), "--runner-timeout", "1s")
+    # A runner takes one job at a time: one hung runner per execution.
+    hung = [sandbox.runner(kernel, unique("hung-runner"), unique("hung-runner-c"), hang=True) for _ in range(3)]
+    for runner in hung:
+        runner.wait_connected("runners")
+    agent_id = unique("once")
+    sandbox.agent(kernel, agent_id, unique("once-c"))
+    ids = [create(kernel, agent_id, {"op": "call", "tool": "calc_slow", "args": {"seconds": 1}}) for _ in range(3)]
+    for eid in ids:
+        kernel.wait_event(eid, "step.started")
+    for runner in hung:
+        runner.proc.kill()
+    steps = {}
+    for eid in ids:
+        [unknown] = kernel.wait_event(eid, "step.outcome_unknown", timeout=10)
+        steps[eid] = unknown["step_id"]
+        assert kernel.status(eid) == "blocked"
+        assert "step.retried" not in kernel.event_types(eid)
+
+    fresh_id = unique("fresh-runner")
+    fresh = sandbox.runner(kernel, fresh_id, unique("fresh-runner-c"))
+    fresh.wait_connected("runners")
+    happened, again, failed = ids
+    assert reconcile(kernel, happened, steps[happened], {"answer": "maybe"}).status_code == 400
+    assert reconcile(kernel, happened, "no-such-step", {"answer": "run_again"}).status_code == 404
+    ok = reconcile(kernel, happened, steps[happened], {"answer": "happened", "result": {"slept": 1, "runner": "by hand"}})
+    assert ok.status_code == 200, ok.text
+    assert reconcile(kernel, again, steps[again], {"answer": "run_again"}).status_code == 200
+    assert reconcile(kernel, failed, steps[failed], {"answer": "fail", "error": "card declined"}).status_code == 200
+    # Answered once: the step's outcome is known now.
+    late = reconcile(kernel, happened, steps[happened], {"answer": "run_again"})
+    assert late.status_code == 409 and late.json()["code"] == "CONFLICT", late.text
+
+    finals = {eid: kernel.wait_status(eid, "completed", "failed", "cancelled", timeout=15) for eid in ids}
+    assert finals[happened]["status"] == "completed", finals[happened]
+    assert finals[happened]["output"]["result"] == {"slept": 1, "runner": "by hand"}
+    assert finals[again]["status"] == "completed", finals[again]
+    assert finals[again]["output"]["result"] == {"slept": 1, "runner": fresh_id}
+    assert finals[failed]["status"] == "failed", finals[failed]
+    failed_events = kernel.events(failed)
+    assert [e["payload"]["error"] for e in failed_events if e["type"] == "step.failed"] == ["card declined"]
+    # Nothing ran again without an answer: the hung runner got the three first attempts, the
+    # fresh one only the step an operator said to run again.
+    assert sum(len(runner.markers("job")) for runner in hung) == 3
+    assert len(fresh.markers("job")) == 1
+    for eid in ids:
+        reconciled = [e["payload"]["answer"] for e in kernel.events(eid) if e["type"] == "step.reconciled"]
+        assert reconciled == [{happened: "happened", again: "run_again", failed: "fail"}[eid]]

@@ -288,6 +288,19 @@ async fn handle_message(
             };
             let _ = reply.send(result);
         }
+        ExecutionMsg::ReconcileStep {
+            step_id,
+            answer,
+            by,
+            reply,
+        } => {
+            let now = state.ctx.now();
+            let result = decide_and_apply(state, |exec| {
+                machine::reconcile(exec, &step_id, &answer, by.clone(), now, &settings)
+            })
+            .await;
+            let _ = reply.send(result);
+        }
         ExecutionMsg::Cancel { reply } => {
             let result = decide_and_apply(state, machine::cancel)
                 .await

@@ -67,6 +67,17 @@ pub enum ExecutionMsg {
         /// Answer.
         reply: Reply<()>,
     },
+    /// An operator's answer to a step whose outcome is unknown.
+    ReconcileStep {
+        /// The step.
+        step_id: StepId,
+        /// The answer.
+        answer: super::machine::Reconciliation,
+        /// Principal whose request answered.
+        by: Option<String>,
+        /// Answer.
+        reply: Reply<()>,
+    },
     /// Cancels the execution.
     Cancel {
         /// Answer: the projection afterwards.

@@ -164,7 +164,8 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         ExecutionMsg::ReportStepResult { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ReportRunnerResult { reply, .. }
         | ExecutionMsg::MarkStepStarted { reply, .. }
-        | ExecutionMsg::DeliverSignal { reply, .. } => drop(reply.send(Err(error))),
+        | ExecutionMsg::DeliverSignal { reply, .. }
+        | ExecutionMsg::ReconcileStep { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),
         ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),

@@ -64,6 +64,10 @@ pub struct StepState {
     pub replay_of: Option<StepId>,
     /// Step of an earlier run whose idempotency key this step keeps.
     pub key_of: Option<StepId>,
+    /// Whether a lost runner makes its outcome unknown instead of retrying it.
+    pub at_most_once: bool,
+    /// Whether its outcome is unknown, waiting for an operator's reconciliation.
+    pub outcome_unknown: bool,
 }
 
 impl StepState {

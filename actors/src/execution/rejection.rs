@@ -60,6 +60,9 @@ pub enum Rejection {
     /// A `step.approve` names a step whose approval was already answered.
     #[error("conflict: the approval of step {0} was already answered")]
     ApprovalAnswered(String),
+    /// A reconciliation names a step whose outcome is not unknown.
+    #[error("conflict: the outcome of step {0} is not unknown")]
+    OutcomeKnown(String),
     /// The execution is not pending (assignment refused).
     #[error("conflict: execution {0} is not pending")]
     NotPending(String),
@@ -83,6 +86,7 @@ impl Rejection {
             | Self::AwaitingApproval(_)
             | Self::IdempotencyConflict(_)
             | Self::ApprovalAnswered(_)
+            | Self::OutcomeKnown(_)
             | Self::NotPending(_) => ErrorCode::Conflict,
         }
     }

@@ -92,6 +92,7 @@ fn message_name(message: &ExecutionMsg) -> Option<&'static str> {
         ExecutionMsg::ReportRunnerResult { .. } => "runner result",
         ExecutionMsg::MarkStepStarted { .. } => "step started",
         ExecutionMsg::DeliverSignal { .. } => "signal",
+        ExecutionMsg::ReconcileStep { .. } => "reconcile",
         ExecutionMsg::AdmitLlmCall { .. } => "llm admission",
         ExecutionMsg::RecordLlmCall { .. } => "llm call",
         ExecutionMsg::Cancel { .. } => "cancel",

@@ -10,11 +10,12 @@ use super::handle::Kernel;
 use super::types::KernelError;
 use crate::agent_group::{AgentGroupMsg, AgentSupervisorMsg};
 use crate::events::LlmCall;
+use crate::execution::machine::Reconciliation;
 use crate::execution::{
     Capabilities, ExecutionMsg, Intent, IntentReply, LlmAdmission, Rejection, StepOutcome,
     StepResultReply,
 };
-use crate::ids::{AgentId, ExecutionId, SessionId};
+use crate::ids::{AgentId, ExecutionId, SessionId, StepId};
 use crate::store::ExecutionRow;
 
 impl Kernel {
@@ -65,6 +66,23 @@ impl Kernel {
     /// Cancels an execution; returns its projection afterwards.
     pub async fn cancel(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
         self.ask(id, |reply| ExecutionMsg::Cancel { reply }).await
+    }
+
+    /// Answers a step whose outcome is unknown (`step.outcome_unknown`) on behalf of `by`.
+    pub async fn reconcile_step(
+        &self,
+        id: &ExecutionId,
+        step_id: &StepId,
+        answer: Reconciliation,
+        by: Option<String>,
+    ) -> Result<(), KernelError> {
+        self.ask(id, |reply| ExecutionMsg::ReconcileStep {
+            step_id: step_id.clone(),
+            answer: answer.clone(),
+            by: by.clone(),
+            reply,
+        })
+        .await
     }
 
     /// Sends a signal to an execution.

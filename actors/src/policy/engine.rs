@@ -125,6 +125,8 @@ pub struct PolicyDecision {
     /// Whether a re-run answers a call the journal holds instead of running it again (the
     /// rule's `replay`, true by default; docs/failure-semantics.md).
     pub replay: bool,
+    /// Whether the rule says `idempotency: at_most_once` (docs/failure-semantics.md).
+    pub at_most_once: bool,
 }
 
 /// One admitted call in the rate-limit windows.
@@ -153,6 +155,7 @@ impl PolicyDecision {
             rate_slot: None,
             max_concurrent_steps: None,
             replay: true,
+            at_most_once: false,
         }
     }
 

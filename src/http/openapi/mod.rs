@@ -31,7 +31,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
     paths(
         paths::health, paths::ready, paths::metrics, paths::openapi,
         paths::create_execution, paths::list_executions, paths::get_execution,
-        paths::cancel_execution, paths::signal_execution, paths::execution_events,
+        paths::cancel_execution, paths::signal_execution, paths::reconcile_step,
+        paths::execution_events,
         paths::execution_stream, feed::feed_page, feed::feed_stream,
         paths::agent_stream, paths::agent_intent, paths::agent_step_result,
         paths::runner_stream, paths::step_started, paths::unregister_runner,
@@ -45,7 +46,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
     components(schemas(
         schemas::Error, schemas::ErrorCode, schemas::Status, schemas::ExecutionStatus,
         schemas::Execution, schemas::ExecutionSummary, schemas::ExecutionList, schemas::Event,
-        schemas::EventPage, schemas::CreateExecution, schemas::Signal, schemas::IntentType,
+        schemas::EventPage, schemas::CreateExecution, schemas::Signal, schemas::Reconcile,
+        schemas::IntentType,
         schemas::IntentFields, schemas::Intent, schemas::IntentAnswer,
         schemas::AgentStepResult, schemas::RunnerResult, schemas::StepStarted,
         schemas::PublishedTool, schemas::PublishTools, schemas::Capabilities, schemas::Tool,

@@ -11,8 +11,8 @@
 
 use super::schemas::{
     AgentStepResult, Capabilities, CreateExecution, Error, EventPage, Execution, ExecutionList,
-    Intent, IntentAnswer, PublishTools, RunnerResult, Signal, SseMessage, Status, StepStarted,
-    Tool,
+    Intent, IntentAnswer, PublishTools, Reconcile, RunnerResult, Signal, SseMessage, Status,
+    StepStarted, Tool,
 };
 
 /// `text/event-stream` bodies: framing of WIRE.md §8.
@@ -108,6 +108,22 @@ fn cancel_execution() {}
         (status = 409, description = "Execution terminal", body = Error),
     ))]
 fn signal_execution() {}
+
+#[utoipa::path(post, path = "/v0/executions/{id}/steps/{step_id}/reconcile", tag = "executions",
+    params(
+        ("id" = String, Path, description = "Execution id"),
+        ("step_id" = String, Path, description = "Step whose outcome is unknown (`step.outcome_unknown`)"),
+    ),
+    request_body = Reconcile,
+    responses(
+        (status = 200, description = "Recorded (`step.reconciled`, then the step's result, or its new attempt)", body = Status),
+        (status = 400, description = "Invalid body (answer missing or not happened/run_again/fail)", body = Error),
+        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        (status = 403, description = "The key's role is not admin or operator", body = Error),
+        (status = 404, description = "No such execution or step", body = Error),
+        (status = 409, description = "The step's outcome is not unknown, or the execution is terminal", body = Error),
+    ))]
+fn reconcile_step() {}
 
 #[utoipa::path(get, path = "/v0/executions/{id}/events", tag = "executions",
     params(

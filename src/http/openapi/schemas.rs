@@ -191,6 +191,21 @@ pub struct Signal {
     payload: Option<Value>,
 }
 
+/// Body of `POST /v0/executions/{id}/steps/{step_id}/reconcile` (Keel addition,
+/// docs/failure-semantics.md).
+#[derive(ToSchema)]
+pub struct Reconcile {
+    /// `happened` (it ran: `result` is its result), `run_again` (it did not: a new attempt with
+    /// the same idempotency key) or `fail` (the step fails with `error`).
+    answer: String,
+    /// The result, for `happened` (null when absent).
+    #[schema(required = false)]
+    result: Option<Value>,
+    /// The error, for `fail`.
+    #[schema(required = false)]
+    error: Option<String>,
+}
+
 /// Intent types.
 #[derive(ToSchema)]
 #[schema(rename_all = "snake_case")]

@@ -66,6 +66,7 @@ pub(super) fn invoke_tool(
             timeout_ms: verdict.timeout_ms,
             retry: None,
             max_retries: max_retries(verdict),
+            at_most_once: verdict.at_most_once && call.remote,
         };
         transition
             .event(step_created(&step_id, call, 1, step_deadline, rule).with_key(key.clone()));
@@ -117,6 +118,7 @@ pub(super) fn invoke_tool(
         timeout_ms: verdict.timeout_ms,
         retry: verdict.retry.filter(|_| call.remote),
         max_retries: max_retries(verdict),
+        at_most_once: verdict.at_most_once && call.remote,
     };
     transition.event(step_created(&step_id, call, max_attempts, deadline, rule).with_key(key));
     if call.remote {
@@ -170,6 +172,8 @@ struct RuleSettings {
     retry: Option<crate::policy::RetrySettings>,
     /// The retry budget in force (`budget.max_retries`).
     max_retries: Option<u64>,
+    /// `idempotency: at_most_once` (remote steps only).
+    at_most_once: bool,
 }
 
 fn max_retries(verdict: &PolicyDecision) -> Option<u64> {
@@ -207,6 +211,7 @@ fn step_created(
             replay_of: None,
             key_of: call.key_of.clone(),
             repeats: call.repeats.clone(),
+            at_most_once: rule.at_most_once,
         },
     )
 }

@@ -114,6 +114,6 @@ pub use replays::{
 };
 pub use signals::signal;
 pub use steps::{
-    RUNNER_LOST_ERROR, agent_step_result, claim_job, jittered_retry_delay, retry_delay,
-    runner_lost, runner_result, step_started, tool_error_text,
+    RUNNER_LOST_ERROR, Reconciliation, agent_step_result, claim_job, jittered_retry_delay,
+    reconcile, retry_delay, runner_lost, runner_result, step_started, tool_error_text,
 };

@@ -77,6 +77,7 @@ pub fn replay_call(
                     .and_then(|journal| journal.key_of(call.tool_id, call.arguments))
                     .cloned(),
                 repeats: None,
+                at_most_once: false,
             },
         )
         .with_key(key),

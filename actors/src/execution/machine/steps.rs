@@ -208,6 +208,22 @@ pub fn runner_lost(
     if step.status.is_terminal() || step.job_id.as_ref() != Some(job_id) {
         return None;
     }
+    if step.at_most_once {
+        // It may have happened: never run it again without an operator's answer.
+        let mut transition = Transition::default();
+        transition.event(NewEvent::step(
+            step_id,
+            EventBody::StepOutcomeUnknown {
+                runner_id: step.runner_id.clone(),
+                reason: format!("{RUNNER_LOST_ERROR} after the job was delivered"),
+            },
+        ));
+        transition.effect(Effect::StepEnded {
+            step_id: step_id.clone(),
+            cancel_reason: None,
+        });
+        return Some(transition);
+    }
     let outcome = StepOutcome {
         step_id: step_id.clone(),
         success: false,
@@ -217,6 +233,102 @@ pub fn runner_lost(
         cost: None,
     };
     runner_result(state, &outcome, now, settings, jitter).ok()
+}
+
+/// An operator's answer to a step whose outcome is unknown.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reconciliation {
+    /// It happened; this is its result.
+    Happened(Value),
+    /// It did not happen: run it again (a new attempt, the same idempotency key).
+    RunAgain,
+    /// Fail the step with this error.
+    Fail(String),
+}
+
+impl Reconciliation {
+    /// Returns the answer's wire name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Happened(_) => "happened",
+            Self::RunAgain => "run_again",
+            Self::Fail(_) => "fail",
+        }
+    }
+}
+
+/// Applies an operator's answer to a step whose outcome is unknown (`step.outcome_unknown`).
+pub fn reconcile(
+    state: &ExecutionState,
+    step_id: &StepId,
+    answer: &Reconciliation,
+    by: Option<String>,
+    now: Timestamp,
+    settings: &ExecutionSettings,
+) -> Result<Transition, Rejection> {
+    if state.status.is_terminal() {
+        return Err(Rejection::Terminal {
+            execution: state.id.to_string(),
+            status: state.status,
+        });
+    }
+    let step = state
+        .step(step_id)
+        .ok_or_else(|| Rejection::StepNotFound(step_id.to_string()))?;
+    if !step.outcome_unknown || step.status.is_terminal() {
+        return Err(Rejection::OutcomeKnown(step_id.to_string()));
+    }
+    let mut transition = Transition::default();
+    transition.event(NewEvent::step(
+        step_id,
+        EventBody::StepReconciled {
+            answer: answer.name().to_owned(),
+            by,
+        },
+    ));
+    let outcome = |success: bool, data: Option<Value>, error: Option<String>| StepOutcome {
+        step_id: step_id.clone(),
+        success,
+        data,
+        error,
+        retryable: false,
+        cost: None,
+    };
+    let rest = match answer {
+        Reconciliation::Happened(result) => {
+            final_result(state, step, &outcome(true, Some(result.clone()), None))
+        }
+        Reconciliation::Fail(error) => {
+            final_result(state, step, &outcome(false, None, Some(error.clone())))
+        }
+        Reconciliation::RunAgain => {
+            let mut again = Transition::default();
+            let next_attempt = step.attempt + 1;
+            again.event(NewEvent::step(
+                step_id,
+                EventBody::StepRetried {
+                    next_attempt,
+                    not_before: None,
+                },
+            ));
+            again.effect(Effect::EnqueueJob(JobSpec {
+                job_id: JobId::generate(),
+                execution_id: state.id.clone(),
+                step_id: step_id.clone(),
+                attempt: next_attempt,
+                tool_id: step.tool_id.clone(),
+                arguments: step.arguments.clone(),
+                deadline: add(now, step_timeout(step, settings)),
+                not_before: None,
+                traceparent: None,
+                idempotency_key: None,
+            }));
+            again
+        }
+    };
+    transition.events.extend(rest.events);
+    transition.effects.extend(rest.effects);
+    Ok(transition)
 }
 
 /// Records that a runner started a step; a no-op for running or ended steps.

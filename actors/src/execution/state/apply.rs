@@ -115,6 +115,7 @@ impl ExecutionState {
                 max_retries,
                 replay_of,
                 key_of,
+                at_most_once,
                 ..
             } => {
                 if let Some(journal) = &mut self.journal {
@@ -160,6 +161,8 @@ impl ExecutionState {
                     run: self.runs,
                     replay_of: replay_of.clone(),
                     key_of: key_of.clone(),
+                    at_most_once: *at_most_once,
+                    outcome_unknown: false,
                 });
             }
             EventBody::StepApprovalRequired { .. } => {
@@ -243,11 +246,23 @@ impl ExecutionState {
                     at,
                 );
             }
+            EventBody::StepOutcomeUnknown { .. } => {
+                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    step.outcome_unknown = true;
+                    step.deadline = None;
+                    step.job_id = None;
+                    step.dispatched_at = None;
+                    step.updated_at = at;
+                }
+            }
+            // The answer's own step events follow it.
+            EventBody::StepReconciled { .. } => {}
             EventBody::StepRetried {
                 next_attempt,
                 not_before,
             } => {
                 if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    step.outcome_unknown = false;
                     step.status = StepStatus::Pending;
                     step.attempt = *next_attempt;
                     step.outcome = None;

@@ -219,6 +219,7 @@ fn compile_rule(
         rate_slot: None,
         max_concurrent_steps: None,
         replay: rule.then.replay.unwrap_or(true),
+        at_most_once: rule.then.at_most_once,
     };
     Some(CompiledRule {
         index,

@@ -226,6 +226,8 @@ pub struct OutcomeDefinition {
     pub timeout_ms: Option<i64>,
     /// Whether a re-run replays a matching call from the journal (absent: yes).
     pub replay: Option<bool>,
+    /// `idempotency: at_most_once`: a remote step that lost its runner is not retried.
+    pub at_most_once: bool,
 }
 
 /// The `rate_limit:` section of a rule.

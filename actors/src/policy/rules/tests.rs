@@ -44,6 +44,7 @@ pub(super) fn rule(
             reason: None,
             timeout_ms: None,
             replay: None,
+            at_most_once: false,
         },
         rate_limit: None,
         retry: None,
