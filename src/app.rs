@@ -360,6 +360,7 @@ fn http_settings(settings: &Settings) -> HttpSettings {
                 .then_some(settings.max_pending_per_agent),
             total: (settings.max_pending > 0).then_some(settings.max_pending),
             retry_after_secs: settings.backlog_retry_after.as_secs_f64().ceil().max(1.0) as u64,
+            strict_agents: settings.strict_agents,
         },
         feed: crate::http::feed::FeedSettings::default(),
         gateway: None,

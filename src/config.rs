@@ -246,6 +246,11 @@ pub struct Config {
     )]
     pub max_pending_per_agent: u64,
 
+    /// Refuse creations for an agent id that no policy file names, no consumer has connected
+    /// as since the kernel started, and no stored execution has.
+    #[arg(long, env = "KEEL_STRICT_AGENTS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub strict_agents: bool,
+
     /// Most `pending` executions kernel-wide; a creation beyond it is answered 429 with
     /// `Retry-After` (0: unbounded).
     #[arg(long, env = "KEEL_MAX_PENDING", value_name = "N", default_value_t = 0)]
@@ -391,6 +396,7 @@ impl fmt::Debug for Config {
             .field("body_limit", &self.body_limit)
             .field("large_body_limit", &self.large_body_limit)
             .field("max_pending_per_agent", &self.max_pending_per_agent)
+            .field("strict_agents", &self.strict_agents)
             .field("max_pending", &self.max_pending)
             .field("backlog_retry_after", &self.backlog_retry_after)
             .field("header_read_timeout", &self.header_read_timeout)

@@ -180,6 +180,8 @@ pub struct Settings {
     pub large_body_limit: usize,
     /// Most pending executions of one agent (0: unbounded).
     pub max_pending_per_agent: u64,
+    /// Refuse creations for agent ids nothing names (`--strict-agents`).
+    pub strict_agents: bool,
     /// Most pending executions kernel-wide (0: unbounded).
     pub max_pending: u64,
     /// `Retry-After` of a refused creation.
@@ -340,6 +342,7 @@ impl Config {
             body_limit: self.body_limit,
             large_body_limit: self.large_body_limit,
             max_pending_per_agent: self.max_pending_per_agent,
+            strict_agents: self.strict_agents,
             max_pending: self.max_pending,
             backlog_retry_after: self.backlog_retry_after,
             header_read_timeout: self.header_read_timeout,
@@ -461,6 +464,7 @@ impl Settings {
             "body-limit": format_byte_size(self.body_limit),
             "large-body-limit": format_byte_size(self.large_body_limit),
             "max-pending-per-agent": self.max_pending_per_agent,
+            "strict-agents": self.strict_agents,
             "max-pending": self.max_pending,
             "backlog-retry-after": format_duration(self.backlog_retry_after),
             "header-read-timeout": format_duration(self.header_read_timeout),

@@ -37,6 +37,8 @@ pub struct Backlog {
     pub total: Option<u64>,
     /// `Retry-After` of the 429, in seconds.
     pub retry_after_secs: u64,
+    /// Refuse agent ids nothing names (`--strict-agents`).
+    pub strict_agents: bool,
 }
 
 impl Default for Backlog {
@@ -45,6 +47,7 @@ impl Default for Backlog {
             per_agent: None,
             total: None,
             retry_after_secs: 1,
+            strict_agents: false,
         }
     }
 }

@@ -187,6 +187,9 @@ pub async fn create(
         },
     };
     let backlog = &state.settings.backlog;
+    if backlog.strict_agents {
+        refuse_unknown_agent(&state, &request.agent_id).await?;
+    }
     let Some(key) = key else {
         backlog.admit(&state.kernel, &request.agent_id).await?;
         let row = creation::create(&state.kernel, request, None).await?;
@@ -197,6 +200,21 @@ pub async fn create(
         (row, true) => Ok((StatusCode::CREATED, Json(with_notice(&state, row)))),
         (row, false) => Ok((StatusCode::OK, Json(with_notice(&state, row)))),
     }
+}
+
+/// `--strict-agents`: refuses an agent id that no policy file names, no consumer has connected
+/// as since the kernel started, and no stored execution has (a typo'd id would otherwise wait
+/// for its whole timeout).
+async fn refuse_unknown_agent(state: &AppState, agent_id: &AgentId) -> Result<(), ApiError> {
+    let (_, ever) = state
+        .presence
+        .consumers_of(crate::console::StreamRole::Agent, agent_id.as_str());
+    if ever || state.kernel.knows_agent(agent_id).await? {
+        return Ok(());
+    }
+    Err(ApiError::validation(format!(
+        "unknown agent_id {agent_id}: no policy file names it, no consumer of it has connected          and no execution has it (the kernel runs with --strict-agents)"
+    )))
 }
 
 /// The body of a creation answer: the execution, with a notice while no consumer of its agent

@@ -186,6 +186,7 @@ fn backlog_options(per_agent: Option<u64>, total: Option<u64>) -> Options {
         per_agent,
         total,
         retry_after_secs: 3,
+        ..keel::http::creation::Backlog::default()
     };
     options
 }
@@ -267,4 +268,60 @@ async fn a_full_kernel_backlog_answers_429_but_a_keyed_repeat_still_finds_its_ex
     assert_eq!(status, StatusCode::OK);
     kernel.create("c", json!(null)).await;
     kernel.shutdown().await;
+}
+
+#[tokio::test]
+async fn strict_agents_refuses_an_agent_id_nothing_knows_and_creates_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("billing.yaml"),
+        "rules:\n  - id: all\n    priority: 1\n    when: {}\n    then:\n      decision: allow\n",
+    )
+    .expect("policy written");
+    let engine = keel::policy::load_path(dir.path())
+        .expect("policy loads")
+        .engine;
+    let mut options = Options {
+        configure: Some(std::sync::Arc::new(move |config| {
+            config.policy = engine.clone();
+        })),
+        ..Options::default()
+    };
+    options.settings.backlog.strict_agents = true;
+    let kernel = TestKernel::start_with(options).await;
+
+    let (status, body) = kernel
+        .post(
+            "/v0/executions",
+            &json!({"agent_id": "billnig", "input": {}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let message = body["error"].as_str().unwrap_or_default().to_owned()
+        + body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("unknown agent_id billnig"), "{body}");
+    let (_, listed) = kernel.get("/v0/executions").await;
+    assert_eq!(
+        listed["executions"],
+        json!([]),
+        "the refusal created nothing"
+    );
+
+    // Named by a policy file of its own: accepted.
+    let (status, body) = kernel
+        .post(
+            "/v0/executions",
+            &json!({"agent_id": "billing", "input": {}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A consumer connected as it: accepted.
+    let _agent = crate::harness::TestAgent::connect(&kernel, "support").await;
+    let (status, body) = kernel
+        .post(
+            "/v0/executions",
+            &json!({"agent_id": "support", "input": {}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
 }

@@ -862,6 +862,7 @@ async fn an_idempotent_repeat_and_a_full_backlog_call_no_pre_create_hook() {
         per_agent: Some(2),
         total: None,
         retry_after_secs: 1,
+        ..keel::http::creation::Backlog::default()
     };
     let kernel = kernel_with_policy(&creation_policy(&base, "fail_closed", ""), options).await;
     let keyed = |key: &str, body: &Value| {

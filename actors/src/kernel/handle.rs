@@ -60,6 +60,23 @@ impl Kernel {
         Ok(self.ctx.store.list_executions(filter).await?)
     }
 
+    /// Whether anything already knows `agent_id`: a policy file of its own (directory mode) or
+    /// an execution in the store (`--strict-agents`; the caller also asks its consumers).
+    pub async fn knows_agent(&self, agent_id: &crate::ids::AgentId) -> Result<bool, KernelError> {
+        let named = super::context::read(&self.ctx.policy_in_force)
+            .engine
+            .names_agent(agent_id);
+        if named {
+            return Ok(true);
+        }
+        let filter = ListFilter {
+            agent_id: Some(agent_id.clone()),
+            limit: 1,
+            ..ListFilter::default()
+        };
+        Ok(!self.ctx.store.list_executions(&filter).await?.is_empty())
+    }
+
     /// Counts the executions of `filter`'s agent and labels by status.
     pub async fn count_executions(
         &self,

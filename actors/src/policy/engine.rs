@@ -201,6 +201,11 @@ pub trait PolicyEngine: Send + Sync + 'static {
 
     /// Returns the budget every execution of `agent_id` has (its policy file's, or the global
     /// one), shown on `GET /v0/executions/{id}`; rules may tighten it for the calls they match.
+    /// Whether a policy file of its own names `agent_id` (directory mode).
+    fn names_agent(&self, _agent_id: &AgentId) -> bool {
+        false
+    }
+
     fn agent_budget(&self, _agent_id: &AgentId) -> Option<Arc<Budget>> {
         None
     }

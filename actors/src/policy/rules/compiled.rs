@@ -402,6 +402,10 @@ impl PolicyEngine for CompiledPolicy {
         self.routing.rules(agent_id)?.budget()
     }
 
+    fn names_agent(&self, agent_id: &AgentId) -> bool {
+        matches!(&self.routing, Routing::PerAgent { agents, .. } if agents.contains_key(agent_id.as_str()))
+    }
+
     fn model_refusal(&self, agent_id: &AgentId, model_id: &str) -> Option<String> {
         self.routing
             .rules(agent_id)?
