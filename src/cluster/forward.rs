@@ -47,6 +47,8 @@ pub struct Routing {
     client: reqwest::Client,
     /// Largest body read to find an intent's `execution_id` (the large body limit).
     body_limit: usize,
+    /// Requests forwarded, for `/metrics`.
+    forwarded: std::sync::atomic::AtomicU64,
 }
 
 impl Routing {
@@ -66,7 +68,14 @@ impl Routing {
             node_id: node_id.to_owned(),
             client,
             body_limit,
+            forwarded: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The cluster's `/metrics` families (OpenMetrics text, without `# EOF`).
+    pub fn encode_metrics(&self) -> String {
+        self.ownership
+            .encode_metrics(self.forwarded.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// A new execution id in a partition this kernel holds; `None` when it holds none.
@@ -225,6 +234,9 @@ async fn relay(routing: &Routing, route: Route, request: Request) -> Response {
         |path| path.as_str().to_owned(),
     );
     let url = format!("{}{path}", route.url);
+    routing
+        .forwarded
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
         if !hop_by_hop(name) && name.as_str() != FORWARDED_BY {

@@ -19,6 +19,7 @@ pub mod assign;
 pub mod forward;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -62,6 +63,12 @@ pub struct Ownership {
     /// Per partition, the kernel the last view showed holding it (id, advertised URL), if its
     /// lease ran and its heartbeat was fresh.
     routes: Mutex<Vec<Option<Route>>>,
+    /// Partitions acquired (each an epoch change), for `/metrics`.
+    acquisitions: AtomicU64,
+    /// Partitions lost (not renewed in time, taken, or given up), for `/metrics`.
+    losses: AtomicU64,
+    /// Commits refused by the fence, for `/metrics`.
+    refusals: AtomicU64,
 }
 
 /// Where a partition's owner is reached.
@@ -80,7 +87,58 @@ impl Ownership {
             held: Mutex::new(BTreeMap::new()),
             partitions,
             routes: Mutex::new(vec![None; partitions as usize]),
+            acquisitions: AtomicU64::new(0),
+            losses: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
         }
+    }
+
+    /// The cluster's OpenMetrics families of this kernel (without `# EOF`).
+    pub fn encode_metrics(&self, forwarded: u64) -> String {
+        let families = [
+            (
+                "keel_cluster_partitions_owned",
+                "gauge",
+                "Partitions this kernel holds now.",
+                self.owned().len() as u64,
+            ),
+            (
+                "keel_cluster_partition_acquisitions",
+                "counter",
+                "Partitions this kernel acquired (each one an epoch change).",
+                self.acquisitions.load(Ordering::Relaxed),
+            ),
+            (
+                "keel_cluster_partition_losses",
+                "counter",
+                "Partitions this kernel stopped holding (lease not renewed in time, taken, released).",
+                self.losses.load(Ordering::Relaxed),
+            ),
+            (
+                "keel_cluster_fence_refusals",
+                "counter",
+                "Commits refused because this kernel did not hold the execution's partition.",
+                self.refusals.load(Ordering::Relaxed),
+            ),
+            (
+                "keel_cluster_forwarded_requests",
+                "counter",
+                "Requests forwarded to the kernel owning their execution.",
+                forwarded,
+            ),
+        ];
+        let mut text = String::new();
+        for (name, kind, help, value) in families {
+            let sample = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            text.push_str(&format!(
+                "# TYPE {name} {kind}\n# HELP {name} {help}\n{sample} {value}\n"
+            ));
+        }
+        text
     }
 
     /// The owner of `partition` as the last view showed it.
@@ -154,6 +212,8 @@ impl Ownership {
         for id in &lapsed {
             held.remove(id);
         }
+        self.losses
+            .fetch_add(lapsed.len() as u64, Ordering::Relaxed);
         lapsed
     }
 
@@ -180,12 +240,15 @@ impl Ownership {
                 }
             }
         }
+        self.losses.fetch_add(lost.len() as u64, Ordering::Relaxed);
         lost
     }
 
     /// Records partitions acquired by a statement sent at `sent`.
     fn acquired(&self, acquired: &[(u32, i64)], sent: Instant) {
         let mut held = self.lock();
+        self.acquisitions
+            .fetch_add(acquired.len() as u64, Ordering::Relaxed);
         for (id, epoch) in acquired {
             held.insert(
                 *id,
@@ -201,7 +264,9 @@ impl Ownership {
     fn drop_partitions(&self, partitions: &[u32]) {
         let mut held = self.lock();
         for id in partitions {
-            held.remove(id);
+            if held.remove(id).is_some() {
+                self.losses.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -221,6 +286,10 @@ impl crate::store::PartitionFence for Ownership {
 
     fn epoch(&self, partition: u32) -> Option<i64> {
         Ownership::epoch(self, partition)
+    }
+
+    fn refused(&self, _partition: u32) {
+        self.refusals.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -35,7 +35,13 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<serde_json::Val
 /// `GET /metrics`: the kernel's metrics in OpenMetrics text format.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     state.kernel.refresh_queue_metrics().await;
-    let mut response = state.kernel.encode_metrics().into_response();
+    let mut text = state.kernel.encode_metrics();
+    if let Some(routing) = &state.settings.cluster {
+        // The cluster's families go before the closing `# EOF`.
+        let end = text.rfind("# EOF").unwrap_or(text.len());
+        text.insert_str(end, &routing.encode_metrics());
+    }
+    let mut response = text.into_response();
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(OPENMETRICS));

@@ -100,6 +100,8 @@ pub trait PartitionFence: Send + Sync + std::fmt::Debug {
     fn partitions(&self) -> u32;
     /// The epoch `partition` is held at, if this kernel may write to it now.
     fn epoch(&self, partition: u32) -> Option<i64>;
+    /// Counts a commit refused because this kernel does not hold `partition` (`/metrics`).
+    fn refused(&self, _partition: u32) {}
 }
 
 /// The partition of an execution: FNV-1a (32 bits) of the id's UTF-8 bytes modulo

@@ -381,6 +381,26 @@ async fn any_kernel_answers_for_any_execution_and_a_dead_owners_work_moves() {
         let (_, _, body) =
             get_retrying(&http, &format!("{}/v0/executions/{id}", kernels[2].url)).await;
         assert_eq!(body["status"], "cancelled", "{body}");
+        // The kernel that forwarded says so in /metrics, next to its partitions.
+        let metrics = http
+            .get(format!("{}/metrics", kernels[0].url))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        let sample = |name: &str| -> u64 {
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{name} ")))
+                .and_then(|value| value.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+        };
+        assert!(sample("keel_cluster_forwarded_requests_total") >= 1);
+        assert!(sample("keel_cluster_partitions_owned") >= 20);
+        assert!(sample("keel_cluster_partition_acquisitions_total") >= 20);
+        assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
 
         // The owner of another execution dies: answers are 503 with Retry-After until a
         // survivor takes the partition, then the survivor answers and acts on it.

@@ -331,7 +331,10 @@ async fn write_round(
                 partitions.push(column);
                 epochs.push(epoch);
             }
-            _ => outcomes[index] = Outcome::Fenced(partition),
+            _ => {
+                fence.refused(partition);
+                outcomes[index] = Outcome::Fenced(partition);
+            }
         }
     }
     if sent.is_empty() {
@@ -393,7 +396,11 @@ async fn write_round(
         let id = group[unit.commits[0]].execution.id.as_str();
         outcomes[*index] = match answered.get(id) {
             Some(true) => Outcome::Written,
-            Some(false) => Outcome::Fenced(u32::try_from(*partition).unwrap_or_default()),
+            Some(false) => {
+                let partition = u32::try_from(*partition).unwrap_or_default();
+                fence.refused(partition);
+                Outcome::Fenced(partition)
+            }
             None => Outcome::Conflict,
         };
     }
