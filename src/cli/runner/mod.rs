@@ -226,9 +226,15 @@ async fn republish(shared: Arc<Shared>, server: Arc<McpServer>) {
         "/v0/runners/{}/tools",
         super::path_segment(&shared.runner_id)
     );
+    // What every connect publishes until the tools change.
+    let mut last = shared.tools_body.clone();
     loop {
         server.republish.notified().await;
         let body = server.tools_body();
+        if body == last {
+            continue;
+        }
+        last = body.clone();
         match shared.client.post(&path, Some(&body)).await {
             Ok(_) => {
                 tracing::info!(tools = ?server.published().iter().map(|tool| tool.id.clone()).collect::<Vec<_>>(), "MCP tools published again")
