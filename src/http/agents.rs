@@ -54,6 +54,10 @@ pub struct IntentBody {
     /// sent `Keel-Capabilities: modify`).
     #[serde(skip_serializing_if = "Option::is_none")]
     arguments: Option<Value>,
+    /// The recorded outcome of a local call an earlier run completed (Keel addition, only for
+    /// an agent that sent `Keel-Capabilities: replay`): return it, do not run the tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay: Option<Value>,
 }
 
 impl From<IntentReply> for IntentBody {
@@ -64,6 +68,7 @@ impl From<IntentReply> for IntentBody {
             pending_approval: reply.pending_approval,
             error: reply.error.filter(|error| !error.is_empty()),
             arguments: reply.arguments,
+            replay: reply.replay,
         }
     }
 }

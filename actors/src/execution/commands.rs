@@ -117,6 +117,10 @@ pub struct IntentReply {
     /// The arguments a `pre_tool` hook gave a local tool, for an agent that applies them
     /// (`Keel-Capabilities: modify`); absent when unchanged.
     pub arguments: Option<Value>,
+    /// The recorded outcome of a local call an earlier run completed, for an agent that
+    /// returns it instead of running the tool (`Keel-Capabilities: replay`):
+    /// `{"of_step_id", "status", "result", "error"}`.
+    pub replay: Option<Value>,
 }
 
 /// What the agent's SDK does beyond the rebuno protocol, from its `Keel-Capabilities` header

@@ -1,7 +1,7 @@
 //! Intents inside the execution actor: the session and state checks, the policy verdict (in a
 //! `policy` span) and the hooks, the state machine's decision and its commit, then the metrics.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tracing::Instrument as _;
 
 use super::actor::ExecutionActorState;
@@ -28,7 +28,7 @@ pub(super) async fn submit_intent(
         }
         return Ok(reply);
     }
-    if let Some(reply) = replay(state, &intent).await? {
+    if let Some(reply) = replay(state, &intent, capabilities).await? {
         return Ok(reply);
     }
     let mut intent = intent;
@@ -107,9 +107,12 @@ fn modified_arguments(
 
 /// Answers a remote `invoke_tool` of a re-run from the journal when an earlier run completed
 /// the same call: no policy check, hook, job or charge (docs/failure-semantics.md).
+/// A local call is replayed only for an agent that returns the recorded outcome instead of
+/// running the tool (`Keel-Capabilities: replay`): its answer carries `replay`.
 async fn replay(
     state: &mut ExecutionActorState,
     intent: &Intent,
+    capabilities: Capabilities,
 ) -> Result<Option<IntentReply>, KernelError> {
     let (kind, transition, reply) = match intent {
         Intent::Wait { signal_type } => {
@@ -130,9 +133,17 @@ async fn replay(
             };
             // The rebuno SDK runs an accepted local tool itself: only a denial (nothing runs)
             // is replayed for it.
-            if !*remote && !entry.approval_denied {
+            if !*remote && !entry.approval_denied && !capabilities.replay {
                 return Ok(None);
             }
+            let answer = (!*remote && !entry.approval_denied).then(|| {
+                json!({
+                    "of_step_id": entry.step_id,
+                    "status": if entry.success { "succeeded" } else { "failed" },
+                    "result": entry.result,
+                    "error": entry.error,
+                })
+            });
             if !replay_allowed(state, tool_id, arguments) {
                 return Ok(None);
             }
@@ -142,8 +153,13 @@ async fn replay(
                 key: idempotency_key.as_ref(),
                 remote: *remote,
             };
-            let (transition, reply) =
+            let (mut transition, mut reply) =
                 machine::replay_call(&state.exec, &call, entry, state.ctx.now());
+            if answer.is_some() {
+                // The answer carries the outcome: no `tool.result` push for a local step.
+                transition.effects.clear();
+                reply.replay = answer;
+            }
             let kind = if *remote { "remote" } else { "local" };
             (kind, transition, reply)
         }

@@ -40,6 +40,7 @@ def guarded_echo(value: Any) -> Any:
 
 async def handle(payload: dict) -> Any:  # type: ignore[type-arg]
     op = payload["op"]
+    mark("start", execution_id=execution.id, op=op)
     if op == "read":
         return {"read": await fs_read(path=payload["path"])}
     if op == "deny":
@@ -54,6 +55,12 @@ async def handle(payload: dict) -> Any:  # type: ignore[type-arg]
             return {"type": type(error).__name__, "reason": error.reason}
     if op == "remote":
         return {"product": await remote.Tools("calc")["calc.mul"](a=6, b=7)}
+    if op == "journey":
+        # A local call, then a wait (the agent is killed here), then another local call.
+        first = await fs_read(path="/a")
+        go = await execution.wait_signal("go")
+        second = await fs_read(path="/b")
+        return {"first": first, "go": go, "second": second}
     if op == "signal":
         return {"signal": await execution.wait_signal("go")}
     return {"unexpected": op}

@@ -117,14 +117,18 @@ def agent_proc(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
     """Starts tests/agent_app.py (importing keel_sdk from the installed wheel)."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(kernel: Kernel, agent_id: str, script: str = "agent_app.py") -> Path:
-        markers = tmp_path / f"{agent_id}.markers"
+    def start(
+        kernel: Kernel, agent_id: str, script: str = "agent_app.py", name: str = ""
+    ) -> Path:
+        name = name or agent_id
+        markers = tmp_path / f"{name}.markers"
         env = dict(os.environ, PYTHONPATH=str(SITE), PYTHONUNBUFFERED="1")
-        log = (tmp_path / f"{agent_id}.log").open("w")
+        log = (tmp_path / f"{name}.log").open("w")
         procs.append(subprocess.Popen(
             [sys.executable, str(HERE / script), kernel.url, agent_id, str(markers)],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         ))
+        start.procs = procs  # type: ignore[attr-defined]
         return markers
 
     yield start

@@ -161,6 +161,52 @@ def test_a_runner_serves_remote_tools_with_a_stable_idempotency_key(start_kernel
     assert len(keys) == 1 and keys[0], keys
 
 
+def test_a_re_run_replays_local_calls_instead_of_running_them_again(start_kernel, agent_proc) -> None:  # type: ignore[no-untyped-def]
+    kernel = start_kernel()
+    first = agent_proc(kernel, "journey", name="journey-1")
+
+    async def until(check: Any, what: str) -> Any:
+        for _ in range(400):
+            found = check()
+            if found:
+                return found
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def scenario() -> Any:
+        async with Client(kernel.url) as client:
+            created = await client.create("journey", {"op": "journey"})
+            # The first local call ran and the agent waits for the signal: kill it there.
+            await until(lambda: markers(first, "fs-read-ran"), "the first call")
+            await until(
+                lambda: any(e["type"] == "execution.blocked" for e in events_now(kernel.url, created.id)),
+                "the wait",
+            )
+            agent_proc.procs[0].kill()
+            agent_proc.procs[0].wait(10)
+            # A signal wait keeps its session; the signal finds the holder gone, so the
+            # execution is re-run on the second agent.
+            second = agent_proc(kernel, "journey", name="journey-2")
+            await client.send_signal(created.id, "go", {"by": "ana"})
+            await until(lambda: markers(second, "start"), "the re-run on the second agent")
+            return second, await client.wait(created.id), await client.events(created.id)
+
+    second, done, events = run(scenario(), timeout=60)
+    assert done.status == "completed", done.raw
+    # Each local tool body ran once in all: /a on the first agent only, /b on the second.
+    assert [m["path"] for m in markers(first, "fs-read-ran")] == ["/a"]
+    assert [m["path"] for m in markers(second, "fs-read-ran")] == ["/b"]
+    assert done.output["first"] == {"path": "/a", "token": "secret-/a"}
+    assert done.output["go"] == {"by": "ana"}
+    replayed = [e for e in events if e["type"] == "step.created" and e["payload"].get("replay_of")]
+    assert len(replayed) == 1 and replayed[0]["payload"]["tool_id"] == "fs.read", replayed
+
+
+def events_now(url: str, execution_id: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{url}/v0/executions/{execution_id}/events", params={"limit": 1000})
+    return list(answer.json().get("events", []))
+
+
 def test_a_refused_credential_stops_the_agent(start_kernel) -> None:  # type: ignore[no-untyped-def]
     kernel = start_kernel("--bearer-token", "right-token-0123456789")
     agent = Agent("locked", base_url=kernel.url, api_key="wrong", reconnect_delay=0.1)

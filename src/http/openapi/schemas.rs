@@ -273,6 +273,11 @@ pub struct IntentAnswer {
     /// `pre_tool` hook gave this local tool call (absent when unchanged).
     #[schema(required = false, value_type = Object)]
     arguments: Option<serde_json::Value>,
+    /// Keel addition, only for a request with `Keel-Capabilities: replay`: the recorded outcome
+    /// (`of_step_id`, `status`, `result`, `error`) of a local call an earlier run completed;
+    /// return it instead of running the tool, and post no step result.
+    #[schema(required = false, value_type = Object)]
+    replay: Option<serde_json::Value>,
 }
 
 /// Body of `POST /v0/agents/step-result` (a local step's outcome).
