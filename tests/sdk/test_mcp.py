@@ -113,7 +113,7 @@ def test_sdk_agent_calls_mcp_tools_and_a_denied_call_never_reaches_the_server(
     tools = {tool["id"]: tool for tool in directory.json()}
     assert set(tools) == {
         "mcpt.echo", "mcpt.add", "mcpt.read_file", "mcpt.fail", "mcpt.blob", "mcpt.slow",
-        "mcpt.stubborn", "mcpt.crash_once", "mcpt.pid", "mcpt.changing",
+        "mcpt.stubborn", "mcpt.crash_once", "mcpt.pid", "mcpt.changing", "mcpt.token_ok",
     }
     add_schema = tools["mcpt.add"]["input_schema"]
     assert add_schema["required"] == ["a", "b"]
@@ -329,3 +329,19 @@ def test_a_changed_definition_is_withdrawn_until_accepted(sandbox: Sandbox) -> N
     assert final["status"] == "completed", final
     assert final["output"]["result"] == {"result": "changed nothing"}
     assert [c["tool"] for c in setup.received()[before:]] == ["changing"]
+
+
+def test_a_secret_from_a_file_reaches_the_server_and_nothing_else(sandbox: Sandbox) -> None:
+    import hashlib
+
+    secret = "tok-" + unique("s3cret")
+    token_file = sandbox.workdir / "token"
+    token_file.write_text(secret + "\n")
+    setup = Setup(sandbox, ["--env-file", f"MCP_TOKEN={token_file}"])
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    final = setup.run_calls([{"tool": "token_ok", "args": {"expected_sha256": digest}}])
+    assert final.output["calls"] == [{"result": {"result": True}}]
+    events = json.dumps(setup.kernel.events(final.id))
+    tools = httpx.get(setup.kernel.url + "/v0/tools", timeout=5).text
+    for text in (events, tools, setup.runner.log.read_text(), setup.kernel.log.read_text()):
+        assert secret not in text

@@ -115,6 +115,11 @@ pub struct RunnerArgs {
     /// Environment variable passed on to workers (repeatable); all others are cleared.
     #[arg(long = "env-allow", value_name = "NAME")]
     pub env_allow: Vec<String>,
+    /// Environment variable set for workers (or the MCP server) from a file's contents, one
+    /// trailing newline removed: `NAME=FILE` (repeatable). For secrets: the value is never
+    /// logged or published.
+    #[arg(long = "env-file", value_name = "NAME=FILE", value_parser = parse_key_value)]
+    pub env_files: Vec<(String, String)>,
     /// Report worker failures (crash, no or bad result line, kill) as retryable, so the
     /// kernel runs the step again while attempts are left. A result line decides for itself.
     #[arg(long)]
@@ -285,6 +290,20 @@ async fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
         if let Some(value) = std::env::var_os(name) {
             env.push((OsString::from(name), value));
         }
+    }
+    for (name, file) in &args.env_files {
+        if name.is_empty() || name.contains('=') {
+            return Err(invalid(
+                "--env-file",
+                format!("{name:?} is not a variable name"),
+            ));
+        }
+        let text = std::fs::read_to_string(file)
+            .map_err(|error| invalid("--env-file", format!("cannot read {file}: {error}")))?;
+        let value = text.strip_suffix('\n').unwrap_or(&text);
+        let value = value.strip_suffix('\r').unwrap_or(value);
+        env.retain(|(existing, _)| existing != name.as_str());
+        env.push((OsString::from(name), OsString::from(value)));
     }
     if args.mcp {
         if args.cpu_seconds.is_some() || args.memory.is_some() {

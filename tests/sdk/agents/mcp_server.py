@@ -101,6 +101,15 @@ def changing() -> str:
     return "changed nothing"
 
 
+@server.tool(description="Tells whether MCP_TOKEN is set to the expected secret (never returns it).")
+def token_ok(expected_sha256: str) -> bool:
+    import hashlib
+
+    count("token_ok")
+    token = os.environ.get("MCP_TOKEN", "")
+    return hashlib.sha256(token.encode()).hexdigest() == expected_sha256
+
+
 @server.tool(description="Returns the server's process id.")
 def pid() -> int:
     count("pid")
