@@ -213,6 +213,9 @@ def test_a_refused_credential_stops_the_agent(start_kernel) -> None:  # type: ig
     with pytest.raises(Unauthorized) as raised:
         run(agent.run_async(lambda payload: payload), timeout=10)
     assert raised.value.status_code == 401
+    runner = keel_sdk.Runner("locked-runner", tools=[], base_url=kernel.url, api_key="wrong")
+    with pytest.raises(Unauthorized):
+        run(runner.run_async(), timeout=10)
 
     async def create() -> None:
         async with Client(kernel.url, api_key="wrong") as client:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import uuid
 from collections.abc import Iterable
 from contextvars import ContextVar
@@ -67,7 +68,7 @@ class Runner:
         self.runner_id = runner_id
         self.consumer_id = consumer_id or f"{runner_id}-{uuid.uuid4().hex[:8]}"
         self.base_url = base_url or default_url()
-        self.api_key = api_key
+        self.api_key = api_key or os.environ.get("KEEL_API_KEY") or os.environ.get("REBUNO_API_KEY")
         self.reconnect_delay = reconnect_delay
         self.tools = {tool.id: tool for tool in tools}
 
