@@ -23,6 +23,7 @@ mod llm;
 mod metrics;
 mod openapi;
 mod outage;
+mod replay;
 mod restart;
 mod runners;
 mod slow_clients;
