@@ -60,6 +60,9 @@ pub enum Command {
     /// Same as `keel executions watch ID`.
     #[command(hide = true)]
     Watch(ExecutionArgs),
+    /// Same as `keel executions reconcile ID`.
+    #[command(hide = true)]
+    Reconcile(ReconcileArgs),
     /// Checks that a kernel is up and its database reachable.
     Health(HealthArgs),
     /// Lists the circuit breakers that are open, half-open or counting failures.
@@ -149,6 +152,9 @@ pub enum ExecutionsCommand {
     Cancel(CancelArgs),
     /// Sends a signal to an execution.
     Signal(SignalArgs),
+    /// Answers a step whose outcome is unknown (an at_most_once step that lost its runner):
+    /// --answer happened (with --result), run-again or fail (with --error).
+    Reconcile(ReconcileArgs),
     /// Prints the events of an execution; --tail follows them until it ends.
     Events(EventsArgs),
     /// Follows an execution's events until it ends; exits 1 unless it completed.
@@ -272,6 +278,28 @@ pub struct SignalArgs {
     pub client: ClientConfig,
 }
 
+/// `keel executions reconcile ID --step STEP --answer ANSWER`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Execution id.
+    pub id: String,
+    /// Step whose outcome is unknown (`step.outcome_unknown`).
+    #[arg(long, value_name = "STEP_ID")]
+    pub step: String,
+    /// happened (it ran), run-again (it did not) or fail.
+    #[arg(long, value_parser = ["happened", "run-again", "fail"])]
+    pub answer: String,
+    /// The step's result as JSON, for `happened`.
+    #[arg(long, value_name = "JSON")]
+    pub result: Option<String>,
+    /// The step's error, for `fail`.
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
+    /// Kernel connection and output flags.
+    #[command(flatten)]
+    pub client: ClientConfig,
+}
+
 /// `keel completions SHELL`.
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
@@ -306,6 +334,7 @@ impl Command {
             Some(ExecutionsCommand::Create(create)) => Self::Create(create),
             Some(ExecutionsCommand::Cancel(cancel)) => Self::Cancel(cancel),
             Some(ExecutionsCommand::Signal(signal)) => Self::Signal(signal),
+            Some(ExecutionsCommand::Reconcile(reconcile)) => Self::Reconcile(reconcile),
             Some(ExecutionsCommand::Events(events)) => Self::Events(events),
             Some(ExecutionsCommand::Watch(watch)) => Self::Watch(watch),
         }

@@ -159,6 +159,30 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
             });
             Ok(())
         }
+        Command::Reconcile(args) => {
+            let client = Client::new(&args.client)?;
+            let answer = args.answer.replace('-', "_");
+            let mut body = json!({ "answer": answer });
+            if let Some(result) = &args.result {
+                body["result"] = parse_json("--result", result)?;
+            }
+            if let Some(error) = &args.error {
+                body["error"] = json!(error);
+            }
+            let path = format!(
+                "/v0/executions/{}/steps/{}/reconcile",
+                path_segment(&args.id),
+                path_segment(&args.step)
+            );
+            let answered = client.post(&path, Some(&body)).await?;
+            print_document(&answered, args.client.output, |_| {
+                format!(
+                    "step {} of {} reconciled: {}\n",
+                    args.step, args.id, args.answer
+                )
+            });
+            Ok(())
+        }
         Command::Signal(args) => {
             let client = Client::new(&args.client)?;
             let mut body = json!({ "signal_type": args.signal_type });
@@ -203,6 +227,7 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
             Some(args::ExecutionsCommand::Create(args)) => Some(&args.client),
             Some(args::ExecutionsCommand::Cancel(args)) => Some(&args.client),
             Some(args::ExecutionsCommand::Signal(args)) => Some(&args.client),
+            Some(args::ExecutionsCommand::Reconcile(args)) => Some(&args.client),
             Some(args::ExecutionsCommand::Events(args)) => Some(&args.client),
         },
         Command::Watch(args) => Some(&args.client),
@@ -211,6 +236,7 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         Command::Create(args) => Some(&args.client),
         Command::Cancel(args) => Some(&args.client),
         Command::Signal(args) => Some(&args.client),
+        Command::Reconcile(args) => Some(&args.client),
         Command::Health(args) => Some(&args.client),
         Command::Breakers(args) => Some(&args.client),
         Command::Keys(command) => Some(command.client()),

@@ -4,10 +4,12 @@ what it does not"). Driven by the unmodified rebuno 0.4.8 SDK."""
 
 from __future__ import annotations
 
+import subprocess
+
 import httpx
 from rebuno import Client
 
-from harness import Kernel, Sandbox, run, unique, wait_until
+from harness import Kernel, Sandbox, keel_bin, run, unique, wait_until
 
 
 def create(kernel: Kernel, agent_id: str, inp: dict) -> str:
@@ -279,7 +281,14 @@ def test_an_at_most_once_step_that_lost_its_runner_waits_for_an_operator(sandbox
     ok = reconcile(kernel, happened, steps[happened], {"answer": "happened", "result": {"slept": 1, "runner": "by hand"}})
     assert ok.status_code == 200, ok.text
     assert reconcile(kernel, again, steps[again], {"answer": "run_again"}).status_code == 200
-    assert reconcile(kernel, failed, steps[failed], {"answer": "fail", "error": "card declined"}).status_code == 200
+    # The CLI gives the same answer.
+    cli = subprocess.run(
+        [str(keel_bin()), "executions", "reconcile", failed, "--step", steps[failed],
+         "--answer", "fail", "--error", "card declined", "--url", kernel.url],
+        capture_output=True, text=True, timeout=20,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert f"step {steps[failed]} of {failed} reconciled: fail" in cli.stdout
     # Answered once: the step's outcome is known now.
     late = reconcile(kernel, happened, steps[happened], {"answer": "run_again"})
     assert late.status_code == 409 and late.json()["code"] == "CONFLICT", late.text
