@@ -336,6 +336,7 @@ fn kernel_config(
     config.runner_grace = settings.runner_timeout;
     config.retention_period = settings.retention_period;
     config.cleanup_interval = settings.cleanup_interval;
+    config.metrics_max_ids = settings.metrics_max_ids;
     config.shutdown_timeout = settings.shutdown_timeout / KERNEL_SHARE_OF_DEADLINE;
     if settings.otel_endpoint.is_some() {
         config.traces = Some(Arc::new(crate::trace_context::OtelTraceContext));

@@ -256,6 +256,11 @@ pub struct Config {
     #[arg(long, env = "KEEL_MAX_PENDING", value_name = "N", default_value_t = 0)]
     pub max_pending: u64,
 
+    /// Most distinct agent and tool ids (and runner ids) shown as label values in `/metrics`;
+    /// ids seen past it are counted under the label value `other`.
+    #[arg(long, env = "KEEL_METRICS_MAX_IDS", value_name = "N", default_value_t = keel_actors::metrics::labels::DEFAULT_MAX_IDS)]
+    pub metrics_max_ids: usize,
+
     /// `Retry-After` of a creation refused because a backlog is full (whole seconds, at least 1).
     #[arg(long, env = "KEEL_BACKLOG_RETRY_AFTER", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub backlog_retry_after: Duration,
@@ -398,6 +403,7 @@ impl fmt::Debug for Config {
             .field("max_pending_per_agent", &self.max_pending_per_agent)
             .field("strict_agents", &self.strict_agents)
             .field("max_pending", &self.max_pending)
+            .field("metrics_max_ids", &self.metrics_max_ids)
             .field("backlog_retry_after", &self.backlog_retry_after)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)

@@ -53,7 +53,7 @@ impl HttpHookCaller {
     fn count(&self, hook: &str, decision: &str) {
         self.calls
             .get_or_create(&CallLabels {
-                hook: hook.to_owned(),
+                hook: keel_actors::metrics::labels::escape(hook),
                 decision: decision.to_owned(),
             })
             .inc();

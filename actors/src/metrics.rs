@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 
 use crate::status::ExecutionStatus;
 
+pub mod labels;
 pub mod llm;
 mod operator;
 
@@ -268,6 +269,13 @@ impl Metrics {
         }
     }
 
+    /// Bounds the distinct agent, tool and runner ids shown as label values
+    /// (`--metrics-max-ids`); ids past it are counted under `other`.
+    pub fn set_max_id_labels(&self, limit: usize) {
+        self.operator.ids.set_limit(limit);
+        self.guardrails.ids.set_limit(limit);
+    }
+
     /// Registers a metric kept outside this struct (the webhook deliveries' metrics, for one),
     /// so `/metrics` shows it with the others under the `keel_` prefix.
     pub fn register(
@@ -338,7 +346,7 @@ impl Metrics {
     pub fn policy_decision(&self, decision: &str, rule_id: &str) {
         let labels = RuleLabels {
             decision: decision.to_owned(),
-            rule_id: rule_id.to_owned(),
+            rule_id: labels::escape(rule_id),
         };
         self.policy_decisions.get_or_create(&labels).inc();
     }

@@ -184,6 +184,8 @@ pub struct Settings {
     pub strict_agents: bool,
     /// Most pending executions kernel-wide (0: unbounded).
     pub max_pending: u64,
+    /// Most distinct ids shown as label values in `/metrics`.
+    pub metrics_max_ids: usize,
     /// `Retry-After` of a refused creation.
     pub backlog_retry_after: Duration,
     /// Time allowed for a request head, from its first byte.
@@ -344,6 +346,7 @@ impl Config {
             max_pending_per_agent: self.max_pending_per_agent,
             strict_agents: self.strict_agents,
             max_pending: self.max_pending,
+            metrics_max_ids: self.metrics_max_ids,
             backlog_retry_after: self.backlog_retry_after,
             header_read_timeout: self.header_read_timeout,
             body_read_timeout: self.body_read_timeout,
@@ -466,6 +469,7 @@ impl Settings {
             "max-pending-per-agent": self.max_pending_per_agent,
             "strict-agents": self.strict_agents,
             "max-pending": self.max_pending,
+            "metrics-max-ids": self.metrics_max_ids,
             "backlog-retry-after": format_duration(self.backlog_retry_after),
             "header-read-timeout": format_duration(self.header_read_timeout),
             "body-read-timeout": format_duration(self.body_read_timeout),

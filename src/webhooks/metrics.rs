@@ -73,7 +73,7 @@ impl WebhookMetrics {
     pub fn attempt(&self, subscription: &str, ok: bool) {
         self.deliveries
             .get_or_create(&DeliveryLabels {
-                subscription: subscription.to_owned(),
+                subscription: keel_actors::metrics::labels::escape(subscription),
                 result: if ok { "ok" } else { "failed" }.to_owned(),
             })
             .inc();
@@ -82,7 +82,7 @@ impl WebhookMetrics {
     /// Returns the label of one subscription.
     pub fn label(subscription: &str) -> SubscriptionLabel {
         SubscriptionLabel {
-            subscription: subscription.to_owned(),
+            subscription: keel_actors::metrics::labels::escape(subscription),
         }
     }
 }

@@ -60,6 +60,8 @@ pub struct GuardrailMetrics {
     pub runner_circuits_open: Gauge,
     /// Local tool calls denied because the tool was at its `max_concurrent_steps`.
     pub concurrency_denials: Family<ScopeLabel, Counter>,
+    /// The tool and runner ids shown as label values.
+    pub ids: std::sync::Arc<crate::metrics::labels::IdLabels>,
 }
 
 /// Label set with the scope of a concurrency limit.
@@ -145,7 +147,7 @@ impl GuardrailMetrics {
         };
         self.runner_circuit_transitions
             .get_or_create(&RunnerCircuitLabels {
-                runner_id: runner_id.clone(),
+                runner_id: self.ids.label(runner_id),
                 state: state.to_owned(),
             })
             .inc();
@@ -164,7 +166,7 @@ impl GuardrailMetrics {
     ) {
         let labels = ConcurrencyLabels {
             scope: scope.to_owned(),
-            id: id.to_owned(),
+            id: crate::metrics::labels::escape(id),
         };
         if limit.is_none() {
             self.concurrency_in_use.remove(&labels);

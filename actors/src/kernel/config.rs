@@ -51,6 +51,8 @@ pub struct KernelConfig {
     /// Trace context of spans (docs/tracing.md); `None` when traces are not exported, and then
     /// nothing is recorded or pushed for them.
     pub traces: Option<Arc<dyn crate::trace::TraceContext>>,
+    /// Most distinct agent, tool and runner ids shown as metric label values (`other` past it).
+    pub metrics_max_ids: usize,
 }
 
 impl KernelConfig {
@@ -75,6 +77,7 @@ impl KernelConfig {
             hook_caller: None,
             hooks: Vec::new(),
             traces: None,
+            metrics_max_ids: crate::metrics::labels::DEFAULT_MAX_IDS,
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
     let (commits, _) = broadcast::channel(4096);
     let metrics = Arc::new(Metrics::new());
+    metrics.set_max_id_labels(config.metrics_max_ids);
     let ctx = Arc::new(Ctx::new(config, metrics, commits));
     let (ready, ready_rx) = oneshot::channel();
     let (root, _) = Actor::spawn(

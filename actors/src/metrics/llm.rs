@@ -116,11 +116,11 @@ impl LlmMetrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if models.contains(model) {
-            return model.to_owned();
+            return super::labels::escape(model);
         }
         if models.len() < MAX_MODEL_LABELS {
             models.insert(model.to_owned());
-            return model.to_owned();
+            return super::labels::escape(model);
         }
         "other".to_owned()
     }

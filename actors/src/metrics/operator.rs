@@ -62,6 +62,8 @@ pub struct OperatorMetrics {
     pub oldest_pending_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Remote steps waiting for a runner, per tool.
     pub queued_jobs: Family<ToolLabel, Gauge>,
+    /// The agent and tool ids shown as label values.
+    pub ids: super::labels::IdLabels,
 }
 
 impl OperatorMetrics {
@@ -78,6 +80,7 @@ impl OperatorMetrics {
             pending_executions: Family::default(),
             oldest_pending_age: Gauge::default(),
             queued_jobs: Family::default(),
+            ids: super::labels::IdLabels::default(),
         };
         registry.register(
             "step_duration_seconds",
@@ -115,7 +118,7 @@ impl OperatorMetrics {
     /// Records a step that reached `outcome` after `seconds`.
     pub fn step_finished(&self, tool_id: &ToolId, outcome: &str, seconds: f64) {
         let labels = StepLabels {
-            tool_id: tool_id.to_string(),
+            tool_id: self.ids.label(tool_id.as_str()),
             outcome: outcome.to_owned(),
         };
         self.step_duration
@@ -127,7 +130,7 @@ impl OperatorMetrics {
     pub fn http_request(&self, method: &str, route: &str, status: u16, seconds: f64) {
         let labels = HttpLabels {
             method: method.to_owned(),
-            route: route.to_owned(),
+            route: super::labels::escape(route),
             status: status.to_string(),
         };
         self.http_request.get_or_create(&labels).observe(seconds);
@@ -139,11 +142,11 @@ impl OperatorMetrics {
         self.pending_executions.clear();
         for (agent_id, count, _) in &depths.pending_by_agent {
             let labels = AgentLabel {
-                agent_id: agent_id.to_string(),
+                agent_id: self.ids.label(agent_id.as_str()),
             };
             self.pending_executions
                 .get_or_create(&labels)
-                .set(i64::try_from(*count).unwrap_or(i64::MAX));
+                .inc_by(i64::try_from(*count).unwrap_or(i64::MAX));
         }
         let oldest = depths
             .pending_by_agent
@@ -157,11 +160,11 @@ impl OperatorMetrics {
         self.queued_jobs.clear();
         for (tool_id, count) in &depths.queued_by_tool {
             let labels = ToolLabel {
-                tool_id: tool_id.to_string(),
+                tool_id: self.ids.label(tool_id.as_str()),
             };
             self.queued_jobs
                 .get_or_create(&labels)
-                .set(i64::try_from(*count).unwrap_or(i64::MAX));
+                .inc_by(i64::try_from(*count).unwrap_or(i64::MAX));
         }
     }
 }

@@ -96,7 +96,7 @@ fn count(metrics: &Metrics, change: &BreakerChange) {
         .guardrails
         .circuit_transitions
         .get_or_create(&CircuitLabels {
-            tool_id: tool_id.clone(),
+            tool_id: metrics.guardrails.ids.label(tool_id),
             state: state.to_owned(),
         })
         .inc();
