@@ -883,17 +883,7 @@ async fn anthropic_messages_and_openai_embeddings_are_forwarded_and_recorded() {
     let yaml = format!(
         "providers:\n  claude:\n    format: anthropic\n    base_url: http://{address}/v1\n    api_key_env: K\n  oa:\n    format: openai\n    base_url: http://{address}/v1\n"
     );
-    let config =
-        GatewayConfig::parse(&yaml, Path::new("."), |_| Some(KEY.to_owned())).expect("valid");
-    let kernel = TestKernel::start_with(Options {
-        settings: HttpSettings {
-            bearer_token: Some(TOKEN.to_owned()),
-            gateway: Some(Arc::new(Gateway::new(config).expect("gateway"))),
-            ..HttpSettings::default()
-        },
-        ..Options::default()
-    })
-    .await;
+    let kernel = kernel_from_yaml(&yaml).await;
     let execution = kernel.create("llm-agent", json!({})).await;
     let id = execution["id"].as_str().expect("id");
     let post = |path: String, body: Value| {
@@ -1019,16 +1009,7 @@ async fn requests_per_minute_and_the_breaker_hold_calls_before_the_provider() {
     let yaml = format!(
         "providers:\n  openai:\n    format: openai\n    base_url: {base_url}\n    limits:\n      rpm: 3\n      max_wait: 1s\n      breaker_failures: 2\n      breaker_cool_down: 1m\n"
     );
-    let config = GatewayConfig::parse(&yaml, Path::new("."), |_| None).expect("valid");
-    let kernel = TestKernel::start_with(Options {
-        settings: HttpSettings {
-            bearer_token: Some(TOKEN.to_owned()),
-            gateway: Some(Arc::new(Gateway::new(config).expect("gateway"))),
-            ..HttpSettings::default()
-        },
-        ..Options::default()
-    })
-    .await;
+    let kernel = kernel_from_yaml(&yaml).await;
     let execution = kernel.create("llm-agent", json!({})).await;
     let id = execution["id"].as_str().expect("id");
     let call = |model: &'static str| {
@@ -1094,7 +1075,14 @@ async fn kernel_with_rpm(base_url: &str) -> TestKernel {
     let yaml = format!(
         "providers:\n  openai:\n    format: openai\n    base_url: {base_url}\n    limits:\n      rpm: 2\n      max_wait: 1s\n"
     );
-    let config = GatewayConfig::parse(&yaml, Path::new("."), |_| None).expect("valid");
+    kernel_from_yaml(&yaml).await
+}
+
+/// A kernel with the bearer token and the gateway configuration `yaml` (every key variable
+/// resolves to the provider key).
+async fn kernel_from_yaml(yaml: &str) -> TestKernel {
+    let config =
+        GatewayConfig::parse(yaml, Path::new("."), |_| Some(KEY.to_owned())).expect("valid");
     TestKernel::start_with(Options {
         settings: HttpSettings {
             bearer_token: Some(TOKEN.to_owned()),
