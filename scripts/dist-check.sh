@@ -32,11 +32,15 @@ if readelf -S "$root/keel" | grep -q '\.debug_info'; then
     exit 1
 fi
 for file in README.md deploy/Containerfile deploy/keel.service deploy/compose.yaml \
-    deploy/kubernetes/deployment.yaml policies licenses/keel.txt licenses/THIRD-PARTY.txt; do
+    deploy/kubernetes/deployment.yaml policies LICENSE licenses/keel.txt licenses/THIRD-PARTY.txt \
+    licenses/THIRD-PARTY-TEXTS.txt; do
     [ -e "$root/$file" ] || { echo "dist-check: $file is missing from the tarball" >&2; exit 1; }
 done
 grep -q '^tokio ' "$root/licenses/THIRD-PARTY.txt" ||
     { echo "dist-check: THIRD-PARTY.txt does not list the crates" >&2; exit 1; }
+grep -q '^tokio .*: LICENSE' "$root/licenses/THIRD-PARTY-TEXTS.txt" ||
+    { echo "dist-check: THIRD-PARTY-TEXTS.txt does not hold the crates' licence texts" >&2; exit 1; }
+grep -q 'Apache License' "$root/LICENSE" || { echo "dist-check: LICENSE is not the licence text" >&2; exit 1; }
 "$root/keel" policy check "$root/policies/safe-shell.yaml" >/dev/null
 
 step "image"
