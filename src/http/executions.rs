@@ -213,7 +213,8 @@ async fn refuse_unknown_agent(state: &AppState, agent_id: &AgentId) -> Result<()
         return Ok(());
     }
     Err(ApiError::validation(format!(
-        "unknown agent_id {agent_id}: no policy file names it, no consumer of it has connected          and no execution has it (the kernel runs with --strict-agents)"
+        "unknown agent_id {agent_id}: no policy file names it, no consumer of it has connected \
+         and no execution has it (the kernel runs with --strict-agents)"
     )))
 }
 

@@ -300,6 +300,10 @@ async fn strict_agents_refuses_an_agent_id_nothing_knows_and_creates_nothing() {
     let message = body["error"].as_str().unwrap_or_default().to_owned()
         + body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("unknown agent_id billnig"), "{body}");
+    assert!(
+        message.contains("has connected and no execution has it"),
+        "one readable sentence: {body}"
+    );
     let (_, listed) = kernel.get("/v0/executions").await;
     assert_eq!(
         listed["executions"],
