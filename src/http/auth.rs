@@ -28,7 +28,8 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_MAX_AGE, AUTHORIZATION, CONTENT_TYPE, ORIGIN, VARY, WWW_AUTHENTICATE,
+    ACCESS_CONTROL_MAX_AGE, AUTHORIZATION, CONNECTION, CONTENT_TYPE, ORIGIN, VARY,
+    WWW_AUTHENTICATE,
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -124,7 +125,7 @@ async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Principal, Un
 }
 
 /// The 401 (or, past the failure limit of the client's address, 429) of a request whose
-/// credentials were refused, logged unless the limit silenced it.
+/// credentials were refused, logged unless the limit silenced it; it closes the connection.
 fn refuse_unauthenticated(
     state: &AppState,
     request: &Request,
@@ -176,6 +177,10 @@ fn refuse_unauthenticated(
             HeaderValue::from_static("Bearer realm=\"keel\""),
         );
     }
+    // The connection ends with the answer, and says so (its body is never read; issue 38).
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
     response
 }
 

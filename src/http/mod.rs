@@ -25,6 +25,7 @@ mod runners;
 mod serve;
 mod sse;
 mod strict_json;
+mod unread_body;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -98,11 +98,14 @@ pub async fn serve(
             .keep_alive(true);
         // Each request carries its client's address (failed-authentication limits, logs).
         let per_connection = service.clone();
-        let with_peer = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+        // An answer given before the body was read drains it or says `Connection: close`.
+        let with_peer = hyper::service::service_fn(move |request: hyper::Request<_>| {
+            let (mut request, settle) = super::unread_body::watch(request);
             request
                 .extensions_mut()
                 .insert(axum::extract::ConnectInfo(peer));
-            hyper::service::Service::call(&per_connection, request)
+            let answer = hyper::service::Service::call(&per_connection, request);
+            async move { Ok::<_, std::convert::Infallible>(settle.answer(answer.await?).await) }
         });
         let connection = graceful.watch(builder.serve_connection(io, with_peer));
         connections.spawn(async move {
