@@ -402,18 +402,35 @@ EOF
     mapfile -t example_env < <(env_of_file "$DEPLOY/keel.env.example")
     mapfile -t unit_env < <(sed -n 's/^Environment=//p' "$DEPLOY/keel.service")
     dump_check "systemd (Environment= + keel.env.example)" "${unit_env[@]}" "${example_env[@]}"
-    dump_check "compose (keel.env.example + environment:)" "${example_env[@]}" KEEL_POLICY=/etc/keel/policies
     if PY="$(python_with_yaml)"; then
+      # Each kernel service of compose.yaml: keel.env.example, then its `environment:`.
+      for service in $("$PY" -c 'import sys, yaml; print(" ".join(n for n, s in yaml.safe_load(open(sys.argv[1]))["services"].items() if str(s.get("image", "")).startswith("keel:")))' "$DEPLOY/compose.yaml"); do
+        mapfile -t compose_env < <("$PY" -c 'import sys, yaml; [print(f"{k}={v}") for k, v in yaml.safe_load(open(sys.argv[1]))["services"][sys.argv[2]].get("environment", {}).items()]' "$DEPLOY/compose.yaml" "$service")
+        dump_check "compose $service (keel.env.example + environment:)" "${example_env[@]}" "${compose_env[@]}"
+      done
+      # The Deployment's env with the Secret's example values and the downward API filled in
+      # as the kubelet would (pod name, pod IP, then $(VAR) references).
       mapfile -t k8s_env < <("$PY" - "$DEPLOY/kubernetes/deployment.yaml" "$DEPLOY/kubernetes/secret.example.yaml" <<'EOF'
-import sys, yaml
+import re, sys, yaml
 deployment = yaml.safe_load(open(sys.argv[1]))
 secret = yaml.safe_load(open(sys.argv[2]))["stringData"]
+downward = {"metadata.name": "keel-7d9f8c6b5-x2x4q", "status.podIP": "10.42.0.17"}
+values = {}
 for env in deployment["spec"]["template"]["spec"]["containers"][0]["env"]:
-    ref = env.get("valueFrom", {}).get("secretKeyRef")
-    print(f"{env['name']}={secret[ref['key']] if ref else env['value']}")
+    source = env.get("valueFrom", {})
+    if "secretKeyRef" in source:
+        value = secret[source["secretKeyRef"]["key"]]
+    elif "fieldRef" in source:
+        value = downward[source["fieldRef"]["fieldPath"]]
+    else:
+        value = re.sub(r"\$\((\w+)\)", lambda m: values.get(m.group(1), m.group(0)), env["value"])
+    values[env["name"]] = value
+    print(f"{env['name']}={value}")
 EOF
       )
       dump_check "Kubernetes (Deployment env + secret.example.yaml)" "${k8s_env[@]}"
+    else
+      dump_check "compose (keel.env.example + environment:)" "${example_env[@]}" KEEL_POLICY=/etc/keel/policies
     fi
     dump_check "image defaults with SQLite" KEEL_DATA_DIR=/var/lib/keel KEEL_BEARER_TOKEN=x \
       KEEL_POLICY=/etc/keel/policies KEEL_DB_URL=sqlite:///var/lib/keel/keel.db
@@ -469,6 +486,65 @@ exit_status() {
   done
   cat "$1.status" 2>/dev/null || echo "unknown"
 }
+# cluster_smoke ADMIN_URL: the Compose and Kubernetes artefacts run three kernels in cluster mode
+# on one database. Three such kernels start on a scratch database, each becomes healthy, the 64
+# partitions end up spread over all three, a one-kernel-mode kernel refuses the database, and
+# each kernel exits 0 on SIGTERM.
+cluster_smoke() {
+  local admin="$1" db url i ports=() pids=() owners="" spread="" name="three cluster kernels (Compose, Kubernetes) on one database share its partitions"
+  db="keel_deploy_cluster_$$"
+  url="$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$admin" "$db")"
+  psql "$admin" -qc "CREATE DATABASE $db" >/dev/null 2>&1 || { skip "$name" "cannot create a scratch database"; return; }
+  SMOKE_DB="$db"
+  for i in 1 2 3; do
+    ports+=("$(free_port)")
+    start_kernel "$TMP/cluster$i.log" "${ports[-1]}" KEEL_DATA_DIR="$TMP/cluster$i" KEEL_DB_URL="$url" \
+      KEEL_CLUSTER=true KEEL_NODE_ID="smoke-$i" KEEL_ADVERTISE_URL="http://127.0.0.1:${ports[-1]}"
+    pids+=("$KERNEL_PID")
+  done
+  for i in 0 1 2; do
+    if ! wait_healthy "${ports[$i]}"; then
+      fail "$name" "kernel smoke-$((i + 1)) did not become healthy: $(tail -5 "$TMP/cluster$((i + 1)).log")"
+      for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+      psql "$admin" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 && SMOKE_DB=""
+      return
+    fi
+  done
+  for _ in $(seq 75); do
+    spread="$(psql "$url" -Atqc "SELECT string_agg(owner || ':' || n, ' ' ORDER BY owner) FROM (SELECT owner, count(*) AS n FROM partitions WHERE owner IS NOT NULL AND lease_expires_at > now() GROUP BY owner) o" 2>/dev/null)"
+    owners="$(wc -w <<<"$spread")"
+    [[ "$owners" == 3 ]] && [[ "$(psql "$url" -Atqc "SELECT count(*) FROM partitions WHERE owner IS NULL OR lease_expires_at <= now()" 2>/dev/null)" == 0 ]] && break
+    sleep 0.2
+  done
+  if [[ "$owners" == 3 ]]; then
+    pass "$name ($spread)"
+  else
+    fail "$name" "owners after 15 s: ${spread:-none}"
+  fi
+  start_kernel "$TMP/cluster-single.log" "$(free_port)" KEEL_DATA_DIR="$TMP/cluster-single" KEEL_DB_URL="$url"
+  local single=$KERNEL_PID
+  for _ in $(seq 100); do alive "$single" || break; sleep 0.2; done
+  if alive "$single"; then
+    kill -KILL "$single" 2>/dev/null
+    fail "a kernel without KEEL_CLUSTER refuses a cluster database" "it was still running after 20 s"
+  elif [[ "$(exit_status "$TMP/cluster-single.log")" == 0 ]]; then
+    fail "a kernel without KEEL_CLUSTER refuses a cluster database" "it exited 0"
+  else
+    pass "a kernel without KEEL_CLUSTER refuses a cluster database: $(grep -o 'this database is used by a cluster[^;(]*' "$TMP/cluster-single.log" | head -1)"
+  fi
+  local bad=""
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for i in 1 2 3; do
+    [[ "$(exit_status "$TMP/cluster$i.log")" == 0 ]] || bad+=" smoke-$i:$(cat "$TMP/cluster$i.log.status" 2>/dev/null)"
+  done
+  if [[ -z "$bad" ]]; then
+    pass "SIGTERM: the three cluster kernels exit 0"
+  else
+    fail "SIGTERM: the three cluster kernels exit 0" "$bad"
+  fi
+  psql "$admin" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 && SMOKE_DB=""
+}
+
 # wait_healthy PORT: the image's HEALTHCHECK command succeeds within 20 s.
 wait_healthy() {
   local _
@@ -544,11 +620,11 @@ else
         for _ in $(seq 100); do alive "$pid2" || break; sleep 0.2; done
         if alive "$pid2"; then
           kill -KILL "$pid2" 2>/dev/null
-          fail "a second kernel on the same database refuses to start (why replicas: 1, Recreate)" "it was still running after 20 s"
+          fail "a second one-kernel-mode kernel on the same database refuses to start (systemd: one kernel)" "it was still running after 20 s"
         elif [[ "$(exit_status "$TMP/pg2.log")" == 0 ]]; then
-          fail "a second kernel on the same database refuses to start (why replicas: 1, Recreate)" "it exited 0"
+          fail "a second one-kernel-mode kernel on the same database refuses to start (systemd: one kernel)" "it exited 0"
         else
-          pass "a second kernel on the same database refuses to start (why replicas: 1, Recreate): $(grep -o 'another keel kernel[^;]*' "$TMP/pg2.log" | head -1)"
+          pass "a second one-kernel-mode kernel on the same database refuses to start (systemd: one kernel): $(grep -o 'another keel kernel[^;]*' "$TMP/pg2.log" | head -1)"
         fi
         kill -TERM "$pid"
         exit_status "$TMP/pg1.log" >/dev/null
@@ -556,6 +632,7 @@ else
         fail "PostgreSQL: kernel started with --production; keel health passes" "$(tail -20 "$TMP/pg1.log")"
       fi
       psql "$SMOKE_ADMIN_URL" -qc "DROP DATABASE IF EXISTS $SMOKE_DB" >/dev/null 2>&1 && SMOKE_DB=""
+      cluster_smoke "$pg_url"
     else
       skip "PostgreSQL smoke run" "cannot create a scratch database on \$KEEL_TEST_POSTGRES_URL: $out"
     fi

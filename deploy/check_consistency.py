@@ -89,8 +89,14 @@ def deploy_texts(deploy: Path) -> dict[str, str]:
         "kubernetes/secret.example.yaml",
         "kubernetes/configmap-policies.yaml",
         "kubernetes/service.yaml",
+        "kubernetes/pdb.yaml",
     ]
     return {name: (deploy / name).read_text(encoding="utf-8") for name in names}
+
+
+def kernel_services(compose: dict) -> dict[str, dict]:
+    """The compose services that run the kernel (those using the keel image)."""
+    return {name: service for name, service in compose.get("services", {}).items() if str(service.get("image", "")).startswith("keel:")}
 
 
 def keel_command_lines(deploy: Path) -> list[tuple[str, list[str]]]:
@@ -103,11 +109,11 @@ def keel_command_lines(deploy: Path) -> list[tuple[str, list[str]]]:
     if health:
         commands.append(("Dockerfile HEALTHCHECK", health.group(1).split()))
     compose = yaml.safe_load((deploy / "compose.yaml").read_text(encoding="utf-8"))
-    keel = compose["services"]["keel"]
-    commands.append(("compose command", list(keel["command"])))
-    test = keel["healthcheck"]["test"]
-    if test[:2] == ["CMD", "keel"]:
-        commands.append(("compose healthcheck", test[2:]))
+    for name, keel in kernel_services(compose).items():
+        commands.append((f"compose {name} command", list(keel["command"])))
+        test = keel["healthcheck"]["test"]
+        if test[:2] == ["CMD", "keel"]:
+            commands.append((f"compose {name} healthcheck", test[2:]))
     unit = (deploy / "keel.service").read_text(encoding="utf-8")
     for match in re.finditer(r"^ExecStart=(\S+)\s*(.*)$", unit, re.M):
         commands.append(("keel.service ExecStart", match.group(2).split()))
@@ -172,9 +178,10 @@ def check_stop_timeouts(deploy: Path, defaults: dict[str, str]) -> None:
         problems.append(f"keel.service TimeoutStopSec {stop:g}s <= shutdown timeout {unit_shutdown:g}s")
 
     compose = yaml.safe_load((deploy / "compose.yaml").read_text(encoding="utf-8"))
-    grace = parse_duration(compose["services"]["keel"].get("stop_grace_period", "10s"))
-    if grace <= shutdown:
-        problems.append(f"compose stop_grace_period {grace:g}s <= shutdown timeout {shutdown:g}s")
+    for name, keel in kernel_services(compose).items():
+        grace = parse_duration(keel.get("stop_grace_period", "10s"))
+        if grace <= shutdown:
+            problems.append(f"compose {name} stop_grace_period {grace:g}s <= shutdown timeout {shutdown:g}s")
 
     deployment = yaml.safe_load((deploy / "kubernetes/deployment.yaml").read_text(encoding="utf-8"))
     pod = deployment["spec"]["template"]["spec"]
@@ -199,13 +206,37 @@ def check_kubernetes(deploy: Path) -> None:
     pod = spec["template"]["spec"]
     container = pod["containers"][0]
     problems = []
-    if spec.get("replicas") != 1:
-        problems.append(f"replicas is {spec.get('replicas')}, must be 1 (one kernel per database)")
-    if spec.get("strategy", {}).get("type") != "Recreate":
-        problems.append("strategy must be Recreate (a rolling update runs two kernels on one database)")
+    env = {item["name"]: item for item in container.get("env", [])}
+    cluster = env.get("KEEL_CLUSTER", {}).get("value") == "true"
+    replicas = spec.get("replicas", 1)
+    strategy = spec.get("strategy", {})
+    if cluster:
+        # Several kernels: each pod names itself and is reached at its own address.
+        if env.get("KEEL_NODE_ID", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "metadata.name":
+            problems.append("KEEL_NODE_ID must come from the pod's name (fieldRef metadata.name)")
+        advertise = env.get("KEEL_ADVERTISE_URL", {}).get("value", "")
+        pod_ip = env.get("POD_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if "$(POD_IP)" not in advertise or pod_ip != "status.podIP":
+            problems.append("KEEL_ADVERTISE_URL must use the pod's IP ($(POD_IP) from status.podIP)")
+        elif not advertise.endswith(":8080"):
+            problems.append(f"KEEL_ADVERTISE_URL {advertise!r} must name the container port 8080")
+        if strategy.get("type") != "RollingUpdate" or strategy.get("rollingUpdate", {}).get("maxUnavailable") != 1:
+            problems.append("a cluster rolls one kernel at a time (RollingUpdate, maxUnavailable: 1)")
+        if "db-url" not in str(env.get("KEEL_DB_URL", {})):
+            problems.append("KEEL_DB_URL must come from the Secret (PostgreSQL, shared by every kernel)")
+        pdb = docs.get("pdb.yaml", [{}])[0]
+        if pdb.get("kind") != "PodDisruptionBudget" or pdb.get("spec", {}).get("maxUnavailable") != 1:
+            problems.append("pdb.yaml must limit voluntary disruptions to one kernel (maxUnavailable: 1)")
+        if replicas < 2:
+            problems.append(f"cluster mode with replicas {replicas}: run at least 2 (3 by default)")
+    else:
+        if replicas != 1:
+            problems.append(f"replicas is {replicas} without KEEL_CLUSTER: one kernel per database in that mode")
+        if strategy.get("type") != "Recreate":
+            problems.append("strategy must be Recreate without KEEL_CLUSTER (a rolling update runs two kernels on one database)")
     text = (k8s / "deployment.yaml").read_text(encoding="utf-8")
-    if not re.search(r"#.*one kernel per database", text, re.I):
-        problems.append("the comment explaining one replica (one kernel per database) is missing")
+    if not re.search(r"#.*(several kernels|one kernel per database)", text, re.I):
+        problems.append("the comment explaining the replica count (cluster mode or one kernel per database) is missing")
     probe = lambda name: container.get(name, {}).get("httpGet", {}).get("path")  # noqa: E731
     if probe("livenessProbe") != "/v0/health":
         problems.append(f"livenessProbe path {probe('livenessProbe')!r}, expected /v0/health")
@@ -253,7 +284,7 @@ def check_kubernetes(deploy: Path) -> None:
         problems.append("kustomization must not apply secret.example.yaml")
     if security.get("runAsUser") != 10001:
         problems.append("runAsUser is not the image's uid 10001")
-    report("Kubernetes manifests: one replica, probes, security, references", problems)
+    report("Kubernetes manifests: replicas and cluster settings, probes, security, references", problems)
 
 
 # --- Compose -------------------------------------------------------------------------------
@@ -263,21 +294,51 @@ def check_compose(deploy: Path) -> None:
     compose = yaml.safe_load((deploy / "compose.yaml").read_text(encoding="utf-8"))
     services = compose.get("services", {})
     problems = []
-    keel = services.get("keel", {})
+    kernels = kernel_services(compose)
     postgres = services.get("postgres", {})
+    if not kernels:
+        problems.append("no service runs the keel image")
     if not str(postgres.get("image", "")).startswith("postgres:16"):
         problems.append("postgres service must use postgres:16")
-    if "healthcheck" not in postgres or "healthcheck" not in keel:
-        problems.append("both services need a healthcheck")
-    if keel.get("depends_on", {}).get("postgres", {}).get("condition") != "service_healthy":
-        problems.append("keel must wait for a healthy postgres")
-    if keel.get("env_file") not in ("keel.env", ["keel.env"]):
-        problems.append("keel must read keel.env")
-    mounts = [volume for volume in keel.get("volumes", []) if isinstance(volume, dict) and volume.get("target") == "/etc/keel/policies"]
-    if not mounts or not mounts[0].get("read_only"):
-        problems.append("the policy directory must be mounted read-only at /etc/keel/policies")
-    elif not (deploy / mounts[0]["source"]).is_dir():
-        problems.append(f"policy directory {mounts[0]['source']} does not exist")
+    if "healthcheck" not in postgres:
+        problems.append("postgres needs a healthcheck")
+    node_ids: dict[str, str] = {}
+    host_ports: dict[str, str] = {}
+    for name, keel in kernels.items():
+        if "healthcheck" not in keel:
+            problems.append(f"{name} needs a healthcheck")
+        if keel.get("depends_on", {}).get("postgres", {}).get("condition") != "service_healthy":
+            problems.append(f"{name} must wait for a healthy postgres")
+        if keel.get("env_file") not in ("keel.env", ["keel.env"]):
+            problems.append(f"{name} must read keel.env")
+        mounts = [volume for volume in keel.get("volumes", []) if isinstance(volume, dict) and volume.get("target") == "/etc/keel/policies"]
+        if not mounts or not mounts[0].get("read_only"):
+            problems.append(f"{name}: the policy directory must be mounted read-only at /etc/keel/policies")
+        elif not (deploy / mounts[0]["source"]).is_dir():
+            problems.append(f"policy directory {mounts[0]['source']} does not exist")
+        build = keel.get("build", {})
+        if build and not (deploy / build.get("context", ".") / build.get("dockerfile", "Dockerfile")).exists():
+            problems.append(f"{name}: build context + dockerfile do not point at deploy/Dockerfile")
+        # Each kernel needs its own node id and URL: a service must not be scaled.
+        if keel.get("deploy", {}).get("replicas", 1) != 1 or "scale" in keel:
+            problems.append(f"{name} must not be scaled (copy the service instead: each kernel needs its own node id)")
+        environment = keel.get("environment", {})
+        for port in keel.get("ports", []):
+            host = str(port).rsplit(":", 1)[0]
+            if host in host_ports:
+                problems.append(f"{name} and {host_ports[host]} publish the same host port {host}")
+            host_ports[host] = name
+        if len(kernels) > 1:
+            if str(environment.get("KEEL_CLUSTER")).lower() != "true":
+                problems.append(f"{name}: several kernels on one database need KEEL_CLUSTER=true")
+            node = str(environment.get("KEEL_NODE_ID", ""))
+            if not node:
+                problems.append(f"{name} has no KEEL_NODE_ID")
+            elif node in node_ids:
+                problems.append(f"{name} and {node_ids[node]} share the node id {node}")
+            node_ids[node] = name
+            if environment.get("KEEL_ADVERTISE_URL") != f"http://{name}:8080":
+                problems.append(f"{name}: KEEL_ADVERTISE_URL must be http://{name}:8080 (its name on the compose network)")
     named = set(compose.get("volumes", {}))
     for service in services.values():
         for volume in service.get("volumes", []):
@@ -287,12 +348,7 @@ def check_compose(deploy: Path) -> None:
                 problems.append(f"named volume {source} is not declared")
     if "postgres-data" not in named:
         problems.append("postgres data must be on a named volume")
-    if keel.get("deploy", {}).get("replicas", 1) != 1 or "scale" in keel:
-        problems.append("the kernel service must not be scaled")
-    build = keel.get("build", {})
-    if build and not (deploy / build.get("context", ".") / build.get("dockerfile", "Dockerfile")).exists():
-        problems.append("build context + dockerfile do not point at deploy/Dockerfile")
-    report("compose.yaml: postgres:16, healthchecks, read-only policies, env file", problems)
+    report(f"compose.yaml: postgres:16, {len(kernels)} kernels with their own node ids, healthchecks, read-only policies, env file", problems)
 
 
 # --- Dockerfile ----------------------------------------------------------------------------
