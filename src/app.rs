@@ -366,6 +366,10 @@ fn http_settings(settings: &Settings) -> HttpSettings {
         feed: crate::http::feed::FeedSettings::default(),
         gateway: None,
         cluster: None,
+        labels: crate::http::text::LabelLimits {
+            max_count: settings.max_labels,
+            max_value_bytes: settings.max_label_value_bytes,
+        },
     }
 }
 

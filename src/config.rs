@@ -261,6 +261,14 @@ pub struct Config {
     #[arg(long, env = "KEEL_METRICS_MAX_IDS", value_name = "N", default_value_t = keel_actors::metrics::labels::DEFAULT_MAX_IDS)]
     pub metrics_max_ids: usize,
 
+    /// Most labels one execution may be created with.
+    #[arg(long, env = "KEEL_MAX_LABELS", value_name = "N", default_value_t = crate::http::text::DEFAULT_MAX_LABELS)]
+    pub max_labels: usize,
+
+    /// Largest label value (`1KiB`, bytes without a unit).
+    #[arg(long, env = "KEEL_MAX_LABEL_VALUE_BYTES", value_name = "SIZE", default_value = "1KiB", value_parser = parse_byte_size)]
+    pub max_label_value_bytes: usize,
+
     /// `Retry-After` of a creation refused because a backlog is full (whole seconds, at least 1).
     #[arg(long, env = "KEEL_BACKLOG_RETRY_AFTER", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub backlog_retry_after: Duration,
@@ -404,6 +412,8 @@ impl fmt::Debug for Config {
             .field("strict_agents", &self.strict_agents)
             .field("max_pending", &self.max_pending)
             .field("metrics_max_ids", &self.metrics_max_ids)
+            .field("max_labels", &self.max_labels)
+            .field("max_label_value_bytes", &self.max_label_value_bytes)
             .field("backlog_retry_after", &self.backlog_retry_after)
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)

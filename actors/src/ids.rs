@@ -189,12 +189,19 @@ pub enum IdProblem {
     /// The id is longer than [`MAX_CLIENT_ID_BYTES`].
     #[error("exceeds maximum length of {MAX_CLIENT_ID_BYTES} characters")]
     TooLong,
+    /// The id holds a NUL character (PostgreSQL cannot store it in text; issue 38).
+    #[error("must not contain NUL")]
+    Nul,
 }
 
-/// Checks the length of a client-chosen id that may be absent (empty).
+/// Checks the length of a client-chosen id that may be absent (empty), and that it holds no
+/// NUL.
 pub fn check_length(value: &str) -> Result<(), IdProblem> {
     if value.len() > MAX_CLIENT_ID_BYTES {
         return Err(IdProblem::TooLong);
+    }
+    if value.contains('\0') {
+        return Err(IdProblem::Nul);
     }
     Ok(())
 }
@@ -222,6 +229,8 @@ mod tests {
         assert_eq!(check_required(""), Err(IdProblem::Empty));
         assert_eq!(check_required("r"), Ok(()));
         assert_eq!(check_required(&"x".repeat(10_000)), Err(IdProblem::TooLong));
+        assert_eq!(check_required("a\0b"), Err(IdProblem::Nul));
+        assert_eq!(check_length("\0"), Err(IdProblem::Nul));
         assert_eq!(
             IdProblem::TooLong.to_string(),
             "exceeds maximum length of 256 characters"

@@ -186,6 +186,10 @@ pub struct Settings {
     pub max_pending: u64,
     /// Most distinct ids shown as label values in `/metrics`.
     pub metrics_max_ids: usize,
+    /// Most labels of one creation.
+    pub max_labels: usize,
+    /// Largest label value, in bytes.
+    pub max_label_value_bytes: usize,
     /// `Retry-After` of a refused creation.
     pub backlog_retry_after: Duration,
     /// Time allowed for a request head, from its first byte.
@@ -347,6 +351,8 @@ impl Config {
             strict_agents: self.strict_agents,
             max_pending: self.max_pending,
             metrics_max_ids: self.metrics_max_ids,
+            max_labels: self.max_labels,
+            max_label_value_bytes: self.max_label_value_bytes,
             backlog_retry_after: self.backlog_retry_after,
             header_read_timeout: self.header_read_timeout,
             body_read_timeout: self.body_read_timeout,

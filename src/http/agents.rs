@@ -162,6 +162,11 @@ pub async fn intent(
     let Some(fields) = body.intent else {
         return Err(ApiError::validation("intent.type is required"));
     };
+    super::text::refuse_nul_in(&[
+        ("execution_id", Some(execution_id.as_str())),
+        ("session_id", Some(session_id.as_str())),
+        ("intent.idempotency_key", fields.idempotency_key.as_deref()),
+    ])?;
     super::auth::check_agent_execution(&state, &principal, &execution_id).await?;
     super::request_id::record("execution.id", &execution_id);
     if let Some(tool_id) = &fields.tool_id {
@@ -244,6 +249,11 @@ pub async fn step_result(
             "execution_id, session_id, and step_id are required",
         ));
     }
+    super::text::refuse_nul_in(&[
+        ("execution_id", Some(execution_id.as_str())),
+        ("session_id", Some(session_id.as_str())),
+        ("step_id", Some(step_id.as_str())),
+    ])?;
     super::auth::check_agent_execution(&state, &principal, &execution_id).await?;
     let cost =
         keel_actors::guardrails::budget::parse_cost(body.cost.as_ref().unwrap_or(&Value::Null))

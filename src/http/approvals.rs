@@ -46,6 +46,7 @@ struct Batch {
 
 /// Splits an approval id.
 fn split_id(id: &str) -> Result<(ExecutionId, String), ApiError> {
+    super::text::refuse_nul("approval id", id)?;
     match id.split_once('.') {
         Some((execution, step)) if !execution.is_empty() && !step.is_empty() => {
             Ok((ExecutionId::new(execution.to_owned()), step.to_owned()))

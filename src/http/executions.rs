@@ -161,7 +161,7 @@ pub async fn create(
         return Err(ApiError::validation("agent_id is required"));
     }
     super::request_id::record("agent.id", &agent_id);
-    let labels = parse_labels(body.labels)?;
+    let labels = super::text::parse_labels(body.labels, state.settings.labels)?;
     let creator = principal
         .clone()
         .unwrap_or_else(crate::auth::Principal::anonymous);
@@ -252,28 +252,6 @@ fn parse_on_behalf_of(value: Option<Value>) -> Result<Option<String>, ApiError> 
             "on_behalf_of must be a string of 1 to 256 bytes without control characters",
         )),
     }
-}
-
-/// Accepts labels only as an object of string values (Corrections item 3).
-fn parse_labels(labels: Option<Value>) -> Result<Option<BTreeMap<String, String>>, ApiError> {
-    let Some(labels) = labels else {
-        return Ok(None);
-    };
-    let Value::Object(map) = labels else {
-        return Err(ApiError::validation(
-            "labels must be an object of string values",
-        ));
-    };
-    let mut parsed = BTreeMap::new();
-    for (key, value) in map {
-        let Value::String(value) = value else {
-            return Err(ApiError::validation(format_args!(
-                "label {key:?} must be a string"
-            )));
-        };
-        parsed.insert(key, value);
-    }
-    Ok(Some(parsed))
 }
 
 /// `GET /v0/executions`.
@@ -453,6 +431,7 @@ pub async fn signal(
     if signal_type.is_empty() {
         return Err(ApiError::validation("signal_type is required"));
     }
+    check_length("signal_type", &signal_type)?;
     super::auth::check_signal(&principal, &signal_type)?;
     let mut payload = body.payload.unwrap_or(Value::Null);
     if signal_type == "step.approve" {

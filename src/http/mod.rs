@@ -25,6 +25,7 @@ mod runners;
 mod serve;
 mod sse;
 mod strict_json;
+pub mod text;
 mod unread_body;
 
 use std::sync::Arc;
@@ -71,6 +72,8 @@ pub struct HttpSettings {
     pub gateway: Option<Arc<crate::gateway::Gateway>>,
     /// Cluster mode: requests concerning an execution another kernel owns are forwarded to it.
     pub cluster: Option<Arc<crate::cluster::forward::Routing>>,
+    /// Bounds of the labels of one creation.
+    pub labels: text::LabelLimits,
 }
 
 impl Default for HttpSettings {
@@ -86,6 +89,7 @@ impl Default for HttpSettings {
             feed: feed::FeedSettings::default(),
             gateway: None,
             cluster: None,
+            labels: text::LabelLimits::default(),
         }
     }
 }
@@ -103,6 +107,7 @@ impl std::fmt::Debug for HttpSettings {
             .field("heartbeat", &self.heartbeat)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("gateway", &self.gateway)
+            .field("labels", &self.labels)
             .finish()
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
@@ -58,10 +58,13 @@ pub async fn request_id(
     let cors = auth::cors_for(&state, request.headers());
     let mut response = match auth::authenticate(&state, &mut request, &route).await {
         Err(answer) => answer,
-        Ok(principal) => {
-            let response = next.run(request).instrument(span.clone()).await;
-            auth::bind_stream(principal, response)
-        }
+        Ok(principal) => match super::text::refuse_nul_in_uri(request.uri()) {
+            Err(error) => error.into_response(),
+            Ok(()) => {
+                let response = next.run(request).instrument(span.clone()).await;
+                auth::bind_stream(principal, response)
+            }
+        },
     };
     if let Some(cors) = cors {
         auth::add_cors(cors, &mut response);

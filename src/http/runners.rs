@@ -180,6 +180,11 @@ fn validate_result(body: &ResultRequest) -> Result<StepOutcome, ApiError> {
             )));
         }
     }
+    super::text::refuse_nul_in(&[
+        ("job_id", body.job_id.as_deref()),
+        ("execution_id", body.execution_id.as_deref()),
+        ("step_id", body.step_id.as_deref()),
+    ])?;
     let present = |value: &Option<String>| value.as_deref().is_some_and(|text| !text.is_empty());
     if !present(&body.job_id) || !present(&body.execution_id) || !present(&body.step_id) {
         return Err(ApiError::validation(
@@ -220,6 +225,7 @@ pub async fn step_started(
         ));
     }
     check_length("runner_id", &runner_id)?;
+    super::text::refuse_nul("execution_id", &execution_id)?;
     super::auth::check_runner(&principal, &runner_id)?;
     let report = JobReport {
         runner_id: RunnerId::new(runner_id.clone()),

@@ -19,6 +19,7 @@ mod guardrails;
 mod harness;
 mod hooks;
 mod hostile;
+mod hostile_text;
 mod identity;
 mod llm;
 mod metrics;
