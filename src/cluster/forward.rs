@@ -78,6 +78,16 @@ impl Routing {
             .encode_metrics(self.forwarded.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// The cluster as this kernel sees it (`GET /v0/cluster`, the console).
+    pub fn view(&self) -> super::view::ClusterView {
+        super::view::view(&self.ownership, &self.node_id)
+    }
+
+    /// The kernel owning the execution `id` in the last view, if any.
+    pub fn owner_of_execution(&self, id: &str) -> Option<String> {
+        super::view::owner_of(&self.ownership, &self.node_id, id)
+    }
+
     /// A new execution id in a partition this kernel holds; `None` when it holds none.
     pub fn new_execution_id(&self) -> Option<ExecutionId> {
         if self.ownership.owned().is_empty() {

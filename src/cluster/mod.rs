@@ -17,6 +17,7 @@
 
 pub mod assign;
 pub mod forward;
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +64,8 @@ pub struct Ownership {
     /// Per partition, the kernel the last view showed holding it (id, advertised URL), if its
     /// lease ran and its heartbeat was fresh.
     routes: Mutex<Vec<Option<Route>>>,
+    /// The kernels of the last view (for `GET /v0/cluster` and the console).
+    members: Mutex<Vec<NodeRow>>,
     /// Partitions acquired (each an epoch change), for `/metrics`.
     acquisitions: AtomicU64,
     /// Partitions lost (not renewed in time, taken, or given up), for `/metrics`.
@@ -87,6 +90,7 @@ impl Ownership {
             held: Mutex::new(BTreeMap::new()),
             partitions,
             routes: Mutex::new(vec![None; partitions as usize]),
+            members: Mutex::new(Vec::new()),
             acquisitions: AtomicU64::new(0),
             losses: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -151,8 +155,17 @@ impl Ownership {
             .flatten()
     }
 
+    /// The kernels the last view showed (live or not).
+    pub fn members(&self) -> Vec<NodeRow> {
+        self.members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Records the owners of the last view.
     fn set_routes(&self, nodes: &[NodeRow], partitions: &[PartitionRow]) {
+        nodes.clone_into(&mut self.members.lock().unwrap_or_else(PoisonError::into_inner));
         let mut routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
         for route in routes.iter_mut() {
             *route = None;

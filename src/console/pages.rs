@@ -332,6 +332,7 @@ pub async fn status(State(state): State<AppState>) -> Result<Response, ApiError>
     };
     let approvals = state.kernel.pending_approvals(1000).await?.len();
     let policy = state.policy.snapshot();
+    let cluster = state.settings.cluster.as_ref().map(|routing| routing.view());
     let markup = html! {
         div data-page="status" data-live-interval="3000" {
             h1 { "Health" }
@@ -348,6 +349,28 @@ pub async fn status(State(state): State<AppState>) -> Result<Response, ApiError>
                     dt { "Agents connected" } dd { (agents.len()) " agents, " (consumers(&agents)) " consumers" }
                     dt { "Runners connected" } dd { (runners.len()) " runners, " (consumers(&runners)) " consumers" }
                     dt { "Approvals waiting" } dd { a href="/approvals" { (if approvals >= 1000 { "1000+".to_owned() } else { approvals.to_string() }) } }
+                }
+                @if let Some(cluster) = &cluster {
+                    h2 id="cluster-title" { "Cluster" }
+                    p class="muted" {
+                        "This kernel: " span class="mono" { (cluster.node_id) } ". "
+                        (cluster.partitions) " partitions"
+                        @if cluster.unowned > 0 { ", " (cluster.unowned) " moving between kernels" }
+                        "."
+                    }
+                    table aria-labelledby="cluster-title" data-cluster {
+                        thead { tr { th scope="col" { "Kernel" } th scope="col" { "URL" } th scope="col" { "State" } th scope="col" { "Partitions" } } }
+                        tbody {
+                            @for kernel in &cluster.kernels {
+                                tr data-kernel=(kernel.id) {
+                                    td class="mono" { (kernel.id) @if kernel.this { " (this one)" } }
+                                    td class="mono" { (kernel.url) }
+                                    td { @if kernel.live { span class="badge s-completed" { span aria-hidden="true" { "✔" } " live" } } @else { span class="badge s-failed" { span aria-hidden="true" { "✖" } " gone" } } }
+                                    td class="num" data-partitions=(kernel.partitions_owned) { (kernel.partitions_owned) }
+                                }
+                            }
+                        }
+                    }
                 }
                 h2 id="counts-title" { "Executions by status" }
                 table aria-labelledby="counts-title" class="narrow" {

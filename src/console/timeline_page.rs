@@ -23,6 +23,12 @@ pub async fn execution(
     let row = state.kernel.execution(&id).await?;
     let error = closing_reason(&state, &row).await?;
     let terminal = row.status.is_terminal();
+    // Cluster mode: the kernel whose partition holds the execution (None: moving).
+    let owner = state
+        .settings
+        .cluster
+        .as_ref()
+        .map(|routing| routing.owner_of_execution(row.id.as_str()));
     let markup = html! {
         div data-page="execution" data-execution-id=(row.id.as_str()) data-last-sequence=(row.last_sequence) {
             p { a href="/" { "← All executions" } }
@@ -43,6 +49,11 @@ pub async fn execution(
                     }
                     dt { "Consumer" } dd class="mono" { (row.consumer_id.clone().unwrap_or_else(|| "–".into())) }
                     dt { "Events" } dd { (row.last_sequence) }
+                    @if let Some(owner) = &owner {
+                        dt { "Kernel" } dd class="mono" data-owner=(owner.as_deref().unwrap_or("")) {
+                            (owner.as_deref().unwrap_or("– (moving between kernels)"))
+                        }
+                    }
                 }
                 details { summary { "Input" } (json_block(&row.input)) }
                 @if let Some(output) = row.output.as_ref().filter(|_| row.status == ExecutionStatus::Completed) {

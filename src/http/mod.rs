@@ -8,6 +8,7 @@ mod agents;
 mod approvals;
 mod auth;
 mod body;
+mod cluster;
 pub mod creation;
 pub(crate) mod cursor;
 mod error;
@@ -262,6 +263,7 @@ pub fn routes() -> Routes {
         .route("/v0/agents", get(crate::console::api::agents))
         .route("/v0/runners", get(crate::console::api::runners))
         .route("/v0/policy", get(crate::console::api::policy))
+        .route("/v0/cluster", get(cluster::view))
         .route("/v0/breakers", get(guardrails::breakers))
         .route("/v0/breakers/", get(guardrails::breakers))
         .route("/v0/keys", get(keys::list).post(keys::create))

@@ -400,3 +400,19 @@ async fn an_execution_view_shows_its_state_and_offers_actions_until_it_ends() {
     );
     kernel.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_one_kernel_database_answers_single_and_the_console_shows_no_cluster() {
+    let kernel = TestKernel::start().await;
+    let (status, body) = kernel.get("/v0/cluster").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"mode": "single"}));
+    let (status, page) = text(&kernel, "/console/view/status").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("Executions by status"), "{page}");
+    assert!(!page.contains("data-cluster"), "{page}");
+    let (_agent, assignment) = running_execution(&kernel, "plain").await;
+    let id = assignment.execution_id;
+    let (_, page) = text(&kernel, &format!("/console/view/executions/{id}")).await;
+    assert!(page.contains("Events") && !page.contains("data-owner"), "{page}");
+}

@@ -3,6 +3,7 @@
 //! without it every test passes after printing that it skipped.
 
 mod harness;
+mod view;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

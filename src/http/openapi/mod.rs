@@ -2,6 +2,7 @@
 //! [`paths`] and [`schemas`] and served at `GET /v0/openapi.json`. docs/api.md is the readable
 //! companion; `tests/api/openapi.rs` keeps the document, the router and real answers in step.
 
+mod cluster;
 mod console;
 mod feed;
 mod guardrails;
@@ -38,7 +39,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         paths::runner_stream, paths::step_started, paths::unregister_runner,
         paths::runner_result, paths::runner_capabilities, paths::publish_tools, paths::tools,
         console::approvals, console::execution_counts, console::agents, console::runners,
-        console::policy,
+        console::policy, cluster::cluster,
         guardrails::breakers,
         keys::list_keys, keys::create_key, keys::rotate_key, keys::revoke_key,
         keys::answer_approval, keys::answer_approvals,
@@ -55,7 +56,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         schemas::SseMessage,
         console::Approval, console::ApprovalList, console::ExecutionCounts, console::Connection,
         console::Agent, console::AgentList, console::Runner, console::RunnerList,
-        console::ReloadOutcome, console::Policy,
+        console::ReloadOutcome, console::Policy, cluster::Cluster, cluster::ClusterKernel,
         guardrails::BreakerList, guardrails::Breaker, guardrails::BudgetView,
         guardrails::BudgetUsed,
         keys::KeyScopes, keys::NewKey, keys::Key, keys::KeyList, keys::IssuedKey, keys::RevokedKey,
