@@ -332,7 +332,11 @@ pub async fn status(State(state): State<AppState>) -> Result<Response, ApiError>
     };
     let approvals = state.kernel.pending_approvals(1000).await?.len();
     let policy = state.policy.snapshot();
-    let cluster = state.settings.cluster.as_ref().map(|routing| routing.view());
+    let cluster = state
+        .settings
+        .cluster
+        .as_ref()
+        .map(|routing| routing.view());
     let markup = html! {
         div data-page="status" data-live-interval="3000" {
             h1 { "Health" }

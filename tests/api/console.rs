@@ -414,5 +414,8 @@ async fn a_one_kernel_database_answers_single_and_the_console_shows_no_cluster()
     let (_agent, assignment) = running_execution(&kernel, "plain").await;
     let id = assignment.execution_id;
     let (_, page) = text(&kernel, &format!("/console/view/executions/{id}")).await;
-    assert!(page.contains("Events") && !page.contains("data-owner"), "{page}");
+    assert!(
+        page.contains("Events") && !page.contains("data-owner"),
+        "{page}"
+    );
 }

@@ -20,7 +20,10 @@ fn counts_of(view: &Value, me: &str) -> Option<BTreeMap<String, usize>> {
         if kernel["live"] != json!(true) || (kernel["this"] == json!(true)) != (id == me) {
             return None;
         }
-        counts.insert(id.to_owned(), usize::try_from(kernel["partitions_owned"].as_u64()?).ok()?);
+        counts.insert(
+            id.to_owned(),
+            usize::try_from(kernel["partitions_owned"].as_u64()?).ok()?,
+        );
     }
     (view["mode"] == "cluster" && view["node_id"] == me && view["unowned"] == 0).then_some(counts)
 }
@@ -43,16 +46,31 @@ async fn every_kernel_lists_the_cluster_and_names_an_executions_owner() {
             // Each kernel's view is at most a lease tick behind the database.
             let url = format!("{}/v0/cluster", kernel.url);
             let seen = poll(Duration::from_secs(3), || {
-                let (http, url, me, counts) =
-                    (http.clone(), url.clone(), kernel.node_id.clone(), counts.clone());
+                let (http, url, me, counts) = (
+                    http.clone(),
+                    url.clone(),
+                    kernel.node_id.clone(),
+                    counts.clone(),
+                );
                 async move {
                     let view: Value = http.get(&url).send().await.ok()?.json().await.ok()?;
                     (counts_of(&view, &me)? == counts).then_some(())
                 }
             })
             .await;
-            let last: Value = http.get(&url).send().await.expect("view").json().await.expect("json");
-            assert!(seen.is_some(), "{}'s view {last} never matched {counts:?}", kernel.node_id);
+            let last: Value = http
+                .get(&url)
+                .send()
+                .await
+                .expect("view")
+                .json()
+                .await
+                .expect("json");
+            assert!(
+                seen.is_some(),
+                "{}'s view {last} never matched {counts:?}",
+                kernel.node_id
+            );
         }
 
         // An execution created through k1, looked at through the others' consoles.
