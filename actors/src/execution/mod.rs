@@ -25,6 +25,8 @@ mod timers;
 pub mod watchdog;
 
 #[cfg(test)]
+mod at_most_once_tests;
+#[cfg(test)]
 mod creation_tests;
 #[cfg(test)]
 mod in_doubt_tests;

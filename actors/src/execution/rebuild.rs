@@ -209,9 +209,10 @@ pub(super) fn recover(state: &ExecutionActorState) {
             },
         );
     }
+    // A step whose outcome is unknown waits for an operator's answer: no job until then.
     for step in exec
         .active_steps()
-        .filter(|step| step.remote && !step.awaiting_approval)
+        .filter(|step| step.remote && !step.awaiting_approval && !step.outcome_unknown)
     {
         let job = JobSpec {
             job_id: step
@@ -231,8 +232,17 @@ pub(super) fn recover(state: &ExecutionActorState) {
         let waiting_retry = step.status == crate::status::StepStatus::Pending;
         state.ctx.tell_dispatcher(if waiting_retry {
             DispatcherMsg::Enqueue(job)
+        } else if step.at_most_once && delivered(step) {
+            DispatcherMsg::RecoveredAtMostOnce(job)
         } else {
             DispatcherMsg::Recovered(job)
         });
     }
+}
+
+/// Whether the log says a runner got the step's current job: it started it, or the job was
+/// claimed by a named runner (`step.dispatched` with a runner id, recorded at delivery for
+/// retries and for every attempt of an `at_most_once` step).
+fn delivered(step: &super::records::StepState) -> bool {
+    step.status == crate::status::StepStatus::Running || step.runner_id.is_some()
 }

@@ -52,6 +52,9 @@ pub enum DispatchInput {
     Enqueue(JobSpec),
     /// A job a runner may still hold from before a restart: held for the runner grace.
     Recovered(JobSpec),
+    /// A job of an `at_most_once` step a runner may hold from before a restart: held for the
+    /// runner grace, then reported lost (never queued again) unless its step ended meanwhile.
+    RecoveredAtMostOnce(JobSpec),
     /// The hold of a recovered job ended.
     ReleaseRecovered {
         /// Job id.
@@ -150,6 +153,8 @@ pub struct Dispatch {
     pub(super) orphans: HashMap<ConnectionKey, (JobSpec, u64)>,
     generation: u64,
     pub(super) held: HashMap<JobId, JobSpec>,
+    /// Held jobs reported lost instead of queued when their hold ends (`at_most_once`).
+    lost_on_release: HashSet<JobId>,
     /// `max_concurrent_steps` per tool id (dispatch_limits.rs).
     pub(super) limits: ToolLimits,
     /// Circuit breakers per runner id: their configuration and state (dispatch_limits.rs).
@@ -219,7 +224,9 @@ impl Dispatch {
             }
             // A rebuilt execution (crash restart, passivation) re-announces its jobs: one the
             // dispatcher already holds somewhere must not be delivered twice.
-            DispatchInput::Enqueue(job) | DispatchInput::Recovered(job)
+            DispatchInput::Enqueue(job)
+            | DispatchInput::Recovered(job)
+            | DispatchInput::RecoveredAtMostOnce(job)
                 if self.knows(&job.job_id) => {}
             DispatchInput::Enqueue(job) => {
                 // A retry job is due at `not_before`: pass again right then, not at the next tick.
@@ -234,10 +241,24 @@ impl Dispatch {
                 });
                 self.held.insert(job.job_id.clone(), job);
             }
+            DispatchInput::RecoveredAtMostOnce(job) => {
+                effects.push(DispatchEffect::ArmRelease {
+                    job_id: job.job_id.clone(),
+                });
+                self.lost_on_release.insert(job.job_id.clone());
+                self.held.insert(job.job_id.clone(), job);
+            }
             DispatchInput::ReleaseRecovered { job_id } => {
+                let lost = self.lost_on_release.remove(&job_id);
                 if let Some(job) = self.held.remove(&job_id) {
-                    tracing::info!(step.id = %job.step_id, job.id = %job_id, "recovered job re-queued after the runner grace");
-                    self.queue.push_back(job);
+                    if lost {
+                        // It may have run: its execution records that its outcome is unknown.
+                        tracing::info!(step.id = %job.step_id, job.id = %job_id, "recovered at-most-once job reported lost after the runner grace");
+                        effects.push(DispatchEffect::RunnerLost(job));
+                    } else {
+                        tracing::info!(step.id = %job.step_id, job.id = %job_id, "recovered job re-queued after the runner grace");
+                        self.queue.push_back(job);
+                    }
                 }
             }
             DispatchInput::ConnectionFree(key) => {
@@ -331,6 +352,8 @@ impl Dispatch {
         self.queue.retain(|job| job.step_id != step_id);
         self.orphans.retain(|_, (job, _)| job.step_id != step_id);
         self.held.retain(|_, job| job.step_id != step_id);
+        let held = &self.held;
+        self.lost_on_release.retain(|job_id| held.contains_key(job_id));
         for (key, slot) in &mut self.connections {
             if slot.busy.as_ref().is_none_or(|job| job.step_id != step_id) {
                 continue;

@@ -242,6 +242,43 @@ fn every_transition_of_the_dispatch_core() {
             },
         },
         Case {
+            name: "a released at-most-once job is reported lost, not queued or delivered",
+            given: vec![
+                connect("r1", "c1", 1, &["web.search"]),
+                DispatchInput::RecoveredAtMostOnce(j1.clone()),
+            ],
+            when: (
+                DispatchInput::ReleaseRecovered {
+                    job_id: "j1".into(),
+                },
+                0,
+            ),
+            then: vec![DispatchEffect::RunnerLost(j1.clone())],
+            state: DispatcherSnapshot {
+                connections: vec![busy("r1", "c1", None)],
+                ..Default::default()
+            },
+        },
+        Case {
+            name: "an at-most-once job whose step ended in its hold is not reported lost",
+            given: vec![
+                connect("r1", "c1", 1, &["web.search"]),
+                DispatchInput::RecoveredAtMostOnce(j1.clone()),
+                ended("s1", None),
+            ],
+            when: (
+                DispatchInput::ReleaseRecovered {
+                    job_id: "j1".into(),
+                },
+                0,
+            ),
+            then: vec![],
+            state: DispatcherSnapshot {
+                connections: vec![busy("r1", "c1", None)],
+                ..Default::default()
+            },
+        },
+        Case {
             name: "a release for a job whose step ended meanwhile does nothing",
             given: vec![
                 connect("r1", "c1", 1, &["web.search"]),

@@ -131,6 +131,7 @@ impl Actor for Dispatcher {
             }
             DispatcherMsg::Enqueue(job) => DispatchInput::Enqueue(job),
             DispatcherMsg::Recovered(job) => DispatchInput::Recovered(job),
+            DispatcherMsg::RecoveredAtMostOnce(job) => DispatchInput::RecoveredAtMostOnce(job),
             DispatcherMsg::ReleaseRecovered { job_id } => {
                 DispatchInput::ReleaseRecovered { job_id }
             }

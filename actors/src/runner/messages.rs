@@ -45,6 +45,10 @@ pub enum DispatcherMsg {
     /// A job that was in a runner's hands when the kernel stopped (startup recovery): held for
     /// `runner_grace`, so that a runner still working on it can post its result, then queued.
     Recovered(JobSpec),
+    /// A job of an `at_most_once` step that was in a runner's hands when the kernel stopped:
+    /// held for `runner_grace` like `Recovered`, then reported lost to its execution (which
+    /// records that its outcome is unknown) instead of queued again.
+    RecoveredAtMostOnce(JobSpec),
     /// The hold of a recovered job ended (sent to itself).
     ReleaseRecovered {
         /// Job id.

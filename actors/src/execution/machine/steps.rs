@@ -384,6 +384,17 @@ pub fn claim_job(
         ));
     } else if step.job_id.as_ref() != Some(&job.job_id) {
         return None;
+    } else if step.at_most_once && step.runner_id.is_none() {
+        // The log must know the job left the kernel: after a restart a delivered job of an
+        // at-most-once step is never queued again (its outcome is unknown), an undelivered one is.
+        transition.event(NewEvent::step(
+            &step.id,
+            EventBody::StepDispatched {
+                runner_id: runner_id.clone(),
+                job_id: job.job_id.clone(),
+                deadline: step.deadline.unwrap_or(job.deadline),
+            },
+        ));
     }
     Some((transition, delivered))
 }
