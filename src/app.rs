@@ -80,9 +80,14 @@ pub async fn run(
     let mut config = kernel_config(&settings, store, policy);
     config.hook_caller = Some(hook_caller.clone());
     config.hooks = hooks;
+    // Cluster mode: each partition's open executions are loaded when it is acquired.
+    config.recover_at_start = cluster.is_none();
     let kernel = kernel::start(config)
         .await
         .map_err(|error| anyhow!("cannot start the actor tree: {error}"))?;
+    let handover = cluster.as_ref().map(|cluster| {
+        crate::cluster::handover::Handover::start(kernel.clone(), cluster.ownership().clone())
+    });
     hook_caller.register(&kernel);
     info!(elapsed_ms = millis(phase.elapsed()), "actor tree started");
     let reloader = match settings.policy.clone() {
@@ -189,6 +194,9 @@ pub async fn run(
         None => drain_http(&mut server, http_deadline.into()).await,
     };
 
+    if let Some(handover) = handover {
+        handover.stop();
+    }
     let phase = Instant::now();
     match tokio::time::timeout_at(deadline.into(), kernel.shutdown()).await {
         Ok(()) => info!(

@@ -276,6 +276,18 @@ pub trait Store: Send + Sync + 'static {
     /// Returns every execution that is not terminal, oldest first, as startup recovery needs it.
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError>;
 
+    /// Like [`Store::recovery_index`], for the executions of the given partitions only (cluster
+    /// mode: what a kernel loads when it acquires them). Stores without partitions refuse it.
+    async fn recovery_index_of(
+        &self,
+        partitions: &[u32],
+    ) -> Result<Vec<RecoveryEntry>, StoreError> {
+        let _ = partitions;
+        Err(StoreError::Internal(
+            "this store has no partitions (cluster mode needs PostgreSQL)".into(),
+        ))
+    }
+
     /// Deletes up to `limit` terminal executions last updated before `before`, with all their
     /// rows; returns how many were deleted.
     async fn delete_terminal_before(

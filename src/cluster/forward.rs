@@ -73,6 +73,11 @@ impl Routing {
     }
 
     /// The cluster's `/metrics` families (OpenMetrics text, without `# EOF`).
+    pub fn ownership(&self) -> &Arc<Ownership> {
+        &self.ownership
+    }
+
+    /// The cluster's OpenMetrics families of this kernel (see [`Ownership::encode_metrics`]).
     pub fn encode_metrics(&self) -> String {
         self.ownership
             .encode_metrics(self.forwarded.load(std::sync::atomic::Ordering::Relaxed))

@@ -17,6 +17,7 @@
 
 pub mod assign;
 pub mod forward;
+pub mod handover;
 pub mod view;
 
 use std::collections::BTreeMap;
@@ -72,6 +73,8 @@ pub struct Ownership {
     losses: AtomicU64,
     /// Commits refused by the fence, for `/metrics`.
     refusals: AtomicU64,
+    /// Acquisitions and losses, for the handover task and the execution streams.
+    changes: handover::Changes,
 }
 
 /// Where a partition's owner is reached.
@@ -94,6 +97,7 @@ impl Ownership {
             acquisitions: AtomicU64::new(0),
             losses: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
+            changes: handover::Changes::default(),
         }
     }
 
@@ -225,8 +229,10 @@ impl Ownership {
         for id in &lapsed {
             held.remove(id);
         }
+        drop(held);
         self.losses
             .fetch_add(lapsed.len() as u64, Ordering::Relaxed);
+        self.changes.record(handover::Change::Lost(lapsed.clone()));
         lapsed
     }
 
@@ -253,7 +259,9 @@ impl Ownership {
                 }
             }
         }
+        drop(held);
         self.losses.fetch_add(lost.len() as u64, Ordering::Relaxed);
+        self.changes.record(handover::Change::Lost(lost.clone()));
         lost
     }
 
@@ -271,24 +279,34 @@ impl Ownership {
                 },
             );
         }
+        drop(held);
+        self.changes.record(handover::Change::Acquired(
+            acquired.iter().map(|(id, _)| *id).collect(),
+        ));
     }
 
     /// Stops acting on `partitions`.
     fn drop_partitions(&self, partitions: &[u32]) {
         let mut held = self.lock();
+        let mut dropped = Vec::new();
         for id in partitions {
             if held.remove(id).is_some() {
                 self.losses.fetch_add(1, Ordering::Relaxed);
+                dropped.push(*id);
             }
         }
+        drop(held);
+        self.changes.record(handover::Change::Lost(dropped));
     }
 
     /// Stops acting on every partition; returns how many were held.
     fn drop_all(&self) -> usize {
         let mut held = self.lock();
-        let count = held.len();
+        let dropped: Vec<u32> = held.keys().copied().collect();
         held.clear();
-        count
+        drop(held);
+        self.changes.record(handover::Change::Lost(dropped.clone()));
+        dropped.len()
     }
 }
 

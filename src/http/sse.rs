@@ -223,7 +223,12 @@ pub async fn execution_stream(
     // Subscribe before the first read, so no commit between the read and the wait is missed.
     let notices = state.kernel.subscribe_commits();
     state.kernel.execution(&id).await?;
+    // Cluster mode: the stream ends when this kernel stops owning the execution.
+    let fence = state.settings.cluster.as_ref().map(|routing| {
+        crate::cluster::handover::StreamFence::new(routing.ownership().clone(), &id)
+    });
     let tail = Tail {
+        fence,
         kernel: state.kernel.clone(),
         id,
         cursor: after_sequence,
@@ -265,6 +270,16 @@ struct Tail {
     done: bool,
     notices: broadcast::Receiver<CommitNotice>,
     common: Common,
+    /// Cluster mode: resolves when the execution's partition leaves this kernel.
+    fence: Option<crate::cluster::handover::StreamFence>,
+}
+
+/// Resolves when the partition of a cluster-mode stream is lost; never otherwise.
+async fn partition_lost(fence: &mut Option<crate::cluster::handover::StreamFence>) {
+    match fence {
+        Some(fence) => fence.lost().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Tail {
@@ -276,6 +291,9 @@ impl Tail {
         loop {
             if self.done || self.common.shutdown.is_cancelled() {
                 return None;
+            }
+            if self.fence.as_ref().is_some_and(|fence| !fence.holds()) {
+                return self.moved();
             }
             if let Some(event) = self.buffer.pop_front() {
                 return Some(self.send(&event));
@@ -289,6 +307,7 @@ impl Tail {
             tokio::select! {
                 biased;
                 () = self.common.shutdown.cancelled() => return None,
+                () = partition_lost(&mut self.fence) => return self.moved(),
                 notice = self.notices.recv() => match notice {
                     // Any commit of this execution means a read, even one at or below the
                     // cursor: when `after_sequence` is past the end, the empty read then sees
@@ -313,6 +332,13 @@ impl Tail {
         let found = !page.is_empty();
         self.buffer.extend(page);
         Some(found)
+    }
+
+    /// Ends a cluster-mode stream whose execution this kernel no longer owns: the client's
+    /// reconnect (with `Last-Event-ID`) reaches the new owner.
+    fn moved(&self) -> Option<Bytes> {
+        tracing::info!(execution.id = %self.id, "execution stream ended: its partition moved to another kernel");
+        None
     }
 
     fn send(&mut self, event: &Event) -> Bytes {

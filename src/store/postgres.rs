@@ -265,6 +265,31 @@ impl Store for PostgresStore {
             .collect()
     }
 
+    async fn recovery_index_of(
+        &self,
+        partitions: &[u32],
+    ) -> Result<Vec<RecoveryEntry>, StoreError> {
+        // Matches the predicate of `executions_open_by_partition` (migration 0011).
+        let open =
+            format!("e.partition = ANY($1) AND e.partition IS NOT NULL AND e.{PG_NON_TERMINAL}");
+        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT, &open, "");
+        let ids: Vec<i32> = partitions
+            .iter()
+            .filter_map(|id| i32::try_from(*id).ok())
+            .collect();
+        let records = self
+            .bounded(
+                sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql)
+                    .bind(ids)
+                    .fetch_all(&self.readers),
+            )
+            .await?;
+        records
+            .into_iter()
+            .map(|record| record.into_entry())
+            .collect()
+    }
+
     async fn delete_terminal_before(
         &self,
         before: Timestamp,

@@ -3,6 +3,7 @@
 //! without it every test passes after printing that it skipped.
 
 mod harness;
+mod recovery;
 mod view;
 
 use std::collections::BTreeMap;

@@ -32,6 +32,20 @@ impl WakeIndex {
         }
     }
 
+    /// Forgets every execution `matches` selects; returns how many.
+    pub fn remove_matching(&mut self, matches: impl Fn(&ExecutionId) -> bool) -> usize {
+        let gone: Vec<ExecutionId> = self
+            .by_id
+            .keys()
+            .filter(|id| matches(id))
+            .cloned()
+            .collect();
+        for id in &gone {
+            self.remove(id);
+        }
+        gone.len()
+    }
+
     /// Returns the earliest wake-up time.
     pub fn next(&self) -> Option<Timestamp> {
         self.by_time.first().map(|(at, _)| *at)

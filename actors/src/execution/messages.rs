@@ -10,6 +10,9 @@ use crate::push::Push;
 use crate::store::ExecutionRow;
 
 /// Reply port of a kernel command.
+/// Selects executions by id (cluster mode: those of partitions this kernel lost).
+pub type ReleaseFilter = std::sync::Arc<dyn Fn(&ExecutionId) -> bool + Send + Sync>;
+
 pub type Reply<T> = RpcReplyPort<Result<T, KernelError>>;
 
 /// Messages of one `ExecutionActor`.
@@ -215,4 +218,12 @@ pub enum ExecutionSupervisorMsg {
     Dormant(Vec<(ExecutionId, Option<crate::time::Timestamp>)>),
     /// The earliest wake-up time came (sent by the supervisor to itself).
     WakeDue,
+    /// Cluster mode: stops the actors (live or draining) of the executions `matches` selects
+    /// and forgets their wake-ups; another kernel owns them now.
+    Release {
+        /// Selects the executions to let go.
+        matches: ReleaseFilter,
+        /// Answer: how many actors were stopped.
+        reply: Reply<usize>,
+    },
 }

@@ -57,8 +57,8 @@ pub use commands::{
     StepResultReply,
 };
 pub use machine::RUNNER_LOST_ERROR;
-pub use messages::ExecutionSupervisorMsg;
 pub use messages::{ExecutionMsg, LlmAdmission};
+pub use messages::{ExecutionSupervisorMsg, ReleaseFilter};
 pub use rejection::Rejection;
 pub use state::ExecutionState;
 pub use supervisor::ExecutionSupervisor;

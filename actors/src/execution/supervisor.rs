@@ -34,6 +34,8 @@ pub struct ExecutionSupervisorState {
     ctx: Arc<Ctx>,
     children: Keyed<ExecutionId, ExecutionMsg>,
     draining: HashMap<ExecutionId, Draining>,
+    /// Actors stopped because their execution moved to another kernel: never restarted.
+    released: std::collections::HashSet<ractor::ActorId>,
     wakes: WakeIndex,
     /// Time the pending `WakeDue` was armed for.
     wake_armed: Option<Timestamp>,
@@ -61,6 +63,7 @@ impl Actor for ExecutionSupervisor {
             ctx,
             children,
             draining: HashMap::new(),
+            released: std::collections::HashSet::new(),
             wakes: WakeIndex::default(),
             wake_armed: None,
             wake_timer: None,
@@ -183,6 +186,10 @@ impl Actor for ExecutionSupervisor {
                 show_dormant(state);
                 arm_wake(&myself, state);
             }
+            ExecutionSupervisorMsg::Release { matches, reply } => {
+                let _ = reply.send(Ok(release(state, matches.as_ref())));
+                show_dormant(state);
+            }
         }
         Ok(())
     }
@@ -195,6 +202,7 @@ impl Actor for ExecutionSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             RactorEvent::ActorTerminated(cell, _, reason) => {
+                state.released.remove(&cell.get_id());
                 let Some(id) = state.children.terminated(&cell) else {
                     return Ok(());
                 };
@@ -226,6 +234,10 @@ impl Actor for ExecutionSupervisor {
                 arm_wake(&myself, state);
             }
             RactorEvent::ActorFailed(cell, error) => {
+                if state.released.remove(&cell.get_id()) {
+                    state.children.terminated(&cell);
+                    return Ok(());
+                }
                 let Some((id, verdict)) = state.children.failed(&cell, error.to_string()) else {
                     return Ok(());
                 };
@@ -274,6 +286,44 @@ fn answer_if_known(
     } else {
         Some(reply)
     }
+}
+
+/// Stops the actors of the executions `matches` selects without a write (their end is then
+/// only forgotten, never turned into a wake-up or a restart), answers activations waiting for
+/// a draining one as unavailable and drops their wake-ups; returns how many actors stopped.
+fn release(state: &mut ExecutionSupervisorState, matches: &dyn Fn(&ExecutionId) -> bool) -> usize {
+    let mut stopped = 0;
+    for id in state.children.keys() {
+        if matches(&id)
+            && let Some(actor) = state.children.take(&id)
+        {
+            state.released.insert(actor.get_id());
+            actor.stop(Some("partition moved to another kernel".into()));
+            stopped += 1;
+        }
+    }
+    let draining: Vec<ExecutionId> = state
+        .draining
+        .keys()
+        .filter(|id| matches(id))
+        .cloned()
+        .collect();
+    for id in draining {
+        if let Some(draining) = state.draining.remove(&id) {
+            state.released.insert(draining.actor.get_id());
+            draining
+                .actor
+                .stop(Some("partition moved to another kernel".into()));
+            stopped += 1;
+            for waiter in draining.waiters {
+                let _ = waiter.send(Err(KernelError::Unavailable(format!(
+                    "execution {id} moved to another kernel"
+                ))));
+            }
+        }
+    }
+    state.wakes.remove_matching(matches);
+    stopped
 }
 
 /// Returns whether an execution has an actor, live or draining.

@@ -293,3 +293,73 @@ async fn an_idle_execution_is_passivated_then_rebuilt_by_the_next_activation() {
     assert!(again.is_some(), "the rebuilt execution passivates again");
     f.probes.finish().await;
 }
+
+#[tokio::test]
+async fn a_release_stops_the_selected_actors_and_forgets_their_wake_ups_without_a_write() {
+    let f = fixture(None).await;
+    let (kept, kept_actor) = f.create().await;
+    let (moved, moved_actor) = f.create().await;
+    let (dormant, _) = f.stored().await;
+    let (dormant_kept, _) = f.stored().await;
+    let far = crate::time::add(f.probes.ctx.now(), Duration::from_secs(3600));
+    f.supervisor
+        .send_message(ExecutionSupervisorMsg::Dormant(vec![
+            (dormant.clone(), Some(far)),
+            (dormant_kept.clone(), Some(far)),
+        ]))
+        .expect("sent");
+    let indexed = eventually(WAIT, || async {
+        (f.probes.ctx.metrics.executions_dormant.get() == 2).then_some(())
+    })
+    .await;
+    assert!(indexed.is_some());
+    let events_before = f
+        .probes
+        .ctx
+        .store
+        .events(&moved, 0, 100)
+        .await
+        .expect("read");
+
+    let selected = [moved.clone(), dormant.clone()];
+    let release = |reply| ExecutionSupervisorMsg::Release {
+        matches: Arc::new(move |id: &ExecutionId| selected.contains(id)),
+        reply,
+    };
+    let stopped = call(&f.supervisor, release, WAIT, "supervisor")
+        .await
+        .expect("answered")
+        .expect("released");
+    assert_eq!(stopped, 1, "one resident actor was selected");
+    let gone = eventually(WAIT, || async {
+        (f.published(&moved).is_none() && !crate::supervision::keyed::is_running(&moved_actor))
+            .then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the moved execution's actor stopped");
+    assert_eq!(
+        f.published(&kept),
+        Some(kept_actor.get_id()),
+        "an execution not selected keeps its actor"
+    );
+    assert_eq!(
+        f.probes.ctx.metrics.executions_dormant.get(),
+        1,
+        "only the unselected wake-up is left"
+    );
+    // Stopping wrote nothing, and the stopped actor was not rebuilt.
+    let events_after = f
+        .probes
+        .ctx
+        .store
+        .events(&moved, 0, 100)
+        .await
+        .expect("read");
+    assert_eq!(events_after.len(), events_before.len());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(f.published(&moved), None, "not restarted");
+    // It can come back later (the partition returns): an activation rebuilds it from the store.
+    let back = f.activate(&moved).await.expect("rebuilt");
+    assert_ne!(back.get_id(), moved_actor.get_id());
+    f.probes.finish().await;
+}

@@ -53,6 +53,10 @@ pub struct KernelConfig {
     pub traces: Option<Arc<dyn crate::trace::TraceContext>>,
     /// Most distinct agent, tool and runner ids shown as metric label values (`other` past it).
     pub metrics_max_ids: usize,
+    /// Whether [`start`](super::start) recovers every open execution of the store. Cluster mode
+    /// turns it off: a kernel loads the open executions of each partition when it acquires it
+    /// ([`Kernel::recover_partitions`](super::Kernel::recover_partitions)).
+    pub recover_at_start: bool,
 }
 
 impl KernelConfig {
@@ -78,6 +82,7 @@ impl KernelConfig {
             hooks: Vec::new(),
             traces: None,
             metrics_max_ids: crate::metrics::labels::DEFAULT_MAX_IDS,
+            recover_at_start: true,
         }
     }
 }

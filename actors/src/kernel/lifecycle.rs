@@ -47,7 +47,9 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
         let _ = ctx.janitor.set(janitor);
     }
     let kernel = Kernel { ctx };
-    kernel.recover().await?;
+    if kernel.ctx.config.recover_at_start {
+        kernel.recover().await?;
+    }
     Ok(kernel)
 }
 

@@ -17,6 +17,49 @@ impl Kernel {
     pub(super) async fn recover(&self) -> Result<(), KernelError> {
         let started = std::time::Instant::now();
         let entries = self.ctx.store.recovery_index().await?;
+        let (count, active, waiting) = self.recover_entries(entries).await?;
+        tracing::info!(
+            executions = count,
+            rebuilt = active,
+            waiting,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "startup recovery done"
+        );
+        Ok(())
+    }
+
+    /// Cluster mode: loads the open executions of `partitions`, just acquired, the way startup
+    /// recovery loads every one (work in flight gets its actor, waiting executions their
+    /// deadline), so their timers run without a request. Returns how many were found.
+    pub async fn recover_partitions(&self, partitions: &[u32]) -> Result<usize, KernelError> {
+        if partitions.is_empty() {
+            return Ok(0);
+        }
+        let entries = self.ctx.store.recovery_index_of(partitions).await?;
+        let (count, _, _) = self.recover_entries(entries).await?;
+        Ok(count)
+    }
+
+    /// Cluster mode: stops the resident actors of the executions `matches` selects (their
+    /// partition moved to another kernel) without writing anything, forgets their wake-ups
+    /// and session bindings; an activation waiting for one of them is answered unavailable.
+    /// Returns how many actors were stopped.
+    pub async fn release_executions(
+        &self,
+        matches: crate::execution::ReleaseFilter,
+    ) -> Result<usize, KernelError> {
+        super::context::write(&self.ctx.sessions).retain(|_, execution| !matches(execution));
+        self.ctx
+            .ask_execution_supervisor(|reply| ExecutionSupervisorMsg::Release { matches, reply })
+            .await?
+    }
+
+    /// Gives each entry of a recovery index its actor or its wake-up; returns the number of
+    /// entries, those rebuilt and those left waiting.
+    async fn recover_entries(
+        &self,
+        entries: Vec<crate::store::RecoveryEntry>,
+    ) -> Result<(usize, usize, usize), KernelError> {
         let count = entries.len();
         let timeout = self.ctx.config.execution.execution_timeout;
         let mut dormant = Vec::new();
@@ -62,14 +105,7 @@ impl Kernel {
                     KernelError::Unavailable("execution supervisor is not running".into())
                 })?;
         }
-        tracing::info!(
-            executions = count,
-            rebuilt = active,
-            waiting,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "startup recovery done"
-        );
-        Ok(())
+        Ok((count, active, waiting))
     }
 
     /// Activates an execution and has it re-announce itself (startup recovery).

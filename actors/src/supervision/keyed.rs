@@ -128,6 +128,11 @@ where
         self.live.get(key).filter(|actor| is_running(actor))
     }
 
+    /// Returns the keys of the live children.
+    pub fn keys(&self) -> Vec<K> {
+        self.live.keys().cloned().collect()
+    }
+
     /// Returns whether `key` has a live child (running or not yet seen to end).
     pub fn contains(&self, key: &K) -> bool {
         self.live.contains_key(key)

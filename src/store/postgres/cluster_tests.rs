@@ -221,3 +221,79 @@ async fn the_database_computes_the_same_partitions_as_the_kernel() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_recovery_index_of_partitions_lists_only_their_open_executions() {
+    let Some(db) = test_db::fresh().await else {
+        return;
+    };
+    let fence = Arc::new(HandFence::default());
+    let store = PostgresStore::open_fenced(&db.url, &cluster_options(), Some(fence.clone()))
+        .await
+        .expect("open in cluster mode");
+    let a = join(&db.url, "a").await;
+    for (partition, epoch) in a.acquire(&[0, 1, 2, 3]).await.expect("acquire") {
+        fence.set(partition, Some(epoch));
+    }
+    // Two open executions in each partition and one finished one.
+    let mut by_partition: HashMap<u32, Vec<String>> = HashMap::new();
+    let mut n = 0;
+    while by_partition.values().map(Vec::len).sum::<usize>() < 2 * P as usize {
+        n += 1;
+        let id = format!("recover-{n}");
+        let partition = partition_of(&id, P);
+        let open = by_partition.entry(partition).or_default();
+        if open.len() == 2 {
+            continue;
+        }
+        let created = new_execution(&id, "agent", &[], at(n));
+        assert!(
+            store
+                .commit_group(vec![created])
+                .await
+                .iter()
+                .all(Result::is_ok)
+        );
+        open.push(id);
+    }
+    let finished = new_execution("recover-done", "agent", &[], at(0));
+    let row = finished.execution.clone();
+    assert!(
+        store
+            .commit_group(vec![finished])
+            .await
+            .iter()
+            .all(Result::is_ok)
+    );
+    let done = finish(&row, at(1), ExecutionStatus::Completed);
+    assert!(
+        store
+            .commit_group(vec![done])
+            .await
+            .iter()
+            .all(Result::is_ok)
+    );
+
+    let wanted = [1_u32, 3];
+    let mut found: Vec<String> = store
+        .recovery_index_of(&wanted)
+        .await
+        .expect("index")
+        .into_iter()
+        .map(|entry| entry.id.to_string())
+        .collect();
+    found.sort();
+    let mut expected: Vec<String> = wanted
+        .iter()
+        .flat_map(|partition| by_partition[partition].clone())
+        .collect();
+    expected.sort();
+    assert_eq!(found, expected);
+    assert!(
+        store
+            .recovery_index_of(&[])
+            .await
+            .expect("index")
+            .is_empty()
+    );
+}
