@@ -75,8 +75,11 @@ pub async fn run(
         _ => None,
     };
     let phase = Instant::now();
-    let hook_caller =
-        Arc::new(crate::hook_caller::HttpHookCaller::new().map_err(|error| anyhow!("{error}"))?);
+    let hook_caller = Arc::new(
+        crate::hook_caller::HttpHookCaller::new()
+            .map_err(|error| anyhow!("{error}"))?
+            .with_answer_limit(settings.large_body_limit),
+    );
     let mut config = kernel_config(&settings, store, policy);
     config.hook_caller = Some(hook_caller.clone());
     config.hooks = hooks;

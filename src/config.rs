@@ -24,7 +24,7 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, ValueEnum};
 use serde::Serialize;
 
-pub use bytes::parse_byte_size;
+pub use bytes::{format_byte_size, parse_byte_size};
 pub use client::{ClientConfig, DEFAULT_KERNEL_URL};
 pub use otel::OtelArgs;
 pub use validate::{ClusterSettings, ConfigError, DbUrl, Secret, Settings};

@@ -4,7 +4,9 @@
 //! ...}` (post_tool) or `{"decision": "modify", "labels": {...}}` (pre_create),
 //! `{"decision": "abort", "reason": "..."}`. Anything else (a connection
 //! error, the timeout, a non-2xx status, a body that is not such a verdict) is a failed call,
-//! which the hook's failure mode turns into an abort or a pass. Calls are counted in
+//! which the hook's failure mode turns into an abort or a pass. Redirects are not followed (a
+//! 3xx is a failed call), an answer over the answer limit (`--large-body-limit`) is a failed
+//! call, and a failure names only the URL's origin ([`crate::outbound`]). Calls are counted in
 //! `keel_hook_calls_total{hook,decision}`.
 
 use async_trait::async_trait;
@@ -27,18 +29,24 @@ struct CallLabels {
 pub struct HttpHookCaller {
     client: reqwest::Client,
     calls: Family<CallLabels, Counter>,
+    answer_limit: usize,
 }
 
 impl HttpHookCaller {
     /// Returns a caller (its metrics are registered by [`HttpHookCaller::register`]).
     pub fn new() -> Result<Self, String> {
-        let client = reqwest::Client::builder()
-            .build()
-            .map_err(|error| format!("cannot build the hook http client: {error}"))?;
         Ok(Self {
-            client,
+            client: crate::outbound::client("hook")?,
             calls: Family::default(),
+            answer_limit: crate::http::DEFAULT_LARGE_BODY_LIMIT,
         })
+    }
+
+    /// Bounds the answers read to `limit` bytes (the kernel uses `--large-body-limit`: a hook
+    /// cannot store more arguments or results than an agent could send).
+    pub fn with_answer_limit(mut self, limit: usize) -> Self {
+        self.answer_limit = limit;
+        self
     }
 
     /// Registers the call counter with `kernel`'s metrics.
@@ -71,16 +79,24 @@ impl HttpHookCaller {
                 if error.is_timeout() {
                     format!("no answer within {} ms", hook.timeout.as_millis())
                 } else {
-                    format!("request failed: {error}")
+                    format!(
+                        "request to {} failed: {}",
+                        crate::outbound::origin(&hook.url),
+                        crate::outbound::describe(error)
+                    )
                 }
             })?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("answered {}", status.as_u16()));
         }
-        let body: Value = response
-            .json()
-            .await
+        let bytes = tokio::time::timeout(
+            hook.timeout,
+            crate::outbound::read_bounded(response, self.answer_limit),
+        )
+        .await
+        .map_err(|_| format!("no answer within {} ms", hook.timeout.as_millis()))??;
+        let body: Value = serde_json::from_slice(&bytes)
             .map_err(|error| format!("answer is not JSON: {error}"))?;
         parse_verdict(hook.point, &body, request)
     }

@@ -16,6 +16,7 @@ pub mod feed;
 pub mod gateway;
 pub mod hook_caller;
 pub mod http;
+pub mod outbound;
 pub mod policy;
 pub mod shutdown;
 pub mod store;

@@ -183,7 +183,12 @@ impl Delivery {
                 false
             }
             Err(error) => {
-                tracing::debug!(webhook.id = %subscription.id, error = %error, "webhook delivery failed");
+                tracing::debug!(
+                    webhook.id = %subscription.id,
+                    origin = %crate::outbound::origin(&subscription.url),
+                    error = %crate::outbound::describe(error),
+                    "webhook delivery failed"
+                );
                 false
             }
         }

@@ -75,9 +75,7 @@ impl WebhookService {
         );
         let mut inner = Inner {
             metrics: WebhookMetrics::register(&kernel),
-            client: reqwest::Client::builder()
-                .build()
-                .map_err(|error| format!("cannot build the webhook http client: {error}"))?,
+            client: crate::outbound::client("webhook")?,
             kernel,
             reloads,
             running: HashMap::new(),

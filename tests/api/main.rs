@@ -25,6 +25,7 @@ mod llm;
 mod metrics;
 mod openapi;
 mod outage;
+mod outbound;
 mod replay;
 mod restart;
 mod runners;
