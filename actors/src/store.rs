@@ -368,6 +368,13 @@ pub trait Store: Send + Sync + 'static {
         ))
     }
 
+    /// How often a feed reader must read again without a commit notice: `Some` when other
+    /// processes (other cluster kernels) write events this kernel publishes no notice of, or
+    /// when events become readable later than their commit (the cluster feed's horizon).
+    fn feed_poll_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Returns the position of the newest stored event (0 when the log is empty).
     async fn head_position(&self) -> Result<i64, StoreError> {
         Err(StoreError::Unavailable(

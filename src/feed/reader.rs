@@ -6,7 +6,9 @@
 //! (the store applies the agent, execution and label filters; the reader the type patterns) and
 //! moves the cursor to the last position read, matching or not, so a filtered reader does not
 //! scan the same rows twice. Positions become visible in order (see `keel_actors::feed`), so
-//! nothing can appear later below the cursor.
+//! nothing can appear later below the cursor. When the store says other processes write too
+//! (cluster mode, `Store::feed_poll_interval`), the reader also reads again on that interval,
+//! as their commits reach it as no notice.
 
 use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::kernel::{CommitNotice, Kernel, KernelError};
@@ -114,6 +116,7 @@ pub struct FeedReader {
     cursor: i64,
     notices: broadcast::Receiver<CommitNotice>,
     need_read: bool,
+    poll: Option<std::time::Duration>,
 }
 
 impl FeedReader {
@@ -125,6 +128,7 @@ impl FeedReader {
             filter,
             cursor: after_position.max(0),
             need_read: true,
+            poll: kernel.store().feed_poll_interval(),
         }
     }
 
@@ -155,7 +159,17 @@ impl FeedReader {
     /// kernel stopped publishing. Cancel-safe.
     pub async fn changed(&mut self) -> bool {
         loop {
-            match self.notices.recv().await {
+            let received = match self.poll {
+                Some(interval) => match tokio::time::timeout(interval, self.notices.recv()).await {
+                    Ok(received) => received,
+                    Err(_) => {
+                        self.need_read = true;
+                        return true;
+                    }
+                },
+                None => self.notices.recv().await,
+            };
+            match received {
                 Ok(notice) => {
                     if self.concerns(&notice) {
                         self.need_read = true;

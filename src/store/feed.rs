@@ -2,6 +2,20 @@
 //! acknowledged positions (`Store::webhook_positions`, `Store::set_webhook_position`) for both
 //! backends. The feed reads `events` in `position` order joined to the execution row for the
 //! agent and label filters; the primary key on `position` serves the scan.
+//!
+//! Commit order. SQLite and a one-kernel PostgreSQL database have one writer, so positions (a
+//! sequence) become visible in increasing order. Cluster kernels write concurrently, so a
+//! sequence value taken before commit could become visible after a reader passed it. There a
+//! position is the writing transaction's id shifted left by [`TRANSACTION_BITS`] plus the
+//! event's rank in the transaction (`super::postgres::write`), and the feed reads only below
+//! the *horizon*: the oldest transaction id still running, shifted the same way
+//! (`pg_snapshot_xmin` of the statement's own snapshot). Every event below the horizon is
+//! committed (or rolled back) and visible to the read; every event that commits later belongs
+//! to a transaction at or above it. So a reader's cursor never passes an event that commits
+//! later, and cursors stay plain integers (older positions, written before the database became
+//! a cluster database, are smaller than every transaction-based one). The cost: the feed waits
+//! for the oldest write transaction running on the server (a few milliseconds for group
+//! commits; as long as any other write transaction on the same server stays open).
 
 use sqlx::{PgPool, QueryBuilder, SqlitePool};
 
@@ -25,6 +39,22 @@ const SELECT_WEBHOOK_POSITIONS: &str =
 /// Reads the newest position.
 const SELECT_HEAD: &str = "SELECT COALESCE(MAX(position), 0) FROM events";
 
+/// Bits of a cluster-mode position below the transaction id (see the module documentation).
+pub(super) const TRANSACTION_BITS: u32 = 20;
+
+/// The horizon of cluster mode: positions below it are all committed or rolled back, in the
+/// snapshot of the statement that evaluates it.
+const HORIZON: &str = "(pg_snapshot_xmin(pg_current_snapshot())::text::int8 << 20)";
+
+/// Where a feed read may see events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Visibility {
+    /// One writer: every committed event.
+    All,
+    /// Cluster mode: only events below the horizon.
+    BelowHorizon,
+}
+
 /// One row of the feed query.
 #[derive(sqlx::FromRow)]
 pub(super) struct FeedRecord {
@@ -45,7 +75,11 @@ impl FeedRecord {
 }
 
 /// Builds the feed query with `event_columns` (the backend's rendering of the event columns).
-fn build<'q, DB: sqlx::Database>(event_columns: &str, query: &'q FeedQuery) -> QueryBuilder<'q, DB>
+fn build<'q, DB: sqlx::Database>(
+    event_columns: &str,
+    query: &'q FeedQuery,
+    visibility: Visibility,
+) -> QueryBuilder<'q, DB>
 where
     i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -55,6 +89,9 @@ where
          FROM events AS e JOIN executions AS x ON x.id = e.execution_id WHERE e.position > "
     ));
     builder.push_bind(query.after_position);
+    if visibility == Visibility::BelowHorizon {
+        builder.push(format!(" AND e.position < {HORIZON}"));
+    }
     if let Some(agent_id) = &query.agent_id {
         builder
             .push(" AND x.agent_id = ")
@@ -86,7 +123,7 @@ pub(super) async fn sqlite_feed(
     event_columns: &str,
     query: &FeedQuery,
 ) -> Result<Vec<FeedEvent>, StoreError> {
-    let mut builder = build::<sqlx::Sqlite>(event_columns, query);
+    let mut builder = build::<sqlx::Sqlite>(event_columns, query, Visibility::All);
     let records = builder
         .build_query_as::<FeedRecord>()
         .fetch_all(readers)
@@ -122,8 +159,9 @@ pub(super) async fn postgres_feed(
     readers: &PgPool,
     event_columns: &str,
     query: &FeedQuery,
+    visibility: Visibility,
 ) -> Result<Vec<FeedRecord>, sqlx::Error> {
-    let mut builder = build::<sqlx::Postgres>(event_columns, query);
+    let mut builder = build::<sqlx::Postgres>(event_columns, query, visibility);
     builder
         .build_query_as::<FeedRecord>()
         .fetch_all(readers)
@@ -139,10 +177,15 @@ pub(super) fn postgres_events(records: Vec<FeedRecord>) -> Result<Vec<FeedEvent>
 }
 
 /// `Store::head_position` on PostgreSQL.
-pub(super) async fn postgres_head(readers: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar::<_, i64>(SELECT_HEAD)
-        .fetch_one(readers)
-        .await
+pub(super) async fn postgres_head(
+    readers: &PgPool,
+    visibility: Visibility,
+) -> Result<i64, sqlx::Error> {
+    let sql = match visibility {
+        Visibility::All => SELECT_HEAD.to_owned(),
+        Visibility::BelowHorizon => format!("{SELECT_HEAD} WHERE position < {HORIZON}"),
+    };
+    sqlx::query_scalar::<_, i64>(&sql).fetch_one(readers).await
 }
 
 /// `Store::webhook_positions` on PostgreSQL.

@@ -7,7 +7,8 @@
 //! `StoreWriter` actor, one transaction in flight) and this adapter writes through one session,
 //! transactions commit one after another and `events.position` (a sequence) increases in commit
 //! order; rolled-back transactions may leave gaps, which a feed resuming "after position P"
-//! tolerates.
+//! tolerates. In cluster mode several kernels write at once, and positions follow the writing
+//! transaction's id instead (`feed.rs`).
 //!
 //! Outages: every operation is bounded (`acquire_timeout` to get or re-establish a connection,
 //! `statement_timeout` for the work, server-side and client-side) and connection trouble maps
@@ -32,6 +33,8 @@ mod writer;
 mod batch_tests;
 #[cfg(test)]
 mod cluster_tests;
+#[cfg(test)]
+mod feed_tests;
 #[cfg(test)]
 mod hot_tests;
 #[cfg(test)]
@@ -72,6 +75,10 @@ pub use cluster::{CLUSTER_DATABASE, Membership, NodeRow, PartitionRow, SINGLE_KE
 
 /// `ping` answers within this bound, so `/v0/ready` reports an outage within 2 s.
 const PING_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// Cluster mode: how often a feed reader reads again without a local commit notice (other
+/// kernels' commits, and events held back by the horizon, produce none here).
+const FEED_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The PostgreSQL store: a dedicated writer connection holding the kernel lock and a
 /// read-only pool.
@@ -130,6 +137,16 @@ impl PostgresStore {
             read_timeout: options.acquire_timeout + options.statement_timeout,
             fence,
         })
+    }
+
+    /// Which events a feed read may see: in cluster mode only those below the horizon
+    /// (`super::feed`), as other kernels commit concurrently.
+    fn feed_visibility(&self) -> super::feed::Visibility {
+        if self.fence.is_some() {
+            super::feed::Visibility::BelowHorizon
+        } else {
+            super::feed::Visibility::All
+        }
     }
 
     /// Returns the read pool, for tests that inspect the database.
@@ -400,14 +417,22 @@ impl Store for PostgresStore {
                 &self.readers,
                 EVENT_COLUMNS,
                 query,
+                self.feed_visibility(),
             ))
             .await?;
         super::feed::postgres_events(records)
     }
 
+    fn feed_poll_interval(&self) -> Option<Duration> {
+        self.fence.is_some().then_some(FEED_POLL_INTERVAL)
+    }
+
     async fn head_position(&self) -> Result<i64, StoreError> {
-        self.bounded(super::feed::postgres_head(&self.readers))
-            .await
+        self.bounded(super::feed::postgres_head(
+            &self.readers,
+            self.feed_visibility(),
+        ))
+        .await
     }
 
     async fn webhook_positions(&self) -> Result<Vec<(String, i64)>, StoreError> {

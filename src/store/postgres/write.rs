@@ -75,8 +75,11 @@ pub(super) const WRITE_ROUND: &str = "WITH b AS (SELECT * FROM UNNEST($1::text[]
 /// part reads those partitions `FOR SHARE` and only the executions whose partition is still at
 /// that epoch are written (`bf`), so once another kernel's acquisition (which updates the row,
 /// and so waits for this statement or makes it wait) has committed, nothing of this kernel's
-/// commits to that partition. New executions get their partition, events their epoch. It
-/// returns `(id, true)` per execution written and `(id, false)` per execution fenced out.
+/// commits to that partition. New executions get their partition, events their epoch and a
+/// commit-ordered position: the transaction's id shifted left by 20 bits plus `$40` (the
+/// events the transaction wrote before this statement) plus the event's ordinal, so the feed
+/// can read below the oldest transaction still running (`super::super::feed`). It returns
+/// `(id, true)` per execution written and `(id, false)` per execution fenced out.
 pub(super) static WRITE_ROUND_FENCED: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| fenced(WRITE_ROUND));
 
@@ -115,14 +118,15 @@ fn fenced(statement: &str) -> String {
         (
             "correlation_id, idempotency_key) \
              SELECT v.id,",
-            "correlation_id, idempotency_key, epoch) \
+            "correlation_id, idempotency_key, epoch, position) \
              SELECT v.id,",
         ),
         (
             "v.correlation_id, v.key \
              FROM UNNEST(",
             "v.correlation_id, v.key, \
-             (SELECT bf.epoch FROM bf WHERE bf.id = v.execution_id) \
+             (SELECT bf.epoch FROM bf WHERE bf.id = v.execution_id), \
+             (pg_current_xact_id()::text::int8 << 20) + $40::int8 + v.ordinal \
              FROM UNNEST(",
         ),
         (
@@ -171,7 +175,8 @@ pub(super) async fn commit_group(
 ) -> Result<(), StoreError> {
     while !pending.is_empty() {
         let (units, rest) = plan_round(group, pending);
-        let outcomes = write_round(connection, group, &units, fence).await?;
+        // Each round is its own (implicit) transaction: its positions start at its id.
+        let outcomes = write_round(connection, group, &units, fence, 0).await?;
         for (unit, outcome) in units.iter().zip(outcomes) {
             for &index in &unit.commits {
                 match outcome {
@@ -197,9 +202,14 @@ pub(super) async fn commit_all(
 ) -> Result<(), StoreError> {
     let mut transaction = connection.begin().await.map_err(map_sqlx_error)?;
     let mut failure = None;
+    // Events written by the rounds before, in this one transaction (their positions share its
+    // id; cluster mode only).
+    let mut written_before = 0_i64;
     while !pending.is_empty() && failure.is_none() {
         let (units, rest) = plan_round(group, &pending);
-        match write_round(&mut transaction, group, &units, fence).await {
+        let offset = written_before;
+        written_before += events_in(group, &units);
+        match write_round(&mut transaction, group, &units, fence, offset).await {
             Ok(outcomes) => {
                 failure = units
                     .iter()
@@ -227,6 +237,20 @@ pub(super) async fn commit_all(
         }
     }
 }
+
+/// The events of `units` (an upper bound of what a round writes).
+fn events_in(group: &[Commit], units: &[Unit]) -> i64 {
+    let count: usize = units
+        .iter()
+        .flat_map(|unit| &unit.commits)
+        .map(|&index| group[index].events.len())
+        .sum();
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Events one transaction may write in cluster mode: its positions are its id shifted left by
+/// 20 bits plus 1 … 2^20 - 1.
+const EVENTS_PER_TRANSACTION: i64 = (1 << super::super::feed::TRANSACTION_BITS) - 1;
 
 /// How one unit's write ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,12 +320,14 @@ fn plan_round(group: &[Commit], pending: &[(usize, i64)]) -> (Vec<Unit>, Vec<(us
 }
 
 /// Runs [`WRITE_ROUND`] for `units` (in cluster mode, [`WRITE_ROUND_FENCED`] for those whose
-/// partition `fence` says this kernel holds); returns how each unit's write ended.
+/// partition `fence` says this kernel holds; `offset` events of the same transaction came
+/// before); returns how each unit's write ended.
 async fn write_round(
     connection: &mut PgConnection,
     group: &[Commit],
     units: &[Unit],
     fence: Option<&dyn PartitionFence>,
+    offset: i64,
 ) -> Result<Vec<Outcome>, StoreError> {
     let Some(fence) = fence else {
         let written = write_unfenced(connection, group, units).await?;
@@ -341,6 +367,11 @@ async fn write_round(
         return Ok(outcomes);
     }
     let units = &sent_units;
+    if offset.saturating_add(events_in(group, units)) > EVENTS_PER_TRANSACTION {
+        return Err(StoreError::Internal(format!(
+            "a transaction may write at most {EVENTS_PER_TRANSACTION} events in cluster mode"
+        )));
+    }
     let rows = ExecutionColumns::new(group, units)?;
     let labels = LabelColumns::new(group, units);
     let events = EventColumns::new(group, units)?;
@@ -385,6 +416,7 @@ async fn write_round(
         .bind(steps.updated_at)
         .bind(&partitions)
         .bind(&epochs)
+        .bind(offset)
         .fetch_all(&mut *connection)
         .await
         .map_err(map_sqlx_error)?;
@@ -516,8 +548,9 @@ mod fence_tests {
             "last_sequence, partition) SELECT id,",
             "last_sequence, partition FROM bf AS b WHERE previous = 0",
             "FROM bf AS b WHERE b.previous <> 0",
-            "idempotency_key, epoch) SELECT v.id,",
-            "(SELECT bf.epoch FROM bf WHERE bf.id = v.execution_id) FROM UNNEST(",
+            "idempotency_key, epoch, position) SELECT v.id,",
+            "(SELECT bf.epoch FROM bf WHERE bf.id = v.execution_id), \
+             (pg_current_xact_id()::text::int8 << 20) + $40::int8 + v.ordinal FROM UNNEST(",
             "SELECT id, true FROM written UNION ALL SELECT id, false FROM b",
         ] {
             assert!(fenced.contains(part), "missing {part:?} in {fenced}");
