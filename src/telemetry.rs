@@ -4,6 +4,8 @@
 //! [`init`] too, since it uses `try_init` and leaves an existing subscriber in place. Text logs
 //! are coloured only on a terminal and never with `NO_COLOR` set (read here, at install time).
 
+mod escape;
+
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -94,14 +96,14 @@ pub fn subscriber(
 ) -> Result<tracing::Dispatch, TelemetryError> {
     let fmt_filter = env_filter(filter, &[keel_actors::trace::TARGET])?;
     let fmt_layer = match format {
-        LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_span_events(FmtSpan::NONE)
-            .with_ansi(use_color(
+        LogFormat::Text => text_layer(
+            std::io::stderr,
+            use_color(
                 std::io::stderr().is_terminal(),
                 std::env::var_os("NO_COLOR").as_deref(),
-            ))
-            .boxed(),
+            ),
+        )
+        .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_span_events(FmtSpan::NONE)
@@ -120,6 +122,20 @@ pub fn subscriber(
         .with_tracer(provider.tracer("keel"))
         .with_filter(env_filter(filter, &NOT_EXPORTED)?);
     Ok(tracing::Dispatch::new(logs.with(otel_layer)))
+}
+
+/// The text log layer writing to `writer`: field values with their control characters escaped
+/// (`escape.rs`), coloured when `ansi`.
+fn text_layer<S, W>(writer: W, ansi: bool) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+    W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_span_events(FmtSpan::NONE)
+        .with_ansi(ansi)
+        .fmt_fields(escape::fields())
 }
 
 /// Targets whose spans are never exported: the actors' logging spans and ractor's `Actor`
@@ -172,7 +188,59 @@ mod tests {
 
     use opentelemetry_sdk::trace::SdkTracerProvider;
 
-    use super::{LogFormat, subscriber, use_color};
+    use super::{LogFormat, subscriber, text_layer, use_color};
+
+    /// A log writer into shared memory.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn ids_with_line_feeds_or_terminal_escapes_cannot_forge_a_text_log_line() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let layer = text_layer(move || writer.clone(), false);
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        let forged = "a\nWARN keel: forged line\r\u{1b}[2J\u{7}";
+        tracing::dispatcher::with_default(&dispatch, || {
+            let span = tracing::info_span!("request", request.id = %forged);
+            let _entered = span.enter();
+            tracing::warn!(agent.id = %forged, tool.id = forged, "refused {}", forged);
+        });
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "one line: {text:?}");
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\r') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(r"agent.id=a\nWARN keel: forged line\r\u{1b}[2J\u{7}"),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(r"request.id=a\n"),
+            "span fields too: {text:?}"
+        );
+        assert!(
+            text.contains(r"refused a\nWARN"),
+            "the message too: {text:?}"
+        );
+        assert!(text.contains("WARN"), "{text:?}");
+    }
 
     #[test]
     fn without_an_exporter_the_actors_trace_spans_are_never_built() {

@@ -25,7 +25,7 @@ const LIST_KEYS: [&str; 6] = [
 ];
 
 /// Builds `/` with `pairs` as its query.
-fn list_link<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+pub(super) fn list_link<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut serializer = url::form_urlencoded::Serializer::new(String::new());
     for (key, value) in pairs {
         serializer.append_pair(key, value);
@@ -263,7 +263,7 @@ pub async fn directory(State(state): State<AppState>) -> Result<Response, ApiErr
                                 td class="mono" { (agent.agent_id) }
                                 td { @for consumer in &agent.consumers { span class="mono" { (consumer.consumer_id) } " " } }
                                 td { @if let Some(first) = agent.consumers.iter().map(|c| c.connected_at).min() { (when(&first)) } }
-                                td { a href={ "/?status=pending&agent_id=" (agent.agent_id) } { (agent.pending) } }
+                                td { a href=(list_link([("status", "pending"), ("agent_id", agent.agent_id.as_str())])) { (agent.pending) } }
                             }
                         }
                     }
@@ -277,7 +277,7 @@ pub async fn directory(State(state): State<AppState>) -> Result<Response, ApiErr
                             @for (agent_id, pending, oldest) in &unserved {
                                 tr data-unserved-agent=(agent_id.as_str()) {
                                     td class="mono" { (agent_id.as_str()) }
-                                    td { a href={ "/?status=pending&agent_id=" (agent_id.as_str()) } { (pending) } }
+                                    td { a href=(list_link([("status", "pending"), ("agent_id", agent_id.as_str())])) { (pending) } }
                                     td { (when(oldest)) }
                                 }
                             }

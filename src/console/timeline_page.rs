@@ -40,7 +40,7 @@ pub async fn execution(
                         dt { @if row.status == ExecutionStatus::Failed { "Error" } @else { "Reason" } }
                         dd id="execution-error" class="error-text" { (error) }
                     }
-                    dt { "Agent" } dd { a href={ "/?agent_id=" (row.agent_id.as_str()) } { (row.agent_id.as_str()) } }
+                    dt { "Agent" } dd { a href=(super::pages::list_link([("agent_id", row.agent_id.as_str())])) { (row.agent_id.as_str()) } }
                     dt { "Created" } dd { (when(&row.created_at)) }
                     dt { "Updated" } dd { (when(&row.updated_at)) }
                     dt { "Labels" } dd {

@@ -315,3 +315,54 @@ def test_approvals_inbox_directory_and_health(sandbox: Sandbox) -> None:
 def kernel_status(kernel: Kernel, eid: str, *statuses: str) -> dict:
     return kernel.wait_status(eid, *statuses, timeout=30)
 
+
+
+def test_bidi_controls_are_shown_and_agent_links_are_encoded(sandbox: Sandbox) -> None:
+    """Issue 38: `invoice\\u202Efdp.exe` must not pass for `invoiceexe.pdf`, and an agent id
+    holding `&`, `=`, `#` or a space survives the directory's link to its pending executions."""
+    kernel = sandbox.kernel()
+    rlo = "\u202e"
+    agent_id = unique("inv&status=failed#x y") + rlo + "fdp.exe"
+    created = httpx.post(
+        kernel.url + "/v0/executions",
+        json={"agent_id": agent_id, "input": {"file": "invoice" + rlo + "fdp.exe"},
+              "labels": {"file": "a" + rlo + "b"}},
+        timeout=5,
+    )
+    assert created.status_code == 201, created.text
+    eid = created.json()["id"]
+    other = httpx.post(kernel.url + "/v0/executions", json={"agent_id": unique("plain")}, timeout=5)
+    assert other.status_code == 201, other.text
+
+    with browser() as b:
+        b.get(kernel.url + "/directory")
+        wait(
+            b, "the unserved agent's link",
+            lambda d: [a for a in css(d, "tr[data-unserved-agent] a") if a.get_attribute("href")],
+        )
+        rows = css(b, "tr[data-unserved-agent]")
+        ours = [r for r in rows if "U+202E" in r.text]
+        assert ours, [r.text for r in rows]
+        assert rlo not in b.find_element(By.ID, "app").text
+        href = ours[0].find_element(By.CSS_SELECTOR, "a").get_attribute("href")
+        assert "agent_id=inv%26status%3Dfailed%23x+y" in href, href
+        assert "%E2%80%AE" in href, href
+        shot(b, "bidi-directory")
+
+        b.get(href)
+        wait(b, "the filtered list", lambda d: css(d, f'a[href="/executions/{eid}"]'))
+        listed = [a.get_attribute("href") for a in css(b, 'a[href^="/executions/"]')]
+        assert listed == [kernel.url + f"/executions/{eid}"], listed
+        assert b.find_element(By.NAME, "agent_id").get_attribute("value") == agent_id
+        app_text = b.find_element(By.ID, "app").text
+        assert rlo not in app_text and "U+202E" in app_text, app_text
+
+        b.get(kernel.url + "/executions/" + eid)
+        wait(b, "the timeline", timeline_has("execution.created"))
+        for entry in css(b, "#timeline li"):
+            entry.click()
+        app_text = b.find_element(By.ID, "app").text
+        assert rlo not in app_text, app_text
+        assert "⟨U+202E⟩fdp.exe" in app_text, app_text
+        shot(b, "bidi-execution")
+        no_errors(b)

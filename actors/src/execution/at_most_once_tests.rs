@@ -35,7 +35,11 @@ fn graces(config: &mut KernelConfig) {
 
 async fn runner(t: &TestKernel, id: &str) -> PushStream {
     t.kernel
-        .connect_runner(id.into(), ConsumerId::new(format!("{id}-a")), vec!["pay".into()])
+        .connect_runner(
+            id.into(),
+            ConsumerId::new(format!("{id}-a")),
+            vec!["pay".into()],
+        )
         .await
         .expect("runner")
 }
@@ -74,7 +78,11 @@ async fn a_delivered_at_most_once_job_is_not_run_again_after_kernel_restarts() {
     tokio::time::sleep(Duration::from_secs(10)).await; // the runner grace
     let unknown = wait_for(&t, &id, "step.outcome_unknown", 1).await;
     assert_eq!(unknown.step_id.as_ref(), Some(&step));
-    quiet(&mut r2, "no runner gets the job of a step whose outcome is unknown").await;
+    quiet(
+        &mut r2,
+        "no runner gets the job of a step whose outcome is unknown",
+    )
+    .await;
     assert!(events_of(&t, &id, "step.retried").is_empty());
     drop(r2);
 
@@ -82,7 +90,11 @@ async fn a_delivered_at_most_once_job_is_not_run_again_after_kernel_restarts() {
     let t = t.restart(once(), graces).await;
     let _agent = agent(&t).await;
     let mut r2 = runner(&t, "r2").await;
-    quiet(&mut r2, "a restart does not queue a step waiting for an answer").await;
+    quiet(
+        &mut r2,
+        "a restart does not queue a step waiting for an answer",
+    )
+    .await;
     assert_eq!(events_of(&t, &id, "step.outcome_unknown").len(), 1);
     assert_eq!(events_of(&t, &id, "step.dispatched").len(), 2);
     t.kernel
@@ -91,7 +103,10 @@ async fn a_delivered_at_most_once_job_is_not_run_again_after_kernel_restarts() {
         .expect("answer");
     let again = next_of(&mut r2, "job.assigned").await;
     assert_eq!(
-        (again.data["attempt"].as_i64(), &again.data["idempotency_key"]),
+        (
+            again.data["attempt"].as_i64(),
+            &again.data["idempotency_key"]
+        ),
         (Some(2), &job.data["idempotency_key"]),
         "run again on the operator's word, with the same idempotency key"
     );
@@ -104,7 +119,12 @@ async fn a_delivered_at_most_once_job_is_not_run_again_after_kernel_restarts() {
         cost: None,
     };
     t.kernel
-        .runner_result(&RunnerId::new("r2"), Some(&ConsumerId::new("r2-a")), &id, done)
+        .runner_result(
+            &RunnerId::new("r2"),
+            Some(&ConsumerId::new("r2-a")),
+            &id,
+            done,
+        )
         .await
         .expect("result");
     wait_for(&t, &id, "step.completed", 1).await;
@@ -133,10 +153,18 @@ async fn a_runner_back_within_its_grace_after_a_restart_reports_the_at_most_once
         cost: None,
     };
     t.kernel
-        .runner_result(&RunnerId::new("r1"), Some(&ConsumerId::new("r1-a")), &id, done)
+        .runner_result(
+            &RunnerId::new("r1"),
+            Some(&ConsumerId::new("r1-a")),
+            &id,
+            done,
+        )
         .await
         .expect("late result accepted");
-    assert_eq!(next_of(&mut agent, "tool.result").await.data["step_id"], step.as_str());
+    assert_eq!(
+        next_of(&mut agent, "tool.result").await.data["step_id"],
+        step.as_str()
+    );
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(events_of(&t, &id, "step.outcome_unknown").is_empty());
     t.shutdown().await;

@@ -353,7 +353,8 @@ impl Dispatch {
         self.orphans.retain(|_, (job, _)| job.step_id != step_id);
         self.held.retain(|_, job| job.step_id != step_id);
         let held = &self.held;
-        self.lost_on_release.retain(|job_id| held.contains_key(job_id));
+        self.lost_on_release
+            .retain(|job_id| held.contains_key(job_id));
         for (key, slot) in &mut self.connections {
             if slot.busy.as_ref().is_none_or(|job| job.step_id != step_id) {
                 continue;

@@ -18,6 +18,28 @@
 
   const token = () => sessionStorage.getItem(TOKEN_KEY) || '';
 
+  // Bidirectional-text controls in ids, labels and arguments (`invoice\u202Efdp.exe`) would
+  // reorder what is shown: every one is shown as its code point instead (issue 38).
+  const BIDI = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/;
+  const BIDI_ALL = new RegExp(BIDI.source, 'g');
+
+  function visible(text) {
+    return BIDI.test(text)
+      ? text.replace(BIDI_ALL, (ch) => '⟨U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0') + '⟩')
+      : text;
+  }
+
+  // Shows the bidi controls of every text node and form value under `root` (server views).
+  function reveal(root) {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (BIDI.test(node.data)) node.data = visible(node.data);
+    }
+    for (const field of root.querySelectorAll('input[value]')) {
+      if (BIDI.test(field.value)) field.title = visible(field.value);
+    }
+  }
+
   function headers(extra) {
     const result = Object.assign({}, extra || {});
     const value = token();
@@ -110,6 +132,7 @@
       return;
     }
     app.innerHTML = await response.text();
+    reveal(app);
     const root = app.firstElementChild;
     if (!root) return;
     const heading = root.querySelector('h1');
@@ -130,6 +153,7 @@
       const response = await request('GET', url);
       if (!response.ok) return;
       const fresh = new DOMParser().parseFromString(await response.text(), 'text/html');
+      reveal(fresh.body);
       for (const region of fresh.querySelectorAll('[data-live][id]')) {
         const old = document.getElementById(region.id);
         if (!old || old.innerHTML === region.innerHTML) continue;
@@ -295,7 +319,7 @@
   function el(tag, className, text) {
     const node = document.createElement(tag);
     if (className) node.className = className;
-    if (text !== undefined) node.textContent = text;
+    if (text !== undefined) node.textContent = visible(String(text));
     return node;
   }
 
@@ -593,8 +617,8 @@
           const form = box.querySelector('form');
           form.dataset.stepId = this.pending.step;
           const payload = this.pending.payload;
-          document.getElementById('approval-what').textContent = 'Tool ' + payload.tool_id +
-            ' with arguments ' + preview(payload.arguments, 200) + ' — policy: ' + payload.reason;
+          document.getElementById('approval-what').textContent = visible('Tool ' + payload.tool_id +
+            ' with arguments ' + preview(payload.arguments, 200) + ' — policy: ' + payload.reason);
         }
       }
     }
