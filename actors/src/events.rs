@@ -278,6 +278,13 @@ pub enum EventBody {
         remote: bool,
         /// Reason given by the policy.
         reason: String,
+        /// Rule that asked for the approval (Keel addition; absent in older logs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule_id: Option<String>,
+        /// `sha256:<hex>` of the arguments' canonical JSON: the approval is for exactly
+        /// these arguments (Keel addition; absent in older logs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments_digest: Option<String>,
     },
     /// A signal arrived.
     #[serde(rename = "signal.received")]

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent_group;
+pub mod approvals;
 pub mod error;
 pub mod events;
 pub mod execution;

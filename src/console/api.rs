@@ -45,6 +45,12 @@ pub struct ApprovalBody {
     pub arguments: Value,
     pub remote: bool,
     pub reason: String,
+    /// Rule that asked (absent for approvals requested before Keel recorded it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule_id: Option<String>,
+    /// `sha256:<hex>` of the arguments: the approval is for exactly these.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments_digest: Option<String>,
     pub requested_at: String,
 }
 
@@ -58,6 +64,8 @@ impl From<PendingApproval> for ApprovalBody {
             reason: text("reason"),
             arguments: field("arguments"),
             remote: field("remote").as_bool().unwrap_or(false),
+            rule_id: field("rule_id").as_str().map(str::to_owned),
+            arguments_digest: field("arguments_digest").as_str().map(str::to_owned),
             execution_id: approval.execution_id.into_string(),
             agent_id: approval.agent_id.into_string(),
             step_id: approval.step_id.into_string(),

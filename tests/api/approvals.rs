@@ -177,7 +177,9 @@ async fn a_granted_local_approval_dispatches_with_a_fresh_deadline_on_the_origin
     assert_eq!(
         payloads(&kernel, &id, "step.approval_required").await,
         [
-            json!({"tool_id": "deploy.web", "arguments": arguments, "remote": false, "reason": "deploys need a human"})
+            json!({"tool_id": "deploy.web", "arguments": arguments, "remote": false, "reason": "deploys need a human",
+                   "rule_id": "deploy-needs-human",
+                   "arguments_digest": "sha256:6d7b60388c2a85ec2f6e24daffcbb6e6c0fe668f8367a64afc2ec40acaa7e82e"})
         ]
     );
     assert_eq!(

@@ -325,6 +325,8 @@ impl Log {
                 arguments,
                 remote: true,
                 reason: "a human must agree".to_owned(),
+                rule_id: None,
+                arguments_digest: None,
             },
         ));
         self.push(NewEvent::execution(EventBody::ExecutionBlocked {

@@ -24,6 +24,10 @@ pub struct Approval {
     remote: bool,
     /// Reason given by the policy rule.
     reason: String,
+    /// Rule that asked for the approval.
+    rule_id: Option<String>,
+    /// `sha256:<hex>` of the arguments' canonical JSON: the approval is for exactly these.
+    arguments_digest: Option<String>,
     /// Time of the `step.approval_required` event.
     requested_at: String,
 }

@@ -80,6 +80,8 @@ pub(super) async fn call(
                 arguments: json!({"q": 1}),
                 remote: false,
                 reason: "needs a human".to_owned(),
+                rule_id: None,
+                arguments_digest: None,
             },
         ));
         status = ExecutionStatus::Blocked;

@@ -40,6 +40,12 @@ async fn post_as(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// `sha256:<hex>` of canonical JSON text, as the kernel records an approval's arguments.
+fn digest(canonical: &str) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(canonical.as_bytes())))
+}
+
 #[tokio::test]
 async fn approvals_are_answered_once_by_someone_allowed_and_the_answer_is_recorded() {
     let kernel = TestKernel::start_with(Options {
@@ -87,6 +93,17 @@ async fn approvals_are_answered_once_by_someone_allowed_and_the_answer_is_record
         .expect("id")
         .to_owned();
     assert_eq!(approval_id, format!("{id}.{step_id}"));
+    // The record: the rule and its reason, and the digest of exactly these arguments.
+    let record = &listed["approvals"][0];
+    assert_eq!(
+        (&record["rule_id"], &record["reason"]),
+        (&json!("deploy-needs-human"), &json!("deploys need a human"))
+    );
+    assert_eq!(record["arguments_digest"], digest(r#"{"v":1}"#));
+    assert_eq!(
+        payloads(&kernel, &id, "step.approval_required").await[0]["arguments_digest"],
+        record["arguments_digest"]
+    );
     let path = format!("/v0/approvals/{approval_id}");
     let signal_path = format!("/v0/executions/{id}/signal");
     let approve_signal =
@@ -176,6 +193,9 @@ async fn approvals_are_answered_once_by_someone_allowed_and_the_answer_is_record
     // A retry with other arguments asks again; a batch answers it (and reports the bad id).
     let retry = invoke_gated(&kernel, &assignment, "deploy.web", json!({"v": 2}), false).await;
     assert_ne!(retry, step_id);
+    let (_, listed) = kernel.get("/v0/approvals").await;
+    assert_eq!(listed["approvals"][0]["step_id"], json!(retry));
+    assert_eq!(listed["approvals"][0]["arguments_digest"], digest(r#"{"v":2}"#));
     let batch = json!({"answers": [
         {"id": format!("{id}.{retry}"), "decision": "approve", "reason": "ok"},
         {"id": format!("{id}.{step_id}"), "decision": "approve"},

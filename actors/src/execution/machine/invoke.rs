@@ -78,6 +78,8 @@ pub(super) fn invoke_tool(
                     arguments: call.arguments.clone(),
                     remote: call.remote,
                     reason: verdict.reason.clone(),
+                    rule_id: Some(verdict.rule_id.clone()),
+                    arguments_digest: Some(crate::approvals::arguments_digest(call.arguments)),
                 },
             )
             .with_key(key),
