@@ -190,7 +190,8 @@ pub fn access(method: &Method, route: &str) -> Access {
         | "/v0/agents/step-result"
         | "/v0/executions/{id}/llm/{provider}/v1/chat/completions"
         | "/v0/executions/{id}/llm/{provider}/v1/embeddings"
-        | "/v0/executions/{id}/llm/{provider}/v1/messages" => Access::AgentWork,
+        | "/v0/executions/{id}/llm/{provider}/v1/messages"
+        | "/v0/executions/{id}/mcp" => Access::AgentWork,
         "/v0/runners/stream" => Access::RunnerStream,
         "/v0/runners/steps/{step_id}/started" => Access::RunnerBody,
         "/v0/runners/{id}" if method == Method::DELETE => Access::RunnerRemove,
@@ -273,5 +274,17 @@ mod tests {
         }
         assert!(refusal(access(&Method::GET, "/v0/executions"), Role::Reader).is_none());
         assert!(refusal(access(&Method::GET, "/v0/executions"), Role::Agent).is_some());
+    }
+
+    #[test]
+    fn the_mcp_endpoint_is_agent_work_whatever_the_method() {
+        for method in [Method::GET, Method::POST, Method::DELETE] {
+            let rule = access(&method, "/v0/executions/{id}/mcp");
+            assert_eq!(rule, Access::AgentWork, "{method}");
+            for role in [Role::Reader, Role::Operator, Role::Approver, Role::Runner] {
+                assert!(refusal(rule, role).is_some(), "{method} {role}");
+            }
+            assert!(refusal(rule, Role::Agent).is_none() && refusal(rule, Role::Admin).is_none());
+        }
     }
 }

@@ -18,6 +18,8 @@ mod guardrails;
 mod health;
 mod keys;
 mod llm;
+mod mcp;
+mod mcp_server;
 pub mod openapi;
 pub(crate) mod query;
 mod reconcile;
@@ -288,6 +290,12 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v0/executions/{id}/llm/{provider}/v1/messages",
             post(llm::messages),
+        )
+        .route(
+            "/v0/executions/{id}/mcp",
+            axum::routing::post(mcp::endpoint)
+                .get(mcp::endpoint)
+                .delete(mcp::endpoint),
         )
         .route(
             "/v0/executions/{id}/llm/{provider}/{*rest}",

@@ -44,11 +44,13 @@ default:
 class Setup:
     """A kernel with POLICY, a `keel runner --mcp` serving agents/mcp_server.py, an SDK agent."""
 
-    def __init__(self, sandbox: Sandbox, runner_flags: list[str] | None = None):
+    def __init__(
+        self, sandbox: Sandbox, runner_flags: list[str] | None = None, policy_text: str = POLICY
+    ):
         self.sandbox = sandbox
         self.dir = sandbox.workdir
         policy = self.dir / "policy.yaml"
-        policy.write_text(POLICY)
+        policy.write_text(policy_text)
         self.kernel: Kernel = sandbox.kernel("--policy", str(policy), "--retry-base-delay", "100ms")
         self.calls_file = self.dir / "mcp-calls.jsonl"
         self.description_file = self.dir / "description.txt"

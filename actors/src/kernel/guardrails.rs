@@ -78,6 +78,12 @@ impl Kernel {
         })))
     }
 
+    /// Returns the policy engine in force (for a read-only look, such as which tools an
+    /// execution may see; calls are decided by the policy actor).
+    pub fn policy_engine(&self) -> std::sync::Arc<dyn crate::policy::PolicyEngine> {
+        super::context::read(&self.ctx.policy_in_force).engine.clone()
+    }
+
     /// Replaces the policy engine and its hooks (hot reload). Rate-limit windows are kept. A
     /// restarted policy actor also uses the new engine; creations from now on use the new
     /// `pre_create` hooks. The policy actor swaps it, and the owners of concurrency limits

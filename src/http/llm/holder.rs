@@ -13,7 +13,7 @@ pub const SESSION_HEADER: &str = "keel-session";
 /// Checks that the caller holds the execution: its live session in `Keel-Session`, an agent
 /// key for its agent, or an admin credential (the bearer token or an admin key; not the
 /// anonymous caller of a kernel without authentication). Returns the refusal's message.
-pub(super) fn holds(
+pub(in crate::http) fn holds(
     kernel: &Kernel,
     principal: Option<&Principal>,
     headers: &HeaderMap,

@@ -11,6 +11,7 @@
 //! OpenAI clients raise their usual errors.
 
 mod holder;
+pub(super) use holder::{SESSION_HEADER, holds};
 mod recorder;
 mod refusal;
 mod relay;

@@ -255,6 +255,34 @@ async def op_mcp(inp: dict[str, Any]) -> dict[str, Any]:
     return {"calls": calls, "tools": sorted(mcpt.tools)}
 
 
+async def op_mcp_client(inp: dict[str, Any]) -> dict[str, Any]:
+    """An MCP client (the official Python SDK) inside the handler: it reaches the kernel's
+    tools through this execution's MCP endpoint, the Keel-Session header proving it holds the
+    execution, lists them and makes the input's calls in order."""
+    import httpx2  # only this op needs the MCP client and its HTTP client
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    url = f"{os.environ['REBUNO_URL']}/v0/executions/{execution.id}/mcp"
+    headers = {"Keel-Session": inp.get("session") or execution.session_id}
+    calls = []
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=120)) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                listed = await session.list_tools()
+                tools = {tool.name: tool for tool in listed.tools}
+                for call in inp["calls"]:
+                    result = await session.call_tool(call["tool"], call.get("args", {}))
+                    calls.append({
+                        "is_error": bool(result.is_error),
+                        "text": [block.text for block in result.content if block.type == "text"],
+                        "structured": result.structured_content,
+                    })
+    schemas = {name: tool.input_schema for name, tool in tools.items()}
+    return {"tools": sorted(tools), "schemas": schemas, "calls": calls}
+
+
 async def op_restart(inp: dict[str, Any]) -> dict[str, Any]:
     """Survives a kernel restart: a wait, a pause, then a tool call and complete."""
     if inp.get("signal"):
@@ -320,6 +348,7 @@ OPS = {
     "llm": op_llm,
     "gated": op_gated,
     "mcp": op_mcp,
+    "mcp_client": op_mcp_client,
     "hooked": op_hooked,
 }
 
