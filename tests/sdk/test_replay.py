@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 
 import httpx
+import pytest
 from rebuno import Client
 
 from harness import Kernel, Sandbox, keel_bin, run, unique, wait_until
@@ -250,7 +251,24 @@ def reconcile(kernel: Kernel, eid: str, step_id: str, body: dict) -> httpx.Respo
     )
 
 
-def test_an_at_most_once_step_that_lost_its_runner_waits_for_an_operator(sandbox: Sandbox) -> None:
+def awaiting_answer(kernel: Kernel, eid: str) -> str | None:
+    """The step of `eid` whose outcome is unknown and that no later event ended, if any."""
+    events = kernel.events(eid)
+    unknown = [e["step_id"] for e in events if e["type"] == "step.outcome_unknown"]
+    ended = {
+        e["step_id"] for e in events
+        if e["type"] in ("step.cancelled", "step.completed", "step.failed", "step.reconciled")
+    }
+    open_steps = [step for step in unknown if step not in ended]
+    return open_steps[-1] if open_steps else None
+
+
+@pytest.mark.parametrize("lost", ["runner", "kernel"])
+def test_an_at_most_once_step_that_lost_its_runner_waits_for_an_operator(
+    sandbox: Sandbox, lost: str
+) -> None:
+    """The runners are killed after `started`; with `kernel`, the kernel is killed (-9) and
+    restarted too. Either way no job runs again until an operator answers."""
     policy = sandbox.workdir / "at-most-once.yaml"
     policy.write_text(AT_MOST_ONCE)
     kernel = sandbox.kernel("--policy", str(policy), "--runner-timeout", "1s")
@@ -265,10 +283,11 @@ def test_an_at_most_once_step_that_lost_its_runner_waits_for_an_operator(sandbox
         kernel.wait_event(eid, "step.started")
     for runner in hung:
         runner.proc.kill()
+    if lost == "kernel":
+        kernel.restart()
     steps = {}
     for eid in ids:
-        [unknown] = kernel.wait_event(eid, "step.outcome_unknown", timeout=10)
-        steps[eid] = unknown["step_id"]
+        steps[eid] = wait_until(f"a step of {eid} awaiting an answer", lambda: awaiting_answer(kernel, eid), timeout=15)
         assert kernel.status(eid) == "blocked"
         assert "step.retried" not in kernel.event_types(eid)
 

@@ -188,3 +188,77 @@ async fn an_at_most_once_job_that_never_left_the_kernel_is_delivered_after_a_res
     assert!(events_of(&t, &id, "step.outcome_unknown").is_empty());
     t.shutdown().await;
 }
+
+fn short_agent_grace(config: &mut KernelConfig) {
+    graces(config);
+    config.agent_grace = Duration::from_secs(2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rerun_after_the_agent_was_lost_does_not_repeat_a_delivered_at_most_once_call() {
+    let t = start(once(), short_agent_grace).await;
+    let run = running(&t, "c1").await;
+    let mut r1 = runner(&t, "r1").await;
+    let lost = invoke(&t, &run, call("pay", true)).await;
+    let job = next_of(&mut r1, "job.assigned").await;
+    let Running { id, agent: a, .. } = run;
+    drop(a);
+    // The agent grace runs out: the run is reset; the job may have happened.
+    let reset = wait_for(&t, &id, "execution.reset", 1).await;
+    let unknown = events_of(&t, &id, "step.outcome_unknown");
+    assert_eq!(unknown.len(), 1);
+    assert_eq!(unknown[0].step_id.as_ref(), Some(&lost));
+    assert!(unknown[0].sequence < reset.sequence);
+    assert_eq!(next_of(&mut r1, "job.cancelled").await.data["step_id"], lost.as_str());
+
+    // The re-run on another consumer makes the same call: no job, an operator must answer.
+    let mut c2 = t
+        .kernel
+        .connect_agent(AgentId::new("a"), ConsumerId::new("c2"))
+        .await
+        .expect("c2");
+    let assigned = next_of(&mut c2, "execution.assigned").await;
+    let session = crate::ids::SessionId::new(assigned.data["session_id"].as_str().expect("id"));
+    let rerun = Running { id: id.clone(), session, agent: c2 };
+    let other = invoke(&t, &rerun, call("pay", true)).await;
+    assert_ne!(other, lost);
+    let unknown = wait_for(&t, &id, "step.outcome_unknown", 2).await;
+    assert_eq!(unknown.step_id.as_ref(), Some(&other));
+    quiet(&mut r1, "the call of the re-run is not run while its outcome is unknown").await;
+    // The answer "it happened" gives the agent that result; nothing ran again.
+    t.kernel
+        .reconcile_step(&id, &other, Reconciliation::Happened(json!({"charge": "ch_1"})), None)
+        .await
+        .expect("answer");
+    let Running { mut agent, .. } = rerun;
+    let result = next_of(&mut agent, "tool.result").await;
+    assert_eq!(
+        (result.data["step_id"].as_str(), &result.data["result"]),
+        (Some(other.as_str()), &json!({"charge": "ch_1"}))
+    );
+    assert_eq!(events_of(&t, &id, "step.dispatched").len(), 2, "queued and claimed once");
+    assert!(job.data["idempotency_key"].as_str().is_some_and(|key| key.ends_with(lost.as_str())));
+
+    // A third run replays the answered outcome: the latest outcome at that position.
+    drop(agent);
+    wait_for(&t, &id, "execution.reset", 2).await;
+    let mut c3 = t
+        .kernel
+        .connect_agent(AgentId::new("a"), ConsumerId::new("c3"))
+        .await
+        .expect("c3");
+    let assigned = next_of(&mut c3, "execution.assigned").await;
+    let session = crate::ids::SessionId::new(assigned.data["session_id"].as_str().expect("id"));
+    let third = Running { id: id.clone(), session, agent: c3 };
+    let replayed = invoke(&t, &third, call("pay", true)).await;
+    let Running { mut agent, .. } = third;
+    let result = next_of(&mut agent, "tool.result").await;
+    assert_eq!(
+        (result.data["step_id"].as_str(), &result.data["result"]),
+        (Some(replayed.as_str()), &json!({"charge": "ch_1"}))
+    );
+    let created = events_of(&t, &id, "step.created");
+    assert_eq!(payload(&created[2])["replay_of"], other.as_str());
+    assert_eq!(events_of(&t, &id, "step.outcome_unknown").len(), 2);
+    t.shutdown().await;
+}

@@ -31,13 +31,17 @@ pub struct JournalEntry {
     pub error: Option<String>,
     /// Whether the failure was an operator's denial of its approval (replayed as that denial).
     pub approval_denied: bool,
+    /// Whether it is an at-most-once call whose outcome is unknown (its run was reset while a
+    /// runner held the job): never replayed, and never run again without an operator's answer.
+    pub outcome_unknown: bool,
 }
 
 /// The journal of a run after the first: recorded calls by content, and how many calls of the
 /// current run had each content so far.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Journal {
-    entries: HashMap<String, Vec<JournalEntry>>,
+    /// Recorded outcomes by call identity, indexed by the call's occurrence in its run.
+    entries: HashMap<String, Vec<Option<JournalEntry>>>,
     seen: HashMap<String, usize>,
     /// Steps whose approval was granted, by call identity.
     grants: HashMap<String, Vec<StepId>>,
@@ -51,8 +55,9 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Builds the journal from the steps of earlier runs: every step that ended `succeeded` or
-    /// `failed` (not cancelled or timed out) and was not itself a replay, in creation order; the
+    /// Builds the journal from the steps of earlier runs: at each position (call identity and
+    /// occurrence in its run), the latest step that ended `succeeded` or `failed` (not
+    /// cancelled or timed out) or was cancelled with its outcome unknown, replays aside; the
     /// steps whose approval was granted; the signals waits consumed. `None` when there is
     /// nothing to replay.
     pub fn build(
@@ -68,40 +73,33 @@ impl Journal {
         let mut occurrences: HashMap<(u32, String), usize> = HashMap::new();
         for step in steps {
             let key = call_key(&step.tool_id, &step.arguments);
-            let occurrence = occurrences.entry((step.run, key.clone())).or_default();
-            let held = journal.positions.entry(key).or_default();
-            if *occurrence == held.len() {
+            let counter = occurrences.entry((step.run, key.clone())).or_default();
+            let occurrence = *counter;
+            *counter += 1;
+            let held = journal.positions.entry(key.clone()).or_default();
+            if occurrence == held.len() {
                 held.push(step.key_of.clone().unwrap_or_else(|| step.id.clone()));
             }
-            *occurrence += 1;
-        }
-        for step in steps.iter().filter(|step| step.replay_of.is_none()) {
+            if step.replay_of.is_some() {
+                continue;
+            }
             if step.approval_answer == Some(true) {
                 journal
                     .grants
-                    .entry(call_key(&step.tool_id, &step.arguments))
+                    .entry(key.clone())
                     .or_default()
                     .push(step.id.clone());
             }
-            let success = match step.status {
-                StepStatus::Succeeded => true,
-                StepStatus::Failed => false,
-                _ => continue,
-            };
-            let Some(outcome) = last.get(&step.id) else {
+            let Some(entry) = recorded(step, last.get(&step.id).copied()) else {
                 continue;
             };
-            journal
-                .entries
-                .entry(call_key(&step.tool_id, &step.arguments))
-                .or_default()
-                .push(JournalEntry {
-                    step_id: step.id.clone(),
-                    success,
-                    result: outcome.result.clone(),
-                    error: outcome.error.clone(),
-                    approval_denied: step.approval_answer == Some(false),
-                });
+            // A position's latest outcome wins: a later run records one only where it ran
+            // the call again (`replay: false`, a local tool, an answered unknown outcome).
+            let slots = journal.entries.entry(key).or_default();
+            if slots.len() <= occurrence {
+                slots.resize(occurrence + 1, None);
+            }
+            slots[occurrence] = Some(entry);
         }
         for signal in consumed {
             journal
@@ -117,9 +115,22 @@ impl Journal {
     /// Returns the recorded outcome the next call of `tool_id` with `arguments` in the current
     /// run replays, if any.
     pub fn lookup(&self, tool_id: &ToolId, arguments: &Value) -> Option<&JournalEntry> {
+        self.at_position(tool_id, arguments)
+            .filter(|entry| !entry.outcome_unknown)
+    }
+
+    /// Returns the at-most-once step of an earlier run whose outcome is unknown at the position
+    /// of the next call of `tool_id` with `arguments`, if any.
+    pub fn in_doubt(&self, tool_id: &ToolId, arguments: &Value) -> Option<&StepId> {
+        self.at_position(tool_id, arguments)
+            .filter(|entry| entry.outcome_unknown)
+            .map(|entry| &entry.step_id)
+    }
+
+    fn at_position(&self, tool_id: &ToolId, arguments: &Value) -> Option<&JournalEntry> {
         let key = call_key(tool_id, arguments);
         let occurrence = self.seen.get(&key).copied().unwrap_or(0);
-        self.entries.get(&key)?.get(occurrence)
+        self.entries.get(&key)?.get(occurrence)?.as_ref()
     }
 
     /// Returns the step of an earlier run whose granted approval the next call of `tool_id`
@@ -154,6 +165,26 @@ impl Journal {
     pub fn saw(&mut self, tool_id: &ToolId, arguments: &Value) {
         *self.seen.entry(call_key(tool_id, arguments)).or_default() += 1;
     }
+}
+
+/// Returns what the journal holds for a step of an earlier run: its outcome when it succeeded
+/// or failed, an unknown outcome when it was cancelled while its outcome was unknown.
+fn recorded(step: &StepState, last: Option<&HistoryEntry>) -> Option<JournalEntry> {
+    let (success, outcome_unknown) = match step.status {
+        StepStatus::Succeeded => (true, false),
+        StepStatus::Failed => (false, false),
+        StepStatus::Cancelled if step.outcome_unknown => (false, true),
+        _ => return None,
+    };
+    let outcome = last?;
+    Some(JournalEntry {
+        step_id: step.id.clone(),
+        success,
+        result: outcome.result.clone().filter(|_| !outcome_unknown),
+        error: outcome.error.clone().filter(|_| !outcome_unknown),
+        approval_denied: step.approval_answer == Some(false),
+        outcome_unknown,
+    })
 }
 
 /// Returns the identity of a call: tool id and canonical arguments.

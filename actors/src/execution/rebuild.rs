@@ -232,7 +232,7 @@ pub(super) fn recover(state: &ExecutionActorState) {
         let waiting_retry = step.status == crate::status::StepStatus::Pending;
         state.ctx.tell_dispatcher(if waiting_retry {
             DispatcherMsg::Enqueue(job)
-        } else if step.at_most_once && delivered(step) {
+        } else if step.at_most_once && step.delivered() {
             DispatcherMsg::RecoveredAtMostOnce(job)
         } else {
             DispatcherMsg::Recovered(job)
@@ -240,9 +240,3 @@ pub(super) fn recover(state: &ExecutionActorState) {
     }
 }
 
-/// Whether the log says a runner got the step's current job: it started it, or the job was
-/// claimed by a named runner (`step.dispatched` with a runner id, recorded at delivery for
-/// retries and for every attempt of an `at_most_once` step).
-fn delivered(step: &super::records::StepState) -> bool {
-    step.status == crate::status::StepStatus::Running || step.runner_id.is_some()
-}

@@ -71,6 +71,13 @@ pub struct StepState {
 }
 
 impl StepState {
+    /// Whether the log says a runner got the step's current job: it started it, or the job was
+    /// claimed by a named runner (`step.dispatched` with a runner id, recorded at delivery for
+    /// retries and for every attempt of an `at_most_once` step).
+    pub fn delivered(&self) -> bool {
+        self.status == StepStatus::Running || self.runner_id.is_some()
+    }
+
     /// Returns the idempotency key of the logical call this step makes: the same for every
     /// retry, runner failover and re-run of the call (docs/runners.md).
     pub fn idempotency_key(&self, execution_id: &crate::ids::ExecutionId) -> String {

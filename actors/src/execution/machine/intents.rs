@@ -223,6 +223,9 @@ pub fn intent(
             let repeats = journal
                 .and_then(|journal| journal.lookup(tool_id, arguments))
                 .map(|entry| entry.step_id.clone());
+            let in_doubt_of = journal
+                .and_then(|journal| journal.in_doubt(tool_id, arguments))
+                .cloned();
             let call = ToolCall {
                 tool_id,
                 arguments,
@@ -230,6 +233,7 @@ pub fn intent(
                 remote: *remote,
                 key_of,
                 repeats,
+                in_doubt_of,
             };
             Ok(invoke_tool(state, &call, verdict, now, settings))
         }

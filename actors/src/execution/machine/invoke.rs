@@ -21,6 +21,8 @@ pub(super) struct ToolCall<'a> {
     pub(super) key_of: Option<StepId>,
     /// Step of an earlier run whose recorded outcome this call runs again.
     pub(super) repeats: Option<StepId>,
+    /// At-most-once step of an earlier run at this call's position whose outcome is unknown.
+    pub(super) in_doubt_of: Option<StepId>,
 }
 
 pub(super) fn invoke_tool(
@@ -122,8 +124,18 @@ pub(super) fn invoke_tool(
         max_retries: max_retries(verdict),
         at_most_once: verdict.at_most_once && call.remote,
     };
+    let in_doubt = call.in_doubt_of.as_ref().filter(|_| rule.at_most_once);
     transition.event(step_created(&step_id, call, max_attempts, deadline, rule).with_key(key));
-    if call.remote {
+    if let Some(earlier) = in_doubt {
+        // The same call of an earlier run may have happened: no job until an operator answers.
+        transition.event(NewEvent::step(
+            &step_id,
+            EventBody::StepOutcomeUnknown {
+                runner_id: None,
+                reason: format!("the same call of an earlier run (step {earlier}) may have happened"),
+            },
+        ));
+    } else if call.remote {
         let job_id = JobId::generate();
         transition.event(NewEvent::step(
             &step_id,

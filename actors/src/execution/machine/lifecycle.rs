@@ -147,6 +147,19 @@ pub fn consumer_lost(
 /// Returns the events that put a running execution back to `pending`.
 pub fn reset(state: &ExecutionState, reason: &str) -> Transition {
     let mut transition = Transition::default();
+    // An at-most-once job a runner got may have run: the re-run must not make the call again
+    // blindly (its matching call waits for an operator's answer, docs/failure-semantics.md).
+    for step in state.active_steps().filter(|step| {
+        step.remote && step.at_most_once && !step.outcome_unknown && step.delivered()
+    }) {
+        transition.event(NewEvent::step(
+            &step.id,
+            EventBody::StepOutcomeUnknown {
+                runner_id: step.runner_id.clone(),
+                reason: "agent lost while a runner held the job".to_owned(),
+            },
+        ));
+    }
     cancel_steps(state, "agent disconnected", None, &mut transition);
     transition.event(NewEvent::execution(EventBody::ExecutionReset {
         reason: reason.to_owned(),
