@@ -209,7 +209,10 @@ async fn a_rerun_after_the_agent_was_lost_does_not_repeat_a_delivered_at_most_on
     assert_eq!(unknown.len(), 1);
     assert_eq!(unknown[0].step_id.as_ref(), Some(&lost));
     assert!(unknown[0].sequence < reset.sequence);
-    assert_eq!(next_of(&mut r1, "job.cancelled").await.data["step_id"], lost.as_str());
+    assert_eq!(
+        next_of(&mut r1, "job.cancelled").await.data["step_id"],
+        lost.as_str()
+    );
 
     // The re-run on another consumer makes the same call: no job, an operator must answer.
     let mut c2 = t
@@ -219,15 +222,28 @@ async fn a_rerun_after_the_agent_was_lost_does_not_repeat_a_delivered_at_most_on
         .expect("c2");
     let assigned = next_of(&mut c2, "execution.assigned").await;
     let session = crate::ids::SessionId::new(assigned.data["session_id"].as_str().expect("id"));
-    let rerun = Running { id: id.clone(), session, agent: c2 };
+    let rerun = Running {
+        id: id.clone(),
+        session,
+        agent: c2,
+    };
     let other = invoke(&t, &rerun, call("pay", true)).await;
     assert_ne!(other, lost);
     let unknown = wait_for(&t, &id, "step.outcome_unknown", 2).await;
     assert_eq!(unknown.step_id.as_ref(), Some(&other));
-    quiet(&mut r1, "the call of the re-run is not run while its outcome is unknown").await;
+    quiet(
+        &mut r1,
+        "the call of the re-run is not run while its outcome is unknown",
+    )
+    .await;
     // The answer "it happened" gives the agent that result; nothing ran again.
     t.kernel
-        .reconcile_step(&id, &other, Reconciliation::Happened(json!({"charge": "ch_1"})), None)
+        .reconcile_step(
+            &id,
+            &other,
+            Reconciliation::Happened(json!({"charge": "ch_1"})),
+            None,
+        )
         .await
         .expect("answer");
     let Running { mut agent, .. } = rerun;
@@ -236,8 +252,16 @@ async fn a_rerun_after_the_agent_was_lost_does_not_repeat_a_delivered_at_most_on
         (result.data["step_id"].as_str(), &result.data["result"]),
         (Some(other.as_str()), &json!({"charge": "ch_1"}))
     );
-    assert_eq!(events_of(&t, &id, "step.dispatched").len(), 2, "queued and claimed once");
-    assert!(job.data["idempotency_key"].as_str().is_some_and(|key| key.ends_with(lost.as_str())));
+    assert_eq!(
+        events_of(&t, &id, "step.dispatched").len(),
+        2,
+        "queued and claimed once"
+    );
+    assert!(
+        job.data["idempotency_key"]
+            .as_str()
+            .is_some_and(|key| key.ends_with(lost.as_str()))
+    );
 
     // A third run replays the answered outcome: the latest outcome at that position.
     drop(agent);
@@ -249,7 +273,11 @@ async fn a_rerun_after_the_agent_was_lost_does_not_repeat_a_delivered_at_most_on
         .expect("c3");
     let assigned = next_of(&mut c3, "execution.assigned").await;
     let session = crate::ids::SessionId::new(assigned.data["session_id"].as_str().expect("id"));
-    let third = Running { id: id.clone(), session, agent: c3 };
+    let third = Running {
+        id: id.clone(),
+        session,
+        agent: c3,
+    };
     let replayed = invoke(&t, &third, call("pay", true)).await;
     let Running { mut agent, .. } = third;
     let result = next_of(&mut agent, "tool.result").await;

@@ -239,4 +239,3 @@ pub(super) fn recover(state: &ExecutionActorState) {
         });
     }
 }
-

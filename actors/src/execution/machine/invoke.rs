@@ -132,7 +132,9 @@ pub(super) fn invoke_tool(
             &step_id,
             EventBody::StepOutcomeUnknown {
                 runner_id: None,
-                reason: format!("the same call of an earlier run (step {earlier}) may have happened"),
+                reason: format!(
+                    "the same call of an earlier run (step {earlier}) may have happened"
+                ),
             },
         ));
     } else if call.remote {
