@@ -143,10 +143,14 @@ def approve_next(kernel: Kernel, eid: str, nth: int) -> None:
     send(kernel, eid, "step.approve", {"step_id": found["payload"]["ref"], "approved": True})
 
 
-def test_a_rerun_gets_its_signal_and_approvals_again(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("crash", ["agent", "kernel"])
+def test_a_rerun_gets_its_signal_and_approvals_again(sandbox: Sandbox, crash: str) -> None:
+    """The issue's first scenario: a remote tool, a wait and two approvals, the agent killed
+    mid-run; with `kernel`, the kernel is killed (-9) and restarted as well, so the journal
+    comes from the log alone."""
     policy = sandbox.workdir / "approvals.yaml"
     policy.write_text(APPROVALS)
-    kernel = sandbox.kernel("--policy", str(policy))
+    kernel = sandbox.kernel("--policy", str(policy), "--runner-timeout", "2s")
     runner = sandbox.runner(kernel, unique("calc-runner"), unique("calc-runner-c"))
     runner.wait_connected("runners")
     agent_id = unique("gated")
@@ -159,11 +163,16 @@ def test_a_rerun_gets_its_signal_and_approvals_again(sandbox: Sandbox) -> None:
     approve_next(kernel, eid, 1)  # the remote calc_mul
     approve_next(kernel, eid, 2)  # the local guarded.echo
     victim.wait_marker("paused", eid)
-    survivor = sandbox.agent(kernel, agent_id, unique("gated-survivor"))
-    survivor.wait_connected()
-    victim.proc.kill()
+    if crash == "kernel":
+        victim.proc.kill()
+        kernel.restart()
+        survivor = sandbox.agent(kernel, agent_id, unique("gated-survivor"))
+    else:
+        survivor = sandbox.agent(kernel, agent_id, unique("gated-survivor"))
+        survivor.wait_connected()
+        victim.proc.kill()
 
-    final = kernel.wait_status(eid, "completed", "failed", "cancelled", timeout=15)
+    final = kernel.wait_status(eid, "completed", "failed", "cancelled", timeout=20)
     assert final["status"] == "completed", final
     assert final["output"] == {
         "go": {"a": 21}, "product": 42, "echoed": 42, "last": 43, "consumer": survivor.consumer_id,
