@@ -86,6 +86,12 @@ def crash_once(marker: str) -> str:
     return "survived"
 
 
+@server.tool(description="Kills the server every time it is called.")
+def crash_always() -> str:
+    count("crash_always")
+    os._exit(1)
+
+
 def description() -> str:
     """The `changing` tool's description: MCP_DESCRIPTION_FILE's text when it exists."""
     path = os.environ.get("MCP_DESCRIPTION_FILE")
