@@ -160,9 +160,10 @@ keel_sdk_rc=$?
 set -e
 [ "$keel_sdk_rc" -eq 0 ] || failures+=("keel-sdk tests (pytest exit $keel_sdk_rc)")
 
-step "SDK compatibility tests on PostgreSQL (KEEL_TEST_BACKEND=postgres)"
+step "SDK compatibility and keel-sdk tests on PostgreSQL (KEEL_TEST_BACKEND=postgres)"
 pg_report=$target_dir/sdk-junit-postgres.xml
-rm -f "$pg_report"
+keel_sdk_pg_report=$target_dir/keel-sdk-junit-postgres.xml
+rm -f "$pg_report" "$keel_sdk_pg_report"
 pg_skip=""
 if [ -z "$postgres" ]; then
     pg_skip="KEEL_TEST_POSTGRES_URL is not set"
@@ -176,8 +177,13 @@ if [ -z "$pg_skip" ]; then
     KEEL_TEST_BACKEND=postgres "$venv/bin/python" -m pytest "$root/tests/sdk" \
         --junitxml="$pg_report" ${PYTEST_ARGS:-}
     pg_rc=$?
+    # The Keel Python SDK's own tests (journal replay of local calls) on PostgreSQL too.
+    KEEL_TEST_BACKEND=postgres "$venv/bin/python" -m pytest "$root/sdk/python/tests" \
+        -p no:cacheprovider --junitxml="$keel_sdk_pg_report"
+    keel_sdk_pg_rc=$?
     set -e
     [ "$pg_rc" -eq 0 ] || failures+=("sdk tests on postgres (pytest exit $pg_rc)")
+    [ "$keel_sdk_pg_rc" -eq 0 ] || failures+=("keel-sdk tests on postgres (pytest exit $keel_sdk_pg_rc)")
 else
     echo "SKIPPED: $pg_skip"
 fi
@@ -192,7 +198,9 @@ sdk_summary "$report"
 sdk_summary "$keel_sdk_report" "keel-sdk"
 if [ -z "$pg_skip" ]; then
     sdk_summary "$pg_report" "sdk (postgres)"
+    sdk_summary "$keel_sdk_pg_report" "keel-sdk (postgres)"
 else
     echo "sdk (postgres): skipped ($pg_skip)"
+    echo "keel-sdk (postgres): skipped ($pg_skip)"
 fi
 [ "${#failures[@]}" -eq 0 ]

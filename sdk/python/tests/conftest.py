@@ -1,8 +1,12 @@
 """Builds the keel-sdk wheel, installs it into a private directory and imports it from there
-(never from the source tree), and starts real kernels (KEEL_BIN) for the tests."""
+(never from the source tree), and starts real kernels (KEEL_BIN) for the tests.
+
+With `KEEL_TEST_BACKEND=postgres` (and `KEEL_TEST_POSTGRES_URL`) every kernel runs on a fresh
+PostgreSQL database, as in the compatibility suite (tests/sdk/backend.py does the work)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -20,6 +24,20 @@ HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent
 REPO = PACKAGE.parent.parent
 BUILD = Path(tempfile.mkdtemp(prefix="keel-sdk-wheel-"))
+
+
+def _load_backend():  # type: ignore[no-untyped-def]
+    """tests/sdk/backend.py of this repository, under a name of its own."""
+    spec = importlib.util.spec_from_file_location(
+        "keel_test_backend", REPO / "tests" / "sdk" / "backend.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+backend = _load_backend()
 SITE = BUILD / "site"
 
 
@@ -40,6 +58,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     sys.path.insert(0, str(SITE))
     os.environ["KEEL_SDK_SITE"] = str(SITE)
+
+
+def pytest_report_header(config: pytest.Config) -> str:  # noqa: ARG001
+    return f"keel backend: {backend.backend()}"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -72,10 +94,16 @@ class Kernel:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "kernel.log"
         (workdir / "data").mkdir(parents=True)
+        self.database = backend.new_database()
+        store = ["--db-url", self.database.url] if self.database is not None else []
         argv = [str(keel_bin()), "dev", "--port", str(self.port), "--data-dir",
-                str(workdir / "data"), "--agent-timeout", "1s", *args]
+                str(workdir / "data"), "--agent-timeout", "1s", *store, *args]
         self.proc = subprocess.Popen(argv, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-        wait_until("kernel health", self._healthy)
+        try:
+            wait_until("kernel health", self._healthy)
+        except BaseException:
+            self.stop()
+            raise
 
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
@@ -92,6 +120,8 @@ class Kernel:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+        if self.database is not None:
+            self.database.drop()
 
 
 @pytest.fixture
