@@ -85,6 +85,13 @@ pub async fn run(
     config.hooks = hooks;
     // Cluster mode: each partition's open executions are loaded when it is acquired.
     config.recover_at_start = cluster.is_none();
+    if let Some(cluster) = &cluster {
+        let ownership = cluster.ownership().clone();
+        config.owns = Some(Arc::new(move |id: &keel_actors::ids::ExecutionId| {
+            let partition = crate::store::partition_of(id.as_str(), ownership.partitions());
+            ownership.epoch(partition).is_some()
+        }));
+    }
     let kernel = kernel::start(config)
         .await
         .map_err(|error| anyhow!("cannot start the actor tree: {error}"))?;

@@ -118,6 +118,31 @@ impl Routing {
         }
     }
 
+    /// This kernel's `--node-id`.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The HTTP client of forwards and bridges (connect timeout, no redirects, no total
+    /// timeout: streams stay open).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// The other kernels holding a partition in the last view, once each.
+    pub fn peers(&self) -> Vec<Route> {
+        let mut peers: Vec<Route> = Vec::new();
+        for partition in 0..self.ownership.partitions() {
+            if let Some(route) = self.ownership.route(partition)
+                && route.node != self.node_id
+                && !peers.iter().any(|peer| peer.node == route.node)
+            {
+                peers.push(route);
+            }
+        }
+        peers
+    }
+
     /// Any other kernel that holds a partition (for a creation this kernel cannot take).
     fn any_owner(&self) -> Option<Route> {
         (0..self.ownership.partitions())
@@ -148,12 +173,7 @@ pub async fn forward(
         && matches!(path.as_str(), "/v0/executions" | "/v0/executions/")
     {
         Target::Creation
-    } else if method == Method::POST
-        && matches!(
-            path.as_str(),
-            "/v0/agents/intent" | "/v0/agents/step-result"
-        )
-    {
+    } else if method == Method::POST && names_execution_in_body(&path) {
         Target::Body
     } else {
         return next.run(request).await;
@@ -213,6 +233,20 @@ fn execution_in_path(path: &str) -> Option<&str> {
 }
 
 /// The `execution_id` of a JSON body, if it has a string one.
+/// Whether a POST to `path` names its execution in the body: intents, step results, runner
+/// results and runner step starts.
+fn names_execution_in_body(path: &str) -> bool {
+    if matches!(path, "/v0/agents/intent" | "/v0/agents/step-result") {
+        return true;
+    }
+    let Some(rest) = path.strip_prefix("/v0/runners/") else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    matches!(parts.as_slice(), [runner, "results"] if !runner.is_empty())
+        || matches!(parts.as_slice(), ["steps", step, "started"] if !step.is_empty())
+}
+
 fn execution_in_body(bytes: &Bytes) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Named {
@@ -328,5 +362,27 @@ mod tests {
             execution_in_body(&Bytes::from_static(br#"{"execution_id": 3}"#)),
             None
         );
+    }
+
+    #[test]
+    fn the_posts_that_name_their_execution_in_the_body() {
+        for path in [
+            "/v0/agents/intent",
+            "/v0/agents/step-result",
+            "/v0/runners/r-1/results",
+            "/v0/runners/steps/s-1/started",
+        ] {
+            assert!(names_execution_in_body(path), "{path}");
+        }
+        for path in [
+            "/v0/runners/stream",
+            "/v0/runners//results",
+            "/v0/runners/r-1/capabilities",
+            "/v0/runners/steps//started",
+            "/v0/agents/stream",
+            "/v0/executions",
+        ] {
+            assert!(!names_execution_in_body(path), "{path}");
+        }
     }
 }

@@ -16,6 +16,7 @@
 //! measures its own intervals (its self-fence).
 
 pub mod assign;
+pub mod bridge;
 pub mod forward;
 pub mod handover;
 pub mod view;

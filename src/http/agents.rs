@@ -108,6 +108,7 @@ struct StepResultRequest {
 pub async fn stream(
     State(state): State<AppState>,
     RawQuery(raw): RawQuery,
+    headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
     let query = QueryParams::parse(raw.as_deref(), &[])?;
     let (Some(agent_id), Some(consumer_id)) = (query.get("agent_id"), query.get("consumer_id"))
@@ -130,11 +131,19 @@ pub async fn stream(
     let presence = state
         .presence
         .connected(StreamRole::Agent, agent_id, consumer_id, Vec::new());
+    // Cluster mode: the consumer is connected to the other kernels too.
+    let bridge = crate::cluster::bridge::Bridge::for_stream(
+        state.settings.cluster.as_ref(),
+        "/v0/agents/stream",
+        raw.as_deref(),
+        &headers,
+    );
     Ok(sse::push_response(
         &state,
         sse::StreamKind::Agent,
         pushes,
         presence,
+        bridge,
     ))
 }
 

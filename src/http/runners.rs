@@ -66,6 +66,7 @@ struct CapabilitiesRequest {
 pub async fn stream(
     State(state): State<AppState>,
     RawQuery(raw): RawQuery,
+    headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
     let query = QueryParams::parse(raw.as_deref(), &[])?;
     let (Some(runner_id), Some(consumer_id)) = (query.get("runner_id"), query.get("consumer_id"))
@@ -110,6 +111,13 @@ pub async fn stream(
         sse::StreamKind::Runner,
         pushes,
         presence,
+        // Cluster mode: the runner is connected to the other kernels too.
+        crate::cluster::bridge::Bridge::for_stream(
+            state.settings.cluster.as_ref(),
+            "/v0/runners/stream",
+            raw.as_deref(),
+            &headers,
+        ),
     ))
 }
 

@@ -175,21 +175,25 @@ pub(super) fn json_frame(id: Option<i64>, event: &str, data: &impl serde::Serial
 
 /// Relays an agent or runner connection's pushes as an SSE response.
 /// `presence` keeps the connection listed in the directory until the response ends.
+/// In cluster mode `bridge` relays the same consumer's pushes from the other kernels.
 pub fn push_response(
     state: &AppState,
     kind: StreamKind,
     pushes: PushStream,
     presence: PresenceGuard,
+    bridge: Option<crate::cluster::bridge::Bridge>,
 ) -> Response {
     struct Relay {
         pushes: PushStream,
         common: Common,
         _presence: PresenceGuard,
+        bridge: Option<crate::cluster::bridge::Bridge>,
     }
     let relay = Relay {
         pushes,
         common: Common::new(state, kind),
         _presence: presence,
+        bridge,
     };
     let stream = futures::stream::unfold(relay, |mut relay| async move {
         if let Some(preamble) = relay.common.preamble() {
@@ -199,11 +203,20 @@ pub fn push_response(
             biased;
             () = relay.common.shutdown.cancelled() => None,
             push = relay.pushes.next() => push.map(|push| json_frame(None, push.event, &push.data)),
+            frame = bridged(&mut relay.bridge) => Some(frame),
             _ = relay.common.heartbeat.tick() => Some(Bytes::from_static(HEARTBEAT)),
         };
         chunk.map(|chunk| (Ok(chunk), relay))
     });
     sse_response(stream)
+}
+
+/// The next push relayed from another kernel; never resolves without a bridge.
+async fn bridged(bridge: &mut Option<crate::cluster::bridge::Bridge>) -> Bytes {
+    match bridge {
+        Some(bridge) => bridge.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `GET /v0/executions/{id}/stream?after_sequence=`: the live event stream (WIRE.md §7.7).

@@ -4,6 +4,7 @@
 
 mod feed;
 mod harness;
+mod matching;
 mod recovery;
 mod view;
 

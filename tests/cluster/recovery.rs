@@ -137,10 +137,16 @@ async fn a_kernel_that_loses_a_partition_ends_its_execution_streams_and_stops_it
             .expect("stream");
         assert_eq!(response.status().as_u16(), 200);
         let mut body = response.bytes_stream();
-        let first = tokio::time::timeout(Duration::from_secs(5), body.next())
-            .await
-            .expect("the stream starts");
-        assert!(first.is_some_and(|chunk| chunk.is_ok()));
+        // The stream has replayed the log and waits for commits.
+        let mut replayed = String::new();
+        while !replayed.contains("execution.created") {
+            let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+                .await
+                .expect("the stream replays the log")
+                .expect("stream open")
+                .expect("chunk");
+            replayed.push_str(&String::from_utf8_lossy(&chunk));
+        }
 
         paused.signal("STOP").await;
         let partition: i32 = sqlx::query_scalar("SELECT partition FROM executions WHERE id = $1")

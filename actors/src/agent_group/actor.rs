@@ -195,6 +195,20 @@ impl Actor for AgentGroupActor {
                 state.core.set_running_limits(limits)
             }
             AgentGroupMsg::RetryAssignment => state.core.retry(),
+            AgentGroupMsg::ReloadPending => {
+                match state.ctx.store.pending_queue(&state.agent_id).await {
+                    Ok(found) => {
+                        state.core.load_pending(found.into_iter().map(|entry| {
+                            (entry.id, entry.priority, entry.labels.map(LabelSet::from))
+                        }));
+                        state.core.retry()
+                    }
+                    Err(error) => {
+                        tracing::warn!(agent.id = %state.agent_id, error = %error, "could not load pending executions");
+                        Vec::new()
+                    }
+                }
+            }
             AgentGroupMsg::Push { consumer_id, push } => state.core.push(&consumer_id, push, now),
             AgentGroupMsg::Observe(reply) => {
                 let _ = reply.send(state.core.snapshot());
@@ -294,6 +308,22 @@ fn carry_out(myself: &ActorRef<AgentGroupMsg>, state: &mut AgentGroupState, effe
             let ctx = state.ctx.clone();
             let group = myself.clone();
             tokio::spawn(async move {
+                // Cluster mode: an execution another kernel owns is matched there.
+                if ctx
+                    .config
+                    .owns
+                    .as_ref()
+                    .is_some_and(|owns| !owns(&execution_id))
+                {
+                    let _ = group.send_message(AgentGroupMsg::OfferAnswered {
+                        result: Err(KernelError::Rejected(Rejection::NotPending(format!(
+                            "execution {execution_id} is owned by another kernel"
+                        )))),
+                        execution_id,
+                        consumer_id,
+                    });
+                    return;
+                }
                 let offer = |reply| ExecutionMsg::OfferToConsumer {
                     consumer_id: consumer_id.clone(),
                     reply,

@@ -64,6 +64,9 @@ pub enum AgentGroupMsg {
     /// Offers the pending executions again after an assignment attempt failed (sent by the
     /// group to itself, so an outage does not leave them waiting for a new trigger).
     RetryAssignment,
+    /// Reads the agent's pending executions from the store again and offers them (cluster
+    /// mode: this kernel acquired partitions holding some).
+    ReloadPending,
     /// The answer of an execution to an offer (sent to the group by the task that asked).
     OfferAnswered {
         /// Execution offered.

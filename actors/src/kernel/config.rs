@@ -57,6 +57,9 @@ pub struct KernelConfig {
     /// turns it off: a kernel loads the open executions of each partition when it acquires it
     /// ([`Kernel::recover_partitions`](super::Kernel::recover_partitions)).
     pub recover_at_start: bool,
+    /// Cluster mode: whether this kernel owns an execution now. Agent groups offer only those
+    /// (another kernel's are matched there, with the same consumers bridged to it).
+    pub owns: Option<crate::execution::ReleaseFilter>,
 }
 
 impl KernelConfig {
@@ -83,6 +86,7 @@ impl KernelConfig {
             traces: None,
             metrics_max_ids: crate::metrics::labels::DEFAULT_MAX_IDS,
             recover_at_start: true,
+            owns: None,
         }
     }
 }

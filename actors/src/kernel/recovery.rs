@@ -36,7 +36,19 @@ impl Kernel {
             return Ok(0);
         }
         let entries = self.ctx.store.recovery_index_of(partitions).await?;
+        // Their agent groups offer the pending ones to the consumers connected now.
+        let mut waiting_agents: Vec<crate::ids::AgentId> = entries
+            .iter()
+            .filter(|entry| entry.status == ExecutionStatus::Pending)
+            .map(|entry| entry.agent_id.clone())
+            .collect();
+        waiting_agents.sort();
+        waiting_agents.dedup();
         let (count, _, _) = self.recover_entries(entries).await?;
+        for agent_id in &waiting_agents {
+            self.ctx
+                .tell_agent_group(agent_id, AgentGroupMsg::ReloadPending);
+        }
         Ok(count)
     }
 
