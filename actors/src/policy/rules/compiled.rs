@@ -224,7 +224,13 @@ impl RuleSet {
         let mut decision = self
             .rules
             .iter()
-            .find(|rule| rule.conditions.hold(input))
+            .find(|rule| {
+                let fail_closed = matches!(
+                    rule.outcome.decision,
+                    Decision::Deny | Decision::RequireApproval
+                );
+                rule.conditions.hold(input, fail_closed)
+            })
             .map_or_else(|| self.default.clone(), |rule| rule.outcome.clone());
         decision.budget = match (decision.budget.take(), &self.budget) {
             (Some(rule), Some(file)) => Some(Arc::new(file.tighter(&rule))),

@@ -7,7 +7,7 @@ use super::definition::{
     ArgumentsDefinition, ArgumentsForm, CompileIssue, ConditionDefinition, FieldPath,
 };
 use super::glob::Glob;
-use super::predicates::Predicate;
+use super::predicates::{Check, Predicate};
 use super::schedule::Schedule;
 use crate::policy::engine::PolicyInput;
 
@@ -167,8 +167,11 @@ impl Conditions {
         }
     }
 
-    /// Returns whether every present condition holds for the input.
-    pub fn hold(&self, input: &PolicyInput) -> bool {
+    /// Returns whether every present condition holds for the input. An argument predicate
+    /// that cannot be evaluated (a `pattern` on an array, arguments that are not an object)
+    /// counts as holding when `fail_closed` (deny and approval rules, so that a type mismatch
+    /// cannot slip a call past them; docs/compatibility.md) and as failing otherwise.
+    pub fn hold(&self, input: &PolicyInput, fail_closed: bool) -> bool {
         if self
             .action
             .as_ref()
@@ -242,11 +245,15 @@ impl Conditions {
         }
         if let Some(predicates) = &self.arguments {
             let Some(arguments) = input.arguments.as_object() else {
-                return false;
+                return fail_closed;
             };
-            return predicates
-                .iter()
-                .all(|(field, predicate)| predicate.holds(arguments.get(field)));
+            return predicates.iter().all(|(field, predicate)| {
+                match predicate.check(arguments.get(field)) {
+                    Check::Holds => true,
+                    Check::Fails => false,
+                    Check::Undecidable => fail_closed,
+                }
+            });
         }
         true
     }

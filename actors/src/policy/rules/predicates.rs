@@ -1,7 +1,9 @@
 //! Argument predicates: constraints on one top-level field of a tool call's arguments object.
 //! An absent field passes unless `required` (which also refuses the empty string); a present
-//! field must satisfy every constraint, and a value of the wrong type fails (`pattern` and
-//! `max_length` need a string, `min`/`max` a number), as in the reference kernel.
+//! field must satisfy every constraint. A value of the wrong type (`pattern` and `max_length`
+//! need a string, `min`/`max` a number) cannot be evaluated: [`Check::Undecidable`], which an
+//! allow rule reads as not matching (as the reference kernel does) and a deny or approval rule
+//! as matching (fail closed; docs/compatibility.md).
 
 use regex::Regex;
 use serde_json::Value;
@@ -11,6 +13,17 @@ use super::go_regex;
 
 /// Compiled size limit of one `pattern` regex (the regex crate matches in linear time).
 pub const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+/// The outcome of a predicate on one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// Every constraint is satisfied.
+    Holds,
+    /// A constraint is evaluated and not satisfied.
+    Fails,
+    /// A constraint cannot be evaluated on a value of this type, and no other one fails.
+    Undecidable,
+}
 
 /// A compiled predicate on one argument field.
 #[derive(Clone, Debug)]
@@ -132,46 +145,58 @@ impl Predicate {
         })
     }
 
-    /// Returns whether the field's value (`None` when absent) satisfies the predicate.
-    pub fn holds(&self, value: Option<&Value>) -> bool {
+    /// Evaluates the predicate on the field's value (`None` when absent).
+    pub fn check(&self, value: Option<&Value>) -> Check {
         let Some(value) = value else {
-            return !self.required;
+            return if self.required {
+                Check::Fails
+            } else {
+                Check::Holds
+            };
         };
         if self.required && value.as_str() == Some("") {
-            return false;
+            return Check::Fails;
         }
+        let mut undecidable = false;
         if let Some(regex) = &self.pattern {
-            let Some(text) = value.as_str() else {
-                return false;
-            };
-            if !regex.is_match(text) {
-                return false;
+            match value.as_str() {
+                None => undecidable = true,
+                Some(text) if !regex.is_match(text) => return Check::Fails,
+                Some(_) => {}
             }
         }
         if let Some(limit) = self.max_length {
-            let Some(text) = value.as_str() else {
-                return false;
-            };
-            // Counting stops one past the limit, so huge strings cost no more than the limit.
-            if text.chars().take(limit.saturating_add(1)).count() > limit {
-                return false;
+            match value.as_str() {
+                None => undecidable = true,
+                // Counting stops one past the limit, so huge strings cost no more than it.
+                Some(text) if text.chars().take(limit.saturating_add(1)).count() > limit => {
+                    return Check::Fails;
+                }
+                Some(_) => {}
             }
         }
         if self.min.is_some() || self.max.is_some() {
-            let Some(number) = value.as_f64() else {
-                return false;
-            };
-            if self.min.is_some_and(|min| number < min) || self.max.is_some_and(|max| number > max)
-            {
-                return false;
+            match value.as_f64() {
+                None => undecidable = true,
+                Some(number)
+                    if self.min.is_some_and(|min| number < min)
+                        || self.max.is_some_and(|max| number > max) =>
+                {
+                    return Check::Fails;
+                }
+                Some(_) => {}
             }
         }
         if let Some(allowed) = &self.one_of
             && !allowed.iter().any(|candidate| json_equal(candidate, value))
         {
-            return false;
+            return Check::Fails;
         }
-        true
+        if undecidable {
+            Check::Undecidable
+        } else {
+            Check::Holds
+        }
     }
 }
 

@@ -771,3 +771,64 @@ fn a_directory_without_agent_or_global_file_denies_with_agent_default() {
     );
     assert_eq!(policy.digest(), "digest");
 }
+
+#[test]
+fn deny_and_approval_rules_fail_closed_when_a_predicate_cannot_be_evaluated() {
+    let arguments = ArgumentsDefinition::sequence(vec![
+        PredicateDefinition {
+            field: Some("command".to_owned()),
+            pattern: Some("^rm( .*)?$".to_owned()),
+            ..Default::default()
+        },
+        PredicateDefinition {
+            field: Some("count".to_owned()),
+            max: Some(3.0),
+            ..Default::default()
+        },
+    ]);
+    let when = ConditionDefinition {
+        arguments: Some(arguments),
+        ..Default::default()
+    };
+    let with = |value: Value| {
+        let mut call = input("shell.exec");
+        call.arguments = value;
+        call
+    };
+    for decision in [Decision::Deny, Decision::RequireApproval, Decision::Allow] {
+        let policy = engine(vec![
+            rule("guard", 1, when.clone(), decision),
+            rule("rest", 2, ConditionDefinition::default(), Decision::Allow),
+        ]);
+        let decided = |value: Value| policy.evaluate(&with(value)).rule_id;
+        let closed = decision != Decision::Allow;
+        let undecidable = [
+            json!({"command": ["rm", "-rf", "/"]}),
+            json!({"command": "rm -rf /", "count": "many"}),
+            json!({"command": {"program": "rm"}}),
+            json!("rm -rf /"),
+            json!(["rm"]),
+        ];
+        for value in undecidable {
+            let expected = if closed { "guard" } else { "rest" };
+            assert_eq!(decided(value.clone()), expected, "{decision:?} {value}");
+        }
+        // Evaluated predicates decide as before, for every decision.
+        assert_eq!(
+            decided(json!({"command": "rm -rf /"})),
+            "guard",
+            "{decision:?}"
+        );
+        assert_eq!(decided(json!({"command": "ls"})), "rest", "{decision:?}");
+        assert_eq!(
+            decided(json!({"command": ["rm"], "count": 9})),
+            "rest",
+            "{decision:?}"
+        );
+        assert_eq!(
+            decided(json!({"command": "rm x", "count": 9})),
+            "rest",
+            "{decision:?}"
+        );
+    }
+}
