@@ -20,8 +20,8 @@ mod tests {
 
     #[test]
     fn the_digest_is_of_the_arguments_not_of_their_spelling() {
-        let parsed: Value = serde_json::from_str(r#"{"b": 2, "a": {"y": 1, "x": [1, 2]}}"#)
-            .expect("json");
+        let parsed: Value =
+            serde_json::from_str(r#"{"b": 2, "a": {"y": 1, "x": [1, 2]}}"#).expect("json");
         let same = json!({"a": {"x": [1, 2], "y": 1}, "b": 2});
         assert_eq!(arguments_digest(&parsed), arguments_digest(&same));
         let other = json!({"a": {"x": [2, 1], "y": 1}, "b": 2});

@@ -77,8 +77,7 @@ impl ServerHandler for KeelMcp {
             .await
             .map_err(|error| McpError::internal_error(error.to_string(), None))?;
         let engine = kernel.policy_engine();
-        let labels: BTreeMap<String, String> =
-            row.labels.as_deref().cloned().unwrap_or_default();
+        let labels: BTreeMap<String, String> = row.labels.as_deref().cloned().unwrap_or_default();
         let now = keel_actors::time::now();
         let tools = kernel
             .tools("")
@@ -137,7 +136,9 @@ impl ServerHandler for KeelMcp {
                 None,
             ));
         }
-        let arguments = request.arguments.map_or(Value::Object(Map::new()), Value::Object);
+        let arguments = request
+            .arguments
+            .map_or(Value::Object(Map::new()), Value::Object);
         // Subscribed before the intent, so that no commit of the step is missed.
         let commits = kernel.subscribe_commits();
         let start = kernel

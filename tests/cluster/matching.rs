@@ -282,3 +282,107 @@ async fn a_runner_on_one_kernel_serves_a_remote_step_of_an_execution_owned_by_an
     .await
     .expect("test within its budget");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_and_the_disconnect_grace_work_across_kernels() {
+    let Some(database) = Database::fresh().await else {
+        return;
+    };
+    tokio::time::timeout(BUDGET, async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let flags = ["--cluster", "--agent-timeout", "2s"];
+        let mut kernels = Vec::new();
+        for node in ["k1", "k2", "k3"] {
+            let kernel = Kernel::start_with(node, &database.url, &dir.path().join(node), &flags)
+                .await
+                .unwrap_or_else(|log| panic!("{node} did not start:\n{log}"));
+            kernels.push(kernel);
+        }
+        poll(Duration::from_secs(10), || {
+            owned_evenly_by(&database, &["k1", "k2", "k3"])
+        })
+        .await
+        .expect("three kernels balance within 10 s");
+        let http = reqwest::Client::new();
+        let (a, b, c) = (&kernels[0], &kernels[1], &kernels[2]);
+
+        // A cancel sent to C reaches the agent on A for an execution owned by B.
+        let response = http
+            .get(format!(
+                "{}/v0/agents/stream?agent_id=graceful&consumer_id=c1",
+                a.url
+            ))
+            .send()
+            .await
+            .expect("agent stream");
+        let (sender, mut on_a) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(async move {
+            let mut events = response.bytes_stream().eventsource();
+            while let Some(Ok(event)) = events.next().await {
+                let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
+                if sender.send((event.event, data)).is_err() {
+                    return;
+                }
+            }
+        });
+        let cancelled = create(&http, b, "graceful", 0).await;
+        let assigned = next_assigned(&mut on_a, Duration::from_secs(10))
+            .await
+            .expect("assigned on A");
+        assert_eq!(assigned["execution_id"], cancelled.as_str());
+        let (status, _, body) = post(
+            &http,
+            &format!("{}/v0/executions/{cancelled}/cancel", c.url),
+            serde_json::json!({}),
+        )
+        .await;
+        assert!(status < 300, "{status} {body}");
+        let notice = next_named(&mut on_a, "execution.cancelled", Duration::from_secs(5))
+            .await
+            .expect("execution.cancelled reaches the agent on A");
+        assert_eq!(notice["execution_id"], cancelled.as_str(), "{notice}");
+
+        // The agent on A takes another execution of B, then goes away; another consumer is on
+        // C. After the grace (2 s) B resets the execution and assigns it to the one on C.
+        let moved = create(&http, b, "graceful", 1).await;
+        let first = next_assigned(&mut on_a, Duration::from_secs(10))
+            .await
+            .expect("assigned on A");
+        assert_eq!(first["execution_id"], moved.as_str());
+        let old_session = first["session_id"].as_str().expect("session").to_owned();
+        let mut on_c = agent_stream(&http, &c.url, "graceful", "c2").await;
+        reader.abort();
+        drop(on_a);
+        let gone = Instant::now();
+        let again = next_assigned(&mut on_c, Duration::from_secs(15))
+            .await
+            .expect("reassigned to the consumer on C after the grace");
+        println!("reassigned {:?} after the disconnect", gone.elapsed());
+        assert_eq!(again["execution_id"], moved.as_str(), "{again}");
+        assert_ne!(again["session_id"], old_session.as_str());
+        assert!(
+            gone.elapsed() >= Duration::from_secs(2),
+            "not before the grace ended"
+        );
+        // The superseded session is refused and changes nothing.
+        let (status, _, body) = post(
+            &http,
+            &format!("{}/v0/agents/intent", a.url),
+            serde_json::json!({
+                "execution_id": moved,
+                "session_id": old_session,
+                "intent": {"type": "complete", "output": {}}
+            }),
+        )
+        .await;
+        assert_eq!(status, 401, "{body}");
+        let (_, _, execution) =
+            get_retrying(&http, &format!("{}/v0/executions/{moved}", c.url)).await;
+        assert_eq!(execution["status"], "running", "{execution}");
+        for kernel in kernels {
+            kernel.terminate().await;
+        }
+    })
+    .await
+    .expect("test within its budget");
+}

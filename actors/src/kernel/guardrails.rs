@@ -81,7 +81,9 @@ impl Kernel {
     /// Returns the policy engine in force (for a read-only look, such as which tools an
     /// execution may see; calls are decided by the policy actor).
     pub fn policy_engine(&self) -> std::sync::Arc<dyn crate::policy::PolicyEngine> {
-        super::context::read(&self.ctx.policy_in_force).engine.clone()
+        super::context::read(&self.ctx.policy_in_force)
+            .engine
+            .clone()
     }
 
     /// Replaces the policy engine and its hooks (hot reload). Rate-limit windows are kept. A

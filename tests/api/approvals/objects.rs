@@ -43,7 +43,10 @@ async fn post_as(
 /// `sha256:<hex>` of canonical JSON text, as the kernel records an approval's arguments.
 fn digest(canonical: &str) -> String {
     use sha2::Digest;
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(canonical.as_bytes())))
+    format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(canonical.as_bytes()))
+    )
 }
 
 #[tokio::test]
@@ -195,7 +198,10 @@ async fn approvals_are_answered_once_by_someone_allowed_and_the_answer_is_record
     assert_ne!(retry, step_id);
     let (_, listed) = kernel.get("/v0/approvals").await;
     assert_eq!(listed["approvals"][0]["step_id"], json!(retry));
-    assert_eq!(listed["approvals"][0]["arguments_digest"], digest(r#"{"v":2}"#));
+    assert_eq!(
+        listed["approvals"][0]["arguments_digest"],
+        digest(r#"{"v":2}"#)
+    );
     let batch = json!({"answers": [
         {"id": format!("{id}.{retry}"), "decision": "approve", "reason": "ok"},
         {"id": format!("{id}.{step_id}"), "decision": "approve"},
