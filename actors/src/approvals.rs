@@ -1,8 +1,49 @@
-//! What binds an approval to one call: the digest of its exact arguments. A retry with other
-//! arguments is a new step whose digest differs, so it asks again (docs/security.md).
+//! What an approval is bound to and who may answer it: the digest of the call's exact
+//! arguments (a retry with other arguments is a new step whose digest differs, so it asks
+//! again), and the rule's terms — approvers, expiry, self-approval (docs/policy.md).
 
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+/// Who may answer an approval: any of these roles, or any of these key names. Both empty: any
+/// key whose role answers approvals.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approvers {
+    /// Role names (`admin`, `operator`, `approver`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// Key names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+}
+
+impl Approvers {
+    /// Whether nobody is named (any key that answers approvals may).
+    pub fn is_empty(&self) -> bool {
+        self.roles.is_empty() && self.keys.is_empty()
+    }
+
+    /// Whether a key of this name and role may answer.
+    pub fn admit(&self, role: &str, key: &str) -> bool {
+        self.is_empty()
+            || self.roles.iter().any(|named| named == role)
+            || self.keys.iter().any(|named| named == key)
+    }
+}
+
+/// A `require_approval` rule's terms, recorded on `step.approval_required`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApprovalTerms {
+    /// Who may answer.
+    pub approvers: Approvers,
+    /// How long the approval may wait; past it the call is denied (`on_expiry: deny`).
+    pub expires_after: Option<Duration>,
+    /// Whether the key that created the execution may answer.
+    pub self_approval: bool,
+}
 
 /// Returns `sha256:<hex>` of the arguments' canonical JSON (object keys sorted, no spaces):
 /// equal arguments give equal digests whatever the order their keys were sent in.

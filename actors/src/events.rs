@@ -285,6 +285,23 @@ pub enum EventBody {
         /// these arguments (Keel addition; absent in older logs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments_digest: Option<String>,
+        /// Who may answer (the rule's `approval.approvers`; absent: any key that answers
+        /// approvals). Keel addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approvers: Option<crate::approvals::Approvers>,
+        /// When the approval expires (the rule's `approval.expires_in`). Keel addition.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "time::serde_micros_opt"
+        )]
+        expires_at: Option<Timestamp>,
+        /// What expiry does: `deny`. Keel addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_expiry: Option<String>,
+        /// Whether the execution's creator may answer (the rule's `approval.self_approval`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        self_approval: bool,
     },
     /// A signal arrived.
     #[serde(rename = "signal.received")]

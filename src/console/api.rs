@@ -51,6 +51,17 @@ pub struct ApprovalBody {
     /// `sha256:<hex>` of the arguments: the approval is for exactly these.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments_digest: Option<String>,
+    /// Who may answer (`roles`, `keys`); absent: any key that answers approvals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvers: Option<Value>,
+    /// When it expires, and what expiry does (`deny`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_expiry: Option<String>,
+    /// Whether the execution's creator may answer.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub self_approval: bool,
     pub requested_at: String,
 }
 
@@ -66,6 +77,10 @@ impl From<PendingApproval> for ApprovalBody {
             remote: field("remote").as_bool().unwrap_or(false),
             rule_id: field("rule_id").as_str().map(str::to_owned),
             arguments_digest: field("arguments_digest").as_str().map(str::to_owned),
+            approvers: approval.request.get("approvers").cloned(),
+            expires_at: field("expires_at").as_str().map(str::to_owned),
+            on_expiry: field("on_expiry").as_str().map(str::to_owned),
+            self_approval: field("self_approval").as_bool().unwrap_or(false),
             execution_id: approval.execution_id.into_string(),
             agent_id: approval.agent_id.into_string(),
             step_id: approval.step_id.into_string(),

@@ -19,6 +19,7 @@ use super::AppState;
 use super::body::read_json;
 use super::error::ApiError;
 use crate::auth::Principal;
+use keel_actors::approvals::Approvers;
 
 /// Most answers one batch may carry.
 const MAX_BATCH: usize = 100;
@@ -57,31 +58,81 @@ fn split_id(id: &str) -> Result<(ExecutionId, String), ApiError> {
     }
 }
 
-/// Refuses an answer from the key that created the execution: a named key may not approve
-/// what it asked for. The shared bearer token and open kernels have no identity to tell
-/// apart and are not checked.
-pub async fn check_not_creator(
+/// Events read per page while looking for an approval's request.
+const EVENTS_PAGE: i64 = 1000;
+
+/// What the answer checks need from an execution's log: who created it, and the terms of the
+/// approval `step_id` asked for (from its `step.approval_required`).
+async fn approval_facts(
+    state: &AppState,
+    execution_id: &ExecutionId,
+    step_id: Option<&str>,
+) -> Result<(Option<String>, Option<(Approvers, bool)>), ApiError> {
+    let (mut creator, mut request, mut after) = (None, None, 0);
+    loop {
+        let page = state
+            .kernel
+            .events(execution_id, after, EVENTS_PAGE)
+            .await?;
+        for event in &page {
+            match &event.body {
+                EventBody::ExecutionCreated { created_by, .. } => creator.clone_from(created_by),
+                EventBody::StepApprovalRequired {
+                    approvers,
+                    self_approval,
+                    ..
+                } if step_id.is_some()
+                    && event.step_id.as_ref().map(|id| id.as_str()) == step_id =>
+                {
+                    request = Some((approvers.clone().unwrap_or_default(), *self_approval));
+                }
+                _ => {}
+            }
+        }
+        match page.last() {
+            Some(last) if request.is_none() && page.len() as i64 == EVENTS_PAGE => {
+                after = last.sequence;
+            }
+            _ => return Ok((creator, request)),
+        }
+    }
+}
+
+/// Checks that this key may answer the approval of `step_id`: one of the rule's approvers
+/// (`approval.approvers`, roles or key names) and not the key that created the execution
+/// unless the rule allows self-approval. The shared bearer token and open kernels have no
+/// identity to tell apart and are not checked.
+pub async fn check_answerer(
     state: &AppState,
     principal: &Principal,
     execution_id: &ExecutionId,
+    step_id: Option<&str>,
 ) -> Result<(), ApiError> {
     if principal.revoked.is_none() {
         return Ok(());
     }
-    let first = state.kernel.events(execution_id, 0, 1).await?;
-    let creator = first.first().and_then(|event| match &event.body {
-        EventBody::ExecutionCreated { created_by, .. } => created_by.clone(),
-        _ => None,
-    });
-    if creator.as_deref() == Some(&*principal.name) {
+    let (creator, request) = approval_facts(state, execution_id, step_id).await?;
+    let (approvers, self_approval) = request.unwrap_or_default();
+    if !approvers.admit(principal.role.as_str(), &principal.name) {
+        tracing::warn!(key = %principal.name, execution.id = %execution_id, "answer refused: not an approver of this rule");
+        return Err(forbidden(
+            "forbidden: this key is not among the approvers the rule names",
+        ));
+    }
+    if !self_approval && creator.as_deref() == Some(&*principal.name) {
         tracing::warn!(key = %principal.name, execution.id = %execution_id, "self-approval refused");
-        return Err(ApiError::Forbidden {
-            rule_id: String::new(),
-            message: "forbidden: a key cannot answer an approval of an execution it created"
-                .to_owned(),
-        });
+        return Err(forbidden(
+            "forbidden: a key cannot answer an approval of an execution it created",
+        ));
     }
     Ok(())
+}
+
+fn forbidden(message: &str) -> ApiError {
+    ApiError::Forbidden {
+        rule_id: String::new(),
+        message: message.to_owned(),
+    }
 }
 
 /// Adds who answered to a `step.approve` payload (an object; anything else is left for the
@@ -114,7 +165,7 @@ async fn answer(
     if reason.as_ref().is_some_and(|reason| reason.len() > 4096) {
         return Err(ApiError::validation("reason is longer than 4096 bytes"));
     }
-    check_not_creator(state, principal, &execution_id).await?;
+    check_answerer(state, principal, &execution_id, Some(&step_id)).await?;
     let mut payload = json!({"step_id": step_id, "approved": approved});
     if let Some(reason) = &reason {
         payload["reason"] = json!(reason);

@@ -436,7 +436,11 @@ pub async fn signal(
     let mut payload = body.payload.unwrap_or(Value::Null);
     if signal_type == "step.approve" {
         // The same checks as the approvals API: not the execution's creator; who answered.
-        super::approvals::check_not_creator(&state, &principal, &id).await?;
+        let step_id = payload
+            .get("step_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        super::approvals::check_answerer(&state, &principal, &id, step_id.as_deref()).await?;
         payload = super::approvals::with_answerer(payload, &principal);
     }
     state

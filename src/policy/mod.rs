@@ -14,6 +14,7 @@ mod reload;
 #[cfg(test)]
 mod reload_tests;
 mod spec;
+mod spec_approval;
 mod spec_arguments;
 mod status;
 #[cfg(test)]

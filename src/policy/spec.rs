@@ -351,6 +351,9 @@ pub struct ThenSpec {
     /// retries it. Keel addition (the word rebuno uses).
     #[serde(default)]
     pub idempotency: Option<IdempotencySpec>,
+    /// Who may answer a `require_approval`, and its expiry. Keel addition.
+    #[serde(default)]
+    pub approval: Option<super::spec_approval::ApprovalSpec>,
 }
 
 /// `then.idempotency` of a rule.
@@ -437,6 +440,7 @@ impl From<RuleSpec> for RuleDefinition {
                 timeout_ms: spec.then.timeout_ms,
                 replay: spec.then.replay,
                 at_most_once: spec.then.idempotency == Some(IdempotencySpec::AtMostOnce),
+                approval: spec.then.approval.map(Into::into),
             },
             rate_limit: spec.rate_limit.map(|limit| RateLimitDefinition {
                 max: limit.max,

@@ -3,6 +3,7 @@
 //! mode is in `tests/directory.rs`, the reference-form and refused-file corpora in
 //! `tests/corpus.rs`, the examples of docs/policy.md in `tests/docs.rs`.
 
+mod approval;
 mod corpus;
 mod directory;
 mod docs;

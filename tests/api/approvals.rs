@@ -7,6 +7,7 @@
 mod denials;
 mod objects;
 mod restart;
+mod terms;
 
 use std::time::Duration;
 

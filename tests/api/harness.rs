@@ -175,6 +175,12 @@ impl TestKernel {
     /// `options` on the same store: a restart mid-flight. The new kernel listens on a new
     /// port; agents and runners reconnect to its `base_url`.
     pub async fn restart(self, options: Options) -> Self {
+        self.restart_after(options, Duration::ZERO).await
+    }
+
+    /// Like [`Self::restart`], with the kernel down for `down` in between (timers that come
+    /// due while it is down).
+    pub async fn restart_after(self, options: Options, down: Duration) -> Self {
         let Self {
             kernel,
             shutdown,
@@ -191,6 +197,7 @@ impl TestKernel {
             .await
             .expect("kernel stops in time");
         drop(kernel);
+        tokio::time::sleep(down).await;
         Self::start_on(options, store).await
     }
 

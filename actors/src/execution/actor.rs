@@ -375,6 +375,9 @@ async fn handle_message(
             if let Some(transition) = machine::execution_deadline(&state.exec, deadline, now) {
                 apply(state, transition).await?;
             }
+            if let Some(transition) = machine::approval_expired(&state.exec, now, &settings) {
+                apply(state, transition).await?;
+            }
             if let Some(step_id) = overdue_step(&state.exec, now)
                 && let Some(transition) = machine::step_deadline(&state.exec, &step_id, now)
             {

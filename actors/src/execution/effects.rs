@@ -223,7 +223,12 @@ pub(super) fn arm_wake(myself: &ActorRef<ExecutionMsg>, state: &mut ExecutionAct
         (!exec.status.is_terminal()).then(|| add(exec.created_at, settings.execution_timeout));
     let steps = enforced_step_deadlines(exec).map(|(_, deadline)| deadline);
     let stalls = watchdog::due_times(exec, settings);
-    let earliest = deadline.into_iter().chain(steps).chain(stalls).min();
+    let earliest = deadline
+        .into_iter()
+        .chain(exec.approval_expiry())
+        .chain(steps)
+        .chain(stalls)
+        .min();
     let now = state.ctx.now();
     state.timers.sync_wake(myself, now, earliest);
 }

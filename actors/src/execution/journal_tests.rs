@@ -327,6 +327,10 @@ impl Log {
                 reason: "a human must agree".to_owned(),
                 rule_id: None,
                 arguments_digest: None,
+                approvers: None,
+                expires_at: None,
+                on_expiry: None,
+                self_approval: false,
             },
         ));
         self.push(NewEvent::execution(EventBody::ExecutionBlocked {

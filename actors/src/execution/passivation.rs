@@ -29,10 +29,15 @@ pub fn waits(exec: &ExecutionState) -> bool {
     }
 }
 
-/// When a passivated execution must be woken: its execution deadline (the only timer a
-/// waiting execution has; step deadlines are suspended while it is hard-blocked).
+/// When a passivated execution must be woken: its execution deadline or the expiry of the
+/// approval it waits for, whichever comes first (step deadlines are suspended while it is
+/// hard-blocked).
 pub fn wake_at(exec: &ExecutionState, execution_timeout: std::time::Duration) -> Option<Timestamp> {
-    (!exec.status.is_terminal()).then(|| add(exec.created_at, execution_timeout))
+    let deadline = (!exec.status.is_terminal()).then(|| add(exec.created_at, execution_timeout));
+    deadline.map(|deadline| {
+        exec.approval_expiry()
+            .map_or(deadline, |expiry| expiry.min(deadline))
+    })
 }
 
 /// Arms an idle check when the execution waits and none is armed for the current epoch.

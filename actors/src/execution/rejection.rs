@@ -60,6 +60,9 @@ pub enum Rejection {
     /// A `step.approve` names a step whose approval was already answered.
     #[error("conflict: the approval of step {0} was already answered")]
     ApprovalAnswered(String),
+    /// A `step.approve` came after the approval's expiry.
+    #[error("conflict: the approval of step {0} expired")]
+    ApprovalExpired(String),
     /// A reconciliation names a step whose outcome is not unknown.
     #[error("conflict: the outcome of step {0} is not unknown")]
     OutcomeKnown(String),
@@ -86,6 +89,7 @@ impl Rejection {
             | Self::AwaitingApproval(_)
             | Self::IdempotencyConflict(_)
             | Self::ApprovalAnswered(_)
+            | Self::ApprovalExpired(_)
             | Self::OutcomeKnown(_)
             | Self::NotPending(_) => ErrorCode::Conflict,
         }

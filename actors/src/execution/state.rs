@@ -62,6 +62,8 @@ pub struct ExecutionState {
     pub signal_wait: Option<String>,
     /// Step awaiting approval.
     pub approval: Option<StepId>,
+    /// When the last approval asked for expires (read with [`Self::approval_expiry`]).
+    pub approval_expires_at: Option<Timestamp>,
     /// Signals received and not consumed yet, oldest first.
     pub pending_signals: VecDeque<(String, Value)>,
     /// Idempotency keys of the current run.
@@ -125,6 +127,7 @@ impl ExecutionState {
             tool_blocked: false,
             signal_wait: None,
             approval: None,
+            approval_expires_at: None,
             pending_signals: VecDeque::new(),
             intents: HashMap::new(),
             history: Vec::new(),
@@ -155,6 +158,11 @@ impl ExecutionState {
     /// Returns the steps that have not ended.
     pub fn active_steps(&self) -> impl Iterator<Item = &StepState> {
         self.steps.iter().filter(|step| !step.status.is_terminal())
+    }
+
+    /// Returns when the approval the execution waits for expires (none without one).
+    pub fn approval_expiry(&self) -> Option<Timestamp> {
+        self.approval.as_ref().and(self.approval_expires_at)
     }
 
     /// Returns whether a signal wait or an approval blocks the execution (tool steps do not

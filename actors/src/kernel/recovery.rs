@@ -1,5 +1,7 @@
 //! Startup recovery: rebuilds the world from one index query of the store.
 
+use std::collections::HashMap;
+
 use ractor::ActorRef;
 
 use super::handle::Kernel;
@@ -8,6 +10,10 @@ use crate::agent_group::AgentGroupMsg;
 use crate::execution::{ExecutionMsg, ExecutionSupervisorMsg};
 use crate::ids::ExecutionId;
 use crate::status::ExecutionStatus;
+use crate::time::Timestamp;
+
+/// Most pending approvals whose expiry a recovery reads.
+const MAX_RECOVERED_APPROVALS: i64 = 100_000;
 
 impl Kernel {
     /// Startup recovery from an index scan: executions with work in flight (a session that
@@ -76,6 +82,14 @@ impl Kernel {
         let timeout = self.ctx.config.execution.execution_timeout;
         let mut dormant = Vec::new();
         let mut active = 0usize;
+        let blocked = entries
+            .iter()
+            .any(|entry| entry.status == ExecutionStatus::Blocked && !entry.live_steps);
+        let expiries = if blocked && self.ctx.config.passivate_after.is_some() {
+            self.approval_expiries().await?
+        } else {
+            HashMap::new()
+        };
         for entry in entries {
             self.ctx.metrics.execution_moved(None, entry.status);
             let waits = match entry.status {
@@ -105,7 +119,11 @@ impl Kernel {
                     },
                 );
             }
-            let wake_at = crate::time::add(entry.created_at, timeout);
+            let mut wake_at = crate::time::add(entry.created_at, timeout);
+            if let Some(expiry) = expiries.get(&entry.id) {
+                // An approval that expired while the kernel was down is denied at once.
+                wake_at = wake_at.min(*expiry);
+            }
             dormant.push((entry.id, Some(wake_at)));
         }
         let waiting = dormant.len();
@@ -118,6 +136,24 @@ impl Kernel {
                 })?;
         }
         Ok((count, active, waiting))
+    }
+
+    /// When each waiting approval with an expiry expires, by execution (read once per recovery,
+    /// so that a passivated execution is woken for its approval's expiry).
+    async fn approval_expiries(&self) -> Result<HashMap<ExecutionId, Timestamp>, KernelError> {
+        let pending = self
+            .ctx
+            .store
+            .pending_approvals(MAX_RECOVERED_APPROVALS)
+            .await?;
+        Ok(pending
+            .into_iter()
+            .filter_map(|approval| {
+                let text = approval.request.get("expires_at")?.as_str()?;
+                let expiry = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+                Some((approval.execution_id, expiry.with_timezone(&chrono::Utc)))
+            })
+            .collect())
     }
 
     /// Activates an execution and has it re-announce itself (startup recovery).

@@ -127,6 +127,8 @@ pub struct PolicyDecision {
     pub replay: bool,
     /// Whether the rule says `idempotency: at_most_once` (docs/failure-semantics.md).
     pub at_most_once: bool,
+    /// The terms of the approval a `require_approval` rule asks for (who, until when).
+    pub approval: Option<Arc<crate::approvals::ApprovalTerms>>,
 }
 
 /// One admitted call in the rate-limit windows.
@@ -156,6 +158,7 @@ impl PolicyDecision {
             max_concurrent_steps: None,
             replay: true,
             at_most_once: false,
+            approval: None,
         }
     }
 

@@ -28,6 +28,15 @@ pub struct Approval {
     rule_id: Option<String>,
     /// `sha256:<hex>` of the arguments' canonical JSON: the approval is for exactly these.
     arguments_digest: Option<String>,
+    /// Who may answer (`{"roles": [...], "keys": [...]}`); absent: any key that answers
+    /// approvals.
+    approvers: Option<Value>,
+    /// When the approval expires (the rule's `approval.expires_in`).
+    expires_at: Option<String>,
+    /// What expiry does: `deny`.
+    on_expiry: Option<String>,
+    /// Whether the key that created the execution may answer.
+    self_approval: Option<bool>,
     /// Time of the `step.approval_required` event.
     requested_at: String,
 }

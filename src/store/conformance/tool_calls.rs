@@ -82,6 +82,10 @@ pub(super) async fn call(
                 reason: "needs a human".to_owned(),
                 rule_id: None,
                 arguments_digest: None,
+                approvers: None,
+                expires_at: None,
+                on_expiry: None,
+                self_approval: false,
             },
         ));
         status = ExecutionStatus::Blocked;

@@ -63,6 +63,7 @@ pub(super) fn invoke_tool(
         .unwrap_or(settings.step_timeout);
     let deadline = add(now, step_timeout);
     if verdict.decision == Decision::RequireApproval {
+        let terms = verdict.approval.as_deref();
         let step_deadline = add(now, settings.step_timeout);
         let rule = RuleSettings {
             timeout_ms: verdict.timeout_ms,
@@ -82,6 +83,16 @@ pub(super) fn invoke_tool(
                     reason: verdict.reason.clone(),
                     rule_id: Some(verdict.rule_id.clone()),
                     arguments_digest: Some(crate::approvals::arguments_digest(call.arguments)),
+                    approvers: terms
+                        .map(|terms| terms.approvers.clone())
+                        .filter(|approvers| !approvers.is_empty()),
+                    expires_at: terms
+                        .and_then(|terms| terms.expires_after)
+                        .map(|after| add(now, after)),
+                    on_expiry: terms
+                        .and_then(|terms| terms.expires_after)
+                        .map(|_| "deny".to_owned()),
+                    self_approval: terms.is_some_and(|terms| terms.self_approval),
                 },
             )
             .with_key(key),

@@ -112,7 +112,7 @@ pub use llm::llm_called;
 pub use replays::{
     ReplayedCall, replay_call, replay_wait, replayable, replayable_signal, reusable_grant,
 };
-pub use signals::signal;
+pub use signals::{approval_expired, signal};
 pub use steps::{
     RUNNER_LOST_ERROR, Reconciliation, agent_step_result, claim_job, jittered_retry_delay,
     reconcile, retry_delay, runner_lost, runner_result, step_started, tool_error_text,

@@ -28,6 +28,11 @@ pub fn signal(
     }
     if signal_type == "step.approve" {
         answered_before(state, payload)?;
+        if let (Some(step_id), Some(expiry)) = (&state.approval, state.approval_expiry())
+            && expiry <= now
+        {
+            return Err(Rejection::ApprovalExpired(step_id.to_string()));
+        }
     }
     let approval = match (&state.approval, signal_type) {
         (Some(step_id), "step.approve") => Some(parse_approval(step_id, payload)?),
@@ -83,6 +88,28 @@ fn answered_before(state: &ExecutionState, payload: &Value) -> Result<(), Reject
         Some(step) if step.approval_requested => Err(Rejection::ApprovalAnswered(named.to_owned())),
         _ => Ok(()),
     }
+}
+
+/// Denies the approval the execution waits for once its expiry passed (the rule's
+/// `on_expiry: deny`): the step fails with `approval expired`, as a denial would, and the
+/// agent is told. `None` when nothing expired by `now`.
+pub fn approval_expired(
+    state: &ExecutionState,
+    now: Timestamp,
+    settings: &ExecutionSettings,
+) -> Option<Transition> {
+    let step_id = state.approval.clone()?;
+    if state.status.is_terminal() || state.approval_expiry()? > now {
+        return None;
+    }
+    let mut transition = Transition::default();
+    let expired = Approval {
+        step_id,
+        approved: false,
+        reason: Some("approval expired".to_owned()),
+    };
+    resolve_approval(state, &expired, now, settings, &mut transition);
+    Some(transition)
 }
 
 struct Approval {

@@ -165,8 +165,9 @@ impl ExecutionState {
                     outcome_unknown: false,
                 });
             }
-            EventBody::StepApprovalRequired { .. } => {
+            EventBody::StepApprovalRequired { expires_at, .. } => {
                 let key = event.idempotency_key.clone();
+                self.approval_expires_at = *expires_at;
                 if let Some(step) = self.step_mut(event.step_id.as_ref()) {
                     step.awaiting_approval = true;
                     step.approval_requested = true;

@@ -12,7 +12,8 @@ use super::concurrency::compile_concurrency;
 use super::conditions::Conditions;
 use super::definition::{CompileIssue, FieldPath, PolicyDefinition, RuleDefinition};
 use super::duration::parse_duration;
-use crate::policy::engine::{PolicyDecision, RateLimit, RetrySettings};
+use crate::approvals::{ApprovalTerms, Approvers};
+use crate::policy::engine::{Decision, PolicyDecision, RateLimit, RetrySettings};
 
 /// What compiling one file produced: the rules or every problem, plus warnings either way.
 #[derive(Debug)]
@@ -198,6 +199,11 @@ fn compile_rule(
             errors,
         )
     });
+    let approval = rule
+        .then
+        .approval
+        .as_ref()
+        .and_then(|approval| compile_approval(approval, rule, &path, errors));
     if errors.len() > error_count {
         return None;
     }
@@ -220,6 +226,7 @@ fn compile_rule(
         max_concurrent_steps: None,
         replay: rule.then.replay.unwrap_or(true),
         at_most_once: rule.then.at_most_once,
+        approval,
     };
     Some(CompiledRule {
         index,
@@ -227,6 +234,75 @@ fn compile_rule(
         conditions,
         outcome,
     })
+}
+
+/// Checks a rule's `then.approval` and turns it into the terms recorded on each approval.
+fn compile_approval(
+    approval: &super::definition::ApprovalDefinition,
+    rule: &RuleDefinition,
+    path: &FieldPath,
+    errors: &mut Vec<CompileIssue>,
+) -> Option<Arc<ApprovalTerms>> {
+    let name = rule.id.as_str();
+    let before = errors.len();
+    let mut issue = |keys: &[&str], message: String| {
+        errors.push(CompileIssue::new(
+            path.keys(keys),
+            format!("rule `{name}`: {message}"),
+        ));
+    };
+    if rule.then.decision != Decision::RequireApproval {
+        issue(
+            &["then", "approval"],
+            "then.approval is only for decision: require_approval".to_owned(),
+        );
+    }
+    for role in &approval.roles {
+        if !matches!(role.as_str(), "admin" | "operator" | "approver") {
+            issue(
+                &["then", "approval", "approvers", "roles"],
+                format!(
+                    "then.approval.approvers.roles: {role:?} does not answer approvals \
+                     (admin, operator or approver)"
+                ),
+            );
+        }
+    }
+    if approval.keys.iter().any(|key| key.trim().is_empty()) {
+        issue(
+            &["then", "approval", "approvers", "keys"],
+            "then.approval.approvers.keys: a key name must not be empty".to_owned(),
+        );
+    }
+    if let Some(on_expiry) = &approval.on_expiry
+        && on_expiry != "deny"
+    {
+        issue(
+            &["then", "approval", "on_expiry"],
+            format!("then.approval.on_expiry must be deny, not {on_expiry:?}"),
+        );
+    }
+    // `parse_duration` refuses zero and negative durations.
+    let expires_after = approval.expires_in.as_ref().and_then(|text| {
+        duration_field(
+            text,
+            path,
+            &["then", "approval", "expires_in"],
+            name,
+            errors,
+        )
+    });
+    if errors.len() > before {
+        return None;
+    }
+    Some(Arc::new(ApprovalTerms {
+        approvers: Approvers {
+            roles: approval.roles.clone(),
+            keys: approval.keys.clone(),
+        },
+        expires_after,
+        self_approval: approval.self_approval,
+    }))
 }
 
 /// Parses the duration at `rule_path.keys`, reporting a problem when it is bad.

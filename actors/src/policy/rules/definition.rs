@@ -228,6 +228,23 @@ pub struct OutcomeDefinition {
     pub replay: Option<bool>,
     /// `idempotency: at_most_once`: a remote step that lost its runner is not retried.
     pub at_most_once: bool,
+    /// `approval:` terms of a `require_approval` rule (Keel addition).
+    pub approval: Option<ApprovalDefinition>,
+}
+
+/// `then.approval:` — who may answer the approval a rule asks for, and when it expires.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ApprovalDefinition {
+    /// Roles that may answer (`admin`, `operator`, `approver`).
+    pub roles: Vec<String>,
+    /// Key names that may answer.
+    pub keys: Vec<String>,
+    /// How long the approval waits, a Go duration (`30m`).
+    pub expires_in: Option<String>,
+    /// What expiry does: `deny` (the only choice today).
+    pub on_expiry: Option<String>,
+    /// Whether the key that created the execution may answer.
+    pub self_approval: bool,
 }
 
 /// The `rate_limit:` section of a rule.

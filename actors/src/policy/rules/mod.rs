@@ -24,10 +24,10 @@ pub use compiled::{AGENT_DEFAULT_RULE_ID, CompiledPolicy, CompiledRules, MergeCo
 pub use concurrency::Concurrency;
 pub use conditions::KNOWN_ACTIONS;
 pub use definition::{
-    ArgumentsDefinition, ArgumentsForm, BreakerDefinition, BudgetDefinition, CompileIssue,
-    ConcurrencyDefinition, ConditionDefinition, DefaultDefinition, FieldPath, LabelLimitDefinition,
-    OutcomeDefinition, PathSegment, PolicyDefinition, PredicateDefinition, RateLimitDefinition,
-    RetryDefinition, RuleDefinition, ToolLimitDefinition,
+    ApprovalDefinition, ArgumentsDefinition, ArgumentsForm, BreakerDefinition, BudgetDefinition,
+    CompileIssue, ConcurrencyDefinition, ConditionDefinition, DefaultDefinition, FieldPath,
+    LabelLimitDefinition, OutcomeDefinition, PathSegment, PolicyDefinition, PredicateDefinition,
+    RateLimitDefinition, RetryDefinition, RuleDefinition, ToolLimitDefinition,
 };
 pub use duration::{parse_duration, parse_go_duration, parse_non_negative_duration};
 pub use glob::Glob;

@@ -40,6 +40,7 @@ pub(super) fn rule(
         description: None,
         when,
         then: OutcomeDefinition {
+            approval: None,
             decision,
             reason: None,
             timeout_ms: None,
