@@ -298,6 +298,24 @@ async fn every_route_answers_each_role_as_the_table_says_and_refusals_change_not
         ),
         (
             Method::POST,
+            format!("/v0/executions/{id}/steps/none/reconcile"),
+            json!({"answer": "fail"}),
+            &[Admin, Operator],
+        ),
+        (
+            Method::POST,
+            format!("/v0/approvals/{id}.none"),
+            json!({"decision": "approve"}),
+            &[Admin, Operator, Approver],
+        ),
+        (
+            Method::POST,
+            "/v0/approvals".into(),
+            json!({"answers": [{"id": format!("{id}.none"), "decision": "deny", "reason": "no"}]}),
+            &[Admin, Operator, Approver],
+        ),
+        (
+            Method::POST,
             format!("/v0/executions/{id}/cancel"),
             json!({}),
             &[Admin, Operator],
