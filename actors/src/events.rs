@@ -183,6 +183,11 @@ pub enum EventBody {
         /// local tool of the rebuno SDK, or a rule with `replay: false`). Keel addition.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         repeats: Option<StepId>,
+        /// The arguments the agent proposed when a `pre_tool` hook replaced them (`arguments`
+        /// are the ones the tool runs with): the call's identity in the journal, so that a
+        /// re-run's identical intent matches it. Keel addition.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proposed_arguments: Option<Value>,
         /// The matching rule says `idempotency: at_most_once`: a lost runner makes the
         /// outcome unknown instead of retrying the step. Keel addition.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -226,6 +226,7 @@ pub async fn commit_round_trips_every_event_field(store: Arc<dyn Store>) {
                 replay_of: None,
                 key_of: None,
                 repeats: None,
+                proposed_arguments: None,
                 at_most_once: false,
             },
         )

@@ -16,19 +16,19 @@ use crate::harness::{Assignment, Options, TestKernel, TestRunner, running_execut
 
 /// What the hook server answers on one route.
 #[derive(Clone, Debug)]
-enum Behaviour {
+pub(crate) enum Behaviour {
     Answer(Value),
     Sleep(Duration),
 }
 
 #[derive(Clone, Default)]
-struct HookServer {
+pub(crate) struct HookServer {
     behaviour: Arc<Mutex<std::collections::HashMap<String, Behaviour>>>,
     requests: Arc<Mutex<Vec<(String, Value)>>>,
 }
 
 impl HookServer {
-    async fn start() -> (Self, String) {
+    pub(crate) async fn start() -> (Self, String) {
         let server = Self::default();
         let app = axum::Router::new()
             .route("/{name}", axum::routing::post(answer))
@@ -43,14 +43,14 @@ impl HookServer {
         (server, format!("http://{address}"))
     }
 
-    fn set(&self, name: &str, behaviour: Behaviour) {
+    pub(crate) fn set(&self, name: &str, behaviour: Behaviour) {
         self.behaviour
             .lock()
             .expect("lock")
             .insert(name.to_owned(), behaviour);
     }
 
-    fn requests(&self, name: &str) -> Vec<Value> {
+    pub(crate) fn requests(&self, name: &str) -> Vec<Value> {
         self.requests
             .lock()
             .expect("lock")
@@ -118,7 +118,7 @@ hooks:
     )
 }
 
-async fn kernel_with_hooks(base: &str, failure: &str) -> TestKernel {
+pub(crate) async fn kernel_with_hooks(base: &str, failure: &str) -> TestKernel {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("policy.yaml");
     std::fs::write(&path, policy(base, failure)).expect("write policy");

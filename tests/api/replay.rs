@@ -123,3 +123,70 @@ async fn a_rerun_local_call_is_answered_from_the_journal_for_an_agent_that_repla
     kernel.shutdown().await;
     kernel2.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_rerun_matches_a_remote_call_a_hook_rewrote_by_the_agents_own_arguments() {
+    use crate::harness::TestRunner;
+    use crate::hooks::{Behaviour, HookServer, kernel_with_hooks};
+    let (hooks, base) = HookServer::start().await;
+    // The pre_tool hook fills in a currency: the tool runs with other arguments than the
+    // agent proposed.
+    hooks.set(
+        "pre",
+        Behaviour::Answer(
+            json!({"decision": "modify", "arguments": {"amount": 100, "currency": "EUR"}}),
+        ),
+    );
+    let kernel = kernel_with_hooks(&base, "fail_closed").await;
+    let mut runner = TestRunner::connect(&kernel, "pay-runner", &["pay.charge"]).await;
+    let (agent, first) = running_execution(&kernel, "payer").await;
+    let charge = json!({"type": "invoke_tool", "tool_id": "pay.charge", "remote": true,
+        "arguments": {"amount": 100}});
+    let (status, body) = first.intent(&kernel, charge.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let recorded = body["step_id"].as_str().expect("step").to_owned();
+    let job = runner.job().await;
+    assert_eq!(job["arguments"], json!({"amount": 100, "currency": "EUR"}));
+    let (status, _) = runner
+        .result(&kernel, &job, true, json!({"charge": "ch_1"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let events = kernel.events(&first.execution_id).await;
+    let created = events
+        .iter()
+        .find(|e| e["type"] == "step.created" && e["step_id"] == json!(recorded))
+        .expect("step.created");
+    assert_eq!(
+        created["payload"]["arguments"],
+        json!({"amount": 100, "currency": "EUR"})
+    );
+    assert_eq!(
+        created["payload"]["proposed_arguments"],
+        json!({"amount": 100})
+    );
+
+    // The agent is lost; the re-run proposes the same call: answered from the journal.
+    let mut standby = TestAgent::connect(&kernel, "payer").await;
+    drop(agent);
+    let again = standby.assignment().await;
+    assert_eq!(again.execution_id, first.execution_id);
+    let (status, body) = again.intent(&kernel, charge).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let result = standby.stream.next_of("tool.result").await;
+    assert_eq!(result.data["step_id"], body["step_id"]);
+    assert_eq!(result.data["result"], json!({"charge": "ch_1"}));
+    let events = kernel.events(&first.execution_id).await;
+    let replay = events
+        .iter()
+        .find(|e| e["type"] == "step.created" && e["step_id"] == body["step_id"])
+        .expect("step.created");
+    assert_eq!(replay["payload"]["replay_of"], json!(recorded));
+    // One job, one hook call: the replay ran neither the tool nor the hook.
+    let jobs = events
+        .iter()
+        .filter(|e| e["type"] == "step.dispatched")
+        .count();
+    assert_eq!(jobs, 1);
+    assert_eq!(hooks.requests("pre").len(), 1);
+    kernel.shutdown().await;
+}

@@ -108,6 +108,8 @@ pub(super) struct PreTool {
     pub events: Vec<NewEvent>,
     /// Whether the intent's arguments were replaced.
     pub modified: bool,
+    /// The arguments the agent proposed, when the chain replaced them.
+    pub proposed: Option<Value>,
 }
 
 /// Runs the `pre_tool` chain of an allowed `invoke_tool`: modified arguments replace the
@@ -175,13 +177,14 @@ pub(super) async fn pre_tool(
     )
     .await;
     let slot = verdict.rate_slot.take();
+    let mut proposed = None;
     match run.outcome {
         ChainOutcome::Abort { hook_id, reason } => {
             *verdict = PolicyDecision::plain(Decision::Deny, &format!("hook:{hook_id}"), "");
             verdict.deny(DenialKind::Hook, reason);
         }
         ChainOutcome::Continue(new_arguments) if run.modified => {
-            *arguments = new_arguments;
+            proposed = Some(std::mem::replace(arguments, new_arguments));
             let input = policy_input(state, tool_id, arguments);
             let recheck = ask_policy(state, |reply| PolicyMsg::Evaluate(input, reply)).await?;
             state
@@ -202,6 +205,7 @@ pub(super) async fn pre_tool(
     Ok(PreTool {
         events: run.events,
         modified: run.modified,
+        proposed,
     })
 }
 

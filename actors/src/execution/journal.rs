@@ -72,7 +72,7 @@ impl Journal {
         let mut journal = Self::default();
         let mut occurrences: HashMap<(u32, String), usize> = HashMap::new();
         for step in steps {
-            let key = call_key(&step.tool_id, &step.arguments);
+            let key = call_key(&step.tool_id, step.call_arguments());
             let counter = occurrences.entry((step.run, key.clone())).or_default();
             let occurrence = *counter;
             *counter += 1;

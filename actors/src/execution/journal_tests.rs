@@ -165,6 +165,7 @@ fn created(tool: &str, arguments: Value, replay_of: Option<StepId>) -> EventBody
         replay_of,
         key_of: None,
         repeats: None,
+        proposed_arguments: None,
         at_most_once: false,
     }
 }

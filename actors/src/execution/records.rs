@@ -64,6 +64,8 @@ pub struct StepState {
     pub replay_of: Option<StepId>,
     /// Step of an earlier run whose idempotency key this step keeps.
     pub key_of: Option<StepId>,
+    /// The agent's arguments when a `pre_tool` hook replaced them (`arguments` ran).
+    pub proposed_arguments: Option<Value>,
     /// Whether a lost runner makes its outcome unknown instead of retrying it.
     pub at_most_once: bool,
     /// Whether its outcome is unknown, waiting for an operator's reconciliation.
@@ -71,6 +73,11 @@ pub struct StepState {
 }
 
 impl StepState {
+    /// Returns the arguments that identify the call in the journal: the agent's own.
+    pub fn call_arguments(&self) -> &Value {
+        self.proposed_arguments.as_ref().unwrap_or(&self.arguments)
+    }
+
     /// Whether the log says a runner got the step's current job: it started it, or the job was
     /// claimed by a named runner (`step.dispatched` with a runner id, recorded at delivery for
     /// retries and for every attempt of an `at_most_once` step).

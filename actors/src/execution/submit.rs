@@ -46,14 +46,16 @@ pub(super) async fn submit_intent(
         None => super::hooks::PreTool::default(),
     };
     let hook_events = pre_tool.events;
+    let proposed = pre_tool.proposed.as_ref();
     let reused = match verdict.as_mut() {
-        Some(verdict) => reuse_grant(state, &intent, verdict),
+        Some(verdict) => reuse_grant(state, &intent, proposed, verdict),
         None => None,
     };
     let settings = state.ctx.config.execution.clone();
-    let (mut transition, mut reply) = machine::intent(
+    let (mut transition, mut reply) = machine::proposed_intent(
         &state.exec,
         &intent,
+        proposed,
         verdict.as_ref(),
         state.ctx.now(),
         &settings,
@@ -192,6 +194,7 @@ fn replay_allowed(state: &ExecutionActorState, tool_id: &ToolId, arguments: &Val
 fn reuse_grant(
     state: &ExecutionActorState,
     intent: &Intent,
+    proposed: Option<&Value>,
     verdict: &mut PolicyDecision,
 ) -> Option<StepId> {
     let Intent::InvokeTool {
@@ -203,7 +206,8 @@ fn reuse_grant(
     if verdict.decision != Decision::RequireApproval {
         return None;
     }
-    let granted = machine::reusable_grant(&state.exec, tool_id, arguments)?.clone();
+    let identity = proposed.unwrap_or(arguments);
+    let granted = machine::reusable_grant(&state.exec, tool_id, identity)?.clone();
     verdict.decision = Decision::Allow;
     Some(granted)
 }

@@ -25,6 +25,7 @@ fn created(tool: &str) -> EventBody {
         replay_of: None,
         key_of: None,
         repeats: None,
+        proposed_arguments: None,
         at_most_once: false,
     }
 }

@@ -298,6 +298,7 @@ async fn seed_calls(store: &MemoryStore, agent: &str, calls: usize, clock: &Cloc
                 replay_of: None,
                 key_of: None,
                 repeats: None,
+                proposed_arguments: None,
                 at_most_once: false,
             },
         ));

@@ -204,6 +204,19 @@ pub fn intent(
     now: Timestamp,
     settings: &ExecutionSettings,
 ) -> Result<(Transition, IntentReply), Rejection> {
+    proposed_intent(state, intent, None, verdict, now, settings)
+}
+
+/// [`intent`] for an `invoke_tool` whose arguments a `pre_tool` hook replaced: `proposed` are
+/// the agent's own, the call's identity in the journal (recorded on `step.created`).
+pub fn proposed_intent(
+    state: &ExecutionState,
+    intent: &Intent,
+    proposed: Option<&Value>,
+    verdict: Option<&PolicyDecision>,
+    now: Timestamp,
+    settings: &ExecutionSettings,
+) -> Result<(Transition, IntentReply), Rejection> {
     match intent {
         Intent::InvokeTool {
             tool_id,
@@ -217,18 +230,20 @@ pub fn intent(
                 ));
             };
             let journal = state.journal.as_ref();
+            let identity = proposed.unwrap_or(arguments);
             let key_of = journal
-                .and_then(|journal| journal.key_of(tool_id, arguments))
+                .and_then(|journal| journal.key_of(tool_id, identity))
                 .cloned();
             let repeats = journal
-                .and_then(|journal| journal.lookup(tool_id, arguments))
+                .and_then(|journal| journal.lookup(tool_id, identity))
                 .map(|entry| entry.step_id.clone());
             let in_doubt_of = journal
-                .and_then(|journal| journal.in_doubt(tool_id, arguments))
+                .and_then(|journal| journal.in_doubt(tool_id, identity))
                 .cloned();
             let call = ToolCall {
                 tool_id,
                 arguments,
+                proposed,
                 key: idempotency_key.as_ref(),
                 remote: *remote,
                 key_of,

@@ -15,6 +15,8 @@ use std::time::Duration;
 pub(super) struct ToolCall<'a> {
     pub(super) tool_id: &'a ToolId,
     pub(super) arguments: &'a Value,
+    /// The agent's arguments when a `pre_tool` hook replaced them (the journal identity).
+    pub(super) proposed: Option<&'a Value>,
     pub(super) key: Option<&'a String>,
     pub(super) remote: bool,
     /// Step of an earlier run whose idempotency key this call keeps (a re-run).
@@ -238,6 +240,7 @@ fn step_created(
             replay_of: None,
             key_of: call.key_of.clone(),
             repeats: call.repeats.clone(),
+            proposed_arguments: call.proposed.cloned(),
             at_most_once: rule.at_most_once,
         },
     )

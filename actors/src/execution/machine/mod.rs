@@ -104,7 +104,9 @@ fn cancel_steps(
     }
 }
 
-pub use intents::{assign, check_session, create, fail_text, intent, precheck_intent};
+pub use intents::{
+    assign, check_session, create, fail_text, intent, precheck_intent, proposed_intent,
+};
 pub use lifecycle::{
     cancel, consumer_lost, execution_deadline, fail_by_kernel, reset, step_deadline,
 };

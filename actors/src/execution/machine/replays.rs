@@ -77,6 +77,7 @@ pub fn replay_call(
                     .and_then(|journal| journal.key_of(call.tool_id, call.arguments))
                     .cloned(),
                 repeats: None,
+                proposed_arguments: None,
                 at_most_once: false,
             },
         )

@@ -116,10 +116,11 @@ impl ExecutionState {
                 replay_of,
                 key_of,
                 at_most_once,
+                proposed_arguments,
                 ..
             } => {
                 if let Some(journal) = &mut self.journal {
-                    journal.saw(tool_id, arguments);
+                    journal.saw(tool_id, proposed_arguments.as_ref().unwrap_or(arguments));
                 }
                 let step_id = event.step_id.clone().unwrap_or_else(|| StepId::new(""));
                 if let Some(key) = &event.idempotency_key {
@@ -161,6 +162,7 @@ impl ExecutionState {
                     run: self.runs,
                     replay_of: replay_of.clone(),
                     key_of: key_of.clone(),
+                    proposed_arguments: proposed_arguments.clone(),
                     at_most_once: *at_most_once,
                     outcome_unknown: false,
                 });
