@@ -118,6 +118,11 @@ impl Routing {
         }
     }
 
+    /// Largest request body read here (the large body limit).
+    pub fn body_limit(&self) -> usize {
+        self.body_limit
+    }
+
     /// This kernel's `--node-id`.
     pub fn node_id(&self) -> &str {
         &self.node_id
@@ -167,6 +172,9 @@ pub async fn forward(
     let forwarded = request.headers().contains_key(FORWARDED_BY);
     let path = request.uri().path().to_owned();
     let method = request.method().clone();
+    if method == Method::POST && !forwarded && super::publish::is_publication(&path) {
+        return super::publish::publish(routing, request, next).await;
+    }
     let target = if let Some(id) = execution_in_path(&path) {
         Target::Execution(id.to_owned())
     } else if method == Method::POST

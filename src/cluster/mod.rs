@@ -19,6 +19,7 @@ pub mod assign;
 pub mod bridge;
 pub mod forward;
 pub mod handover;
+pub mod publish;
 pub mod view;
 
 use std::collections::BTreeMap;

@@ -4,6 +4,9 @@
 file in its data directory); `postgres` gives every kernel a fresh database `keel_sdk_<uuid>`,
 created with `psql` on the server `KEEL_TEST_POSTGRES_URL` names (its admin database), passed
 as `--db-url`, kept across restarts of that kernel and dropped when the kernel is stopped.
+`cluster` does the same and runs each scenario kernel as three `--cluster` kernels on that
+database (harness.py): every use of its URL names the next of the three, so agents, runners
+and clients are spread over them.
 """
 
 from __future__ import annotations
@@ -20,9 +23,15 @@ POSTGRES_ENV = "KEEL_TEST_POSTGRES_URL"
 
 def backend() -> str:
     value = os.environ.get(BACKEND_ENV, "") or "sqlite"
-    if value not in ("sqlite", "postgres", "postgresql"):
-        raise RuntimeError(f"{BACKEND_ENV}={value!r}: expected sqlite or postgres")
+    if value not in ("sqlite", "postgres", "postgresql", "cluster"):
+        raise RuntimeError(f"{BACKEND_ENV}={value!r}: expected sqlite, postgres or cluster")
+    if value == "cluster":
+        return "cluster"
     return "postgres" if value.startswith("postgres") else "sqlite"
+
+
+# Kernels of one scenario kernel in the cluster mode.
+CLUSTER_SIZE = 3
 
 
 def _psql(admin_url: str, sql: str) -> None:

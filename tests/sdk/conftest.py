@@ -29,6 +29,8 @@ _SANDBOXES = pytest.StashKey[Sandbox]()
 
 
 def pytest_report_header(config: pytest.Config) -> str:  # noqa: ARG001
+    if backend.backend() == "cluster":
+        return "keel backend: cluster (three --cluster kernels on a fresh database per kernel)"
     if backend.backend() == "postgres":
         return "keel backend: postgres (a fresh keel_sdk_<uuid> database per kernel)"
     return "keel backend: sqlite (a fresh data directory per kernel)"

@@ -166,18 +166,30 @@ class Kernel:
         self.log = workdir / "kernel.log"
         # PostgreSQL when KEEL_TEST_BACKEND=postgres (kept across restarts), else None.
         self.database = backend.new_database()
+        # Cluster mode: the ports of the other kernels and their processes.
+        self.cluster = backend.backend() == "cluster"
+        self.ports: list[int] = []
+        self.peers: list[Proc] = []
+        self._next = 0
 
     @property
     def url(self) -> str:
+        # Cluster mode: each use names the next kernel, spreading agents, runners and clients.
+        if self.ports:
+            self._next = (self._next + 1) % len(self.ports)
+            return f"http://127.0.0.1:{self.ports[self._next]}"
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> None:
         for attempt in range(3):  # the free port may be taken before the kernel binds it
             self.port = free_port()
+            self.ports = []
             try:
                 self._launch(timeout)
                 return
             except (TimeoutError, Abort):
+                for peer in self.peers:
+                    peer.stop(grace=1)
                 self.proc.stop(grace=1)
                 if attempt == 2 or "in use" not in tail(self.log, 20).lower():
                     raise
@@ -185,8 +197,9 @@ class Kernel:
     def restart(self, timeout: float = 20.0) -> None:
         """Crash the kernel (SIGKILL) and start it again on the same port and data dir."""
         assert self.proc is not None
-        self.proc.kill()
-        self.proc.stop()
+        for proc in [self.proc, *self.peers]:
+            proc.kill()
+            proc.stop()
         self._launch(timeout)
 
     def _launch(self, timeout: float) -> None:
@@ -207,8 +220,43 @@ class Kernel:
             *(["--db-url", self.database.url] if self.database else []),
             *self.extra_args,
         ]
-        self.proc = Proc("kernel", argv, self.log, env)
-        wait_until("kernel /v0/health", self._healthy, timeout)
+        if not self.cluster:
+            self.proc = Proc("kernel", argv, self.log, env)
+            wait_until("kernel /v0/health", self._healthy, timeout)
+            return
+        # Three kernels on one database; the first keeps `self.port` and `self.log`.
+        if len(self.ports) != backend.CLUSTER_SIZE:
+            self.ports = [self.port] + [free_port() for _ in range(backend.CLUSTER_SIZE - 1)]
+        procs = []
+        for n, port in enumerate(self.ports):
+            node_dir = data_dir if n == 0 else self.workdir / f"data-{n}"
+            node_dir.mkdir(exist_ok=True)
+            node_argv = list(argv)
+            node_argv[node_argv.index("--port") + 1] = str(port)
+            node_argv[node_argv.index("--data-dir") + 1] = str(node_dir)
+            node_argv += ["--cluster", "--node-id", f"k{n}",
+                          "--advertise-url", f"http://127.0.0.1:{port}"]
+            log = self.log if n == 0 else self.workdir / f"kernel-{n}.log"
+            procs.append(Proc(f"kernel-{n}", node_argv, log, env))
+        self.proc, self.peers = procs[0], procs[1:]
+        wait_until("every kernel of the cluster to own its partitions", self._balanced, timeout)
+
+    def _balanced(self) -> bool:
+        for proc in [self.proc, *self.peers]:
+            if not proc.alive():
+                raise Abort(f"{proc.name} exited with {proc.popen.returncode}:\n{tail(proc.log, 30)}")
+        try:
+            views = [
+                httpx.get(f"http://127.0.0.1:{port}/v0/cluster", timeout=1).json()
+                for port in self.ports
+            ]
+        except (httpx.HTTPError, ValueError):
+            return False
+        return all(
+            view.get("unowned") == 0
+            and sum(1 for k in view.get("kernels", []) if k.get("live")) == len(self.ports)
+            for view in views
+        )
 
     def _healthy(self) -> bool:
         assert self.proc is not None
@@ -223,6 +271,8 @@ class Kernel:
         return r.status_code == 200
 
     def stop(self) -> None:
+        for proc in self.peers:
+            proc.stop(grace=5)
         if self.proc is not None:
             self.proc.stop(grace=5)
         if self.database is not None:
@@ -324,7 +374,8 @@ class Sandbox:
         return AgentProc(proc, consumer_id, markers)
 
     def logs(self) -> list[tuple[str, Path]]:
-        return [(f"{k.workdir.name} log", k.log) for k in self.kernels] + [
+        peers = [(f"{k.workdir.name} {p.name} log", p.log) for k in self.kernels for p in k.peers]
+        return [(f"{k.workdir.name} log", k.log) for k in self.kernels] + peers + [
             (f"{p.name} log", p.log) for p in self.procs
         ]
 
