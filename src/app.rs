@@ -112,9 +112,16 @@ pub async fn run(
     };
     let webhooks = match settings.webhooks.clone() {
         Some(path) => Some(
-            crate::webhooks::WebhookService::start(kernel.clone(), path, Default::default())
-                .await
-                .map_err(|error| anyhow!("{error}; refusing to start"))?,
+            crate::webhooks::WebhookService::start_elected(
+                kernel.clone(),
+                path,
+                Default::default(),
+                cluster
+                    .as_ref()
+                    .map(|cluster| singleton_election(cluster.ownership())),
+            )
+            .await
+            .map_err(|error| anyhow!("{error}; refusing to start"))?,
         ),
         None => None,
     };
@@ -441,4 +448,12 @@ fn describe_hooks(hooks: &[HookSpec]) -> String {
 /// Returns a duration in whole milliseconds, for log fields.
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Cluster mode: singleton work (webhook delivery) runs on the kernel holding partition 0, so
+/// it is elected by the partition leases (and their self-fence) and moves with that partition
+/// when its holder dies or leaves.
+fn singleton_election(ownership: &Arc<crate::cluster::Ownership>) -> crate::webhooks::Elected {
+    let ownership = ownership.clone();
+    Arc::new(move || ownership.epoch(0).is_some())
 }

@@ -76,6 +76,10 @@ pub use cluster::{CLUSTER_DATABASE, Membership, NodeRow, PartitionRow, SINGLE_KE
 /// `ping` answers within this bound, so `/v0/ready` reports an outage within 2 s.
 const PING_TIMEOUT: Duration = Duration::from_millis(1500);
 
+/// Cluster mode: the partition whose holder is elected for singleton work (retention here,
+/// webhook delivery in `crate::app`).
+pub const SINGLETON_PARTITION: u32 = 0;
+
 /// Cluster mode: how often a feed reader reads again without a local commit notice (other
 /// kernels' commits, and events held back by the horizon, produce none here).
 const FEED_POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -312,6 +316,13 @@ impl Store for PostgresStore {
         before: Timestamp,
         limit: i64,
     ) -> Result<u64, StoreError> {
+        // Cluster mode: retention is singleton work, done by the kernel holding partition 0
+        // (docs/architecture.md, "Cluster"); the others delete nothing.
+        if let Some(fence) = &self.fence
+            && fence.epoch(SINGLETON_PARTITION).is_none()
+        {
+            return Ok(0);
+        }
         let mut checkout = self.writer.checkout().await?;
         let outcome = self
             .writer

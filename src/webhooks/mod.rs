@@ -9,4 +9,4 @@ mod service;
 pub mod sign;
 
 pub use config::{Start, Subscription, load_file};
-pub use service::{WebhookOptions, WebhookService};
+pub use service::{Elected, WebhookOptions, WebhookService};

@@ -4,6 +4,12 @@
 //! changed ones start (a changed one keeps its acknowledged position). A file that no longer
 //! loads is logged and the subscriptions in force keep running. Reloads are counted in
 //! `keel_webhook_reloads_total{result}`.
+//!
+//! In cluster mode delivery is singleton work: only the kernel elected for it (the holder of
+//! partition 0, [`Elected`]) runs the subscriptions. Every kernel loads and reloads the file;
+//! each checks [`LEADERSHIP_CHECK`]-often whether it is elected, stops its deliveries (each saves
+//! its position) when it no longer is, and starts them from the stored positions when it
+//! becomes so.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -36,6 +42,12 @@ impl Default for WebhookOptions {
     }
 }
 
+/// Whether this kernel may run singleton work now (cluster mode).
+pub type Elected = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// How often a cluster kernel checks whether it is elected for delivery.
+pub const LEADERSHIP_CHECK: Duration = Duration::from_millis(200);
+
 /// A running subscription.
 struct Running {
     subscription: Arc<Subscription>,
@@ -55,6 +67,10 @@ struct Inner {
     metrics: WebhookMetrics,
     reloads: Family<ResultLabel, Counter>,
     running: HashMap<String, Running>,
+    /// The subscriptions of the file as last loaded.
+    loaded: Vec<Subscription>,
+    /// Cluster mode: whether this kernel is elected for delivery; `None` runs always.
+    elected: Option<Elected>,
 }
 
 impl WebhookService {
@@ -64,6 +80,17 @@ impl WebhookService {
         kernel: Kernel,
         path: PathBuf,
         options: WebhookOptions,
+    ) -> Result<Self, String> {
+        Self::start_elected(kernel, path, options, None).await
+    }
+
+    /// Like [`WebhookService::start`]; with `elected` (cluster mode) the subscriptions run only
+    /// while it answers true.
+    pub async fn start_elected(
+        kernel: Kernel,
+        path: PathBuf,
+        options: WebhookOptions,
+        elected: Option<Elected>,
     ) -> Result<Self, String> {
         let subscriptions = load_file(&path)?;
         let mut last = std::fs::read(&path).ok();
@@ -79,6 +106,8 @@ impl WebhookService {
             kernel,
             reloads,
             running: HashMap::new(),
+            loaded: Vec::new(),
+            elected,
         };
         inner.apply(subscriptions).await;
         tracing::info!(webhooks = %path.display(), subscriptions = inner.running.len(), "webhooks loaded");
@@ -87,9 +116,15 @@ impl WebhookService {
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(options.poll);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut leadership = tokio::time::interval(LEADERSHIP_CHECK);
+            leadership.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     () = token.cancelled() => break,
+                    _ = leadership.tick(), if inner.elected.is_some() => {
+                        inner.follow_election().await;
+                        continue;
+                    }
                     _ = tick.tick() => {}
                 }
                 let bytes = std::fs::read(&path).ok();
@@ -122,8 +157,34 @@ impl WebhookService {
 }
 
 impl Inner {
-    /// Makes `subscriptions` the running set.
+    /// Whether this kernel runs the subscriptions now.
+    fn is_elected(&self) -> bool {
+        self.elected.as_ref().is_none_or(|elected| elected())
+    }
+
+    /// Starts the loaded subscriptions when this kernel became elected, stops them when it no
+    /// longer is.
+    async fn follow_election(&mut self) {
+        let elected = self.is_elected();
+        if elected && self.running.is_empty() && !self.loaded.is_empty() {
+            tracing::info!(
+                subscriptions = self.loaded.len(),
+                "webhook delivery runs on this kernel now (elected for singleton work)"
+            );
+            self.apply(self.loaded.clone()).await;
+        } else if !elected && !self.running.is_empty() {
+            tracing::info!("webhook delivery stops on this kernel (no longer elected)");
+            self.stop_all().await;
+        }
+    }
+
+    /// Makes `subscriptions` the running set (none while another kernel is elected).
     async fn apply(&mut self, subscriptions: Vec<Subscription>) {
+        self.loaded = subscriptions.clone();
+        if !self.is_elected() {
+            self.stop_all().await;
+            return;
+        }
         let wanted: HashMap<String, Subscription> = subscriptions
             .into_iter()
             .map(|subscription| (subscription.id.clone(), subscription))

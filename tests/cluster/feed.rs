@@ -141,17 +141,16 @@ async fn a_feed_reader_and_a_webhook_get_every_event_once_across_a_held_commit()
         )
         .expect("write subscriptions");
         let hooks = subscriptions.to_str().expect("utf-8 path");
-        let mut kernels = Vec::new();
-        for node in ["k1", "k2"] {
-            kernels.push(Kernel::start(node, &database.url, &dir.path().join(node)).await);
-        }
-        // Webhooks from one kernel only (until delivery is a single elected task).
+        // Every kernel has the subscription; the elected one delivers.
         let flags = ["--cluster", "--webhooks", hooks];
-        kernels.push(
-            Kernel::start_with("k3", &database.url, &dir.path().join("k3"), &flags)
-                .await
-                .unwrap_or_else(|log| panic!("k3 did not start:\n{log}")),
-        );
+        let mut kernels = Vec::new();
+        for node in ["k1", "k2", "k3"] {
+            kernels.push(
+                Kernel::start_with(node, &database.url, &dir.path().join(node), &flags)
+                    .await
+                    .unwrap_or_else(|log| panic!("{node} did not start:\n{log}")),
+            );
+        }
         poll(Duration::from_secs(10), || {
             owned_evenly_by(&database, &["k1", "k2", "k3"])
         })
@@ -251,6 +250,145 @@ async fn a_feed_reader_and_a_webhook_get_every_event_once_across_a_held_commit()
             "the webhook got events twice"
         );
         reader.abort();
+        for kernel in kernels {
+            kernel.terminate().await;
+        }
+    })
+    .await
+    .expect("test within its budget");
+}
+
+/// Creates `count` executions through the kernels at `urls` in turn; returns how many were
+/// answered 2xx.
+async fn create(urls: &[String], prefix: &str, count: usize) -> usize {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let mut written = 0;
+    for n in 0..count {
+        let url = &urls[n % urls.len()];
+        let answer = http
+            .post(format!("{url}/v0/executions"))
+            .header("Idempotency-Key", format!("{prefix}-{n}"))
+            .json(&json!({"agent_id": "hook-agent", "input": {"n": n}}))
+            .send()
+            .await;
+        if let Ok(response) = answer
+            && response.status().is_success()
+        {
+            written += 1;
+        }
+    }
+    written
+}
+
+/// The kernel holding partition 0 (elected for singleton work), per the database.
+async fn elected(database: &Database) -> Option<String> {
+    sqlx::query_scalar::<_, Option<String>>(
+        "SELECT owner FROM partitions WHERE id = 0 AND lease_expires_at > now()",
+    )
+    .fetch_optional(&database.pool)
+    .await
+    .ok()
+    .flatten()
+    .flatten()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhooks_are_delivered_once_by_the_elected_kernel_and_move_when_it_dies() {
+    let Some(database) = Database::fresh().await else {
+        return;
+    };
+    tokio::time::timeout(BUDGET, async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (hooked, hook_url) = receiver().await;
+        let subscriptions = dir.path().join("webhooks.yaml");
+        std::fs::write(
+            &subscriptions,
+            format!(
+                "subscriptions:\n  - id: all\n    url: {hook_url}\n    secret: s3cret-s3cret\n    \
+                 start: beginning\n    timeout: 5s\n    min_backoff: 10ms\n    max_backoff: 100ms\n"
+            ),
+        )
+        .expect("write subscriptions");
+        let hooks = subscriptions.to_str().expect("utf-8 path");
+        // Every kernel has the same subscription.
+        let flags = ["--cluster", "--webhooks", hooks];
+        let mut kernels = Vec::new();
+        for node in ["k1", "k2", "k3"] {
+            kernels.push(
+                Kernel::start_with(node, &database.url, &dir.path().join(node), &flags)
+                    .await
+                    .unwrap_or_else(|log| panic!("{node} did not start:\n{log}")),
+            );
+        }
+        poll(Duration::from_secs(10), || {
+            owned_evenly_by(&database, &["k1", "k2", "k3"])
+        })
+        .await
+        .expect("three kernels balance within 10 s");
+        let urls: Vec<String> = kernels.iter().map(|k| k.url.clone()).collect();
+        let written = create(&urls, "before", 30).await;
+        assert_eq!(written, 30, "every creation answered 2xx");
+        let delivered = poll(Duration::from_secs(15), || async {
+            let table = stored(&database).await;
+            (table.len() >= 30 && hooked.keys() == table).then_some(())
+        })
+        .await;
+        assert!(delivered.is_some(), "not every event was delivered");
+        // Let the acknowledged position be stored (at most every 200 ms).
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            hooked.repeated(),
+            Vec::<Key>::new(),
+            "delivered by several kernels"
+        );
+
+        let leader = elected(&database).await.expect("partition 0 has an owner");
+        let index = kernels
+            .iter()
+            .position(|k| k.node_id == leader)
+            .expect("the leader is one of ours");
+        let victim = kernels.remove(index);
+        victim.kill().await;
+        let urls: Vec<String> = kernels.iter().map(|k| k.url.clone()).collect();
+        // Creations keep being answered by the survivors (retrying the 503s of the takeover).
+        let mut written = 0;
+        for round in 0..20 {
+            written += create(&urls, &format!("after-{round}"), 1).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            written >= 19,
+            "only {written} of 20 creations after the kill answered"
+        );
+        let delivered = poll(Duration::from_secs(20), || async {
+            let table = stored(&database).await;
+            (hooked.keys() == table).then_some(())
+        })
+        .await;
+        let table = stored(&database).await;
+        assert!(
+            delivered.is_some(),
+            "after the leader's kill -9, undelivered: {:?}",
+            table.difference(&hooked.keys()).collect::<Vec<_>>()
+        );
+        let successor = elected(&database)
+            .await
+            .expect("partition 0 has a new owner");
+        assert_ne!(successor, leader);
+        let successor_log = kernels
+            .iter()
+            .find(|k| k.node_id == successor)
+            .expect("the successor is one of ours")
+            .log();
+        assert!(
+            successor_log.contains("webhook delivery runs on this kernel now"),
+            "{successor_log}"
+        );
+        // Nothing acknowledged before the kill was sent again (its position was stored).
+        assert_eq!(hooked.repeated(), Vec::<Key>::new(), "deliveries repeated");
         for kernel in kernels {
             kernel.terminate().await;
         }

@@ -173,3 +173,74 @@ impl Reader {
         }
     }
 }
+
+#[tokio::test]
+async fn retention_runs_only_on_the_kernel_holding_partition_0() {
+    let Some(db) = test_db::fresh().await else {
+        return;
+    };
+    let options = StoreOptions {
+        cluster_partitions: Some(P),
+        ..StoreOptions::default()
+    };
+    let fence = Arc::new(Held::default());
+    let store = PostgresStore::open_fenced(&db.url, &options, Some(fence.clone()))
+        .await
+        .expect("open in cluster mode");
+    let member = Membership::join(
+        &db.url,
+        "a",
+        "http://a",
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+    )
+    .await
+    .expect("join");
+    let acquired = member.acquire(&[0, 1]).await.expect("acquire");
+    fence
+        .0
+        .lock()
+        .expect("fence")
+        .extend(acquired.iter().copied());
+    let mut commits = Vec::new();
+    for n in 0..4 {
+        let created = new_execution(&format!("old-{n}"), "agent", &[], at(1));
+        commits.push(finish(
+            &created.execution,
+            at(2),
+            ExecutionStatus::Completed,
+        ));
+        let results = store.commit_group(vec![created]).await;
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+    let results = store.commit_group(commits).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+
+    // Without partition 0 this kernel is not elected: nothing is deleted.
+    fence
+        .0
+        .lock()
+        .expect("fence")
+        .remove(&super::SINGLETON_PARTITION);
+    assert_eq!(
+        store
+            .delete_terminal_before(at(1_000), 10)
+            .await
+            .expect("retention"),
+        0
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM executions")
+        .fetch_one(store.readers())
+        .await
+        .expect("count");
+    assert_eq!(left, 4);
+    // Holding it, the same call deletes them.
+    fence.0.lock().expect("fence").extend(acquired);
+    assert_eq!(
+        store
+            .delete_terminal_before(at(1_000), 10)
+            .await
+            .expect("retention"),
+        4
+    );
+}
