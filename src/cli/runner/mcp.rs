@@ -64,6 +64,9 @@ pub struct ServerSpec {
     pub accept_tool_changes: bool,
     /// Where the pins are kept across runs (in memory only when `None`).
     pub pin_file: Option<PathBuf>,
+    /// `--mcp-url`: the server is reached over Streamable HTTP (nothing is started; `program`,
+    /// `args`, `workdir` and `env` are unused).
+    pub http: Option<super::mcp_http::HttpTarget>,
 }
 
 /// One MCP tool as published: the Keel id and the MCP name it calls.
@@ -84,7 +87,8 @@ pub struct PublishedTool {
 /// A running server: the MCP session and the process behind it.
 struct Live {
     service: RunningService<RoleClient, Handler>,
-    child: Child,
+    /// The server process (none for a server reached over HTTP).
+    child: Option<Child>,
     group: Option<Pid>,
     /// Counts the servers started, to tell this one from its successors.
     generation: u64,
@@ -459,8 +463,24 @@ fn restart_delay(crashes: u32) -> Duration {
     (RESTART_MIN * 2_u32.pow(doublings)).min(RESTART_MAX)
 }
 
-/// Starts the process and runs the MCP handshake over its stdio.
+/// Starts the process and runs the MCP handshake over its stdio (or, with `--mcp-url`,
+/// connects over HTTP).
 async fn connect(spec: &ServerSpec, list_changed: &Arc<Notify>) -> Result<Live, McpError> {
+    if let Some(target) = &spec.http {
+        let handler = Handler {
+            list_changed: list_changed.clone(),
+        };
+        let service = super::mcp_http::connect(target, handler)
+            .await
+            .map_err(McpError::Initialize)?;
+        tracing::info!(url = %target.url, server = ?service.peer_info().and_then(|info| info.server_info.as_ref().map(|server| server.name.clone())), "MCP server initialised");
+        return Ok(Live {
+            service,
+            child: None,
+            group: None,
+            generation: 0,
+        });
+    }
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -491,7 +511,7 @@ async fn connect(spec: &ServerSpec, list_changed: &Arc<Notify>) -> Result<Live, 
             tracing::info!(pid = ?group, server = ?service.peer_info().and_then(|info| info.server_info.as_ref().map(|server| server.name.clone())), "MCP server initialised");
             Ok(Live {
                 service,
-                child,
+                child: Some(child),
                 group,
                 generation: 0,
             })
@@ -604,14 +624,14 @@ pub fn tools_body(tools: &[PublishedTool]) -> Value {
 /// and SIGKILL after `grace`.
 async fn stop(live: &mut Live, grace: Duration) {
     live.service.cancellation_token().cancel();
+    let Some(child) = live.child.as_mut() else {
+        return;
+    };
     signal_group(live.group, Signal::SIGTERM);
-    if tokio::time::timeout(grace, live.child.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
         signal_group(live.group, Signal::SIGKILL);
-        let _ = live.child.start_kill();
-        let _ = live.child.wait().await;
+        let _ = child.start_kill();
+        let _ = child.wait().await;
     }
     // Whatever the server left behind in its group goes with it.
     signal_group(live.group, Signal::SIGKILL);

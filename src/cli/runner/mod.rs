@@ -14,6 +14,7 @@ mod child;
 mod child_tests;
 mod connection;
 mod mcp;
+mod mcp_http;
 mod mcp_pins;
 mod mcp_result;
 pub mod protocol;
@@ -68,6 +69,14 @@ pub struct RunnerArgs {
     /// withdrawing them.
     #[arg(long, requires = "mcp")]
     pub accept_tool_changes: bool,
+    /// With --mcp: reach the MCP server over Streamable HTTP at this URL instead of starting
+    /// a command (docs/mcp.md).
+    #[arg(long, value_name = "URL", requires = "mcp")]
+    pub mcp_url: Option<String>,
+    /// With --mcp-url: send header NAME with FILE's contents (one trailing newline removed) on
+    /// every request, e.g. `Authorization=token.txt` (repeatable; values are never logged).
+    #[arg(long = "mcp-header-file", value_name = "NAME=FILE", value_parser = parse_key_value, requires = "mcp_url")]
+    pub mcp_header_files: Vec<(String, String)>,
     /// Runner id (tools are published under it).
     #[arg(long, value_name = "ID")]
     pub runner_id: String,
@@ -131,7 +140,7 @@ pub struct RunnerArgs {
     #[command(flatten)]
     pub client: ClientConfig,
     /// The worker: program and arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    #[arg(last = true, required_unless_present = "mcp_url", value_name = "PROGRAM")]
     pub command: Vec<OsString>,
 }
 
@@ -265,12 +274,20 @@ async fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
     if args.runner_id.trim().is_empty() {
         return Err(invalid("--runner-id", "must not be empty".to_owned()));
     }
-    let (program, program_args) = args
-        .command
-        .split_first()
-        .ok_or_else(|| invalid("command", "give the worker after `--`".to_owned()))?;
-    let program =
-        resolve_program(Path::new(program)).map_err(|message| invalid("command", message))?;
+    if args.mcp_url.is_some() && !args.command.is_empty() {
+        return Err(invalid(
+            "--mcp-url",
+            "give either --mcp-url or a command after `--`, not both".to_owned(),
+        ));
+    }
+    let (program, program_args) = match (&args.mcp_url, args.command.split_first()) {
+        (Some(_), _) => (PathBuf::new(), &[][..]),
+        (None, Some((program, program_args))) => (
+            resolve_program(Path::new(program)).map_err(|message| invalid("command", message))?,
+            program_args,
+        ),
+        (None, None) => return Err(invalid("command", "give the worker after `--`".to_owned())),
+    };
     if let Some(dir) = &args.workdir
         && !dir.is_dir()
     {
@@ -312,7 +329,26 @@ async fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
                 "--cpu-seconds and --memory apply to --exec workers only".to_owned(),
             ));
         }
+        let http = match &args.mcp_url {
+            Some(url) => {
+                let mut headers = Vec::new();
+                for (name, file) in &args.mcp_header_files {
+                    let text = std::fs::read_to_string(file).map_err(|error| {
+                        invalid("--mcp-header-file", format!("cannot read {file}: {error}"))
+                    })?;
+                    let value = text.strip_suffix('\n').unwrap_or(&text);
+                    let value = value.strip_suffix('\r').unwrap_or(value);
+                    headers.push((name.clone(), value.to_owned()));
+                }
+                Some(
+                    mcp_http::HttpTarget::new(url, headers)
+                        .map_err(|message| invalid("--mcp-url", message))?,
+                )
+            }
+            None => None,
+        };
         let spec = ServerSpec {
+            http,
             program,
             args: program_args.to_vec(),
             workdir: args.workdir.clone(),
