@@ -1,8 +1,7 @@
 //! The MCP server side of `/v0/executions/{id}/mcp` (rmcp's `ServerHandler`).
 //!
 //! `tools/list` is the kernel's tool directory less the tools the policy denies to the bound
-//! execution whatever the arguments (evaluated without arguments, which no argument predicate
-//! matches); `tools/call` is an `invoke_tool` intent of that execution
+//! execution whatever the arguments (`PolicyEngine::evaluate_any_arguments`); `tools/call` is an `invoke_tool` intent of that execution
 //! (so policy, hooks, approvals, budgets, breakers, dispatch and the journal all apply) and
 //! answers once the step has an outcome. Nothing here decides about a call.
 
@@ -89,10 +88,7 @@ impl ServerHandler for KeelMcp {
                     tool_id: entry.id.clone(),
                     execution_id: row.id.clone(),
                     labels: labels.clone(),
-                    // Not an object: no rule with argument predicates holds, so a tool is
-                    // hidden only when the policy denies it whatever its arguments are (a
-                    // call is still decided on its own arguments).
-                    arguments: Value::Null,
+                    arguments: Value::Object(Map::new()),
                     step_count: 0,
                     duration_ms: 0,
                     usage: Default::default(),
@@ -100,7 +96,9 @@ impl ServerHandler for KeelMcp {
                     created_by: None,
                     on_behalf_of: None,
                 };
-                engine.evaluate(&input).decision != Decision::Deny
+                // Hidden only when denied whatever the arguments; a call is still decided on
+                // its own arguments.
+                engine.evaluate_any_arguments(&input).decision != Decision::Deny
             })
             .map(|entry| {
                 let schema = match entry.input_schema {

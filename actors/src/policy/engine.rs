@@ -185,6 +185,13 @@ pub trait PolicyEngine: Send + Sync + 'static {
     /// Decides about one tool call.
     fn evaluate(&self, input: &PolicyInput) -> PolicyDecision;
 
+    /// Decides about a call of `input.tool_id` whatever its arguments (which tools an MCP
+    /// client of `/v0/executions/{id}/mcp` is shown): rules that look at the arguments are
+    /// passed over. An engine that cannot tell evaluates `input` as it is.
+    fn evaluate_any_arguments(&self, input: &PolicyInput) -> PolicyDecision {
+        self.evaluate(input)
+    }
+
     /// Returns a short digest identifying the loaded policy (logged on reload).
     fn digest(&self) -> String;
 

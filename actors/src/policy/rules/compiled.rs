@@ -240,6 +240,16 @@ impl RuleSet {
         decision
     }
 
+    /// Returns the verdict for a call of `input.tool_id` whatever its arguments: the first
+    /// matching rule that does not look at the arguments, else the default (rules with
+    /// argument predicates are passed over, since other arguments may or may not match them).
+    pub fn evaluate_any_arguments(&self, input: &PolicyInput) -> PolicyDecision {
+        self.rules
+            .iter()
+            .find(|rule| !rule.conditions.look_at_arguments() && rule.conditions.hold(input, true))
+            .map_or_else(|| self.default.clone(), |rule| rule.outcome.clone())
+    }
+
     /// Returns the budget of every execution these rules apply to.
     pub fn budget(&self) -> Option<Arc<Budget>> {
         self.budget.clone()
@@ -356,6 +366,18 @@ impl PolicyEngine for CompiledPolicy {
                             input.agent_id
                         ),
                     ),
+                }
+            }
+        }
+    }
+
+    fn evaluate_any_arguments(&self, input: &PolicyInput) -> PolicyDecision {
+        match &self.routing {
+            Routing::Single(rules) => rules.evaluate_any_arguments(input),
+            Routing::PerAgent { agents, global } => {
+                match agents.get(input.agent_id.as_str()).or(global.as_ref()) {
+                    Some(rules) => rules.evaluate_any_arguments(input),
+                    None => self.evaluate(input),
                 }
             }
         }

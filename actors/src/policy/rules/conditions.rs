@@ -167,6 +167,11 @@ impl Conditions {
         }
     }
 
+    /// Whether these conditions look at the call's arguments (`when.arguments`).
+    pub fn look_at_arguments(&self) -> bool {
+        self.arguments.is_some()
+    }
+
     /// Returns whether every present condition holds for the input. An argument predicate
     /// that cannot be evaluated (a `pattern` on an array, arguments that are not an object)
     /// counts as holding when `fail_closed` (deny and approval rules, so that a type mismatch

@@ -833,3 +833,33 @@ fn deny_and_approval_rules_fail_closed_when_a_predicate_cannot_be_evaluated() {
         );
     }
 }
+
+#[test]
+fn a_tool_is_denied_whatever_its_arguments_only_by_a_rule_that_ignores_them() {
+    let guarded = ConditionDefinition {
+        tool_id: Some("fs.read".to_owned()),
+        arguments: Some(ArgumentsDefinition::sequence(vec![PredicateDefinition {
+            field: Some("path".to_owned()),
+            pattern: Some("^.*secret.*$".to_owned()),
+            ..Default::default()
+        }])),
+        ..Default::default()
+    };
+    let outright = ConditionDefinition {
+        tool_id: Some("fs.write".to_owned()),
+        ..Default::default()
+    };
+    let policy = engine(vec![
+        rule("no-secrets", 1, guarded, Decision::Deny),
+        rule("no-writes", 2, outright, Decision::Deny),
+        rule("rest", 3, ConditionDefinition::default(), Decision::Allow),
+    ]);
+    let any = |tool: &str| policy.evaluate_any_arguments(&input(tool));
+    assert_eq!(any("fs.read").decision, Decision::Allow);
+    assert_eq!(any("fs.write").decision, Decision::Deny);
+    assert_eq!(any("fs.write").rule_id, "no-writes");
+    // A call is still decided on its arguments (with none, the deny rule holds: absent passes).
+    let mut call = input("fs.read");
+    call.arguments = json!({"path": "/srv/secret.txt"});
+    assert_eq!(policy.evaluate(&call).decision, Decision::Deny);
+}
