@@ -253,7 +253,7 @@ async fn wait_for_step(
         let notice = async {
             loop {
                 match commits.recv().await {
-                    Ok(notice) if &notice.execution_id != execution_id => {}
+                    Ok(notice) if notice.execution_id != *execution_id => {}
                     // A notice for this execution, or some were missed: read the log again.
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => return,
                     Err(broadcast::error::RecvError::Closed) => {
