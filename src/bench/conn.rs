@@ -87,11 +87,13 @@ impl Conn {
 
     /// Sends one request (a JSON body unless it is empty) and returns the body of a 2xx answer.
     async fn send(&mut self, method: Method, path: &str, body: Vec<u8>) -> Result<Bytes, String> {
+        // Every state-changing request says JSON, body or not (the kernel refuses the others).
+        let json = !body.is_empty() || method != Method::GET;
         let mut request = Request::builder()
             .method(method)
             .uri(path)
             .header(HOST, self.host.clone());
-        if !body.is_empty() {
+        if json {
             request = request.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
         if let Some(auth) = &self.auth {

@@ -128,15 +128,19 @@ impl Client {
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        if let Some(body) = body {
-            request = request.json(body);
-        }
+        request = match body {
+            Some(body) => request.json(body),
+            // A body-less POST says JSON too: the kernel refuses other state-changing requests.
+            None => request.header(reqwest::header::CONTENT_TYPE, "application/json"),
+        };
         decode(self.send(request).await?).await
     }
 
     /// DELETEs `path` and decodes the JSON answer (`null` when empty).
     pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
-        let request = self.request(&self.http, Method::DELETE, path);
+        let request = self
+            .request(&self.http, Method::DELETE, path)
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
         decode(self.send(request).await?).await
     }
 

@@ -26,6 +26,7 @@ pub async fn read_json<T: DeserializeOwned>(
     limit: usize,
     timeout: Duration,
 ) -> Result<T, ApiError> {
+    super::cross_site::require_json(request.headers())?;
     let bytes = tokio::time::timeout(timeout, read_limited(request, limit))
         .await
         .map_err(|_| {

@@ -35,6 +35,9 @@ pub enum ApiError {
     /// 409 `CONFLICT`; the message is sent as is.
     #[error("{0}")]
     Conflict(String),
+    /// 415 `UNSUPPORTED_MEDIA_TYPE`; the message is sent as is.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// 429 `RATE_LIMITED` with `Retry-After: <seconds>`; the message is sent as is.
     #[error("{0}")]
     RateLimited(String, u64),
@@ -60,6 +63,9 @@ impl ApiError {
             Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "FORBIDDEN"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "NOT_FOUND"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "CONFLICT"),
+            Self::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE")
+            }
             Self::RateLimited(..) => (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR"),
@@ -118,6 +124,7 @@ impl IntoResponse for ApiError {
             | Self::Forbidden { message, .. }
             | Self::NotFound(message)
             | Self::Conflict(message)
+            | Self::UnsupportedMediaType(message)
             | Self::RateLimited(message, _)
             | Self::Unavailable(message) => message.as_str(),
         };

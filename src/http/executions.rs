@@ -407,7 +407,9 @@ pub(crate) async fn closing_reason(
 pub async fn cancel(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Json<ExecutionBody>, ApiError> {
+    super::cross_site::require_json(&headers)?;
     let id = ExecutionId::new(path_id(path)?);
     let row = state.kernel.cancel(&id).await?;
     Ok(Json(row.into()))

@@ -72,6 +72,7 @@ pub async fn rotate(
     path: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
+    super::cross_site::require_json(request.headers())?;
     let name = key_name(path)?;
     let by = principal_of(&request);
     let issued = state.keys.rotate(&name).await?;

@@ -10,6 +10,7 @@ mod auth;
 mod body;
 mod cluster;
 pub mod creation;
+mod cross_site;
 pub(crate) mod cursor;
 mod error;
 pub(crate) mod executions;

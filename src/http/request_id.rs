@@ -58,7 +58,9 @@ pub async fn request_id(
     let cors = auth::cors_for(&state, request.headers());
     let mut response = match auth::authenticate(&state, &mut request, &route).await {
         Err(answer) => answer,
-        Ok(principal) => match super::text::refuse_nul_in_uri(request.uri()) {
+        Ok(principal) => match super::text::refuse_nul_in_uri(request.uri())
+            .and_then(|()| super::cross_site::check(&state, &request))
+        {
             Err(error) => error.into_response(),
             Ok(()) => {
                 let response = next.run(request).instrument(span.clone()).await;

@@ -10,6 +10,7 @@ mod budgets;
 mod concurrency;
 mod console;
 mod credentials;
+mod cross_site;
 mod early_answers;
 mod errors;
 mod executions;

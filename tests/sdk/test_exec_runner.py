@@ -210,7 +210,7 @@ def test_cancel_kills_the_worker_and_posts_nothing(sandbox: Sandbox) -> None:
     termfile = sandbox.workdir / "cancel.term"
     execution_id = setup.create({"mode": "hang", "pidfile": str(pidfile), "termfile": str(termfile)})
     pids = read_pids(pidfile)
-    r = httpx.post(f"{setup.kernel.url}/v0/executions/{execution_id}/cancel", timeout=5)
+    r = httpx.post(f"{setup.kernel.url}/v0/executions/{execution_id}/cancel", json={}, timeout=5)
     r.raise_for_status()
     wait_until("worker and grandchild gone", lambda: not any(alive(p) for p in pids.values()), 5)
     assert termfile.read_text().split() == [str(pids["worker"]), "SIGTERM"]

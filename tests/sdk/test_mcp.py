@@ -216,7 +216,7 @@ def wait_received(setup: Setup, tool: str, event: str = "call") -> dict[str, Any
 
 
 def cancel(setup: Setup, execution_id: str) -> None:
-    r = httpx.post(f"{setup.kernel.url}/v0/executions/{execution_id}/cancel", timeout=5)
+    r = httpx.post(f"{setup.kernel.url}/v0/executions/{execution_id}/cancel", json={}, timeout=5)
     r.raise_for_status()
     setup.kernel.wait_status(execution_id, "cancelled", timeout=10)
 

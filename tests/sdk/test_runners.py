@@ -58,7 +58,7 @@ def test_cancelled_job_frees_its_runner(sandbox: Sandbox, kernel: Kernel) -> Non
 
     slow = create(kernel, agent_id, {"op": "call", "tool": "calc_slow", "args": {"seconds": 10}})
     kernel.wait_event(slow, "step.started")
-    r = httpx.post(f"{kernel.url}/v0/executions/{slow}/cancel", timeout=5)
+    r = httpx.post(f"{kernel.url}/v0/executions/{slow}/cancel", json={}, timeout=5)
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
 
     began = time.monotonic()

@@ -49,10 +49,9 @@
 
   async function request(method, url, body) {
     const init = { method, cache: 'no-store', headers: headers() };
-    if (body !== undefined) {
-      init.headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
+    // Every state-changing request says JSON, body or not: the kernel refuses the others.
+    if (method !== 'GET') init.headers['Content-Type'] = 'application/json';
+    if (body !== undefined) init.body = JSON.stringify(body);
     const response = await fetch(url, init);
     if (response.status === 401) throw new Unauthorized('unauthorized');
     return response;
