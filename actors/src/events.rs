@@ -394,6 +394,17 @@ pub enum EventBody {
     /// Keel addition; its `cost` counts against the execution's `max_cost` like a tool's.
     #[serde(rename = "llm.called")]
     LlmCalled(Box<LlmCall>),
+    /// An operator raised the execution's budget (a granted `budget.approve` signal): these
+    /// limits replace the policy's for this execution from now on (docs/llm.md). Keel addition.
+    #[serde(rename = "budget.raised")]
+    BudgetRaised {
+        /// New cost limits per unit.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        max_cost: BTreeMap<String, f64>,
+        /// New limit of model tokens.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<u64>,
+    },
 }
 
 /// One model call through the LLM gateway, as `llm.called` records it.
@@ -475,6 +486,7 @@ impl EventBody {
             Self::ToolCircuitOpened { .. } => "tool.circuit_opened",
             Self::ToolCircuitClosed { .. } => "tool.circuit_closed",
             Self::LlmCalled(_) => "llm.called",
+            Self::BudgetRaised { .. } => "budget.raised",
         }
     }
 

@@ -201,7 +201,8 @@ impl From<BreakerSpec> for BreakerDefinition {
 #[serde(
     deny_unknown_fields,
     expecting = "a `budget` mapping with any of `max_steps`, `max_calls_per_tool`, \
-                 `max_wall_time`, `max_retries`, `max_cost`"
+                 `max_wall_time`, `max_retries`, `max_cost`, `max_tokens`, `on_exceed`, \
+                 `approval_wait`"
 )]
 pub struct BudgetSpec {
     /// Tool steps per execution.
@@ -219,6 +220,15 @@ pub struct BudgetSpec {
     /// Cost limit per unit (`usd: 0.50`).
     #[serde(default)]
     pub max_cost: Option<BTreeMap<String, f64>>,
+    /// Model tokens per execution (LLM gateway).
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    /// `deny` or `require_approval` (model calls).
+    #[serde(default)]
+    pub on_exceed: Option<String>,
+    /// How long a model call waits for a budget raise (`2m`).
+    #[serde(default)]
+    pub approval_wait: Option<String>,
 }
 
 impl From<BudgetSpec> for BudgetDefinition {
@@ -229,6 +239,9 @@ impl From<BudgetSpec> for BudgetDefinition {
             max_wall_time: spec.max_wall_time,
             max_retries: spec.max_retries,
             max_cost: spec.max_cost,
+            max_tokens: spec.max_tokens,
+            on_exceed: spec.on_exceed,
+            approval_wait: spec.approval_wait,
         }
     }
 }

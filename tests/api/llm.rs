@@ -21,13 +21,13 @@ use tokio::sync::Notify;
 
 use crate::harness::{Options, TestKernel, WAIT};
 
-const TOKEN: &str = "kernel-token-42";
+pub(crate) const TOKEN: &str = "kernel-token-42";
 const KEY: &str = "sk-provider-key-9f3a";
 
 /// What the fake provider saw and how it answers.
 #[derive(Default)]
-struct Fake {
-    seen: Mutex<Vec<(Option<String>, Bytes)>>,
+pub(crate) struct Fake {
+    pub(crate) seen: Mutex<Vec<(Option<String>, Bytes)>>,
     /// Model `busy`: every request within a second of the first is answered 429.
     busy_until: Mutex<Option<std::time::Instant>>,
     /// 429s given for model `busy`.
@@ -130,7 +130,7 @@ async fn fake_chat(
 }
 
 /// Starts the fake provider; returns its `/v1` base URL.
-async fn start_fake(fake: Arc<Fake>) -> String {
+pub(crate) async fn start_fake(fake: Arc<Fake>) -> String {
     let app = Router::new()
         .route("/v1/chat/completions", post(fake_chat))
         .with_state(fake);
@@ -150,7 +150,7 @@ async fn kernel_with_gateway(base_url: Option<&str>) -> TestKernel {
 
 /// A kernel with the gateway (prices for `gpt-test`), the bearer token `token` (none: open)
 /// and `kernel` applied to its configuration (a policy).
-async fn kernel_with(
+pub(crate) async fn kernel_with(
     base_url: Option<&str>,
     token: Option<&str>,
     kernel: fn(&mut keel_actors::kernel::KernelConfig),
@@ -176,7 +176,7 @@ async fn kernel_with(
     .await
 }
 
-fn chat_path(execution_id: &str, provider: &str) -> String {
+pub(crate) fn chat_path(execution_id: &str, provider: &str) -> String {
     format!("/v0/executions/{execution_id}/llm/{provider}/v1/chat/completions")
 }
 
@@ -407,7 +407,7 @@ async fn provider_errors_come_back_unchanged_and_an_unreachable_provider_is_a_50
 }
 
 /// The `llm.called` events of an execution, once `count` are recorded.
-async fn llm_calls(kernel: &TestKernel, execution_id: &str, count: usize) -> Vec<Value> {
+pub(crate) async fn llm_calls(kernel: &TestKernel, execution_id: &str, count: usize) -> Vec<Value> {
     crate::harness::eventually("llm.called recorded", || async {
         let calls: Vec<Value> = kernel
             .events(execution_id)

@@ -23,6 +23,7 @@ mod hostile;
 mod hostile_text;
 mod identity;
 mod llm;
+mod llm_budget;
 mod metrics;
 mod openapi;
 mod outage;

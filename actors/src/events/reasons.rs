@@ -21,6 +21,8 @@ pub enum BlockReason {
     Signal,
     /// A step waits for an operator's approval (`approval`).
     Approval,
+    /// A model call waits for an operator to raise the spent budget (`budget`).
+    Budget,
     /// Any other text, kept as stored (read as an approval, as it always was).
     Other(String),
 }
@@ -34,6 +36,8 @@ pub enum Blocker {
     Signal,
     /// An approval.
     Approval,
+    /// A budget raise.
+    Budget,
 }
 
 impl BlockReason {
@@ -43,6 +47,7 @@ impl BlockReason {
             "tool" => Self::Tool,
             "signal" => Self::Signal,
             "approval" => Self::Approval,
+            "budget" => Self::Budget,
             other => Self::Other(other.to_owned()),
         }
     }
@@ -53,6 +58,7 @@ impl BlockReason {
             Self::Tool => Blocker::Tool,
             Self::Signal => Blocker::Signal,
             Self::Approval | Self::Other(_) => Blocker::Approval,
+            Self::Budget => Blocker::Budget,
         }
     }
 }
@@ -63,6 +69,7 @@ impl fmt::Display for BlockReason {
             Self::Tool => "tool",
             Self::Signal => "signal",
             Self::Approval => "approval",
+            Self::Budget => "budget",
             Self::Other(text) => text,
         })
     }
@@ -82,6 +89,12 @@ pub enum ResumeReason {
     ApprovalDenied,
     /// The agent gave up its signal wait with another intent (`wait abandoned`).
     WaitAbandoned,
+    /// An operator raised the spent budget (`budget raised`).
+    BudgetRaised,
+    /// An operator refused to raise it (`budget raise denied`).
+    BudgetRaiseDenied,
+    /// No answer came within the model call's wait (`budget approval timed out`).
+    BudgetApprovalTimedOut,
     /// Any other text, kept as stored.
     Other(String),
 }
@@ -97,6 +110,8 @@ pub enum Cleared<'a> {
     Approval,
     /// The signal wait ended without a signal.
     Wait,
+    /// The budget wait is over.
+    Budget,
 }
 
 /// Prefix of [`ResumeReason::SignalReceived`].
@@ -113,6 +128,9 @@ impl ResumeReason {
             "approval granted" => Self::ApprovalGranted,
             "approval denied" => Self::ApprovalDenied,
             "wait abandoned" => Self::WaitAbandoned,
+            "budget raised" => Self::BudgetRaised,
+            "budget raise denied" => Self::BudgetRaiseDenied,
+            "budget approval timed out" => Self::BudgetApprovalTimedOut,
             other => Self::Other(other.to_owned()),
         }
     }
@@ -125,6 +143,9 @@ impl ResumeReason {
             Self::SignalReceived(signal_type) => Cleared::Signal(signal_type),
             Self::ApprovalGranted | Self::ApprovalDenied => Cleared::Approval,
             Self::WaitAbandoned => Cleared::Wait,
+            Self::BudgetRaised | Self::BudgetRaiseDenied | Self::BudgetApprovalTimedOut => {
+                Cleared::Budget
+            }
             Self::Other(text) if text.starts_with("approval") => Cleared::Approval,
             Self::Other(_) => Cleared::Tool,
         }
@@ -139,6 +160,9 @@ impl fmt::Display for ResumeReason {
             Self::ApprovalGranted => f.write_str("approval granted"),
             Self::ApprovalDenied => f.write_str("approval denied"),
             Self::WaitAbandoned => f.write_str("wait abandoned"),
+            Self::BudgetRaised => f.write_str("budget raised"),
+            Self::BudgetRaiseDenied => f.write_str("budget raise denied"),
+            Self::BudgetApprovalTimedOut => f.write_str("budget approval timed out"),
             Self::Other(text) => f.write_str(text),
         }
     }
@@ -179,6 +203,7 @@ mod tests {
             ("tool", BlockReason::Tool, Blocker::Tool),
             ("signal", BlockReason::Signal, Blocker::Signal),
             ("approval", BlockReason::Approval, Blocker::Approval),
+            ("budget", BlockReason::Budget, Blocker::Budget),
         ] {
             assert_eq!(BlockReason::parse(text), reason);
             assert_eq!(reason.to_string(), text);
@@ -206,6 +231,12 @@ mod tests {
             ("approval granted", ResumeReason::ApprovalGranted),
             ("approval denied", ResumeReason::ApprovalDenied),
             ("wait abandoned", ResumeReason::WaitAbandoned),
+            ("budget raised", ResumeReason::BudgetRaised),
+            ("budget raise denied", ResumeReason::BudgetRaiseDenied),
+            (
+                "budget approval timed out",
+                ResumeReason::BudgetApprovalTimedOut,
+            ),
         ];
         for (text, reason) in cases {
             assert_eq!(ResumeReason::parse(text), reason, "{text}");
@@ -227,6 +258,9 @@ mod tests {
         assert_eq!(cleared("approval granted"), "approval");
         assert_eq!(cleared("approval denied"), "approval");
         assert_eq!(cleared("wait abandoned"), "wait");
+        assert_eq!(cleared("budget raised"), "budget");
+        assert_eq!(cleared("budget raise denied"), "budget");
+        assert_eq!(cleared("budget approval timed out"), "budget");
         // Text the kernel never wrote: `approval…` ends the approval, the rest the tool block.
         assert_eq!(cleared("approval expired"), "approval");
         assert_eq!(cleared("r"), "tool");
@@ -240,6 +274,7 @@ mod tests {
                 Cleared::Signal(signal_type) => format!("signal {signal_type}"),
                 Cleared::Approval => "approval".into(),
                 Cleared::Wait => "wait".into(),
+                Cleared::Budget => "budget".into(),
             }
         }
     }

@@ -8,7 +8,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::Instrument as _;
 
 use super::machine::{self};
-use super::messages::{ExecutionMsg, LlmAdmission};
+use super::messages::ExecutionMsg;
 use super::rejection::Rejection;
 use super::state::ExecutionState;
 use super::watchdog;
@@ -392,29 +392,17 @@ async fn handle_message(
         ExecutionMsg::GetExecution { reply } => {
             let _ = reply.send(state.exec.row());
         }
-        ExecutionMsg::AdmitLlmCall { model_id, reply } => {
-            let admission = if state.exec.status.is_terminal() {
-                LlmAdmission::Finished
-            } else {
-                let engine = crate::kernel::context::read(&state.ctx.policy_in_force)
-                    .engine
-                    .clone();
-                let agent_id = &state.exec.agent_id;
-                if let Some(reason) = engine.model_refusal(agent_id, &model_id) {
-                    LlmAdmission::ModelNotAllowed(reason)
-                } else {
-                    engine
-                        .agent_budget(agent_id)
-                        .and_then(|budget| budget.check_cost(&state.exec.usage))
-                        .map_or(
-                            LlmAdmission::Allowed {
-                                runs: state.exec.runs,
-                            },
-                            |exceeded| LlmAdmission::OverBudget(exceeded.reason),
-                        )
-                }
-            };
+        ExecutionMsg::AdmitLlmCall {
+            model_id,
+            ask_approval,
+            reply,
+        } => {
+            let admission = super::llm_admission::admit(state, &model_id, ask_approval).await;
             let _ = reply.send(admission);
+        }
+        ExecutionMsg::EndBudgetWait { reply } => {
+            let result = decide_and_apply(state, machine::budget_wait_timed_out).await;
+            let _ = reply.send(result);
         }
         ExecutionMsg::RecordLlmCall { call, reply } => {
             let result =

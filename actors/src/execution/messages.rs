@@ -139,8 +139,17 @@ pub enum ExecutionMsg {
     AdmitLlmCall {
         /// `provider/model` of the call (checked against the policy's `models.allow`).
         model_id: String,
+        /// Whether a call over a `require_approval` budget may block the execution on a raise
+        /// (false: a waiting call checking again).
+        ask_approval: bool,
         /// Answer.
         reply: RpcReplyPort<LlmAdmission>,
+    },
+    /// Ends the execution's budget wait that no operator answered within a model call's wait
+    /// (`execution.resumed` `budget approval timed out`).
+    EndBudgetWait {
+        /// Answer.
+        reply: Reply<()>,
     },
     /// Records a model call made through the LLM gateway (`llm.called`).
     RecordLlmCall {
@@ -170,8 +179,17 @@ pub enum LlmAdmission {
     },
     /// The execution has finished.
     Finished,
-    /// A `max_cost` unit of the execution's budget is spent; the reason names it.
+    /// A `max_cost` unit or `max_tokens` of the execution's budget is spent; the reason names
+    /// it.
     OverBudget(String),
+    /// The budget is spent and the execution waits for an operator's `budget.approve`; the
+    /// call may wait up to `wait` for the raise.
+    AwaitingApproval {
+        /// Names the spent limit.
+        reason: String,
+        /// The budget's `approval_wait`.
+        wait: std::time::Duration,
+    },
     /// The policy's `models.allow` does not list the model; the reason names the list.
     ModelNotAllowed(String),
 }

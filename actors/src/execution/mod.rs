@@ -9,6 +9,7 @@ mod dormant;
 mod effects;
 mod hooks;
 pub mod journal;
+mod llm_admission;
 pub mod machine;
 pub mod messages;
 mod passivation;

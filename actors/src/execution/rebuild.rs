@@ -169,7 +169,9 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),
         ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),
-        ExecutionMsg::RecordLlmCall { reply, .. } => drop(reply.send(Err(error))),
+        ExecutionMsg::RecordLlmCall { reply, .. } | ExecutionMsg::EndBudgetWait { reply } => {
+            drop(reply.send(Err(error)));
+        }
         ExecutionMsg::AdmitLlmCall { reply, .. } => drop(reply.send(LlmAdmission::Finished)),
         ExecutionMsg::GetExecution { .. }
         | ExecutionMsg::IdleCheck { .. }

@@ -95,6 +95,7 @@ fn message_name(message: &ExecutionMsg) -> Option<&'static str> {
         ExecutionMsg::ReconcileStep { .. } => "reconcile",
         ExecutionMsg::AdmitLlmCall { .. } => "llm admission",
         ExecutionMsg::RecordLlmCall { .. } => "llm call",
+        ExecutionMsg::EndBudgetWait { .. } => "llm budget wait ended",
         ExecutionMsg::Cancel { .. } => "cancel",
         ExecutionMsg::OfferToConsumer { .. } => "assign",
         ExecutionMsg::ClaimJob { .. } => "job claim",

@@ -64,6 +64,8 @@ pub struct ExecutionState {
     pub approval: Option<StepId>,
     /// When the last approval asked for expires (read with [`Self::approval_expiry`]).
     pub approval_expires_at: Option<Timestamp>,
+    /// Budget limit (`max_cost.usd`, `max_tokens`) a model call waits to have raised.
+    pub budget_wait: Option<String>,
     /// Signals received and not consumed yet, oldest first.
     pub pending_signals: VecDeque<(String, Value)>,
     /// Idempotency keys of the current run.
@@ -128,6 +130,7 @@ impl ExecutionState {
             signal_wait: None,
             approval: None,
             approval_expires_at: None,
+            budget_wait: None,
             pending_signals: VecDeque::new(),
             intents: HashMap::new(),
             history: Vec::new(),
@@ -168,7 +171,7 @@ impl ExecutionState {
     /// Returns whether a signal wait or an approval blocks the execution (tool steps do not
     /// count: intents are processed as in `running` while only they block).
     pub fn hard_blocked(&self) -> bool {
-        self.signal_wait.is_some() || self.approval.is_some()
+        self.signal_wait.is_some() || self.approval.is_some() || self.budget_wait.is_some()
     }
 
     /// Returns the status implied by the blockers of a non-terminal, assigned execution.

@@ -44,7 +44,26 @@ pub struct Budget {
     /// Cost per unit (`usd`, `tokens`, ...): no tool step is created once a unit's spend has
     /// reached its limit.
     pub max_cost: BTreeMap<String, f64>,
+    /// Tokens (input + output) the execution's model calls may use.
+    pub max_tokens: Option<u64>,
+    /// What a model call finds when `max_cost` or `max_tokens` is spent (`None`: deny).
+    pub on_exceed: Option<OnExceed>,
+    /// How long a model call waits for an operator to raise the budget (`require_approval`).
+    pub approval_wait: Option<Duration>,
 }
+
+/// What a model call through the LLM gateway gets when the execution's budget is spent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnExceed {
+    /// Refused at once (`deny`, the default).
+    Deny,
+    /// The execution blocks on an operator's `budget.approve` and the call waits, up to
+    /// `approval_wait` (`require_approval`).
+    RequireApproval,
+}
+
+/// How long a model call waits for a budget raise when the policy does not say.
+pub const DEFAULT_APPROVAL_WAIT: Duration = Duration::from_secs(60);
 
 /// The limit of a [`Budget`] that refused a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +76,8 @@ pub enum BudgetLimit {
     MaxWallTime,
     /// `max_cost` (any unit).
     MaxCost,
+    /// `max_tokens`.
+    MaxTokens,
 }
 
 impl BudgetLimit {
@@ -68,6 +89,7 @@ impl BudgetLimit {
             Self::MaxCallsPerTool => "max_calls_per_tool",
             Self::MaxWallTime => "max_wall_time",
             Self::MaxCost => "max_cost",
+            Self::MaxTokens => "max_tokens",
         }
     }
 }
@@ -78,6 +100,9 @@ impl BudgetLimit {
 pub struct BudgetExceeded {
     /// The limit reached.
     pub limit: BudgetLimit,
+    /// The key reached as an operator raises it: `max_cost.<unit>` or `max_tokens` (other
+    /// limits: their key).
+    pub key: String,
     /// `budget exceeded: <limit> ...`.
     pub reason: String,
 }
@@ -90,6 +115,12 @@ impl Budget {
             && self.max_wall_time.is_none()
             && self.max_retries.is_none()
             && self.max_cost.is_empty()
+            && self.max_tokens.is_none()
+    }
+
+    /// How long a model call waits for a budget raise.
+    pub fn approval_wait(&self) -> Duration {
+        self.approval_wait.unwrap_or(DEFAULT_APPROVAL_WAIT)
     }
 
     /// Returns `self` with every key `other` sets and `self` does not (an agent file's budget
@@ -106,6 +137,9 @@ impl Budget {
                 .or_else(|| other.max_wall_time.clone()),
             max_retries: self.max_retries.or(other.max_retries),
             max_cost,
+            max_tokens: self.max_tokens.or(other.max_tokens),
+            on_exceed: self.on_exceed.or(other.on_exceed),
+            approval_wait: self.approval_wait.or(other.approval_wait),
         }
     }
 
@@ -133,6 +167,9 @@ impl Budget {
             max_wall_time,
             max_retries: min(self.max_retries, other.max_retries),
             max_cost,
+            max_tokens: min(self.max_tokens, other.max_tokens),
+            on_exceed: self.on_exceed.or(other.on_exceed),
+            approval_wait: self.approval_wait.or(other.approval_wait),
         }
     }
 
@@ -144,7 +181,13 @@ impl Budget {
         tool_id: &ToolId,
         elapsed: Duration,
     ) -> Option<BudgetExceeded> {
-        let exceeded = |limit, reason| Some(BudgetExceeded { limit, reason });
+        let exceeded = |limit: BudgetLimit, reason| {
+            Some(BudgetExceeded {
+                limit,
+                key: limit.as_str().to_owned(),
+                reason,
+            })
+        };
         if let Some(max) = self.max_steps
             && usage.steps >= max
         {
@@ -183,19 +226,35 @@ impl Budget {
         self.check_cost(usage)
     }
 
-    /// Checks the `max_cost` units alone (a model call through the LLM gateway): the first unit
-    /// whose spend has reached its limit refuses.
+    /// Checks the spending limits alone, `max_cost` and `max_tokens` (also what a model call
+    /// through the LLM gateway is checked against), with the execution's raises in place of
+    /// the policy's limits: the first limit that is reached refuses.
     pub fn check_cost(&self, usage: &BudgetUsage) -> Option<BudgetExceeded> {
         for (unit, max) in &self.max_cost {
+            let max = usage.raised_cost.get(unit).copied().unwrap_or(*max);
             let spent = usage.cost.get(unit).copied().unwrap_or(0.0);
-            if spent >= *max {
+            if spent >= max {
                 return Some(BudgetExceeded {
                     limit: BudgetLimit::MaxCost,
+                    key: format!("max_cost.{unit}"),
                     reason: format!(
                         "budget exceeded: max_cost.{unit} {max} reached ({spent} spent)"
                     ),
                 });
             }
+        }
+        if let Some(max) = usage.raised_tokens.or(self.max_tokens)
+            && self.max_tokens.is_some()
+            && usage.llm_tokens >= max
+        {
+            return Some(BudgetExceeded {
+                limit: BudgetLimit::MaxTokens,
+                key: "max_tokens".to_owned(),
+                reason: format!(
+                    "budget exceeded: max_tokens {max} reached ({} model tokens used)",
+                    usage.llm_tokens
+                ),
+            });
         }
         None
     }
@@ -217,6 +276,9 @@ impl Budget {
         }
         if !self.max_cost.is_empty() {
             limits.insert("max_cost".into(), json!(self.max_cost));
+        }
+        if let Some(max) = self.max_tokens {
+            limits.insert("max_tokens".into(), json!(max));
         }
         Value::Object(limits)
     }
@@ -251,11 +313,16 @@ impl Budget {
                 .max_cost
                 .iter()
                 .map(|(unit, max)| {
+                    let max = usage.raised_cost.get(unit).unwrap_or(max);
                     let spent = usage.cost.get(unit).copied().unwrap_or(0.0);
                     (unit.as_str(), (max - spent).max(0.0))
                 })
                 .collect();
             left.insert("cost".into(), json!(cost));
+        }
+        if let Some(max) = self.max_tokens {
+            let max = usage.raised_tokens.unwrap_or(max);
+            left.insert("tokens".into(), json!(max.saturating_sub(usage.llm_tokens)));
         }
         Value::Object(left)
     }
@@ -270,8 +337,14 @@ pub struct BudgetUsage {
     pub calls: HashMap<ToolId, u64>,
     /// Retries (`step.retried`).
     pub retries: u64,
-    /// Cost reported with step results, summed per unit.
+    /// Cost reported with step results and model calls, summed per unit.
     pub cost: BTreeMap<String, f64>,
+    /// Tokens (input + output) of the model calls made through the LLM gateway.
+    pub llm_tokens: u64,
+    /// Cost limits an operator raised for this execution (`budget.raised`), per unit.
+    pub raised_cost: BTreeMap<String, f64>,
+    /// The token limit an operator raised for this execution (`budget.raised`).
+    pub raised_tokens: Option<u64>,
 }
 
 impl BudgetUsage {
@@ -310,6 +383,17 @@ impl BudgetUsage {
                 for (unit, amount) in call.cost.iter().flatten() {
                     *self.cost.entry(unit.clone()).or_default() += amount;
                 }
+                let tokens = call.input_tokens.unwrap_or(0) + call.output_tokens.unwrap_or(0);
+                self.llm_tokens = self.llm_tokens.saturating_add(tokens);
+            }
+            EventBody::BudgetRaised {
+                max_cost,
+                max_tokens,
+            } => {
+                self.raised_cost.extend(max_cost.clone());
+                if max_tokens.is_some() {
+                    self.raised_tokens = *max_tokens;
+                }
             }
             _ => {}
         }
@@ -333,6 +417,7 @@ impl BudgetUsage {
             "retries": self.retries,
             "wall_time_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
             "cost": self.cost,
+            "tokens": self.llm_tokens,
         })
     }
 }

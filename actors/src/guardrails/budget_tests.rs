@@ -241,6 +241,7 @@ fn remaining_never_goes_below_zero() {
         max_wall_time: wall(1),
         max_retries: Some(0),
         max_cost: BTreeMap::from([("usd".to_owned(), 0.5)]),
+        ..Budget::default()
     };
     let used = usage(&[
         created("a"),
@@ -308,5 +309,73 @@ fn a_budget_denial_is_counted_under_the_limit_that_refused() {
     assert!(
         text.contains("keel_budget_denials_total{budget=\"max_cost\"} 1"),
         "{text}"
+    );
+}
+
+fn model_call(input: u64, output: u64, usd: f64) -> EventBody {
+    EventBody::LlmCalled(Box::new(crate::events::LlmCall {
+        provider: "openai".into(),
+        model: "m".into(),
+        stream: false,
+        outcome: "ok".into(),
+        status: Some(200),
+        latency_ms: 1,
+        request_digest: String::new(),
+        input_tokens: Some(input),
+        output_tokens: Some(output),
+        cached_tokens: None,
+        cost: cost(&[("tokens", (input + output) as f64), ("usd", usd)]),
+        error: None,
+        request: None,
+        response: None,
+        replay_of: None,
+    }))
+}
+
+#[test]
+fn model_tokens_count_against_max_tokens_and_a_raise_replaces_the_policys_limits() {
+    let budget = Budget {
+        max_tokens: Some(100),
+        max_cost: BTreeMap::from([("usd".to_owned(), 1.0)]),
+        on_exceed: Some(OnExceed::RequireApproval),
+        ..Budget::default()
+    };
+    let mut used = usage(&[model_call(60, 30, 0.2)]);
+    assert_eq!(used.llm_tokens, 90);
+    assert_eq!(budget.check_cost(&used), None);
+    used.apply(&model_call(8, 2, 0.2));
+    let exceeded = budget.check_cost(&used).expect("100 tokens reached");
+    assert_eq!(exceeded.limit, BudgetLimit::MaxTokens);
+    assert_eq!(exceeded.key, "max_tokens");
+    assert_eq!(
+        exceeded.reason,
+        "budget exceeded: max_tokens 100 reached (100 model tokens used)"
+    );
+    // An operator's raise replaces the limit for this execution; other keys stay.
+    used.apply(&EventBody::BudgetRaised {
+        max_cost: BTreeMap::new(),
+        max_tokens: Some(150),
+    });
+    assert_eq!(budget.check_cost(&used), None);
+    assert_eq!(
+        budget.remaining_json(&used, Duration::ZERO),
+        json!({"cost": {"usd": 0.6}, "tokens": 50})
+    );
+    used.apply(&model_call(0, 0, 0.7));
+    let exceeded = budget.check_cost(&used).expect("usd reached");
+    assert_eq!(exceeded.key, "max_cost.usd");
+    used.apply(&EventBody::BudgetRaised {
+        max_cost: BTreeMap::from([("usd".to_owned(), 2.0)]),
+        max_tokens: None,
+    });
+    assert_eq!(budget.check_cost(&used), None, "{used:?}");
+    assert_eq!(used.raised_tokens, Some(150), "a later raise keeps earlier keys");
+    // Tool steps meet the same spending limits.
+    used.apply(&model_call(40, 10, 0.0));
+    assert_eq!(
+        budget
+            .check(&used, &"t".into(), Duration::ZERO)
+            .map(|exceeded| exceeded.limit),
+        Some(BudgetLimit::MaxTokens)
     );
 }

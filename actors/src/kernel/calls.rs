@@ -35,17 +35,27 @@ impl Kernel {
     }
 
     /// Asks an execution whether a model call of `model_id` (`provider/model`) may be
-    /// forwarded now.
+    /// forwarded now. With `ask_approval`, a call over a `require_approval` budget blocks the
+    /// execution on a raise ([`LlmAdmission::AwaitingApproval`]).
     pub async fn admit_llm_call(
         &self,
         id: &ExecutionId,
         model_id: &str,
+        ask_approval: bool,
     ) -> Result<LlmAdmission, KernelError> {
         self.ctx
             .ask_execution(id, |reply| ExecutionMsg::AdmitLlmCall {
                 model_id: model_id.to_owned(),
+                ask_approval,
                 reply,
             })
+            .await
+    }
+
+    /// Ends the execution's budget wait that no operator answered in time (nothing when none
+    /// is pending).
+    pub async fn end_budget_wait(&self, id: &ExecutionId) -> Result<(), KernelError> {
+        self.ask(id, |reply| ExecutionMsg::EndBudgetWait { reply })
             .await
     }
 

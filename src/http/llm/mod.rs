@@ -10,6 +10,7 @@
 //! Refusals use the OpenAI error shape (`{"error": {"message", "type", "code"}}`) so that
 //! OpenAI clients raise their usual errors.
 
+mod admission;
 mod holder;
 pub(super) use holder::{SESSION_HEADER, holds};
 mod recorder;
@@ -25,7 +26,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use keel_actors::events::LlmCall;
-use keel_actors::execution::{LlmAdmission, Rejection};
+use keel_actors::execution::Rejection;
 use keel_actors::ids::ExecutionId;
 use keel_actors::kernel::KernelError;
 use serde_json::{Value, json};
@@ -185,33 +186,9 @@ async fn forward(
         .unwrap_or_default()
         .to_owned();
     let model_id = format!("{}/{model}", provider.name);
-    let runs = match state.kernel.admit_llm_call(&execution_id, &model_id).await {
-        Ok(LlmAdmission::Allowed { runs }) => runs,
-        Ok(LlmAdmission::ModelNotAllowed(reason)) => {
-            refused("model");
-            return refusal(
-                format,
-                StatusCode::FORBIDDEN,
-                "permission_error",
-                "model_not_allowed",
-                &reason,
-            );
-        }
-        Ok(LlmAdmission::Finished) => {
-            refused("finished");
-            return finished(format, &id);
-        }
-        Ok(LlmAdmission::OverBudget(reason)) => {
-            refused("budget");
-            return refusal(
-                format,
-                StatusCode::FORBIDDEN,
-                "permission_error",
-                "budget_exceeded",
-                &format!("execution {id}: {reason}"),
-            );
-        }
-        Err(error) => return unavailable(format, &error),
+    let runs = match admission::admit(&state.kernel, &execution_id, &model_id, format).await {
+        Ok(runs) => runs,
+        Err(refused) => return refused,
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
     let mut call = Recorder {

@@ -110,7 +110,7 @@ pub use intents::{
 pub use lifecycle::{
     cancel, consumer_lost, execution_deadline, fail_by_kernel, reset, step_deadline,
 };
-pub use llm::llm_called;
+pub use llm::{BUDGET_APPROVE, budget_wait, budget_wait_timed_out, llm_called};
 pub use replays::{
     ReplayedCall, replay_call, replay_wait, replayable, replayable_signal, reusable_grant,
 };

@@ -1,4 +1,5 @@
-//! Signals: waits resumed or re-run, and the `step.approve` approval flow.
+//! Signals: waits resumed or re-run, the `step.approve` approval flow and the `budget.approve`
+//! answer to a budget wait.
 
 use super::super::commands::{Effect, ExecutionSettings, JobSpec};
 use super::super::rejection::Rejection;
@@ -38,6 +39,11 @@ pub fn signal(
         (Some(step_id), "step.approve") => Some(parse_approval(step_id, payload)?),
         _ => None,
     };
+    let budget_answer = if signal_type == super::llm::BUDGET_APPROVE {
+        super::llm::budget_answer(state, payload)?
+    } else {
+        None
+    };
     let mut transition = Transition::default();
     transition.event(NewEvent::execution(EventBody::SignalReceived {
         signal_type: signal_type.to_owned(),
@@ -65,6 +71,9 @@ pub fn signal(
     )));
     if let Some(approval) = approval {
         resolve_approval(state, &approval, now, settings, &mut transition);
+    }
+    for event in budget_answer.into_iter().flatten() {
+        transition.event(event);
     }
     Ok(transition)
 }

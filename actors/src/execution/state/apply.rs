@@ -44,6 +44,7 @@ impl ExecutionState {
                 Blocker::Tool => self.tool_blocked = true,
                 Blocker::Signal => self.signal_wait = Some(reference.clone()),
                 Blocker::Approval => self.approval = Some(StepId::new(reference.clone())),
+                Blocker::Budget => self.budget_wait = Some(reference.clone()),
             },
             EventBody::ExecutionResumed { reason } => {
                 let answer = match reason {
@@ -294,7 +295,7 @@ impl ExecutionState {
             // Informational: the hook's effect is in the events that follow it.
             EventBody::HookDecided { .. } => {}
             // Counted by `usage` above; it changes nothing else.
-            EventBody::LlmCalled(_) => {}
+            EventBody::LlmCalled(_) | EventBody::BudgetRaised { .. } => {}
             EventBody::SignalReceived {
                 signal_type,
                 payload,
@@ -336,6 +337,7 @@ impl ExecutionState {
             }
             Cleared::Approval => self.approval = None,
             Cleared::Wait => self.signal_wait = None,
+            Cleared::Budget => self.budget_wait = None,
             Cleared::Tool => self.tool_blocked = false,
         }
     }
@@ -372,6 +374,7 @@ impl ExecutionState {
         self.tool_blocked = false;
         self.signal_wait = None;
         self.approval = None;
+        self.budget_wait = None;
     }
 
     fn finish(&mut self, status: ExecutionStatus) {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::definition::{BudgetDefinition, CompileIssue, FieldPath};
 use super::duration::parse_duration;
-use crate::guardrails::budget::{Budget, MAX_COST_UNIT_BYTES, WallTime};
+use crate::guardrails::budget::{Budget, MAX_COST_UNIT_BYTES, OnExceed, WallTime};
 
 /// Compiles one `budget:` at `path`; `owner` names it in messages (`rule `x``, `the file`).
 /// Returns `None` when it has problems (appended to `errors`).
@@ -32,6 +32,7 @@ pub(super) fn compile_budget(
     let max_steps = count(definition.max_steps, "max_steps");
     let max_calls_per_tool = count(definition.max_calls_per_tool, "max_calls_per_tool");
     let max_retries = count(definition.max_retries, "max_retries");
+    let max_tokens = count(definition.max_tokens, "max_tokens");
     let max_wall_time =
         definition
             .max_wall_time
@@ -76,6 +77,41 @@ pub(super) fn compile_budget(
             max_cost.insert(unit.clone(), *limit);
         }
     }
+    let on_exceed = match definition.on_exceed.as_deref() {
+        None => None,
+        Some("deny") => Some(OnExceed::Deny),
+        Some("require_approval") => Some(OnExceed::RequireApproval),
+        Some(other) => {
+            errors.push(CompileIssue::new(
+                path.keys(&["on_exceed"]),
+                format!(
+                    "{owner}: budget.on_exceed must be deny or require_approval, got {other:?}"
+                ),
+            ));
+            None
+        }
+    };
+    let approval_wait =
+        definition
+            .approval_wait
+            .as_ref()
+            .and_then(|text| match parse_duration(text) {
+                Ok(wait) if !wait.is_zero() => Some(wait),
+                Ok(_) => {
+                    errors.push(CompileIssue::new(
+                        path.keys(&["approval_wait"]),
+                        format!("{owner}: budget.approval_wait must be longer than 0"),
+                    ));
+                    None
+                }
+                Err(message) => {
+                    errors.push(CompileIssue::new(
+                        path.keys(&["approval_wait"]),
+                        format!("{owner}: budget.approval_wait: {message}"),
+                    ));
+                    None
+                }
+            });
     if errors.len() > before {
         return None;
     }
@@ -85,5 +121,8 @@ pub(super) fn compile_budget(
         max_wall_time,
         max_retries,
         max_cost,
+        max_tokens,
+        on_exceed,
+        approval_wait,
     })
 }

@@ -92,6 +92,12 @@ pub struct BudgetDefinition {
     pub max_retries: Option<i64>,
     /// Cost limits per unit.
     pub max_cost: Option<BTreeMap<String, f64>>,
+    /// Model tokens per execution.
+    pub max_tokens: Option<i64>,
+    /// `deny` or `require_approval`: what a model call finds when the budget is spent.
+    pub on_exceed: Option<String>,
+    /// How long a model call waits for a budget raise, as written (`2m`).
+    pub approval_wait: Option<String>,
 }
 
 /// The `default:` section of a file.
