@@ -369,7 +369,11 @@ fn model_tokens_count_against_max_tokens_and_a_raise_replaces_the_policys_limits
         max_tokens: None,
     });
     assert_eq!(budget.check_cost(&used), None, "{used:?}");
-    assert_eq!(used.raised_tokens, Some(150), "a later raise keeps earlier keys");
+    assert_eq!(
+        used.raised_tokens,
+        Some(150),
+        "a later raise keeps earlier keys"
+    );
     // Tool steps meet the same spending limits.
     used.apply(&model_call(40, 10, 0.0));
     assert_eq!(

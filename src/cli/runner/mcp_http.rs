@@ -64,8 +64,9 @@ where
     // reqwest's rustls needs a process-wide crypto provider; ring is the one Keel builds.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let headers: HashMap<HeaderName, HeaderValue> = target.headers.iter().cloned().collect();
-    let config = StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(target.url.as_str()))
-        .custom_headers(headers);
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(target.url.as_str()))
+            .custom_headers(headers);
     let transport = StreamableHttpClientTransport::from_config(config);
     handler
         .serve(transport)
@@ -85,9 +86,14 @@ mod tests {
         )
         .expect("valid");
         let shown = format!("{target:?}");
-        assert!(shown.contains("authorization") && !shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("authorization") && !shown.contains("s3cret"),
+            "{shown}"
+        );
         assert!(HttpTarget::new("ftp://x", Vec::new()).is_err());
-        assert!(HttpTarget::new("http://x", vec![("bad name".to_owned(), "v".to_owned())]).is_err());
+        assert!(
+            HttpTarget::new("http://x", vec![("bad name".to_owned(), "v".to_owned())]).is_err()
+        );
         assert!(HttpTarget::new("http://x", vec![("X".to_owned(), "a\nb".to_owned())]).is_err());
     }
 }

@@ -140,7 +140,11 @@ pub struct RunnerArgs {
     #[command(flatten)]
     pub client: ClientConfig,
     /// The worker: program and arguments, after `--`.
-    #[arg(last = true, required_unless_present = "mcp_url", value_name = "PROGRAM")]
+    #[arg(
+        last = true,
+        required_unless_present = "mcp_url",
+        value_name = "PROGRAM"
+    )]
     pub command: Vec<OsString>,
 }
 
