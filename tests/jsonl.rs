@@ -262,6 +262,7 @@ async fn jsonl_bridge_drives_a_kernel_over_stdio() {
     );
     let response = http
         .post(format!("{}/v0/executions/{second}/cancel", kernel.url))
+        .json(&json!({}))
         .send()
         .await
         .expect("cancel");
