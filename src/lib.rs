@@ -25,3 +25,14 @@ pub mod trace_context;
 pub mod webhooks;
 
 pub use app::run;
+
+/// Installs ring as the process's rustls crypto provider, once (later calls do nothing).
+///
+/// The MCP client's reqwest is built without a provider, and Cargo's feature unification gives
+/// that build to every reqwest of the process (the OpenTelemetry exporter's too), which then
+/// cannot make a client without one. `main` calls this first; the library entry points that
+/// build such clients call it too, for callers that are not the `keel` binary.
+pub fn install_tls_provider() {
+    // An error only means a provider is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -22,11 +22,7 @@ const EXIT_USAGE: u8 = 2;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // One TLS crypto provider for every rustls user in the process: the MCP client's reqwest is
-    // built without one, and Cargo's feature unification gives that build to the OpenTelemetry
-    // exporter's reqwest too, which then cannot make a client. Installing ring here (already
-    // compiled in for sqlx) serves them all; an error means one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    keel::install_tls_provider();
     let cli = Cli::parse();
     match cli.command {
         Command::Dev(config) => serve(config.with_mode(Mode::Dev)).await,

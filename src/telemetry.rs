@@ -73,8 +73,7 @@ pub fn init_with_traces(
     format: LogFormat,
     otel_endpoint: Option<&str>,
 ) -> Result<(bool, Traces), TelemetryError> {
-    // The exporter's reqwest needs the process's rustls crypto provider (see main.rs).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::install_tls_provider();
     let provider = otel_endpoint.map(tracer_provider).transpose()?;
     let installed = subscriber(filter, format, provider.as_ref())?
         .try_init()

@@ -61,8 +61,7 @@ pub async fn connect<H>(
 where
     H: rmcp::ClientHandler,
 {
-    // reqwest's rustls needs a process-wide crypto provider; ring is the one Keel builds.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::install_tls_provider();
     let headers: HashMap<HeaderName, HeaderValue> = target.headers.iter().cloned().collect();
     let config =
         StreamableHttpClientTransportConfig::with_uri(Arc::<str>::from(target.url.as_str()))
