@@ -220,6 +220,11 @@ impl Ownership {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The earliest time a held partition's self-fence falls, if any is held.
+    fn next_fence(&self) -> Option<Instant> {
+        self.lock().values().map(|held| held.valid_until).min()
+    }
+
     /// Drops the partitions whose self-fence time has passed; returns them.
     fn expire(&self, now: Instant) -> Vec<u32> {
         let mut held = self.lock();
@@ -371,6 +376,11 @@ impl Cluster {
             failing: false,
         };
         let task = tokio::spawn(manager.run(stop.clone()));
+        tokio::spawn(fence_timer(
+            ownership.clone(),
+            settings.node_id.clone(),
+            stop.clone(),
+        ));
         Ok(Self {
             ownership,
             membership,
@@ -407,6 +417,33 @@ impl Cluster {
                 "leaving the cluster failed; the others take its partitions when the leases expire"
             ),
         }
+    }
+}
+
+/// Stops acting on the partitions whose self-fence time has passed, and says so.
+fn self_fence(ownership: &Ownership, node_id: &str) {
+    let lapsed = ownership.expire(Instant::now());
+    if !lapsed.is_empty() {
+        warn!(
+            node = %node_id,
+            partitions = ?lapsed,
+            "lost partitions: their leases were not renewed in time; stopped acting on them"
+        );
+    }
+}
+
+/// Applies the self-fence at the moment it falls, not at the next tick: a tick can be late
+/// (its statements wait up to their timeout while the database is unreachable), and the
+/// partition's actors and streams must stop before its lease can lapse, not only its writes.
+async fn fence_timer(ownership: Arc<Ownership>, node_id: String, stop: CancellationToken) {
+    loop {
+        let latest = Instant::now() + TICK;
+        let wake = ownership.next_fence().map_or(latest, |at| at.min(latest));
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep_until(wake) => {}
+        }
+        self_fence(&ownership, &node_id);
     }
 }
 
@@ -454,14 +491,7 @@ impl LeaseManager {
 
     /// One round: self-fence, renew, rebalance.
     async fn tick(&mut self) -> Result<(), StoreError> {
-        let lapsed = self.ownership.expire(Instant::now());
-        if !lapsed.is_empty() {
-            warn!(
-                node = %self.node_id,
-                partitions = ?lapsed,
-                "lost partitions: their leases were not renewed in time; stopped acting on them"
-            );
-        }
+        self_fence(&self.ownership, &self.node_id);
         let held: Vec<u32> = self.ownership.owned().iter().map(|(id, _)| *id).collect();
         let sent = Instant::now();
         let renewed = self.membership.renew(&held).await?;

@@ -52,6 +52,16 @@ impl Database {
         .unwrap_or_default()
     }
 
+    /// The database's URL through a proxy listening on 127.0.0.1:`port`.
+    pub fn url_via(&self, port: u16) -> String {
+        self._database.url_via(port)
+    }
+
+    /// The server's address, for a proxy in front of it.
+    pub fn server_address(&self) -> std::net::SocketAddr {
+        self._database.server_address()
+    }
+
     /// Every partition: `(partition, owner, epoch)`.
     pub async fn partitions(&self) -> Vec<(i32, Option<String>, i64)> {
         sqlx::query_as::<_, (i32, Option<String>, i64)>(
@@ -94,7 +104,17 @@ impl Kernel {
         data_dir: &Path,
         extra: &[&str],
     ) -> Result<Kernel, String> {
-        let port = free_port();
+        Self::start_on(node_id, db_url, data_dir, extra, free_port()).await
+    }
+
+    /// Starts `keel serve` on `port` (a restart keeps its kernel's address).
+    pub async fn start_on(
+        node_id: &str,
+        db_url: &str,
+        data_dir: &Path,
+        extra: &[&str],
+        port: u16,
+    ) -> Result<Kernel, String> {
         let url = format!("http://127.0.0.1:{port}");
         let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
         command
@@ -146,6 +166,14 @@ impl Kernel {
             }
             Err(_) => Err(format!("no `listening on` within 20 s; log:\n{text}")),
         }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit_once(':')
+            .and_then(|(_, port)| port.parse().ok())
+            .expect("url ends with the port")
     }
 
     /// The log so far.

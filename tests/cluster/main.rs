@@ -2,8 +2,10 @@
 //! PostgreSQL database (docs/architecture.md, "Cluster"). Needs `KEEL_TEST_POSTGRES_URL`;
 //! without it every test passes after printing that it skipped.
 
+mod cutoff;
 mod feed;
 mod harness;
+mod load;
 mod matching;
 mod recovery;
 mod view;
