@@ -409,8 +409,14 @@ impl Cluster {
             let _ = task.await;
         }
         let held = self.ownership.drop_all();
+        let started = Instant::now();
         match self.membership.leave().await {
-            Ok(()) => info!(node = %self.node_id, released = held, "left the cluster"),
+            Ok(()) => info!(
+                node = %self.node_id,
+                released = held,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "left the cluster"
+            ),
             Err(error) => warn!(
                 node = %self.node_id,
                 error = %error,

@@ -8,6 +8,7 @@ mod harness;
 mod load;
 mod matching;
 mod recovery;
+mod rolling;
 mod view;
 
 use std::collections::BTreeMap;
