@@ -6,10 +6,16 @@
 //! disconnect grace, re-binding on reconnect, cancellation notices. The agent's intents and
 //! step results name their execution and are forwarded to its owner.
 //!
-//! A bridged connection carries `Keel-Forwarded-By` and is never bridged again. A peer's
-//! stream that ends, fails or stays silent past [`SILENCE`] is opened again on the next
-//! round ([`ROUND`]); a kernel that leaves the view has its connection closed (its consumer
-//! then gets the disconnect grace there).
+//! A bridged connection carries `Keel-Forwarded-By` and is never bridged again. The peers are
+//! the live kernels of the last view, whether they hold partitions yet or not, so a kernel
+//! that is about to acquire some already sees every consumer. A peer's stream that ends,
+//! fails or stays silent past [`SILENCE`] is opened again on the next round ([`ROUND`]); a
+//! kernel that leaves the view has its connection closed (its consumer then gets the
+//! disconnect grace there).
+//!
+//! A runner's bridge first sends the peer the runner's published tools as this kernel knows
+//! them then ([`Prelude`]), so a kernel that joined (or restarted) after the runner published
+//! lists them in its directory, as the kernels that received the publication's copies do.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,8 +38,21 @@ const ROUND: Duration = Duration::from_secs(1);
 /// A peer stream silent this long is reopened (peers send a heartbeat every 15 s).
 const SILENCE: Duration = Duration::from_secs(40);
 
+/// Bound of the prelude sent before a peer's stream opens.
+const PRELUDE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Pushes relayed from one peer that the agent's stream has not taken yet.
 const BUFFER: usize = 64;
+
+/// A request sent to each peer before its stream is opened: a POST to `path` with the body
+/// `body` returns then (`None`: nothing to send).
+#[derive(Clone)]
+pub struct Prelude {
+    /// Path of the POST (`/v0/runners/{id}/tools`).
+    pub path: String,
+    /// The JSON body, computed at each (re)opening so that it is current.
+    pub body: Arc<dyn Fn() -> Option<Bytes> + Send + Sync>,
+}
 
 /// The bridged connections of one agent (or runner) stream; dropping it closes them all.
 pub struct Bridge {
@@ -44,7 +63,12 @@ pub struct Bridge {
 impl Bridge {
     /// Opens `path_and_query` (`/v0/agents/stream?…`) on every other live kernel with the
     /// request's `headers` (its credentials), and keeps them open while the bridge lives.
-    pub fn open(routing: Arc<Routing>, path_and_query: String, headers: &HeaderMap) -> Self {
+    pub fn open(
+        routing: Arc<Routing>,
+        path_and_query: String,
+        headers: &HeaderMap,
+        prelude: Option<Prelude>,
+    ) -> Self {
         let (sender, frames) = mpsc::channel(BUFFER);
         let stop = CancellationToken::new();
         let mut forwarded = HeaderMap::new();
@@ -60,6 +84,7 @@ impl Bridge {
             routing,
             path_and_query,
             headers: forwarded,
+            prelude,
             sender,
             open: HashMap::new(),
         };
@@ -71,19 +96,26 @@ impl Bridge {
     }
 
     /// The bridge of a stream request to `path` with query `raw` in cluster mode; `None` in
-    /// the one-kernel mode and for a request that is itself a bridge.
+    /// the one-kernel mode and for a request that is itself a bridge. `prelude` is sent to
+    /// each peer before its stream opens.
     pub fn for_stream(
         routing: Option<&Arc<Routing>>,
         path: &str,
         raw: Option<&str>,
         headers: &HeaderMap,
+        prelude: Option<Prelude>,
     ) -> Option<Self> {
         let routing = routing?;
         if headers.contains_key(FORWARDED_BY) {
             return None;
         }
         let path_and_query = format!("{path}?{}", raw.unwrap_or_default());
-        Some(Self::open(routing.clone(), path_and_query, headers))
+        Some(Self::open(
+            routing.clone(),
+            path_and_query,
+            headers,
+            prelude,
+        ))
     }
 
     /// The next message relayed from a peer (an SSE frame); never resolves once all ended.
@@ -100,6 +132,7 @@ struct Peers {
     routing: Arc<Routing>,
     path_and_query: String,
     headers: HeaderMap,
+    prelude: Option<Prelude>,
     sender: mpsc::Sender<Bytes>,
     open: HashMap<String, JoinHandle<()>>,
 }
@@ -113,7 +146,7 @@ impl Peers {
                 () = stop.cancelled() => break,
                 _ = round.tick() => {}
             }
-            let peers = self.routing.peers();
+            let peers = self.routing.live_peers();
             self.open.retain(|node, task| {
                 let keep = !task.is_finished() && peers.iter().any(|peer| &peer.node == node);
                 if !keep {
@@ -126,9 +159,15 @@ impl Peers {
                     continue;
                 }
                 let url = format!("{}{}", peer.url.trim_end_matches('/'), self.path_and_query);
+                let prelude = self.prelude.as_ref().and_then(|prelude| {
+                    let body = (prelude.body)()?;
+                    let url = format!("{}{}", peer.url.trim_end_matches('/'), prelude.path);
+                    Some((url, body))
+                });
                 let task = tokio::spawn(relay(
                     self.routing.client().clone(),
                     url,
+                    prelude,
                     peer.node.clone(),
                     self.headers.clone(),
                     self.sender.clone(),
@@ -142,14 +181,32 @@ impl Peers {
     }
 }
 
-/// Relays one peer's stream until it ends, fails or falls silent.
+/// Sends the prelude (when there is one), then relays one peer's stream until it ends, fails
+/// or falls silent.
 async fn relay(
     client: reqwest::Client,
     url: String,
+    prelude: Option<(String, Bytes)>,
     node: String,
     headers: HeaderMap,
     sender: mpsc::Sender<Bytes>,
 ) {
+    if let Some((prelude_url, body)) = prelude {
+        let sent = client
+            .post(&prelude_url)
+            .headers(headers.clone())
+            .header(axum::http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send();
+        match tokio::time::timeout(PRELUDE_TIMEOUT, sent).await {
+            Ok(Ok(answer)) if answer.status().is_success() => {}
+            Ok(Ok(answer)) => {
+                debug!(peer = %node, status = answer.status().as_u16(), "bridge prelude refused");
+            }
+            Ok(Err(error)) => debug!(peer = %node, error = %error, "bridge prelude failed"),
+            Err(_) => debug!(peer = %node, "bridge prelude timed out"),
+        }
+    }
     let response = match client.get(&url).headers(headers).send().await {
         Ok(response) if response.status().is_success() => response,
         Ok(response) => {

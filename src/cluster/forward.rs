@@ -134,18 +134,18 @@ impl Routing {
         &self.client
     }
 
-    /// The other kernels holding a partition in the last view, once each.
-    pub fn peers(&self) -> Vec<Route> {
-        let mut peers: Vec<Route> = Vec::new();
-        for partition in 0..self.ownership.partitions() {
-            if let Some(route) = self.ownership.route(partition)
-                && route.node != self.node_id
-                && !peers.iter().any(|peer| peer.node == route.node)
-            {
-                peers.push(route);
-            }
-        }
-        peers
+    /// The other live kernels of the last view, holding partitions or not yet: where
+    /// consumers are bridged and runner publications copied.
+    pub fn live_peers(&self) -> Vec<Route> {
+        self.ownership
+            .members()
+            .into_iter()
+            .filter(|node| node.live && node.id != self.node_id)
+            .map(|node| Route {
+                node: node.id,
+                url: node.url,
+            })
+            .collect()
     }
 
     /// Any other kernel that holds a partition (for a creation this kernel cannot take).

@@ -1,10 +1,11 @@
 //! Runner publications in cluster mode: `POST /v0/runners/{id}/tools` and
 //! `…/capabilities` change what one kernel keeps in memory (the tool directory, a runner's
 //! capabilities), so the kernel receiving one applies it and then sends the same request to
-//! every other kernel holding partitions (marked `Keel-Forwarded-By`, so it goes no further),
-//! waiting at most [`PEER_TIMEOUT`]. An agent then finds a runner's tools through any kernel.
-//! A kernel that joins later learns them at the runner's next publication (the SDK publishes
-//! before every stream connect).
+//! every other live kernel, holding partitions or not yet (marked `Keel-Forwarded-By`, so it
+//! goes no further), waiting at most [`PEER_TIMEOUT`]. An agent then finds a runner's tools
+//! through any kernel. A kernel that joins later gets them from the runner's bridge, which
+//! sends the runner's tools to each peer before opening its stream there
+//! (`bridge::Prelude`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,7 +70,7 @@ async fn copy_to_peers(
     headers: reqwest::header::HeaderMap,
     bytes: Bytes,
 ) {
-    let sends = routing.peers().into_iter().map(|peer| {
+    let sends = routing.live_peers().into_iter().map(|peer| {
         let url = format!("{}{path_and_query}", peer.url.trim_end_matches('/'));
         let sent = routing
             .client()

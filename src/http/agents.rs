@@ -137,6 +137,7 @@ pub async fn stream(
         "/v0/agents/stream",
         raw.as_deref(),
         &headers,
+        None,
     );
     Ok(sse::push_response(
         &state,

@@ -111,14 +111,46 @@ pub async fn stream(
         sse::StreamKind::Runner,
         pushes,
         presence,
-        // Cluster mode: the runner is connected to the other kernels too.
+        // Cluster mode: the runner is connected to the other kernels too, each of which
+        // first gets the runner's published tools.
         crate::cluster::bridge::Bridge::for_stream(
             state.settings.cluster.as_ref(),
             "/v0/runners/stream",
             raw.as_deref(),
             &headers,
+            Some(published_tools(&state, runner_id)),
         ),
     ))
+}
+
+/// The bridge prelude of a runner stream: `POST /v0/runners/{id}/tools` with the tools this
+/// kernel lists for the runner when the bridge (re)opens; nothing when it lists none.
+fn published_tools(state: &AppState, runner_id: &str) -> crate::cluster::bridge::Prelude {
+    let kernel = state.kernel.clone();
+    let runner = RunnerId::new(runner_id);
+    crate::cluster::bridge::Prelude {
+        path: format!("/v0/runners/{}/tools", crate::cli::path_segment(runner_id)),
+        body: std::sync::Arc::new(move || {
+            let tools: Vec<Value> = kernel
+                .tools("")
+                .into_iter()
+                .filter(|tool| tool.runner_id == runner)
+                .map(|tool| {
+                    json!({
+                        "id": tool.id,
+                        "description": tool.description,
+                        "input_schema": tool.input_schema,
+                    })
+                })
+                .collect();
+            if tools.is_empty() {
+                return None;
+            }
+            serde_json::to_vec(&json!({ "tools": tools }))
+                .ok()
+                .map(axum::body::Bytes::from)
+        }),
+    }
 }
 
 /// `POST /v0/runners/{id}/results`. The runner connection named by the path id and the body's

@@ -3,6 +3,7 @@
 //! without it every test passes after printing that it skipped.
 
 mod cutoff;
+mod directory;
 mod feed;
 mod harness;
 mod load;

@@ -252,11 +252,18 @@ class Kernel:
             ]
         except (httpx.HTTPError, ValueError):
             return False
-        return all(
-            view.get("unowned") == 0
-            and sum(1 for k in view.get("kernels", []) if k.get("live")) == len(self.ports)
-            for view in views
-        )
+        # Balanced, not merely owned: a first kernel holds every partition until it sees the
+        # others live, and a scenario started then would see its executions move mid-run.
+        def settled(view: dict) -> bool:
+            live = [k for k in view.get("kernels", []) if k.get("live")]
+            least = view.get("partitions", 0) // len(self.ports)
+            return (
+                view.get("unowned") == 0
+                and len(live) == len(self.ports)
+                and all(k.get("partitions_owned", 0) >= least for k in live)
+            )
+
+        return all(settled(view) for view in views)
 
     def _healthy(self) -> bool:
         assert self.proc is not None
