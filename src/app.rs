@@ -138,23 +138,8 @@ pub async fn run(
         .map_err(|error| anyhow!("{error}"))?;
         http.cluster = Some(Arc::new(routing));
     }
-    let mut llm_in_force = "off".to_owned();
-    if let Some(path) = &settings.llm_config {
-        let gateway = crate::gateway::GatewayConfig::load(path)
-            .and_then(crate::gateway::Gateway::new)
-            .map_err(|error| anyhow!("{error}; refusing to start"))?;
-        llm_in_force = format!(
-            "providers {}",
-            gateway
-                .config
-                .providers
-                .keys()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        http.gateway = Some(Arc::new(gateway));
-    }
+    let (gateway, llm_in_force) = llm_gateway(&settings)?;
+    http.gateway = gateway;
     let state =
         AppState::new(kernel.clone(), http, streams_end.clone()).with_policy_status(policy_status);
     // The API keys are read before the first request (a store that cannot answer is retried
@@ -456,4 +441,45 @@ fn millis(duration: Duration) -> u64 {
 fn singleton_election(ownership: &Arc<crate::cluster::Ownership>) -> crate::webhooks::Elected {
     let ownership = ownership.clone();
     Arc::new(move || ownership.epoch(0).is_some())
+}
+
+/// The LLM gateway of `--llm-config` and `--llm-cassette` (`None`: off), and how to name it in
+/// the start-up line.
+fn llm_gateway(
+    settings: &Settings,
+) -> anyhow::Result<(Option<Arc<crate::gateway::Gateway>>, String)> {
+    use crate::gateway::{Gateway, GatewayConfig, cassette::Cassette};
+    if settings.llm_config.is_none() && settings.llm_cassette.is_none() {
+        return Ok((None, "off".to_owned()));
+    }
+    let config = match &settings.llm_config {
+        Some(path) => GatewayConfig::load(path),
+        None => Ok(GatewayConfig {
+            providers: std::collections::BTreeMap::new(),
+        }),
+    };
+    let mut gateway = config
+        .and_then(Gateway::new)
+        .map_err(|error| anyhow!("{error}; refusing to start"))?;
+    let mut in_force = format!(
+        "providers {}",
+        gateway
+            .config
+            .providers
+            .keys()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Some(path) = &settings.llm_cassette {
+        let cassette =
+            Cassette::load(path).map_err(|error| anyhow!("{error}; refusing to start"))?;
+        in_force = format!(
+            "cassette {} ({} calls; no provider is called)",
+            path.display(),
+            cassette.providers().values().sum::<usize>()
+        );
+        gateway = gateway.with_cassette(cassette);
+    }
+    Ok((Some(Arc::new(gateway)), in_force))
 }

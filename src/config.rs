@@ -140,6 +140,11 @@ pub struct Config {
     #[arg(long, env = "KEEL_LLM_CONFIG", value_name = "PATH")]
     pub llm_config: Option<PathBuf>,
 
+    /// Cassette of recorded model calls (`keel llm export EXECUTION > FILE`): the LLM gateway
+    /// answers from it instead of calling any provider, and refuses any call it does not hold.
+    #[arg(long, env = "KEEL_LLM_CASSETTE", value_name = "PATH")]
+    pub llm_cassette: Option<PathBuf>,
+
     /// Token every request except health and readiness must present as
     /// `Authorization: Bearer <token>` [default: none, no authentication].
     #[arg(

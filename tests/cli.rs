@@ -10,6 +10,9 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+#[path = "cli/cassette.rs"]
+mod cassette;
+
 /// How long any expected line or command may take.
 const WAIT: Duration = Duration::from_secs(20);
 

@@ -27,6 +27,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
+#[path = "traces/llm.rs"]
+mod llm;
+
 const WAIT: Duration = Duration::from_secs(20);
 
 /// Starts an OTLP/HTTP receiver on a free port; every exported span arrives on the channel.

@@ -452,6 +452,10 @@ pub struct LlmCall {
     /// instead of calling the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_of: Option<i64>,
+    /// `provider/model` that answered instead of the one called (its configured fallback, when
+    /// the called one's breaker was open, it answered 5xx or could not be reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 impl EventBody {

@@ -70,6 +70,9 @@ pub enum Command {
     /// Manages API keys (admin): list, create, rotate, revoke (docs/security.md).
     #[command(subcommand)]
     Keys(crate::cli::keys::KeysCommand),
+    /// Model calls through the LLM gateway: `keel llm export EXECUTION > cassette.json`.
+    #[command(subcommand)]
+    Llm(crate::cli::llm::LlmCommand),
     /// Lists the tool calls waiting for an approval.
     Approvals(HealthArgs),
     /// Approves a waiting tool call: `keel approve ID [--reason TEXT]`.

@@ -11,6 +11,7 @@ mod events;
 mod feed;
 pub mod jsonl;
 pub mod keys;
+pub mod llm;
 pub mod output;
 pub mod runner;
 mod watch;
@@ -203,6 +204,7 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
         Command::Health(args) => health(&args.client).await,
         Command::Breakers(args) => breakers::run(&args.client).await,
         Command::Keys(command) => keys::run(&command).await,
+        Command::Llm(command) => llm::run(&command).await,
         Command::Approvals(args) => approvals::list(&args.client).await,
         Command::Approve(args) => approvals::answer(&args, true).await,
         Command::Deny(args) => approvals::answer(&args, false).await,
@@ -240,6 +242,7 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         Command::Health(args) => Some(&args.client),
         Command::Breakers(args) => Some(&args.client),
         Command::Keys(command) => Some(command.client()),
+        Command::Llm(command) => Some(command.client()),
         Command::Approvals(args) => Some(&args.client),
         Command::Approve(args) | Command::Deny(args) => Some(&args.client),
         Command::Runner(args) => Some(&args.client),

@@ -144,6 +144,8 @@ pub struct Settings {
     pub webhooks: Option<PathBuf>,
     /// LLM gateway configuration file, if any.
     pub llm_config: Option<PathBuf>,
+    /// Cassette the LLM gateway answers from, if any.
+    pub llm_cassette: Option<PathBuf>,
     /// Bearer token; `None` disables authentication.
     pub bearer_token: Option<Secret>,
     /// Whether `--production` was given.
@@ -330,6 +332,7 @@ impl Config {
             policy,
             webhooks: self.webhooks.clone(),
             llm_config: self.llm_config.clone(),
+            llm_cassette: self.llm_cassette.clone(),
             bearer_token,
             production: self.production,
             cors_origins,
@@ -441,7 +444,7 @@ impl Config {
 impl Settings {
     /// Returns the effective configuration as JSON, secrets redacted (`--dump-config`).
     pub fn dump(&self) -> Value {
-        json!({
+        let mut dump = json!({
             "mode": self.mode.as_str(),
             "bind": self.listen.ip().to_string(),
             "port": self.listen.port(),
@@ -483,7 +486,19 @@ impl Settings {
             "log-level": self.log_filter,
             "log-format": self.log_format,
             "otel-endpoint": self.otel_endpoint,
-        })
+        });
+        // Outside the macro above, which is at its recursion limit.
+        if let Some(fields) = dump.as_object_mut() {
+            fields.insert(
+                "llm-cassette".to_owned(),
+                json!(
+                    self.llm_cassette
+                        .as_ref()
+                        .map(|path| path.display().to_string())
+                ),
+            );
+        }
+        dump
     }
 }
 

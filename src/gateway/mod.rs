@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod cassette;
+mod fallback;
 pub mod limits;
 pub mod usage;
 
@@ -104,9 +106,26 @@ pub struct Provider {
     /// Limits shared by every call to this provider (requests and tokens per minute, 429
     /// parking, breaker).
     pub gate: std::sync::Arc<limits::Gate>,
+    /// Per model (`*`: any other), the provider and model that answer instead while it fails.
+    pub fallback: BTreeMap<String, (String, String)>,
 }
 
 impl Provider {
+    /// A provider known only from a cassette: it is never called, and speaks whichever format
+    /// its route does.
+    pub fn offline(name: &str, format: Format) -> Self {
+        Self {
+            name: name.to_owned(),
+            format,
+            base_url: String::new(),
+            api_key: None,
+            prices: BTreeMap::new(),
+            store_bodies: true,
+            gate: std::sync::Arc::new(limits::Gate::new(limits::LimitSettings::default())),
+            fallback: BTreeMap::new(),
+        }
+    }
+
     /// The price of `model`: its own, else the `*` entry's.
     pub fn price(&self, model: &str) -> Option<&Price> {
         self.prices.get(model).or_else(|| self.prices.get("*"))
@@ -129,6 +148,8 @@ struct ProviderFile {
     store_bodies: bool,
     #[serde(default)]
     limits: Option<LimitsFile>,
+    #[serde(default)]
+    fallback: BTreeMap<String, String>,
 }
 
 /// `limits:` of a provider.
@@ -217,7 +238,14 @@ impl GatewayConfig {
     ) -> Result<Self, String> {
         let file: GatewayFile = yaml_serde::from_str(text).map_err(|error| error.to_string())?;
         let mut providers = BTreeMap::new();
+        let formats: BTreeMap<String, Format> = file
+            .providers
+            .iter()
+            .map(|(name, provider)| (name.clone(), provider.format))
+            .collect();
         for (name, provider) in file.providers {
+            let fallback =
+                fallback::fallbacks(&name, provider.format, provider.fallback, &formats)?;
             if name.is_empty()
                 || !name
                     .bytes()
@@ -279,10 +307,20 @@ impl GatewayConfig {
                     api_key,
                     prices: provider.prices,
                     store_bodies: provider.store_bodies,
+                    fallback,
                 },
             );
         }
         Ok(Self { providers })
+    }
+
+    /// The provider and model that answer instead of `provider`'s `model` while it fails.
+    pub fn fallback(&self, provider: &Provider, model: &str) -> Option<(&Provider, String)> {
+        let (name, model) = provider
+            .fallback
+            .get(model)
+            .or_else(|| provider.fallback.get("*"))?;
+        Some((self.providers.get(name)?, model.clone()))
     }
 }
 
@@ -293,6 +331,8 @@ pub struct Gateway {
     pub config: GatewayConfig,
     /// Client for the providers.
     pub client: reqwest::Client,
+    /// Recorded answers served instead of calling any provider (`--llm-cassette`).
+    pub cassette: Option<std::sync::Arc<cassette::Cassette>>,
 }
 
 impl Gateway {
@@ -303,7 +343,17 @@ impl Gateway {
             .read_timeout(READ_TIMEOUT)
             .build()
             .map_err(|error| GatewayConfigError::Client(error.to_string()))?;
-        Ok(Self { config, client })
+        Ok(Self {
+            config,
+            client,
+            cassette: None,
+        })
+    }
+
+    /// The gateway serving `cassette`'s answers instead of calling its providers.
+    pub fn with_cassette(mut self, cassette: cassette::Cassette) -> Self {
+        self.cassette = Some(std::sync::Arc::new(cassette));
+        self
     }
 }
 

@@ -272,14 +272,6 @@ pub fn routes() -> Routes {
         .route("/v0/keys", get(keys::list).post(keys::create))
         .route("/v0/keys/{name}", delete(keys::revoke))
         .route("/v0/keys/{name}/rotate", post(keys::rotate))
-}
-
-/// Builds the router of [`routes`] and the web console's pages with authentication, CORS and
-/// request ids.
-pub fn router(state: AppState) -> Router {
-    let routes = routes()
-        .router
-        .merge(crate::console::pages())
         .route(
             "/v0/executions/{id}/llm/{provider}/v1/chat/completions",
             post(llm::chat_completions),
@@ -293,15 +285,25 @@ pub fn router(state: AppState) -> Router {
             post(llm::messages),
         )
         .route(
-            "/v0/executions/{id}/mcp",
-            axum::routing::post(mcp::endpoint)
-                .get(mcp::endpoint)
-                .delete(mcp::endpoint),
+            "/v0/executions/{id}/llm/{provider}/{*rest}",
+            get(llm::unknown_route)
+                .post(llm::unknown_route)
+                .put(llm::unknown_route)
+                .patch(llm::unknown_route)
+                .delete(llm::unknown_route),
         )
         .route(
-            "/v0/executions/{id}/llm/{provider}/{*rest}",
-            axum::routing::any(llm::unknown_route),
+            "/v0/executions/{id}/mcp",
+            post(mcp::endpoint).get(mcp::endpoint).delete(mcp::endpoint),
         )
+}
+
+/// Builds the router of [`routes`] and the web console's pages with authentication, CORS and
+/// request ids.
+pub fn router(state: AppState) -> Router {
+    let routes = routes()
+        .router
+        .merge(crate::console::pages())
         .fallback(error::not_found);
     let cluster = state.settings.cluster.clone();
     // One layer: request id, then CORS, then authentication (`request_id.rs`, `auth.rs`).

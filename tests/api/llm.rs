@@ -82,6 +82,8 @@ async fn fake_chat(
     match model.as_deref() {
         Some("rate-limited") => return refusal(429),
         Some("broken") => return refusal(500),
+        // Long enough for concurrent calls to be in flight together.
+        Some("slow") => tokio::time::sleep(Duration::from_millis(50)).await,
         _ => {}
     }
     if !streamed {
@@ -1080,7 +1082,7 @@ async fn kernel_with_rpm(base_url: &str) -> TestKernel {
 
 /// A kernel with the bearer token and the gateway configuration `yaml` (every key variable
 /// resolves to the provider key).
-async fn kernel_from_yaml(yaml: &str) -> TestKernel {
+pub(crate) async fn kernel_from_yaml(yaml: &str) -> TestKernel {
     let config =
         GatewayConfig::parse(yaml, Path::new("."), |_| Some(KEY.to_owned())).expect("valid");
     TestKernel::start_with(Options {

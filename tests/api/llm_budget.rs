@@ -249,3 +249,61 @@ async fn a_raise_nobody_answers_fails_the_call_after_the_wait_and_unblocks_the_e
     );
     assert_eq!(kernel.status(&id).await, "running");
 }
+
+/// 100 model tokens, refused once spent.
+fn hundred_tokens(config: &mut keel_actors::kernel::KernelConfig) {
+    install_allow_all_policy(config, "budget:\n  max_tokens: 100\n");
+}
+
+#[tokio::test]
+async fn concurrent_calls_at_the_budget_edge_overshoot_by_at_most_one_call() {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let kernel = kernel_with(Some(&base_url), Some(TOKEN), hundred_tokens).await;
+    let (_agent, assignment) = running_execution(&kernel, "llm-agent").await;
+    let id = assignment.execution_id.clone();
+    // 20 calls at once, 8 tokens each (160 in all): without reservations every one would find
+    // the budget unspent and go. Each names its output limit, so its estimate holds.
+    let calls = (0..20).map(|_| {
+        let url = kernel.url(&chat_path(&id, "openai"));
+        let client = kernel.client.clone();
+        async move {
+            let response = client
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"model": "slow", "messages": [], "max_tokens": 1}))
+                .send()
+                .await
+                .expect("sent");
+            let status = response.status();
+            (status, response.json::<Value>().await.expect("JSON"))
+        }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let ok = answers
+        .iter()
+        .filter(|(status, _)| *status == StatusCode::OK)
+        .count();
+    for (status, body) in answers
+        .iter()
+        .filter(|(status, _)| *status != StatusCode::OK)
+    {
+        assert_eq!(*status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["error"]["code"], "budget_exceeded", "{body}");
+    }
+    let recorded = llm_calls(&kernel, &id, ok).await;
+    let tokens: u64 = recorded
+        .iter()
+        .map(|call| {
+            call["input_tokens"].as_u64().unwrap_or(0) + call["output_tokens"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(recorded.len(), ok, "{recorded:?}");
+    assert_eq!(fake.seen.lock().expect("lock").len(), ok);
+    // The budget was used up (enough calls went) and crossed by less than one call's 8 tokens.
+    assert!(tokens >= 100, "only {tokens} tokens used by {ok} calls");
+    assert!(
+        tokens < 100 + 8,
+        "{tokens} tokens used by {ok} calls: more than one call over"
+    );
+}

@@ -24,6 +24,7 @@ mod hostile_text;
 mod identity;
 mod llm;
 mod llm_budget;
+mod llm_fallback;
 mod metrics;
 mod openapi;
 mod outage;

@@ -26,11 +26,13 @@ async fn document(kernel: &TestKernel) -> Value {
     document
 }
 
-/// `/v0/executions/` → `/v0/executions`: trailing-slash aliases share their path's entry.
+/// `/v0/executions/` → `/v0/executions`: trailing-slash aliases share their path's entry; a
+/// wildcard segment (`{*rest}`) is documented as a parameter (`{rest}`).
 fn canonical(path: &str) -> String {
+    let path = path.replace("{*", "{");
     match path.strip_suffix('/') {
         Some(stripped) if !stripped.is_empty() => stripped.to_owned(),
-        _ => path.to_owned(),
+        _ => path,
     }
 }
 

@@ -66,6 +66,8 @@ pub struct ExecutionActorState {
     pub(super) epoch: u64,
     /// Epoch for which an idle check is armed.
     pub(super) idle_armed: Option<u64>,
+    /// Reservations of the model calls in flight (LLM gateway).
+    pub(super) llm_reserved: crate::guardrails::reservations::Reservations,
 }
 
 /// The actor owning one execution.
@@ -109,6 +111,7 @@ impl Actor for ExecutionActor {
             step_spans: super::spans::StepSpans::default(),
             epoch: 0,
             idle_armed: None,
+            llm_reserved: Default::default(),
         };
         if let Some(error) = give_up
             && let Some(transition) = machine::fail_by_kernel(&state.exec, &error)
@@ -395,18 +398,31 @@ async fn handle_message(
         ExecutionMsg::AdmitLlmCall {
             model_id,
             ask_approval,
+            estimate,
             reply,
         } => {
-            let admission = super::llm_admission::admit(state, &model_id, ask_approval).await;
+            let admission =
+                super::llm_admission::admit(state, &model_id, ask_approval, estimate).await;
             let _ = reply.send(admission);
         }
         ExecutionMsg::EndBudgetWait { reply } => {
             let result = decide_and_apply(state, machine::budget_wait_timed_out).await;
             let _ = reply.send(result);
         }
-        ExecutionMsg::RecordLlmCall { call, reply } => {
-            let result =
-                decide_and_apply(state, |exec| machine::llm_called(exec, call.clone())).await;
+        ExecutionMsg::RecordLlmCall {
+            call,
+            reservation,
+            reply,
+        } => {
+            if let Some(reservation) = reservation {
+                state.llm_reserved.settle(reservation);
+            }
+            let result = match call {
+                Some(call) => {
+                    decide_and_apply(state, |exec| machine::llm_called(exec, call.clone())).await
+                }
+                None => Ok(()),
+            };
             let _ = reply.send(result);
         }
         // Handled by `passivation::intercept` before anything else.

@@ -142,6 +142,8 @@ pub enum ExecutionMsg {
         /// Whether a call over a `require_approval` budget may block the execution on a raise
         /// (false: a waiting call checking again).
         ask_approval: bool,
+        /// What the call is estimated to spend (reserved while it is in flight).
+        estimate: crate::guardrails::reservations::LlmEstimate,
         /// Answer.
         reply: RpcReplyPort<LlmAdmission>,
     },
@@ -151,10 +153,13 @@ pub enum ExecutionMsg {
         /// Answer.
         reply: Reply<()>,
     },
-    /// Records a model call made through the LLM gateway (`llm.called`).
+    /// Records a model call made through the LLM gateway (`llm.called`) and releases its
+    /// reservation.
     RecordLlmCall {
-        /// The call.
-        call: Box<crate::events::LlmCall>,
+        /// The call (`None`: it never reached the provider and is not recorded).
+        call: Option<Box<crate::events::LlmCall>>,
+        /// The reservation [`LlmAdmission::Allowed`] gave it.
+        reservation: Option<u64>,
         /// Answer.
         reply: Reply<()>,
     },
@@ -176,6 +181,18 @@ pub enum LlmAdmission {
     Allowed {
         /// `execution.started` events so far.
         runs: u32,
+        /// The call's reservation, released by [`ExecutionMsg::RecordLlmCall`] (`None`: the
+        /// execution has no budget).
+        reservation: Option<u64>,
+        /// The execution's W3C trace context, when traces are exported (the call's span is
+        /// its child).
+        traceparent: Option<String>,
+    },
+    /// Calls in flight may together spend what is left of the budget: wait for them to be
+    /// recorded and ask again.
+    InFlight {
+        /// Calls in flight.
+        calls: usize,
     },
     /// The execution has finished.
     Finished,

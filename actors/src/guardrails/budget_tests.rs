@@ -329,6 +329,7 @@ fn model_call(input: u64, output: u64, usd: f64) -> EventBody {
         request: None,
         response: None,
         replay_of: None,
+        fallback: None,
     }))
 }
 

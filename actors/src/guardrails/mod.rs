@@ -11,6 +11,7 @@ pub mod budget;
 pub mod concurrency;
 pub mod metrics;
 pub mod queue;
+pub mod reservations;
 
 /// What a creation may carry besides agent, input and labels. The default is what a client
 /// that uses neither gets.

@@ -15,6 +15,7 @@ use crate::execution::{
     Capabilities, ExecutionMsg, Intent, IntentReply, LlmAdmission, Rejection, StepOutcome,
     StepResultReply,
 };
+use crate::guardrails::reservations::LlmEstimate;
 use crate::ids::{AgentId, ExecutionId, SessionId, StepId};
 use crate::store::ExecutionRow;
 
@@ -42,11 +43,13 @@ impl Kernel {
         id: &ExecutionId,
         model_id: &str,
         ask_approval: bool,
+        estimate: &LlmEstimate,
     ) -> Result<LlmAdmission, KernelError> {
         self.ctx
             .ask_execution(id, |reply| ExecutionMsg::AdmitLlmCall {
                 model_id: model_id.to_owned(),
                 ask_approval,
+                estimate: estimate.clone(),
                 reply,
             })
             .await
@@ -59,15 +62,18 @@ impl Kernel {
             .await
     }
 
-    /// Records a finished model call on its execution (`llm.called`).
+    /// Records a finished model call on its execution (`llm.called`; `None`: a call that never
+    /// reached the provider) and releases its reservation.
     pub async fn record_llm_call(
         &self,
         id: &ExecutionId,
-        call: LlmCall,
+        call: Option<LlmCall>,
+        reservation: Option<u64>,
     ) -> Result<(), KernelError> {
-        let call = Box::new(call);
+        let call = call.map(Box::new);
         self.ask(id, |reply| ExecutionMsg::RecordLlmCall {
             call: call.clone(),
+            reservation,
             reply,
         })
         .await

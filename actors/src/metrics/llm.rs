@@ -42,6 +42,18 @@ pub struct ModelLabels {
     pub model: String,
 }
 
+/// Labels of throttling.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ThrottleLabels {
+    /// Provider name.
+    pub provider: String,
+    /// Model (or `other`).
+    pub model: String,
+    /// `provider_429` (the provider answered 429), `rate_limited` (no slot within
+    /// `max_wait`), `breaker_open`.
+    pub kind: String,
+}
+
 /// LLM gateway metrics.
 #[derive(Debug)]
 pub struct LlmMetrics {
@@ -55,6 +67,8 @@ pub struct LlmMetrics {
     pub latency: Family<ModelLabels, Histogram>,
     /// Calls refused before the provider, by reason (`budget`, `model`, `holder`, `finished`).
     pub refused: Family<ReasonLabel, Counter>,
+    /// Calls held back by a provider's limits, by provider, model and kind.
+    pub throttled: Family<ThrottleLabels, Counter>,
     models: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
@@ -78,8 +92,14 @@ impl LlmMetrics {
             cost_usd: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             refused: Family::default(),
+            throttled: Family::default(),
             models: std::sync::Mutex::default(),
         };
+        registry.register(
+            "llm_throttled",
+            "Model calls held back by a provider's limits (its 429, no slot in time, an open breaker), by provider, model and kind",
+            metrics.throttled.clone(),
+        );
         registry.register(
             "llm_calls",
             "Model calls through the LLM gateway, by provider, model and outcome",
@@ -123,6 +143,18 @@ impl LlmMetrics {
             return super::labels::escape(model);
         }
         "other".to_owned()
+    }
+
+    /// Counts one call held back by `provider`'s limits.
+    pub fn throttled(&self, provider: &str, model: &str, kind: &str) {
+        let model = self.model_label(model);
+        self.throttled
+            .get_or_create(&ThrottleLabels {
+                provider: provider.to_owned(),
+                model,
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one finished call.

@@ -11,12 +11,15 @@
 //! OpenAI clients raise their usual errors.
 
 mod admission;
+mod cassette;
+mod estimate;
 mod holder;
 pub(super) use holder::{SESSION_HEADER, holds};
 mod recorder;
 mod refusal;
 mod relay;
 mod replay;
+mod span;
 mod upstream;
 
 use std::time::Instant;
@@ -31,6 +34,7 @@ use keel_actors::ids::ExecutionId;
 use keel_actors::kernel::KernelError;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use tracing::warn;
 
 use super::AppState;
 use crate::auth::Principal;
@@ -117,13 +121,26 @@ async fn forward(
             "the LLM gateway is not configured (start the kernel with --llm-config)",
         );
     };
-    let Some(provider) = gateway.config.providers.get(&provider) else {
-        return invalid(
-            format,
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no LLM provider named {provider:?} is configured"),
-        );
+    let offline;
+    let provider = match gateway.config.providers.get(&provider) {
+        Some(configured) => configured,
+        // A cassette's providers need no configuration: they are never called.
+        None if gateway
+            .cassette
+            .as_ref()
+            .is_some_and(|cassette| cassette.providers().contains_key(&provider)) =>
+        {
+            offline = crate::gateway::Provider::offline(&provider, format);
+            &offline
+        }
+        None => {
+            return invalid(
+                format,
+                StatusCode::NOT_FOUND,
+                "not_found",
+                &format!("no LLM provider named {provider:?} is configured"),
+            );
+        }
     };
     if provider.format != format {
         return invalid(
@@ -186,8 +203,19 @@ async fn forward(
         .unwrap_or_default()
         .to_owned();
     let model_id = format!("{}/{model}", provider.name);
-    let runs = match admission::admit(&state.kernel, &execution_id, &model_id, format).await {
-        Ok(runs) => runs,
+    let call_model = model.clone();
+    let estimate = estimate::estimate(route, &request, body.len(), provider.price(&model));
+    let admitted = match admission::admit(
+        &state.kernel,
+        &execution_id,
+        &model_id,
+        format,
+        &estimate,
+        provider.gate.max_wait(),
+    )
+    .await
+    {
+        Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
@@ -197,6 +225,15 @@ async fn forward(
         started: Instant::now(),
         provider: provider.clone(),
         usage: None,
+        reservation: admitted.reservation,
+        span: span::open(
+            route,
+            &provider.name,
+            &model,
+            &id,
+            admitted.traceparent.as_deref(),
+        ),
+        response_model: None,
         call: Some(LlmCall {
             provider: provider.name.clone(),
             model,
@@ -214,17 +251,24 @@ async fn forward(
                 .then(|| request.clone()),
             response: None,
             replay_of: None,
+            fallback: None,
         }),
     };
+    if let Some(recorded) = &gateway.cassette {
+        return cassette::serve(recorded, call, format).await;
+    }
     // A re-run's call identical to one an earlier run completed gets that answer again.
-    if runs > 1
+    if admitted.runs > 1
         && replay::wanted(&headers)
         && let Some(pending) = call.call.as_ref()
     {
         match replay::journal_answer(&state.kernel, &call.execution_id, pending).await {
             Ok(Some((sequence, answer))) => return call.replay(sequence, answer).await,
             Ok(None) => {}
-            Err(error) => return unavailable(format, &error),
+            Err(error) => {
+                call.abandon().await;
+                return unavailable(format, &error);
+            }
         }
     }
     // A stream's usage comes in its last chunk only when asked for; the gateway asks on the
@@ -242,12 +286,63 @@ async fn forward(
         } else {
             (body, false)
         };
-    let answer =
-        match upstream::send(gateway, provider, route, &headers, upstream_body, &mut call).await {
-            Ok(answer) => answer,
-            Err(refused) => return refused,
-        };
+    let mut sent = upstream::send(
+        &state.kernel,
+        gateway,
+        provider,
+        route,
+        &headers,
+        upstream_body.clone(),
+        &call_model,
+    )
+    .await;
+    // A failing model (breaker open, 5xx, unreachable) hands the call to its fallback.
+    let failing = match &sent {
+        Ok(answer) => answer.status().is_server_error(),
+        Err(unanswered) => unanswered.failing(),
+    };
+    if failing && let Some((backup, backup_model)) = gateway.config.fallback(provider, &call_model)
+    {
+        warn!(provider = %provider.name, model = %call_model, fallback = %format!("{}/{backup_model}", backup.name),
+              "LLM gateway: the model is failing; its fallback answers");
+        call.fall_back(backup, &backup_model);
+        let body = with_model(&upstream_body, &backup_model);
+        sent = upstream::send(
+            &state.kernel,
+            gateway,
+            backup,
+            route,
+            &headers,
+            body,
+            &backup_model,
+        )
+        .await;
+    }
+    let answer = match sent {
+        Ok(answer) => answer,
+        Err(
+            upstream::Unanswered::Throttled(response) | upstream::Unanswered::BreakerOpen(response),
+        ) => {
+            call.abandon().await;
+            return response;
+        }
+        Err(upstream::Unanswered::Unreachable(message, response)) => {
+            call.finish("unreachable", None, Some(message)).await;
+            return response;
+        }
+    };
     relay::respond(answer, call, format, stream, drop_usage_chunk).await
+}
+
+/// `body` (a JSON object) with its `model` replaced.
+fn with_model(body: &Bytes, model: &str) -> Bytes {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(mut object)) => {
+            object.insert("model".to_owned(), Value::String(model.to_owned()));
+            Bytes::from(Value::Object(object).to_string())
+        }
+        _ => body.clone(),
+    }
 }
 
 fn asks_for_usage(request: &Value) -> bool {

@@ -23,6 +23,12 @@ pub(super) struct Recorder {
     pub(super) call: Option<LlmCall>,
     /// Usage reported so far (a stream may report it in more than one event).
     pub(super) usage: Option<Usage>,
+    /// The call's reservation against its execution's budget, released when it is recorded.
+    pub(super) reservation: Option<u64>,
+    /// The call's trace span, ended when the call is recorded (disabled when traces are off).
+    pub(super) span: tracing::Span,
+    /// The model the answer names (`gen_ai.response.model`).
+    pub(super) response_model: Option<String>,
 }
 
 impl Recorder {
@@ -40,12 +46,28 @@ impl Recorder {
             call.request = None;
         }
         self.finish("ok", Some(StatusCode::OK), None).await;
-        match answer {
-            Value::String(events) if stream => {
-                ([(header::CONTENT_TYPE, "text/event-stream")], events).into_response()
-            }
-            answer => axum::Json(answer).into_response(),
+        recorded_answer(stream, answer)
+    }
+
+    /// Hands the call to `backup`'s `model` (its fallback): recorded on the call, priced and
+    /// counted against `backup`'s limits.
+    pub(super) fn fall_back(&mut self, backup: &Provider, model: &str) {
+        self.provider = backup.clone();
+        if let Some(call) = self.call.as_mut() {
+            call.fallback = Some(format!("{}/{model}", backup.name));
         }
+    }
+
+    /// Notes the model an answer (or a stream event) names.
+    pub(super) fn answered_by(&mut self, answer: &Value) {
+        if self.span.is_none() || self.response_model.is_some() {
+            return;
+        }
+        self.response_model = answer
+            .get("model")
+            .or_else(|| answer.pointer("/message/model"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
     }
 
     pub(super) fn response(&mut self, response: Value) {
@@ -66,8 +88,21 @@ impl Recorder {
             call.input_tokens = usage.input;
             call.output_tokens = usage.output;
             call.cached_tokens = usage.cached;
-            call.cost = usage::cost(Some(&usage), self.provider.price(&call.model));
+            // A fallback's answer is priced as the model that gave it.
+            let answered = call
+                .fallback
+                .as_deref()
+                .and_then(|fallback| fallback.split_once('/'))
+                .map_or(call.model.as_str(), |(_, model)| model);
+            call.cost = usage::cost(Some(&usage), self.provider.price(answered));
         }
+        super::span::close(
+            &self.span,
+            outcome,
+            self.usage.as_ref(),
+            self.response_model.as_deref(),
+            call.fallback.as_deref(),
+        );
         call.outcome = outcome.to_owned();
         call.status = status.map(|status| status.as_u16());
         call.error = error;
@@ -83,24 +118,78 @@ impl Recorder {
         error: Option<String>,
     ) {
         if let Some(call) = self.take(outcome, status, error) {
-            record(&self.kernel, &self.execution_id, call).await;
+            record(
+                &self.kernel,
+                &self.execution_id,
+                call,
+                self.reservation.take(),
+            )
+            .await;
         }
+    }
+
+    /// Ends a call that never reached the provider (refused by its limits): nothing is
+    /// recorded, its reservation is released.
+    pub(super) async fn abandon(&mut self) {
+        self.call = None;
+        self.span.record("keel.llm.outcome", "refused");
+        if let Some(reservation) = self.reservation.take() {
+            release(&self.kernel, &self.execution_id, reservation).await;
+        }
+    }
+}
+
+/// A recorded answer as the caller gets it: a stream's events as `text/event-stream`, else
+/// the JSON body.
+pub(super) fn recorded_answer(stream: bool, answer: Value) -> Response {
+    match answer {
+        Value::String(events) if stream => {
+            ([(header::CONTENT_TYPE, "text/event-stream")], events).into_response()
+        }
+        answer => axum::Json(answer).into_response(),
     }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        if let Some(call) = self.take("client_disconnected", None, None) {
-            let kernel = self.kernel.clone();
-            let execution_id = self.execution_id.clone();
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move { record(&kernel, &execution_id, call).await });
-            }
+        let call = self.take("client_disconnected", None, None);
+        let reservation = self.reservation.take();
+        if call.is_none() && reservation.is_none() {
+            return;
+        }
+        let kernel = self.kernel.clone();
+        let execution_id = self.execution_id.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                match call {
+                    Some(call) => record(&kernel, &execution_id, call, reservation).await,
+                    None => {
+                        if let Some(reservation) = reservation {
+                            release(&kernel, &execution_id, reservation).await;
+                        }
+                    }
+                }
+            });
         }
     }
 }
 
-async fn record(kernel: &Kernel, execution_id: &ExecutionId, call: LlmCall) {
+async fn release(kernel: &Kernel, execution_id: &ExecutionId, reservation: u64) {
+    if let Err(error) = kernel
+        .record_llm_call(execution_id, None, Some(reservation))
+        .await
+    {
+        warn!(execution_id = %execution_id, error = %error,
+              "LLM gateway: releasing a model call's reservation failed");
+    }
+}
+
+async fn record(
+    kernel: &Kernel,
+    execution_id: &ExecutionId,
+    call: LlmCall,
+    reservation: Option<u64>,
+) {
     kernel.metrics().llm.call(
         &call.provider,
         &call.model,
@@ -118,7 +207,10 @@ async fn record(kernel: &Kernel, execution_id: &ExecutionId, call: LlmCall) {
         call.model.clone(),
         call.outcome.clone(),
     );
-    if let Err(error) = kernel.record_llm_call(execution_id, call).await {
+    if let Err(error) = kernel
+        .record_llm_call(execution_id, Some(call), reservation)
+        .await
+    {
         // The execution ended while the call ran: its terminal event stays the last one.
         warn!(execution_id = %execution_id, provider = %provider, model = %model,
               outcome = %outcome, error = %error, "LLM gateway: the model call could not be recorded");

@@ -43,6 +43,7 @@ pub(super) async fn respond(
                 if status.is_success() {
                     if let Some(parsed) = &parsed {
                         call.usage(Usage::from_answer(format, parsed));
+                        call.answered_by(parsed);
                         if call.provider.store_bodies && bytes.len() <= MAX_STORED_BODY_BYTES {
                             call.response(parsed.clone());
                         }
@@ -152,6 +153,7 @@ pub(super) fn relay_stream(
                     let mut out = Vec::with_capacity(chunk.len());
                     for event in relay.splitter.push(&chunk) {
                         if let Some(parsed) = usage::event_json(&event) {
+                            relay.call.answered_by(&parsed);
                             if let Some(found) = Usage::from_stream_event(format, &parsed) {
                                 relay.call.usage(Some(found));
                             }

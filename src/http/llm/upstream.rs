@@ -7,7 +7,6 @@ use axum::response::Response;
 use tracing::warn;
 
 use super::Route;
-use super::recorder::Recorder;
 use super::refusal::refusal;
 use crate::gateway::limits::{self, Held};
 use crate::gateway::{Format, Gateway, Provider};
@@ -15,18 +14,37 @@ use crate::gateway::{Format, Gateway, Provider};
 /// `anthropic-version` sent when the caller gave none.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
+/// Why a call got no answer from its provider, with the refusal to answer it.
+pub(super) enum Unanswered {
+    /// The provider's limits held it (no slot in time); nothing reached the provider.
+    Throttled(Response),
+    /// The provider's breaker is open; nothing reached the provider.
+    BreakerOpen(Response),
+    /// The provider cannot be reached; the message says so.
+    Unreachable(String, Response),
+}
+
+impl Unanswered {
+    /// Whether another model may answer instead (the provider is failing, not just busy).
+    pub(super) fn failing(&self) -> bool {
+        !matches!(self, Unanswered::Throttled(_))
+    }
+}
+
 /// Sends `upstream_body` to `provider`'s API for `route`. Waits for a slot within the
 /// provider's limits (a parked provider, requests or tokens per minute), and after a 429 waits
 /// for its Retry-After once instead of passing it on. A refusal or an unreachable provider is
-/// answered (and recorded on `call`) as `Err`.
+/// `Err`, with the refusal to answer.
 pub(super) async fn send(
+    kernel: &keel_actors::kernel::Kernel,
     gateway: &Gateway,
     provider: &Provider,
     route: Route,
     headers: &HeaderMap,
     upstream_body: Bytes,
-    call: &mut Recorder,
-) -> Result<reqwest::Response, Response> {
+    model: &str,
+) -> Result<reqwest::Response, Unanswered> {
+    let metrics = &kernel.metrics().llm;
     let format = route.format();
     let build = || {
         let mut upstream = gateway
@@ -76,7 +94,12 @@ pub(super) async fn send(
                     wait,
                 ),
             };
-            call.kernel.metrics().llm.refused(reason);
+            metrics.refused(reason);
+            let kind = match held {
+                Held::Throttled(_) => "rate_limited",
+                Held::Open(_) => "breaker_open",
+            };
+            metrics.throttled(&provider.name, model, kind);
             let message = match held {
                 Held::Throttled(_) => format!(
                     "provider {} is at its limits; no slot within {} s",
@@ -93,7 +116,10 @@ pub(super) async fn send(
             if let Ok(value) = HeaderValue::from_str(&seconds.max(1).to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);
             }
-            return Err(response);
+            return Err(match held {
+                Held::Throttled(_) => Unanswered::Throttled(response),
+                Held::Open(_) => Unanswered::BreakerOpen(response),
+            });
         }
         match build().send().await {
             Ok(answer) if answer.status().as_u16() == 429 => {
@@ -104,6 +130,7 @@ pub(super) async fn send(
                         .and_then(|value| value.to_str().ok()),
                 );
                 gate.answered(Some(429), wait);
+                metrics.throttled(&provider.name, model, "provider_429");
                 if !retried && wait.unwrap_or_default() <= gate.max_wait() {
                     retried = true;
                     continue;
@@ -119,15 +146,14 @@ pub(super) async fn send(
                 // reqwest's message names the URL, never the key.
                 warn!(provider = %provider.name, error = %error, "LLM gateway: the provider cannot be reached");
                 let message = format!("the LLM provider {} cannot be reached", provider.name);
-                call.finish("unreachable", None, Some(message.clone()))
-                    .await;
-                return Err(refusal(
+                let response = refusal(
                     format,
                     StatusCode::BAD_GATEWAY,
                     "server_error",
                     "upstream_unreachable",
                     &message,
-                ));
+                );
+                return Err(Unanswered::Unreachable(message, response));
             }
         }
     }

@@ -7,6 +7,7 @@ mod console;
 mod feed;
 mod guardrails;
 mod keys;
+mod llm;
 mod paths;
 mod schemas;
 
@@ -43,6 +44,9 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         guardrails::breakers,
         keys::list_keys, keys::create_key, keys::rotate_key, keys::revoke_key,
         keys::answer_approval, keys::answer_approvals,
+        llm::chat_completions, llm::embeddings, llm::messages, llm::unknown_get,
+        llm::unknown_post, llm::unknown_put, llm::unknown_patch, llm::unknown_delete,
+        llm::mcp_post, llm::mcp_get, llm::mcp_delete,
     ),
     components(schemas(
         schemas::Error, schemas::ErrorCode, schemas::Status, schemas::ExecutionStatus,
