@@ -126,6 +126,11 @@ pub struct Config {
     #[arg(long, env = "KEEL_PARTITIONS", value_name = "N", default_value = "64")]
     pub partitions: u32,
 
+    /// Cluster mode: no PostgreSQL LISTEN/NOTIFY wake-ups between kernels; feed readers,
+    /// webhooks and partition hand-overs then rely on polling alone (every 250 ms and 1 s).
+    #[arg(long, env = "KEEL_NO_NOTIFY", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub no_notify: bool,
+
     /// Policy file or directory of YAML files [default: `dev` allows every tool, `serve`
     /// applies the secure default].
     #[arg(long, env = "KEEL_POLICY", value_name = "PATH")]
@@ -393,6 +398,7 @@ impl fmt::Debug for Config {
             .field("node_id", &self.node_id)
             .field("advertise_url", &self.advertise_url)
             .field("partitions", &self.partitions)
+            .field("no_notify", &self.no_notify)
             .field("policy", &self.policy)
             .field(
                 "bearer_token",

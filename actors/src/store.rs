@@ -375,6 +375,12 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Changes when events may have been committed by another process (cluster mode with
+    /// notifications); a feed reader then reads before its poll interval is up.
+    fn feed_wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// Returns the position of the newest stored event (0 when the log is empty).
     async fn head_position(&self) -> Result<i64, StoreError> {
         Err(StoreError::Unavailable(

@@ -19,6 +19,7 @@ pub mod assign;
 pub mod bridge;
 pub mod forward;
 pub mod handover;
+pub mod notify;
 pub mod publish;
 pub mod view;
 
@@ -77,6 +78,8 @@ pub struct Ownership {
     refusals: AtomicU64,
     /// Acquisitions and losses, for the handover task and the execution streams.
     changes: handover::Changes,
+    /// LISTEN/NOTIFY wake-ups (inert with `--no-notify`).
+    wakeups: Arc<notify::Wakeups>,
 }
 
 /// Where a partition's owner is reached.
@@ -100,6 +103,7 @@ impl Ownership {
             losses: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
             changes: handover::Changes::default(),
+            wakeups: Arc::default(),
         }
     }
 
@@ -329,6 +333,14 @@ impl crate::store::PartitionFence for Ownership {
     fn refused(&self, _partition: u32) {
         self.refusals.fetch_add(1, Ordering::Relaxed);
     }
+
+    fn committed(&self) {
+        self.wakeups.committed();
+    }
+
+    fn commit_wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.wakeups.remote_commits()
+    }
 }
 
 /// A running cluster membership: the lease manager task and the partitions it holds.
@@ -339,6 +351,8 @@ pub struct Cluster {
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
     node_id: String,
+    /// Send membership notifications (`--no-notify` off).
+    announce: bool,
 }
 
 impl Cluster {
@@ -368,12 +382,20 @@ impl Cluster {
             "joined the cluster"
         );
         let stop = CancellationToken::new();
+        let wakeups = ownership.wakeups.clone();
+        if settings.notify {
+            wakeups.start(db_url, membership.clone(), &settings.node_id, &stop);
+            // The others rebalance now rather than at their next tick.
+            let _ = membership.notify(notify::MEMBERSHIP).await;
+        }
         let manager = LeaseManager {
             membership: membership.clone(),
             ownership: ownership.clone(),
             node_id: settings.node_id.clone(),
             superseded: false,
             failing: false,
+            announce: settings.notify,
+            wake: wakeups.membership(),
         };
         let task = tokio::spawn(manager.run(stop.clone()));
         tokio::spawn(fence_timer(
@@ -387,6 +409,7 @@ impl Cluster {
             stop,
             task: Mutex::new(Some(task)),
             node_id: settings.node_id.clone(),
+            announce: settings.notify,
         })
     }
 
@@ -410,7 +433,8 @@ impl Cluster {
         }
         let held = self.ownership.drop_all();
         let started = Instant::now();
-        match self.membership.leave().await {
+        let announce = self.announce.then_some(notify::MEMBERSHIP);
+        match self.membership.leave(announce).await {
             Ok(()) => info!(
                 node = %self.node_id,
                 released = held,
@@ -462,6 +486,10 @@ struct LeaseManager {
     superseded: bool,
     /// The last tick failed (logged once per outage).
     failing: bool,
+    /// Send a membership notification after releasing partitions.
+    announce: bool,
+    /// Woken by the others' membership notifications: tick now.
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl LeaseManager {
@@ -472,6 +500,7 @@ impl LeaseManager {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = interval.tick() => {}
+                () = self.wake.notified() => interval.reset(),
             }
             if self.superseded {
                 continue;
@@ -533,6 +562,10 @@ impl LeaseManager {
             self.ownership.drop_partitions(&plan.release);
             self.membership.release(&plan.release).await?;
             info!(node = %self.node_id, partitions = ?plan.release, "released partitions assigned to another kernel");
+            if self.announce {
+                // The kernel they are assigned to takes them now rather than at its next tick.
+                let _ = self.membership.notify(notify::MEMBERSHIP).await;
+            }
         }
         if !plan.acquire.is_empty() {
             let sent = Instant::now();

@@ -567,6 +567,23 @@ fn cluster_mode_needs_postgres_a_node_id_and_an_advertised_url() {
     assert_eq!(dump["cluster"], true);
     assert_eq!(dump["node-id"], "kernel-1");
     assert_eq!(dump["partitions"], 64);
+    // Notifications are on unless --no-notify (KEEL_NO_NOTIFY) turns them off.
+    assert!(cluster.notify);
+    assert_eq!(dump["no-notify"], false);
+    let quiet = parse(&[
+        "serve",
+        "--cluster",
+        "--no-notify",
+        "--db-url",
+        "postgres://keel:pw@db/keel",
+        "--node-id",
+        "kernel-1",
+        "--advertise-url",
+        "http://10.0.0.5:8080/",
+    ])
+    .validate()
+    .unwrap();
+    assert!(!quiet.cluster.expect("cluster mode").notify);
 }
 
 #[test]

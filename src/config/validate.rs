@@ -118,6 +118,8 @@ pub struct ClusterSettings {
     pub advertise_url: String,
     /// `--partitions`.
     pub partitions: u32,
+    /// LISTEN/NOTIFY wake-ups between kernels (off with `--no-notify`).
+    pub notify: bool,
 }
 
 /// Most partitions `--partitions` accepts.
@@ -437,6 +439,7 @@ impl Config {
             node_id: node_id?.to_owned(),
             advertise_url: advertise_url?.trim_end_matches('/').to_owned(),
             partitions: self.partitions,
+            notify: !self.no_notify,
         })
     }
 }
@@ -496,6 +499,10 @@ impl Settings {
                         .as_ref()
                         .map(|path| path.display().to_string())
                 ),
+            );
+            fields.insert(
+                "no-notify".to_owned(),
+                json!(self.cluster.as_ref().map(|cluster| !cluster.notify)),
             );
         }
         dump

@@ -117,6 +117,8 @@ pub struct FeedReader {
     notices: broadcast::Receiver<CommitNotice>,
     need_read: bool,
     poll: Option<std::time::Duration>,
+    /// Other kernels' commits (cluster mode with notifications).
+    wakeups: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl FeedReader {
@@ -129,6 +131,7 @@ impl FeedReader {
             cursor: after_position.max(0),
             need_read: true,
             poll: kernel.store().feed_poll_interval(),
+            wakeups: kernel.store().feed_wakeups(),
         }
     }
 
@@ -159,15 +162,29 @@ impl FeedReader {
     /// kernel stopped publishing. Cancel-safe.
     pub async fn changed(&mut self) -> bool {
         loop {
-            let received = match self.poll {
-                Some(interval) => match tokio::time::timeout(interval, self.notices.recv()).await {
-                    Ok(received) => received,
-                    Err(_) => {
-                        self.need_read = true;
-                        return true;
-                    }
-                },
-                None => self.notices.recv().await,
+            let (notices, poll, wakeups) = (&mut self.notices, self.poll, &mut self.wakeups);
+            let local = async {
+                match poll {
+                    Some(interval) => tokio::time::timeout(interval, notices.recv()).await.ok(),
+                    None => Some(notices.recv().await),
+                }
+            };
+            let remote = async {
+                if let Some(wakeups) = wakeups.as_mut()
+                    && wakeups.changed().await.is_ok()
+                {
+                    return;
+                }
+                std::future::pending::<()>().await;
+            };
+            let received = tokio::select! {
+                received = local => received,
+                () = remote => None,
+            };
+            // The poll interval ran out, or another kernel committed.
+            let Some(received) = received else {
+                self.need_read = true;
+                return true;
             };
             match received {
                 Ok(notice) => {

@@ -102,6 +102,13 @@ pub trait PartitionFence: Send + Sync + std::fmt::Debug {
     fn epoch(&self, partition: u32) -> Option<i64>;
     /// Counts a commit refused because this kernel does not hold `partition` (`/metrics`).
     fn refused(&self, _partition: u32) {}
+    /// Called after events were committed (cluster mode wakes the other kernels' readers).
+    fn committed(&self) {}
+    /// Changes when another kernel may have committed events; `None` when nothing says so
+    /// (readers then poll).
+    fn commit_wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// The partition of an execution: FNV-1a (32 bits) of the id's UTF-8 bytes modulo

@@ -84,6 +84,9 @@ pub const SINGLETON_PARTITION: u32 = 0;
 /// kernels' commits, and events held back by the horizon, produce none here).
 const FEED_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
+/// Cluster mode with notifications: the feed readers' poll is only a safety net.
+const FEED_SAFETY_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The PostgreSQL store: a dedicated writer connection holding the kernel lock and a
 /// read-only pool.
 #[derive(Debug)]
@@ -153,6 +156,13 @@ impl PostgresStore {
         }
     }
 
+    /// After a commit (never inside its transaction): cluster mode notifies the other kernels.
+    fn committed(&self) {
+        if let Some(fence) = &self.fence {
+            fence.committed();
+        }
+    }
+
     /// Returns the read pool, for tests that inspect the database.
     #[cfg(test)]
     pub(crate) fn readers(&self) -> &PgPool {
@@ -194,7 +204,11 @@ impl Store for PostgresStore {
                 self.fence.as_deref(),
             ))
             .await;
-        checkout.finish(outcome)
+        let outcome = checkout.finish(outcome);
+        if outcome.is_ok() {
+            self.committed();
+        }
+        outcome
     }
 
     async fn commit_group(&self, group: Vec<Commit>) -> Vec<Result<(), StoreError>> {
@@ -242,6 +256,9 @@ impl Store for PostgresStore {
                     results[index] = self.commit(std::slice::from_ref(&group[index])).await;
                 }
             }
+        }
+        if results.iter().any(Result::is_ok) {
+            self.committed();
         }
         results
     }
@@ -435,7 +452,16 @@ impl Store for PostgresStore {
     }
 
     fn feed_poll_interval(&self) -> Option<Duration> {
-        self.fence.is_some().then_some(FEED_POLL_INTERVAL)
+        let fence = self.fence.as_ref()?;
+        // With notifications the poll is only a safety net.
+        Some(match fence.commit_wakeups() {
+            Some(_) => FEED_SAFETY_POLL_INTERVAL,
+            None => FEED_POLL_INTERVAL,
+        })
+    }
+
+    fn feed_wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.fence.as_ref()?.commit_wakeups()
     }
 
     async fn head_position(&self) -> Result<i64, StoreError> {

@@ -11,6 +11,7 @@ mod matching;
 mod recovery;
 mod rolling;
 mod view;
+mod wakeups;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -289,7 +289,7 @@ impl Membership {
 
     /// Leaves the cluster: ends every lease of this incarnation and marks its heartbeat as
     /// gone, so the others reassign its partitions on their next tick.
-    pub async fn leave(&self) -> Result<(), StoreError> {
+    pub async fn leave(&self, announce: Option<&str>) -> Result<(), StoreError> {
         let leave = sqlx::query(
             "WITH released AS (UPDATE partitions SET lease_expires_at = now() \
              WHERE owner = $1 AND owner_incarnation = $2 RETURNING id) \
@@ -298,9 +298,22 @@ impl Membership {
         .bind(&self.node)
         .bind(self.incarnation)
         .execute(&self.pool);
-        let outcome = self.bounded(leave).await.map(|_| ());
+        let mut outcome = self.bounded(leave).await.map(|_| ());
+        if let (Ok(()), Some(channel)) = (&outcome, announce) {
+            outcome = self.notify(channel).await;
+        }
         self.pool.close().await;
         outcome
+    }
+
+    /// Sends a notification on `channel` (its own statement, never inside a transaction that
+    /// writes events: a NOTIFY takes a database-wide lock at commit).
+    pub async fn notify(&self, channel: &str) -> Result<(), StoreError> {
+        let notify = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(channel)
+            .bind(&self.node)
+            .execute(&self.pool);
+        self.bounded(notify).await.map(|_| ())
     }
 
     /// Runs one statement, failing with `Unavailable` when it outlives the timeout.
