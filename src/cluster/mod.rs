@@ -80,6 +80,9 @@ pub struct Ownership {
     changes: handover::Changes,
     /// LISTEN/NOTIFY wake-ups (inert with `--no-notify`).
     wakeups: Arc<notify::Wakeups>,
+    /// When the last tick found this kernel's own membership row (this incarnation, heartbeat
+    /// just stamped); `None` before the first and once superseded.
+    member_seen: Mutex<Option<Instant>>,
 }
 
 /// Where a partition's owner is reached.
@@ -104,6 +107,7 @@ impl Ownership {
             refusals: AtomicU64::new(0),
             changes: handover::Changes::default(),
             wakeups: Arc::default(),
+            member_seen: Mutex::new(None),
         }
     }
 
@@ -195,6 +199,23 @@ impl Ownership {
                 });
             }
         }
+    }
+
+    /// Whether this kernel is a live member: a tick less than a lease ago found its own row
+    /// (this incarnation, heartbeat stamped). `/v0/ready` of a cluster kernel asks it, whether
+    /// or not the kernel holds partitions yet (docs/deploying.md, "Running several kernels").
+    pub fn is_live_member(&self) -> bool {
+        self.member_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|seen| seen.elapsed() < LEASE)
+    }
+
+    fn set_member_seen(&self, seen: Option<Instant>) {
+        *self
+            .member_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = seen;
     }
 
     /// The partition count P.
@@ -542,6 +563,7 @@ impl LeaseManager {
         let me = nodes.iter().find(|node| node.id == self.node_id);
         if me.map(|node| node.incarnation) != Some(self.membership.incarnation()) {
             let dropped = self.ownership.drop_all();
+            self.ownership.set_member_seen(None);
             self.superseded = true;
             error!(
                 node = %self.node_id,
@@ -551,6 +573,9 @@ impl LeaseManager {
             return Ok(());
         }
         self.ownership.set_routes(&nodes, &partitions);
+        if me.is_some_and(|node| node.live) {
+            self.ownership.set_member_seen(Some(sent));
+        }
         let plan = plan(
             &self.node_id,
             self.membership.incarnation(),

@@ -19,8 +19,18 @@ pub async fn health() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// `GET /v0/ready`: 200 when the store answers, else 503.
+/// `GET /v0/ready`: 200 when the store answers, else 503. A cluster kernel is also ready only
+/// while it is a live member (its lease manager stamped its heartbeat less than a lease ago
+/// and it was not superseded), whether or not it holds partitions yet: it answers every
+/// request, forwarding those of partitions held elsewhere.
 pub async fn ready(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    if let Some(routing) = &state.settings.cluster
+        && !routing.ownership().is_live_member()
+    {
+        return Err(ApiError::Unavailable(
+            "service unavailable: not a live member of the cluster".to_owned(),
+        ));
+    }
     match state.kernel.ready().await {
         Ok(()) => Ok(Json(json!({ "status": "ready" }))),
         Err(error) => {

@@ -123,3 +123,52 @@ async fn every_kernel_lists_the_cluster_and_names_an_executions_owner() {
     .await
     .expect("test within its budget");
 }
+
+/// The status of `GET /v0/ready` of `url`.
+async fn ready(http: &reqwest::Client, url: &str) -> u16 {
+    http.get(format!("{url}/v0/ready"))
+        .send()
+        .await
+        .map_or(0, |response| response.status().as_u16())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_kernel_is_ready_while_a_live_member_even_without_partitions() {
+    let Some(database) = Database::fresh().await else {
+        return;
+    };
+    tokio::time::timeout(BUDGET, async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let http = reqwest::Client::new();
+        let first = crate::harness::Kernel::start("k1", &database.url, &dir.path().join("a")).await;
+        poll(Duration::from_secs(10), || {
+            owned_evenly_by(&database, &["k1"])
+        })
+        .await
+        .expect("k1 holds every partition");
+        assert_eq!(ready(&http, &first.url).await, 200);
+        // A second process with the same node id supersedes the first: the store still
+        // answers the first, but it is no longer a member and acts on nothing, so it is not
+        // ready (a load balancer stops sending it requests). The second is ready as soon as
+        // it is a member, before or after it holds partitions.
+        let second =
+            crate::harness::Kernel::start("k1", &database.url, &dir.path().join("b")).await;
+        let superseded = poll(Duration::from_secs(5), || async {
+            (ready(&http, &first.url).await == 503).then_some(())
+        })
+        .await;
+        assert!(superseded.is_some(), "log:\n{}", first.log());
+        let member = poll(Duration::from_secs(5), || async {
+            (ready(&http, &second.url).await == 200).then_some(())
+        })
+        .await;
+        assert!(member.is_some(), "log:\n{}", second.log());
+        let (status, _, body) = crate::get(&http, &format!("{}/v0/ready", first.url)).await;
+        assert_eq!(status, 503);
+        assert_eq!(body["code"], "SERVICE_UNAVAILABLE", "{body}");
+        second.terminate().await;
+        first.kill().await;
+    })
+    .await
+    .expect("test within its budget");
+}
