@@ -39,10 +39,26 @@ impl Approvers {
 pub struct ApprovalTerms {
     /// Who may answer.
     pub approvers: Approvers,
-    /// How long the approval may wait; past it the call is denied (`on_expiry: deny`).
+    /// How long the approval may wait; past it the call is denied (`on_expiry: deny`) or the
+    /// approval escalated.
     pub expires_after: Option<Duration>,
     /// Whether the key that created the execution may answer.
     pub self_approval: bool,
+    /// Whom an expired approval is asked of next (`on_expiry: escalate`); `None`: expiry denies.
+    pub escalation: Option<crate::events::Escalation>,
+}
+
+impl ApprovalTerms {
+    /// What expiry does, as recorded: `deny`, `escalate`, or `None` when it never expires.
+    pub fn on_expiry(&self) -> Option<String> {
+        self.expires_after.map(|_| {
+            if self.escalation.is_some() {
+                "escalate".to_owned()
+            } else {
+                "deny".to_owned()
+            }
+        })
+    }
 }
 
 /// Returns `sha256:<hex>` of the arguments' canonical JSON (object keys sorted, no spaces):

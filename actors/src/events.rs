@@ -405,6 +405,12 @@ pub enum EventBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_tokens: Option<u64>,
     },
+    /// An approval waits (Keel addition; docs/events.md, docs/security.md).
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested(Box<ApprovalRequest>),
+    /// An approval was answered or expired (Keel addition).
+    #[serde(rename = "approval.resolved")]
+    ApprovalResolved(Box<ApprovalResolution>),
 }
 
 /// One model call through the LLM gateway, as `llm.called` records it.
@@ -491,6 +497,8 @@ impl EventBody {
             Self::ToolCircuitClosed { .. } => "tool.circuit_closed",
             Self::LlmCalled(_) => "llm.called",
             Self::BudgetRaised { .. } => "budget.raised",
+            Self::ApprovalRequested(_) => "approval.requested",
+            Self::ApprovalResolved(_) => "approval.resolved",
         }
     }
 
@@ -526,8 +534,10 @@ pub fn is_terminal_type(type_name: &str) -> bool {
     )
 }
 
+mod approvals;
 mod envelope;
 mod reasons;
+pub use approvals::{ApprovalRequest, ApprovalResolution, Escalation};
 pub use envelope::{Event, NewEvent, seal};
 pub use reasons::{BlockReason, Blocker, Cleared, ResumeReason};
 

@@ -15,6 +15,7 @@ pub mod ids;
 pub mod kernel;
 pub mod metrics;
 pub mod policy;
+pub mod principal;
 pub mod push;
 pub mod runner;
 pub mod shrink;

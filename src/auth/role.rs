@@ -191,6 +191,7 @@ pub fn access(method: &Method, route: &str) -> Access {
         | "/v0/executions/{id}/llm/{provider}/v1/chat/completions"
         | "/v0/executions/{id}/llm/{provider}/v1/embeddings"
         | "/v0/executions/{id}/llm/{provider}/v1/messages"
+        | "/v0/executions/{id}/llm/{provider}/{*rest}"
         | "/v0/executions/{id}/mcp" => Access::AgentWork,
         "/v0/runners/stream" => Access::RunnerStream,
         "/v0/runners/steps/{step_id}/started" => Access::RunnerBody,

@@ -10,7 +10,6 @@
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
-use keel_actors::events::EventBody;
 use keel_actors::ids::ExecutionId;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -19,7 +18,6 @@ use super::AppState;
 use super::body::read_json;
 use super::error::ApiError;
 use crate::auth::Principal;
-use keel_actors::approvals::Approvers;
 
 /// Most answers one batch may carry.
 const MAX_BATCH: usize = 100;
@@ -58,46 +56,6 @@ fn split_id(id: &str) -> Result<(ExecutionId, String), ApiError> {
     }
 }
 
-/// Events read per page while looking for an approval's request.
-const EVENTS_PAGE: i64 = 1000;
-
-/// What the answer checks need from an execution's log: who created it, and the terms of the
-/// approval `step_id` asked for (from its `step.approval_required`).
-async fn approval_facts(
-    state: &AppState,
-    execution_id: &ExecutionId,
-    step_id: Option<&str>,
-) -> Result<(Option<String>, Option<(Approvers, bool)>), ApiError> {
-    let (mut creator, mut request, mut after) = (None, None, 0);
-    loop {
-        let page = state
-            .kernel
-            .events(execution_id, after, EVENTS_PAGE)
-            .await?;
-        for event in &page {
-            match &event.body {
-                EventBody::ExecutionCreated { created_by, .. } => creator.clone_from(created_by),
-                EventBody::StepApprovalRequired {
-                    approvers,
-                    self_approval,
-                    ..
-                } if step_id.is_some()
-                    && event.step_id.as_ref().map(|id| id.as_str()) == step_id =>
-                {
-                    request = Some((approvers.clone().unwrap_or_default(), *self_approval));
-                }
-                _ => {}
-            }
-        }
-        match page.last() {
-            Some(last) if request.is_none() && page.len() as i64 == EVENTS_PAGE => {
-                after = last.sequence;
-            }
-            _ => return Ok((creator, request)),
-        }
-    }
-}
-
 /// Checks that this key may answer the approval of `step_id`: one of the rule's approvers
 /// (`approval.approvers`, roles or key names) and not the key that created the execution
 /// unless the rule allows self-approval. The shared bearer token and open kernels have no
@@ -111,8 +69,20 @@ pub async fn check_answerer(
     if principal.revoked.is_none() {
         return Ok(());
     }
-    let (creator, request) = approval_facts(state, execution_id, step_id).await?;
-    let (approvers, self_approval) = request.unwrap_or_default();
+    // The execution's state (in memory, or rebuilt once), not a scan of its log.
+    // (No step id: no step's request, only the creator.)
+    let step_id = keel_actors::ids::StepId::new(step_id.unwrap_or_default().to_owned());
+    let facts = state.kernel.approval_facts(execution_id, &step_id).await?;
+    let creator = facts.created_by;
+    let (approvers, self_approval) = facts
+        .request
+        .map(|request| {
+            (
+                request.approvers.clone().unwrap_or_default(),
+                request.self_approval,
+            )
+        })
+        .unwrap_or_default();
     if !approvers.admit(principal.role.as_str(), &principal.name) {
         tracing::warn!(key = %principal.name, execution.id = %execution_id, "answer refused: not an approver of this rule");
         return Err(forbidden(

@@ -63,7 +63,12 @@ pub async fn request_id(
         {
             Err(error) => error.into_response(),
             Ok(()) => {
-                let response = next.run(request).instrument(span.clone()).await;
+                // What the request causes records its principal (`keel_actors::principal`).
+                let acting = principal
+                    .as_ref()
+                    .map_or_else(|| std::sync::Arc::from("anonymous"), |p| p.name.clone());
+                let work = next.run(request).instrument(span.clone());
+                let response = keel_actors::principal::acting_as(acting, work).await;
                 auth::bind_stream(principal, response)
             }
         },

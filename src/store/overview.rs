@@ -20,7 +20,7 @@ use super::rows::parse_time;
 
 /// Pending approvals: the `step.approval_required` events of blocked executions that no later
 /// event of the same step follows (a grant dispatches the step, a denial fails it, a cancel
-/// cancels it). `{time}` stands for the selected time and `{limit}` for the bound limit; a
+/// cancels it), `approval.requested` aside (written beside the request and by an escalation). `{time}` stands for the selected time and `{limit}` for the bound limit; a
 /// blocked execution is spelled as the phase index reads it, the status on top.
 const APPROVALS: &str = "SELECT x.id, x.agent_id, e.step_id, {time} AS at, e.payload{text} \
      FROM executions AS x \
@@ -28,7 +28,7 @@ const APPROVALS: &str = "SELECT x.id, x.agent_id, e.step_id, {time} AS at, e.pay
      WHERE x.phase = 'active' AND x.status = 'blocked' AND e.type = 'step.approval_required' \
      AND e.step_id IS NOT NULL \
      AND NOT EXISTS (SELECT 1 FROM events AS r WHERE r.execution_id = e.execution_id \
-     AND r.sequence > e.sequence AND r.step_id = e.step_id) \
+     AND r.sequence > e.sequence AND r.step_id = e.step_id AND r.type <> 'approval.requested') \
      ORDER BY e.timestamp, e.position LIMIT {limit}";
 
 /// One approval row: execution, agent, step, RFC 3339 time, payload JSON text.

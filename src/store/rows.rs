@@ -22,7 +22,7 @@ use keel_actors::time::Timestamp;
 
 /// Columns of `events` in the shape [`EventRecord`] reads.
 pub(crate) const EVENT_COLUMNS: &str = "id, execution_id, sequence, step_id, type AS event_type, \
-     schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key";
+     schema_version, timestamp, payload, causation_id, correlation_id, idempotency_key, principal";
 
 /// Columns of `executions` in the shape [`ExecutionRecord`] reads.
 pub(crate) const EXECUTION_COLUMNS: &str = "id, agent_id, status, labels, input, output, \
@@ -48,6 +48,7 @@ pub(crate) struct EventRecord {
     pub causation_id: String,
     pub correlation_id: String,
     pub idempotency_key: Option<String>,
+    pub principal: Option<String>,
 }
 
 impl EventRecord {
@@ -71,6 +72,7 @@ impl EventRecord {
             correlation_id: self.correlation_id,
             idempotency_key: self.idempotency_key,
             sequence: self.sequence,
+            principal: self.principal,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! pending approvals and rate-limit counters across a kernel restart (`restart.rs`).
 
 mod denials;
+mod escalation;
 mod objects;
 mod restart;
 mod terms;
@@ -167,11 +168,12 @@ async fn a_granted_local_approval_dispatches_with_a_fresh_deadline_on_the_origin
     assert_eq!(kernel.status(&id).await, "blocked");
     let types = kernel.event_types(&id).await;
     assert_eq!(
-        types[types.len() - 3..],
+        types[types.len() - 4..],
         [
             "step.created",
             "step.approval_required",
-            "execution.blocked"
+            "execution.blocked",
+            "approval.requested"
         ],
         "no intent.accepted on the approval path: {types:?}"
     );
@@ -225,7 +227,8 @@ async fn a_granted_local_approval_dispatches_with_a_fresh_deadline_on_the_origin
             "signal.received",
             "step.dispatched",
             "execution.resumed",
-            "execution.blocked"
+            "execution.blocked",
+            "approval.resolved"
         ]
     );
     assert_eq!(

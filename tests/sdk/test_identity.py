@@ -98,9 +98,20 @@ def test_scoped_keys_for_agent_runner_and_client(sandbox: Sandbox) -> None:
     final, events = run(finish(), timeout=20)
     assert final.status == ExecutionStatus.COMPLETED, final
     assert final.output["product"] == 42 and final.output["flaky"]["ok"] is True
-    # The SDK parsed every event, with the principals Keel adds.
+    # The SDK parsed every event, with the principals Keel adds and the approval objects.
     assert len(events) > 5
+    assert {"approval.requested", "approval.resolved"} <= {e.type for e in events}
     logged = admin_get(kernel.url, f"/v0/executions/{eid}/events?limit=1000")["events"]
+    assert len(events) == len(logged)
+    assert all(e.get("principal") for e in logged), [e for e in logged if not e.get("principal")]
+    assert {e["principal"] for e in logged if e["type"] == "intent.accepted"} == {"agent-key"}
+    assert logged[0]["principal"] == "client-key"
+    resolved = [e["payload"] for e in logged if e["type"] == "approval.resolved"]
+    assert [(r["decision"], r["approver"]) for r in resolved] == [("approved", "alice")]
+    # The same objects on the kernel-wide feed, which webhooks deliver.
+    feed = admin_get(kernel.url, f"/v0/events?types=approval.*&execution_id={eid}")["events"]
+    assert [e["type"] for e in feed] == ["approval.requested", "approval.resolved"]
+    assert feed[0]["payload"]["approval_id"] == f"{eid}.{step_id}"
     assert logged[0]["payload"]["created_by"] == "client-key"
     approvals = [e for e in logged if e["type"] == "signal.received"]
     assert [e["payload"]["sent_by"] for e in approvals] == ["alice"]

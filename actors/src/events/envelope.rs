@@ -34,6 +34,11 @@ pub struct Event {
     pub idempotency_key: Option<String>,
     /// Position within the execution, from 1, contiguous.
     pub sequence: i64,
+    /// Who caused it: a key name, `admin` (the bearer token), `anonymous` (a kernel without
+    /// authentication) or `system` (timers, recovery, expiry). Keel's addition; absent in
+    /// events recorded before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// An event the state machine wants to append, before it gets its envelope.
@@ -101,6 +106,7 @@ pub fn seal(
             correlation_id,
             idempotency_key: new_event.idempotency_key,
             sequence: last_sequence + 1 + index as i64,
+            principal: None,
         });
     }
     sealed

@@ -62,6 +62,8 @@ pub struct ExecutionActorState {
     pub(super) span: tracing::Span,
     /// Trace spans of the active steps (docs/tracing.md).
     pub(super) step_spans: super::spans::StepSpans,
+    /// Principal of the message being handled (`None`: the kernel's own work, `system`).
+    pub(super) acting_as: Option<Arc<str>>,
     /// Messages handled so far: an idle check or a stop request from an earlier count is stale.
     pub(super) epoch: u64,
     /// Epoch for which an idle check is armed.
@@ -109,6 +111,7 @@ impl Actor for ExecutionActor {
             timers: super::timers::Timers::default(),
             span,
             step_spans: super::spans::StepSpans::default(),
+            acting_as: None,
             epoch: 0,
             idle_armed: None,
             llm_reserved: Default::default(),
@@ -148,6 +151,16 @@ impl Actor for ExecutionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let span = state.span.clone();
+        let message = match message {
+            ExecutionMsg::ActingAs { principal, message } => {
+                state.acting_as = Some(principal);
+                *message
+            }
+            other => {
+                state.acting_as = None;
+                other
+            }
+        };
         let message = match span.in_scope(|| passivation::intercept(&myself, message, state)) {
             Some(message) => message,
             None => return Ok(()),
@@ -395,6 +408,12 @@ async fn handle_message(
         ExecutionMsg::GetExecution { reply } => {
             let _ = reply.send(state.exec.row());
         }
+        ExecutionMsg::GetApproval { step_id, reply } => {
+            let _ = reply.send(Ok(super::messages::ApprovalFacts {
+                created_by: state.exec.created_by.clone(),
+                request: state.exec.approval_requests.get(&step_id).cloned(),
+            }));
+        }
         ExecutionMsg::AdmitLlmCall {
             model_id,
             ask_approval,
@@ -429,6 +448,10 @@ async fn handle_message(
         ExecutionMsg::IdleCheck { .. } | ExecutionMsg::Passivate { .. } => {}
         #[cfg(any(test, feature = "testing"))]
         ExecutionMsg::Crash => return Err("crash requested".into()),
+        // Unwrapped by `handle` before anything else.
+        ExecutionMsg::ActingAs { message, .. } => {
+            return Box::pin(handle_message(*message, state)).await;
+        }
     }
     Ok(())
 }

@@ -63,13 +63,20 @@ pub(super) async fn apply(
     let session_before = indexed_session(&state.exec);
     let mut results = Vec::new();
     if !transition.events.is_empty() {
-        let events = seal(
+        let mut events = seal(
             &state.exec.id,
             state.exec.last_sequence,
             state.ctx.now(),
             None,
             transition.events,
         );
+        let principal = state
+            .acting_as
+            .as_deref()
+            .unwrap_or(crate::principal::SYSTEM);
+        for event in &mut events {
+            event.principal = Some(principal.to_owned());
+        }
         // Applied in place: a failed commit marks the state stale, and it is reloaded from the
         // store before the next message (the store may hold the commit even then).
         let (before, before_sequence) = (state.exec.status, state.exec.last_sequence);

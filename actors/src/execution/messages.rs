@@ -15,6 +15,15 @@ pub type ReleaseFilter = std::sync::Arc<dyn Fn(&ExecutionId) -> bool + Send + Sy
 
 pub type Reply<T> = RpcReplyPort<Result<T, KernelError>>;
 
+/// What the approvals API checks an answer against, from the execution's state.
+#[derive(Clone, Debug, Default)]
+pub struct ApprovalFacts {
+    /// Principal that created the execution.
+    pub created_by: Option<String>,
+    /// The approval's last request (`None`: the step never asked for one).
+    pub request: Option<std::sync::Arc<crate::events::ApprovalRequest>>,
+}
+
 /// Messages of one `ExecutionActor`.
 pub enum ExecutionMsg {
     /// Submits an agent intent on a session.
@@ -163,6 +172,13 @@ pub enum ExecutionMsg {
         /// Answer.
         reply: Reply<()>,
     },
+    /// Returns what an answer to the approval of `step_id` is checked against.
+    GetApproval {
+        /// The approval's step.
+        step_id: StepId,
+        /// Answer.
+        reply: Reply<ApprovalFacts>,
+    },
     /// Returns the projection.
     GetExecution {
         /// Answer.
@@ -171,6 +187,14 @@ pub enum ExecutionMsg {
     /// Makes the actor fail (tests of supervision only).
     #[cfg(any(test, feature = "testing"))]
     Crash,
+    /// `message`, sent on behalf of `principal`: the events it causes record that name
+    /// (`crate::principal`). Unwrapped before anything else looks at the message.
+    ActingAs {
+        /// Key name (`admin`, `anonymous`).
+        principal: std::sync::Arc<str>,
+        /// The message.
+        message: Box<ExecutionMsg>,
+    },
 }
 
 /// Whether a model call may be forwarded ([`ExecutionMsg::AdmitLlmCall`]).

@@ -58,7 +58,7 @@ pub use commands::{
     StepResultReply,
 };
 pub use machine::RUNNER_LOST_ERROR;
-pub use messages::{ExecutionMsg, LlmAdmission};
+pub use messages::{ApprovalFacts, ExecutionMsg, LlmAdmission};
 pub use messages::{ExecutionSupervisorMsg, ReleaseFilter};
 pub use rejection::Rejection;
 pub use state::ExecutionState;

@@ -66,7 +66,12 @@ pub async fn record_creation_decided(
     let mut new_events = Vec::with_capacity(1 + decisions.len());
     new_events.push(created);
     new_events.extend(decisions);
-    let events = seal(id, 0, ctx.now(), None, new_events);
+    let mut events = seal(id, 0, ctx.now(), None, new_events);
+    let principal = crate::principal::current();
+    let principal = principal.as_deref().unwrap_or(crate::principal::SYSTEM);
+    for event in &mut events {
+        event.principal = Some(principal.to_owned());
+    }
     let exec = ExecutionState::from_events(&events)
         .ok_or_else(|| KernelError::Unavailable("execution.created did not fold".into()))?;
     ctx.commit(Commit {
@@ -169,6 +174,7 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),
         ExecutionMsg::OfferToConsumer { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ClaimJob { reply, .. } => drop(reply.send(None)),
+        ExecutionMsg::GetApproval { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::RecordLlmCall { reply, .. } | ExecutionMsg::EndBudgetWait { reply } => {
             drop(reply.send(Err(error)));
         }
@@ -183,6 +189,7 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         }
         #[cfg(any(test, feature = "testing"))]
         ExecutionMsg::Crash => {}
+        ExecutionMsg::ActingAs { message, .. } => refuse(myself, *message, error),
     }
 }
 

@@ -103,10 +103,12 @@ fn message_name(message: &ExecutionMsg) -> Option<&'static str> {
         ExecutionMsg::RunnerLost { .. } => "runner lost",
         ExecutionMsg::Wake => "wake-up",
         ExecutionMsg::GetExecution { .. }
+        | ExecutionMsg::GetApproval { .. }
         | ExecutionMsg::IdleCheck { .. }
         | ExecutionMsg::Passivate { .. } => return None,
         #[cfg(any(test, feature = "testing"))]
         ExecutionMsg::Crash => return None,
+        ExecutionMsg::ActingAs { message, .. } => return message_name(message),
     })
 }
 

@@ -64,6 +64,10 @@ pub struct ExecutionState {
     pub approval: Option<StepId>,
     /// When the last approval asked for expires (read with [`Self::approval_expiry`]).
     pub approval_expires_at: Option<Timestamp>,
+    /// The last `approval.requested` of each step that asked for approval (in logs written
+    /// before it existed, the terms of its `step.approval_required`): who may answer, the
+    /// expiry and the escalation — what the approvals API checks an answer against.
+    pub approval_requests: BTreeMap<StepId, Arc<crate::events::ApprovalRequest>>,
     /// Budget limit (`max_cost.usd`, `max_tokens`) a model call waits to have raised.
     pub budget_wait: Option<String>,
     /// Signals received and not consumed yet, oldest first.
@@ -130,6 +134,7 @@ impl ExecutionState {
             signal_wait: None,
             approval: None,
             approval_expires_at: None,
+            approval_requests: BTreeMap::new(),
             budget_wait: None,
             pending_signals: VecDeque::new(),
             intents: HashMap::new(),
@@ -161,6 +166,11 @@ impl ExecutionState {
     /// Returns the steps that have not ended.
     pub fn active_steps(&self) -> impl Iterator<Item = &StepState> {
         self.steps.iter().filter(|step| !step.status.is_terminal())
+    }
+
+    /// Returns the last request of the approval of `step_id`.
+    pub fn approval_request(&self, step_id: &StepId) -> Option<&crate::events::ApprovalRequest> {
+        self.approval_requests.get(step_id).map(Arc::as_ref)
     }
 
     /// Returns when the approval the execution waits for expires (none without one).

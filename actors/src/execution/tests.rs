@@ -326,7 +326,8 @@ fn approvals_block_then_grant_dispatches_or_deny_fails_the_step() {
         [
             "step.created",
             "step.approval_required",
-            "execution.blocked"
+            "execution.blocked",
+            "approval.requested"
         ]
     );
     assert!(reply.pending_approval);
@@ -365,7 +366,8 @@ fn approvals_block_then_grant_dispatches_or_deny_fails_the_step() {
             "signal.received",
             "step.dispatched",
             "execution.resumed",
-            "execution.blocked"
+            "execution.blocked",
+            "approval.resolved"
         ]
     );
     assert!(
@@ -390,7 +392,12 @@ fn approvals_block_then_grant_dispatches_or_deny_fails_the_step() {
     .expect("deny");
     assert_eq!(
         types(&denied),
-        ["signal.received", "step.failed", "execution.resumed"]
+        [
+            "signal.received",
+            "step.failed",
+            "execution.resumed",
+            "approval.resolved"
+        ]
     );
     assert_eq!(fold(&waiting, &denied).status, ExecutionStatus::Running);
 }

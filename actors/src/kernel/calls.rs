@@ -79,6 +79,20 @@ impl Kernel {
         .await
     }
 
+    /// Returns what an answer to the approval of `step_id` is checked against (the
+    /// execution's creator and the approval's terms), from the execution's state.
+    pub async fn approval_facts(
+        &self,
+        id: &ExecutionId,
+        step_id: &StepId,
+    ) -> Result<crate::execution::ApprovalFacts, KernelError> {
+        self.ask(id, |reply| ExecutionMsg::GetApproval {
+            step_id: step_id.clone(),
+            reply,
+        })
+        .await
+    }
+
     /// Cancels an execution; returns its projection afterwards.
     pub async fn cancel(&self, id: &ExecutionId) -> Result<ExecutionRow, KernelError> {
         self.ask(id, |reply| ExecutionMsg::Cancel { reply }).await

@@ -211,6 +211,18 @@ impl Ctx {
         build: impl Fn(RpcReplyPort<T>) -> ExecutionMsg,
     ) -> Result<T, KernelError> {
         let mut last = KernelError::Unavailable("execution actor unavailable".into());
+        // A call made on behalf of a request carries its principal to the events it causes.
+        let principal = crate::principal::current();
+        let build = |reply| {
+            let message = build(reply);
+            match &principal {
+                Some(principal) => ExecutionMsg::ActingAs {
+                    principal: principal.clone(),
+                    message: Box::new(message),
+                },
+                None => message,
+            }
+        };
         for _ in 0..3 {
             let actor = self.activate(id).await?;
             match call(&actor, &build, self.config.call_timeout, "execution actor").await {

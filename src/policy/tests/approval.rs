@@ -71,7 +71,7 @@ fn bad_approval_terms_are_each_reported() {
     for problem in [
         "then.approval is only for decision: require_approval",
         "\"agent\" does not answer approvals",
-        "then.approval.on_expiry must be deny, not \"escalate\"",
+        "then.approval.on_expiry: escalate needs then.approval.escalate_to",
         "then.approval.expires_in: bad duration `0s`: must be greater than zero",
     ] {
         assert!(report.contains(problem), "{problem}: {report}");

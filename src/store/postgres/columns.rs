@@ -138,6 +138,7 @@ pub(super) struct EventColumns<'a> {
     pub causation_id: Vec<&'a str>,
     pub correlation_id: Vec<&'a str>,
     pub idempotency_key: Vec<Option<&'a str>>,
+    pub principal: Vec<Option<&'a str>>,
 }
 
 impl<'a> EventColumns<'a> {
@@ -156,6 +157,7 @@ impl<'a> EventColumns<'a> {
             causation_id: Vec::with_capacity(n),
             correlation_id: Vec::with_capacity(n),
             idempotency_key: Vec::with_capacity(n),
+            principal: Vec::with_capacity(n),
         };
         for event in commits.iter().flat_map(|commit| &commit.events) {
             columns.id.push(&event.id);
@@ -173,6 +175,7 @@ impl<'a> EventColumns<'a> {
             columns
                 .idempotency_key
                 .push(event.idempotency_key.as_deref());
+            columns.principal.push(event.principal.as_deref());
         }
         Ok(columns)
     }

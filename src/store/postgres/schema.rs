@@ -28,7 +28,7 @@ macro_rules! utc_text {
 pub(super) const EVENT_COLUMNS: &str = concat!(
     "id, execution_id, sequence, step_id, type AS event_type, schema_version, ",
     utc_text!("timestamp"),
-    " AS timestamp, payload::text AS payload, causation_id, correlation_id, idempotency_key"
+    " AS timestamp, payload::text AS payload, causation_id, correlation_id, idempotency_key, principal"
 );
 
 /// Columns of `executions` in the shape `ExecutionRecord` reads.

@@ -36,7 +36,7 @@ use super::write::map_rusqlite_error;
 pub(super) const ROWS: [usize; 6] = [32, 16, 8, 4, 2, 1];
 
 /// Columns of one event row.
-const COLUMNS: usize = 12;
+const COLUMNS: usize = 13;
 
 /// The statement inserting `ROWS[index]` events.
 pub(super) fn sql(index: usize) -> Option<&'static str> {
@@ -50,7 +50,8 @@ static STATEMENTS: LazyLock<[String; ROWS.len()]> = LazyLock::new(|| ROWS.map(st
 fn statement(rows: usize) -> String {
     let mut sql = String::from(
         "INSERT OR FAIL INTO events (id, execution_id, sequence, step_id, type, schema_version, \
-         timestamp, payload, causation_id, correlation_id, idempotency_key, position) VALUES ",
+         timestamp, payload, causation_id, correlation_id, idempotency_key, position, principal) \
+         VALUES ",
     );
     for row in 0..rows {
         sql.push_str(if row == 0 { "(" } else { ", (" });
@@ -79,6 +80,7 @@ pub(super) struct EventRow<'a> {
     pub correlation_id: &'a str,
     pub idempotency_key: Option<&'a str>,
     pub position: i64,
+    pub principal: Option<&'a str>,
 }
 
 impl EventRow<'_> {
@@ -97,6 +99,7 @@ impl EventRow<'_> {
             &self.correlation_id,
             &self.idempotency_key,
             &self.position,
+            &self.principal,
         ];
         for (offset, value) in values.into_iter().enumerate() {
             statement.raw_bind_parameter(first + offset, value)?;

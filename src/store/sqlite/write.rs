@@ -158,6 +158,7 @@ pub(super) fn write_commit<'a>(
             correlation_id: &event.correlation_id,
             idempotency_key: event.idempotency_key.as_deref(),
             position: positions.next(),
+            principal: event.principal.as_deref(),
         });
     }
     if !commit.steps.is_empty() {

@@ -91,9 +91,7 @@ pub(super) fn invoke_tool(
                     expires_at: terms
                         .and_then(|terms| terms.expires_after)
                         .map(|after| add(now, after)),
-                    on_expiry: terms
-                        .and_then(|terms| terms.expires_after)
-                        .map(|_| "deny".to_owned()),
+                    on_expiry: terms.and_then(crate::approvals::ApprovalTerms::on_expiry),
                     self_approval: terms.is_some_and(|terms| terms.self_approval),
                 },
             )
@@ -106,6 +104,9 @@ pub(super) fn invoke_tool(
             arguments: Some(call.arguments.clone()),
             remote: Some(call.remote),
         }));
+        transition.event(super::approvals::requested(
+            state, &step_id, call, verdict, terms, now,
+        ));
         let reply = IntentReply {
             accepted: true,
             step_id: Some(step_id),

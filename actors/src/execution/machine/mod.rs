@@ -2,6 +2,7 @@
 //! the effects to perform once they are durable, and the reply. Nothing here does I/O; the
 //! actor commits the events, applies them with [`ExecutionState::apply`] and runs the effects.
 
+mod approvals;
 mod intents;
 mod invoke;
 mod lifecycle;

@@ -99,9 +99,10 @@ fn answered_before(state: &ExecutionState, payload: &Value) -> Result<(), Reject
     }
 }
 
-/// Denies the approval the execution waits for once its expiry passed (the rule's
-/// `on_expiry: deny`): the step fails with `approval expired`, as a denial would, and the
-/// agent is told. `None` when nothing expired by `now`.
+/// Ends the approval the execution waits for once its expiry passed: with `on_expiry:
+/// escalate` (not escalated yet) it is asked again of the escalation's approvers; otherwise
+/// (`deny`) the step fails with `approval expired`, as a denial would, and the agent is told.
+/// `None` when nothing expired by `now`.
 pub fn approval_expired(
     state: &ExecutionState,
     now: Timestamp,
@@ -111,11 +112,16 @@ pub fn approval_expired(
     if state.status.is_terminal() || state.approval_expiry()? > now {
         return None;
     }
+    if let Some(escalation) = super::approvals::escalation(state, now) {
+        return Some(escalation);
+    }
     let mut transition = Transition::default();
     let expired = Approval {
         step_id,
         approved: false,
         reason: Some("approval expired".to_owned()),
+        approver: Some(crate::principal::SYSTEM.to_owned()),
+        expired: true,
     };
     resolve_approval(state, &expired, now, settings, &mut transition);
     Some(transition)
@@ -125,6 +131,10 @@ struct Approval {
     step_id: StepId,
     approved: bool,
     reason: Option<String>,
+    /// Who answered (`answered_by` of the payload; `system` for an expiry).
+    approver: Option<String>,
+    /// Whether the approval expired (no one answered).
+    expired: bool,
 }
 
 fn parse_approval(blocked_on: &StepId, payload: &Value) -> Result<Approval, Rejection> {
@@ -155,10 +165,16 @@ fn parse_approval(blocked_on: &StepId, payload: &Value) -> Result<Approval, Reje
         .and_then(Value::as_str)
         .filter(|reason| !reason.is_empty())
         .map(str::to_owned);
+    let approver = object
+        .get("answered_by")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     Ok(Approval {
         step_id: blocked_on.clone(),
         approved,
         reason,
+        approver,
+        expired: false,
     })
 }
 
@@ -226,6 +242,18 @@ fn resolve_approval(
             reason: ResumeReason::ApprovalDenied,
         }));
     }
+    let decision = match (approval.approved, approval.expired) {
+        (true, _) => "approved",
+        (false, false) => "denied",
+        (false, true) => "expired",
+    };
+    transition.event(super::approvals::resolved(
+        state,
+        &step.id,
+        decision,
+        approval.approver.clone(),
+        approval.reason.clone(),
+    ));
     let session_id = state
         .session
         .as_ref()

@@ -168,9 +168,49 @@ impl ExecutionState {
                     outcome_unknown: false,
                 });
             }
-            EventBody::StepApprovalRequired { expires_at, .. } => {
+            EventBody::ApprovalRequested(request) => {
+                self.approval_expires_at = request.expires_at;
+                if let Some(step_id) = &event.step_id {
+                    self.approval_requests
+                        .insert(step_id.clone(), Arc::new((**request).clone()));
+                }
+            }
+            EventBody::ApprovalResolved(_) => {}
+            EventBody::StepApprovalRequired {
+                tool_id,
+                arguments,
+                reason,
+                rule_id,
+                arguments_digest,
+                approvers,
+                expires_at,
+                on_expiry,
+                self_approval,
+                ..
+            } => {
                 let key = event.idempotency_key.clone();
                 self.approval_expires_at = *expires_at;
+                if let Some(step_id) = &event.step_id {
+                    // The terms as this event records them; a following `approval.requested`
+                    // (logs since it exists) replaces them with the same and the escalation.
+                    let request = crate::events::ApprovalRequest {
+                        approval_id: format!("{}.{}", self.id, step_id),
+                        tool_id: tool_id.clone(),
+                        arguments_digest: arguments_digest
+                            .clone()
+                            .unwrap_or_else(|| crate::approvals::arguments_digest(arguments)),
+                        rule_id: rule_id.clone().unwrap_or_default(),
+                        reason: reason.clone(),
+                        approvers: approvers.clone(),
+                        expires_at: *expires_at,
+                        on_expiry: on_expiry.clone(),
+                        escalation: None,
+                        self_approval: *self_approval,
+                        escalated: false,
+                    };
+                    self.approval_requests
+                        .insert(step_id.clone(), Arc::new(request));
+                }
                 if let Some(step) = self.step_mut(event.step_id.as_ref()) {
                     step.awaiting_approval = true;
                     step.approval_requested = true;

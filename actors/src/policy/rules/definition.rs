@@ -247,10 +247,23 @@ pub struct ApprovalDefinition {
     pub keys: Vec<String>,
     /// How long the approval waits, a Go duration (`30m`).
     pub expires_in: Option<String>,
-    /// What expiry does: `deny` (the only choice today).
+    /// What expiry does: `deny` (the default) or `escalate`.
     pub on_expiry: Option<String>,
     /// Whether the key that created the execution may answer.
     pub self_approval: bool,
+    /// `escalate_to:` — whom `on_expiry: escalate` asks next, and for how long.
+    pub escalate_to: Option<EscalationDefinition>,
+}
+
+/// `then.approval.escalate_to:` — the approvers of an escalated approval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EscalationDefinition {
+    /// Roles that may answer the escalated approval.
+    pub roles: Vec<String>,
+    /// Key names that may answer it.
+    pub keys: Vec<String>,
+    /// How long the escalated approval waits before the call is denied (a Go duration).
+    pub expires_in: Option<String>,
 }
 
 /// The `rate_limit:` section of a rule.

@@ -25,9 +25,10 @@ pub use concurrency::Concurrency;
 pub use conditions::KNOWN_ACTIONS;
 pub use definition::{
     ApprovalDefinition, ArgumentsDefinition, ArgumentsForm, BreakerDefinition, BudgetDefinition,
-    CompileIssue, ConcurrencyDefinition, ConditionDefinition, DefaultDefinition, FieldPath,
-    LabelLimitDefinition, OutcomeDefinition, PathSegment, PolicyDefinition, PredicateDefinition,
-    RateLimitDefinition, RetryDefinition, RuleDefinition, ToolLimitDefinition,
+    CompileIssue, ConcurrencyDefinition, ConditionDefinition, DefaultDefinition,
+    EscalationDefinition, FieldPath, LabelLimitDefinition, OutcomeDefinition, PathSegment,
+    PolicyDefinition, PredicateDefinition, RateLimitDefinition, RetryDefinition, RuleDefinition,
+    ToolLimitDefinition,
 };
 pub use duration::{parse_duration, parse_go_duration, parse_non_negative_duration};
 pub use glob::Glob;

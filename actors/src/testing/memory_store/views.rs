@@ -174,9 +174,10 @@ impl Tables {
                 let Some(step_id) = &event.step_id else {
                     continue;
                 };
-                let answered = events[index + 1..]
-                    .iter()
-                    .any(|later| later.step_id.as_ref() == Some(step_id));
+                let answered = events[index + 1..].iter().any(|later| {
+                    later.step_id.as_ref() == Some(step_id)
+                        && !matches!(later.body, EventBody::ApprovalRequested(_))
+                });
                 if matches!(event.body, EventBody::StepApprovalRequired { .. }) && !answered {
                     found.push(crate::store::PendingApproval {
                         execution_id: row.id.clone(),
