@@ -245,9 +245,13 @@ class Kernel:
         for proc in [self.proc, *self.peers]:
             if not proc.alive():
                 raise Abort(f"{proc.name} exited with {proc.popen.returncode}:\n{tail(proc.log, 30)}")
+        # A kernel started with --bearer-token answers /v0/cluster only with it.
+        args = self.extra_args
+        token = args[args.index("--bearer-token") + 1] if "--bearer-token" in args else ""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             views = [
-                httpx.get(f"http://127.0.0.1:{port}/v0/cluster", timeout=1).json()
+                httpx.get(f"http://127.0.0.1:{port}/v0/cluster", headers=headers, timeout=1).json()
                 for port in self.ports
             ]
         except (httpx.HTTPError, ValueError):
@@ -264,6 +268,10 @@ class Kernel:
             )
 
         return all(settled(view) for view in views)
+
+    def log_text(self) -> str:
+        """Everything the kernel logged (in the cluster mode, all three kernels)."""
+        return "\n".join(proc.log_text() for proc in [self.proc, *self.peers] if proc)
 
     def _healthy(self) -> bool:
         assert self.proc is not None

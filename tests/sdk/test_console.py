@@ -148,8 +148,11 @@ def test_login_live_list_signal_and_cancel(sandbox: Sandbox) -> None:
     assert httpx.get(kernel.url + "/").status_code == 200
     assert httpx.get(kernel.url + "/console/view/executions").status_code == 401
 
+    # One kernel for the browser (its sign-in is per origin): in the cluster mode each
+    # use of kernel.url names the next kernel.
+    base = kernel.url
     with browser() as b:
-        b.get(kernel.url + "/")
+        b.get(base + "/")
         wait(b, "the sign-in form", lambda d: d.find_element(By.ID, "token").is_displayed())
         assert not b.find_element(By.ID, "app").is_displayed()
         shot(b, "login")
@@ -167,7 +170,7 @@ def test_login_live_list_signal_and_cancel(sandbox: Sandbox) -> None:
 
         # The execution page: live timeline, steps grouped, a signal sent from the console.
         held = create(kernel, agent_id, {"op": "hold", "signal": "finish"}, token)
-        b.get(kernel.url + "/executions/" + held)
+        b.get(base + "/executions/" + held)
         wait(b, "the execution to wait for its signal", status_is("blocked"))
         wait(b, "the blocked event in the timeline", timeline_has("execution.blocked"))
         b.find_element(By.ID, "signal-type").send_keys("finish")
@@ -181,7 +184,7 @@ def test_login_live_list_signal_and_cancel(sandbox: Sandbox) -> None:
         shot(b, "execution-signal")
 
         # A finished execution with tool steps: each step is one collapsed line with its state.
-        b.get(kernel.url + "/executions/" + done)
+        b.get(base + "/executions/" + done)
         wait(b, "the step lines", lambda d: len(css(d, "#timeline li.step")) == 2)
         steps = css(b, "#timeline li.step")
         assert [s.get_attribute("data-state") for s in steps] == ["succeeded", "succeeded"]
@@ -196,7 +199,7 @@ def test_login_live_list_signal_and_cancel(sandbox: Sandbox) -> None:
 
         # Cancel from the console: the SDK handler is cancelled.
         doomed = create(kernel, agent_id, {"op": "hold", "signal": "never"}, token)
-        b.get(kernel.url + "/executions/" + doomed)
+        b.get(base + "/executions/" + doomed)
         wait(b, "the execution to block", status_is("blocked"))
         b.find_element(By.CSS_SELECTOR, "form[data-cancel] button").click()
         wait(b, "the cancellation to arrive live", timeline_has("execution.cancelled"))
@@ -222,7 +225,7 @@ def test_login_live_list_signal_and_cancel(sandbox: Sandbox) -> None:
         wait(b, "the copy to be cancelled", status_is("cancelled"))
 
         # The list: filters come before the table, labels read key=value.
-        b.get(kernel.url + "/")
+        b.get(base + "/")
         wait(b, "the executions page", lambda d: css(d, "table.executions"))
         assert b.execute_script(
             "return document.querySelector('form.filters')"
@@ -334,8 +337,10 @@ def test_bidi_controls_are_shown_and_agent_links_are_encoded(sandbox: Sandbox) -
     other = httpx.post(kernel.url + "/v0/executions", json={"agent_id": unique("plain")}, timeout=5)
     assert other.status_code == 201, other.text
 
+    # One kernel for the browser: in the cluster mode each use of kernel.url names the next.
+    base = kernel.url
     with browser() as b:
-        b.get(kernel.url + "/directory")
+        b.get(base + "/directory")
         wait(
             b, "the unserved agent's link",
             lambda d: [a for a in css(d, "tr[data-unserved-agent] a") if a.get_attribute("href")],
@@ -352,7 +357,7 @@ def test_bidi_controls_are_shown_and_agent_links_are_encoded(sandbox: Sandbox) -
         b.get(href)
         wait(b, "the filtered list", lambda d: css(d, f'a[href="/executions/{eid}"]'))
         listed = [a.get_attribute("href") for a in css(b, 'a[href^="/executions/"]')]
-        assert listed == [kernel.url + f"/executions/{eid}"], listed
+        assert listed == [base + f"/executions/{eid}"], listed
         assert b.find_element(By.NAME, "agent_id").get_attribute("value") == agent_id
         app_text = b.find_element(By.ID, "app").text
         assert rlo not in app_text and "U+202E" in app_text, app_text

@@ -117,7 +117,7 @@ def test_scoped_keys_for_agent_runner_and_client(sandbox: Sandbox) -> None:
     assert [e["payload"]["sent_by"] for e in approvals] == ["alice"]
     assert approvals[0]["payload"]["payload"]["answered_by"] == "alice"
     # Nothing of any key's secret was logged by the kernel.
-    log = kernel.log.read_text()
+    log = kernel.log_text()
     for secret in (agent_key, runner_key, client_key, approver_key, ROOT):
         assert secret[18:] not in log
     assert "request forbidden" in log and "agent-key" in log
