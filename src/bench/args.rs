@@ -43,9 +43,10 @@ pub enum Scenario {
 #[derive(Clone, Debug, Args)]
 pub struct TargetArgs {
     /// Kernel process id whose CPU time (/proc/PID/stat) and memory (VmRSS/VmHWM of
-    /// /proc/PID/status) are reported.
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
+    /// /proc/PID/status) are reported. `run --local-steps` against several kernels takes one
+    /// per kernel (a comma list or the flag repeated) and reports their sums.
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
     /// Start a kernel inside this process (127.0.0.1, free port, temporary SQLite) instead of
     /// using --url; its CPU and memory (shared with the bench) are reported.
     #[arg(long)]

@@ -3,6 +3,12 @@
 //! `execution.assigned`, K × (`invoke_tool` of `bench.local` → step result), `complete`, next.
 //! After `--duration` no loop starts a new execution; the ones in flight finish and count, as
 //! in the Restate peer's load generator. `--warmup` runs the loops first without measuring.
+//!
+//! With several kernels (`--url A,B,C`, a cluster), agent i keeps its stream, intents and step
+//! results on kernel i mod N, as a rebuno agent does with its one `REBUNO_URL`, and its n-th
+//! execution is created on kernel (i + n) mod N, as clients behind a load balancer would: an
+//! execution is owned by the kernel creating it, so (N - 1)/N of them are assigned through a
+//! bridged stream and their intents forwarded to the owner.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -14,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::conn::Conn;
 use super::http::{Assigned, EventStream, Http, Intent, StepData};
-use super::procfs::{CpuMeter, read_memory};
+use super::procfs::{CpuMeter, read_memory_all};
 use super::progress::Progress;
 use super::report::{Report, Stats};
 use super::{LOCAL_TOOL, RunArgs, Target, bench_id, emit, invalid, verdict};
@@ -33,7 +39,8 @@ const MAX_STEPS: u32 = 10_000;
 
 /// State shared by the loops.
 struct LocalRun {
-    http: Http,
+    /// One client per kernel.
+    kernels: Vec<Http>,
     stats: Stats,
     steps: u32,
     agent_base: String,
@@ -82,17 +89,19 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     if steps > MAX_STEPS {
         return Err(invalid("--local-steps", "must be at most 10000"));
     }
-    let target = Target::connect(&args.target).await?;
-    // Each loop's own connection speaks plain HTTP; refuse before any agent connects.
-    target.http.conn().map_err(|error| {
-        invalid(
-            "--url",
-            &format!("run --local-steps needs http://: {error}"),
-        )
-    })?;
+    let target = Target::connect_many(&args.target).await?;
+    // Each loop's own connections speak plain HTTP; refuse before any agent connects.
+    for http in &target.kernels {
+        http.conn().map_err(|error| {
+            invalid(
+                "--url",
+                &format!("run --local-steps needs http://: {error}"),
+            )
+        })?;
+    }
     let (go_sender, go) = watch::channel(false);
     let run = Arc::new(LocalRun {
-        http: target.http.clone(),
+        kernels: target.kernels.clone(),
         stats: Stats::new(),
         steps,
         agent_base: args.agent_id.clone().unwrap_or_else(bench_id),
@@ -123,7 +132,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         tokio::time::sleep(args.warmup).await;
         run.stats.reset();
     }
-    let cpu = CpuMeter::start(target.pid);
+    let cpu = CpuMeter::start_all(&target.pids);
     let started = Instant::now();
     let _ = run.measured_from.set(started);
     let _ = go_sender.send(true);
@@ -152,18 +161,24 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     }
     let elapsed = started.elapsed();
     let usage = cpu.stop();
-    let memory = target.pid.and_then(read_memory);
+    let memory = read_memory_all(&target.pids);
     drop(progress);
 
     let stats = &run.stats;
     let completed = stats.completed.load(Ordering::Relaxed);
+    let urls: Vec<&str> = target.kernels.iter().map(Http::base_url).collect();
+    let urls = urls.join(",");
     let mut report = Report::new(
         "run",
-        target.http.base_url(),
+        &urls,
         target.embedded.is_some(),
         format!(
             "keel bench run against {}{}: {} agents, one execution each at a time, {steps} local steps per execution, {:?}{}",
-            target.http.base_url(),
+            if target.kernels.len() > 1 {
+                format!("{} kernels ({urls})", target.kernels.len())
+            } else {
+                urls.clone()
+            },
             if target.embedded.is_some() {
                 " (embedded)"
             } else {
@@ -179,6 +194,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         ),
     );
     report.field("mode", "local");
+    report.field("kernels", target.kernels.len());
     report.field("concurrency", args.concurrency);
     report.field("agents", args.concurrency);
     report.field("runners", 0);
@@ -216,15 +232,19 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
 async fn agent_loop(run: Arc<LocalRun>, index: usize) {
     let agent_id = format!("{}-{index}", run.agent_base);
     let consumer_id = format!("{agent_id}-consumer");
-    let mut stream = match run.http.agent_stream(&agent_id, &consumer_id).await {
+    let count = run.kernels.len();
+    let home = &run.kernels[index % count];
+    let mut stream = match home.agent_stream(&agent_id, &consumer_id).await {
         Ok(stream) => stream,
         Err(error) => {
             run.stats.error(error);
             return;
         }
     };
-    let mut conn = match run.http.conn() {
-        Ok(conn) => conn,
+    // One connection per kernel; the home kernel's is `conns[index % count]`.
+    let conns: Result<Vec<Conn>, String> = run.kernels.iter().map(Http::conn).collect();
+    let mut conns = match conns {
+        Ok(conns) => conns,
         Err(error) => {
             run.stats.error(error);
             return;
@@ -238,11 +258,11 @@ async fn agent_loop(run: Arc<LocalRun>, index: usize) {
     let mut number = 0_u64;
     while !run.stop.is_cancelled() && run.claim() {
         let started = Instant::now();
+        let creator = (index + usize::try_from(number).unwrap_or_default()) % count;
         let outcome = one_execution(
             &run,
-            &mut conn,
-            &agent_id,
-            &consumer_id,
+            Conns::new(&mut conns, index % count, creator),
+            (&agent_id, &consumer_id),
             &mut stream,
             number,
         )
@@ -266,20 +286,43 @@ async fn agent_loop(run: Arc<LocalRun>, index: usize) {
     }
 }
 
+/// The connections one execution uses: the agent's home kernel's and the creating kernel's
+/// (the same one with a single kernel).
+struct Conns<'a> {
+    all: &'a mut [Conn],
+    home: usize,
+    creator: usize,
+}
+
+impl<'a> Conns<'a> {
+    fn new(all: &'a mut [Conn], home: usize, creator: usize) -> Self {
+        Self { all, home, creator }
+    }
+
+    fn home(&mut self) -> &mut Conn {
+        &mut self.all[self.home]
+    }
+
+    fn creator(&mut self) -> &mut Conn {
+        &mut self.all[self.creator]
+    }
+}
+
 /// Creates one execution and plays it to `complete`.
 async fn one_execution(
     run: &LocalRun,
-    conn: &mut Conn,
-    agent_id: &str,
-    consumer_id: &str,
+    mut conns: Conns<'_>,
+    (agent_id, consumer_id): (&str, &str),
     stream: &mut EventStream,
     number: u64,
 ) -> Result<(), String> {
     let started = Instant::now();
-    let execution_id = conn.create(agent_id, number).await?;
+    let execution_id = conns.creator().create(agent_id, number).await?;
     run.stats.create.record(started.elapsed());
     run.stats.created.fetch_add(1, Ordering::Relaxed);
-    let session_id = wait_assigned(&run.http, agent_id, consumer_id, stream, &execution_id).await?;
+    let home = &run.kernels[conns.home];
+    let session_id = wait_assigned(home, agent_id, consumer_id, stream, &execution_id).await?;
+    let conn = conns.home();
     for index in 0..run.steps {
         let started = Instant::now();
         let intent = Intent::InvokeTool {

@@ -81,10 +81,14 @@ async fn run_scenario(args: RunArgs) -> Result<(), CliError> {
 
 /// A kernel to measure: the one at `--url`, or one started in this process.
 pub(crate) struct Target {
-    /// Client of the kernel.
+    /// Client of the kernel (the first one of several).
     pub http: http::Http,
-    /// Process whose CPU and memory are reported.
+    /// Process whose CPU and memory are reported (the first one of several).
     pub pid: Option<u32>,
+    /// Clients of every kernel named by `--url` (a comma list), the first one first.
+    pub kernels: Vec<http::Http>,
+    /// Every process id of `--pid`.
+    pub pids: Vec<u32>,
     /// The kernel started in this process, if any.
     pub embedded: Option<EmbeddedKernel>,
     /// Output format.
@@ -92,8 +96,50 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// Starts the embedded kernel when asked and checks the kernel answers.
+    /// Starts the embedded kernel when asked and checks the kernel answers; one kernel only.
     pub async fn connect(args: &TargetArgs) -> Result<Self, CliError> {
+        let target = Self::connect_many(args).await?;
+        if target.kernels.len() > 1 {
+            return Err(invalid(
+                "--url",
+                "several kernels (a comma list) are measured by `run --local-steps` only",
+            ));
+        }
+        if target.pids.len() > 1 {
+            return Err(invalid(
+                "--pid",
+                "several process ids are read by `run --local-steps` only",
+            ));
+        }
+        Ok(target)
+    }
+
+    /// As [`Target::connect`], with `--url` a comma list of kernels (each must answer) and
+    /// `--pid` one id per kernel, or none.
+    pub async fn connect_many(args: &TargetArgs) -> Result<Self, CliError> {
+        let urls: Vec<&str> = args
+            .client
+            .url()
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .collect();
+        if urls.len() > 1 && args.embedded {
+            return Err(invalid("--embedded", "takes no --url list"));
+        }
+        if urls.len() > 1 && !args.pid.is_empty() && args.pid.len() != urls.len() {
+            return Err(invalid("--pid", "needs one process id per --url kernel"));
+        }
+        let mut target = Self::connect_one(args, urls.first().copied()).await?;
+        for url in urls.iter().skip(1) {
+            let other = Self::connect_one(args, Some(url)).await?;
+            target.kernels.push(other.http);
+        }
+        Ok(target)
+    }
+
+    /// Connects to `url` (or the embedded kernel).
+    async fn connect_one(args: &TargetArgs, url: Option<&str>) -> Result<Self, CliError> {
         let embedded = if args.embedded {
             Some(EmbeddedKernel::start().await?)
         } else {
@@ -102,7 +148,7 @@ impl Target {
         let (url, token) = match &embedded {
             Some(kernel) => (kernel.url.clone(), None),
             None => (
-                args.client.url().to_owned(),
+                url.unwrap_or_else(|| args.client.url()).to_owned(),
                 args.client.token().map(str::to_owned),
             ),
         };
@@ -120,12 +166,15 @@ impl Target {
                 "the kernel at {url} does not answer /v0/health"
             )));
         }
-        let pid = args
-            .pid
-            .or_else(|| embedded.as_ref().map(|_| std::process::id()));
+        let pids = match &embedded {
+            Some(_) if args.pid.is_empty() => vec![std::process::id()],
+            _ => args.pid.clone(),
+        };
         Ok(Self {
+            kernels: vec![http.clone()],
             http,
-            pid,
+            pid: pids.first().copied(),
+            pids,
             embedded,
             output: args.client.output,
         })
@@ -199,7 +248,7 @@ mod tests {
         assert!(args.scenario.is_none());
         assert_eq!(args.run.executions, 5);
         assert_eq!(args.run.runners, 1);
-        assert_eq!(args.run.target.pid, Some(42));
+        assert_eq!(args.run.target.pid, [42]);
         assert_eq!(args.run.local_steps, None);
     }
 
@@ -250,6 +299,26 @@ mod tests {
                 assert_eq!(create.concurrency, 8);
                 assert_eq!(create.duration, Duration::from_secs(3));
                 assert_eq!(create.executions, None);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn several_pids_as_a_list_or_repeated() {
+        let args = bench(&[
+            "run",
+            "--pid",
+            "1,2",
+            "--pid",
+            "3",
+            "--url",
+            "http://a,http://b",
+        ]);
+        match args.scenario {
+            Some(Scenario::Run(run)) => {
+                assert_eq!(run.target.pid, [1, 2, 3]);
+                assert_eq!(run.target.client.url(), "http://a,http://b");
             }
             other => panic!("{other:?}"),
         }

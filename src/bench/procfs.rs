@@ -84,30 +84,60 @@ pub fn parse_stat_cpu_ms(stat: &str) -> Option<u64> {
     Some((utime + stime) * 1000 / TICKS_PER_SECOND)
 }
 
+/// The summed memory of several processes (several kernels); `pid` is the first one's.
+/// `None` when any cannot be read.
+pub fn read_memory_all(pids: &[u32]) -> Option<Memory> {
+    let mut sum: Option<Memory> = None;
+    for pid in pids {
+        let memory = read_memory(*pid)?;
+        sum = Some(match sum {
+            None => memory,
+            Some(total) => Memory {
+                pid: total.pid,
+                rss_kib: total.rss_kib + memory.rss_kib,
+                peak_kib: total.peak_kib + memory.peak_kib,
+            },
+        });
+    }
+    sum
+}
+
 /// CPU readings taken at the start of a measured phase.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct CpuMeter {
-    kernel_pid: Option<u32>,
-    kernel_start_ms: Option<u64>,
+    /// Each kernel process and its CPU time at the start (`None`: unreadable).
+    kernels: Vec<(u32, Option<u64>)>,
     bench_start_ms: u64,
 }
 
 impl CpuMeter {
     /// Reads the kernel's (when `kernel_pid` is known) and the bench's CPU time now.
     pub fn start(kernel_pid: Option<u32>) -> Self {
+        Self::start_all(kernel_pid.as_slice())
+    }
+
+    /// As [`CpuMeter::start`] for several kernel processes, whose CPU times are summed.
+    pub fn start_all(kernel_pids: &[u32]) -> Self {
         Self {
-            kernel_pid,
-            kernel_start_ms: kernel_pid.and_then(read_cpu_ms),
+            kernels: kernel_pids
+                .iter()
+                .map(|pid| (*pid, read_cpu_ms(*pid)))
+                .collect(),
             bench_start_ms: self_cpu_ms(),
         }
     }
 
     /// Reads both again and returns the CPU spent since [`CpuMeter::start`].
     pub fn stop(&self) -> CpuUsage {
-        let kernel_ms = match (self.kernel_pid, self.kernel_start_ms) {
-            (Some(pid), Some(start)) => read_cpu_ms(pid).map(|now| now.saturating_sub(start)),
-            _ => None,
-        };
+        let mut kernel_ms = (!self.kernels.is_empty()).then_some(0_u64);
+        for (pid, start) in &self.kernels {
+            let spent =
+                start.and_then(|start| read_cpu_ms(*pid).map(|now| now.saturating_sub(start)));
+            kernel_ms = match (kernel_ms, spent) {
+                (Some(total), Some(spent)) => Some(total + spent),
+                _ => None,
+            };
+        }
         CpuUsage {
             kernel_ms,
             bench_ms: self_cpu_ms().saturating_sub(self.bench_start_ms),
@@ -174,6 +204,19 @@ mod tests {
         std::hint::black_box(spin);
         let usage = meter.stop();
         assert!(usage.kernel_ms.is_some());
+    }
+
+    #[test]
+    fn several_processes_are_summed() {
+        let pid = std::process::id();
+        let one = read_memory(pid).expect("own memory");
+        let two = read_memory_all(&[pid, pid]).expect("own memory twice");
+        assert_eq!(two.pid, pid);
+        assert!(two.rss_kib >= one.rss_kib * 2 - 1024, "{one:?} {two:?}");
+        assert_eq!(read_memory_all(&[pid, u32::MAX]), None);
+        assert_eq!(CpuMeter::start_all(&[]).stop().kernel_ms, None);
+        assert!(CpuMeter::start_all(&[pid, pid]).stop().kernel_ms.is_some());
+        assert_eq!(CpuMeter::start_all(&[pid, u32::MAX]).stop().kernel_ms, None);
     }
 
     #[test]

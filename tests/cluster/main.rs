@@ -2,6 +2,7 @@
 //! PostgreSQL database (docs/architecture.md, "Cluster"). Needs `KEEL_TEST_POSTGRES_URL`;
 //! without it every test passes after printing that it skipped.
 
+mod bench;
 mod cutoff;
 mod directory;
 mod feed;
