@@ -3,8 +3,10 @@
 # then the SDK compatibility scenarios that drive the kernel binary with the real rebuno==0.4.8
 # Python SDK. When KEEL_TEST_POSTGRES_URL is set,
 # the HTTP/SSE suite (tests/api), the kill -9 crash test and the SDK scenarios run a second
-# time with every kernel on a fresh PostgreSQL database (KEEL_TEST_BACKEND=postgres); without
-# it those PostgreSQL passes are skipped, and the script says so.
+# time with every kernel on a fresh PostgreSQL database (KEEL_TEST_BACKEND=postgres), and the
+# SDK scenarios a third time with every scenario kernel made of three --cluster kernels on one
+# fresh database, agents, runners and clients spread over them (KEEL_TEST_BACKEND=cluster);
+# without it those PostgreSQL passes are skipped, and the script says so.
 #
 #   bash scripts/test.sh
 #
@@ -188,6 +190,23 @@ else
     echo "SKIPPED: $pg_skip"
 fi
 
+step "SDK compatibility tests on three cluster kernels (KEEL_TEST_BACKEND=cluster)"
+cluster_report=$target_dir/sdk-junit-cluster.xml
+rm -f "$cluster_report"
+if [ -z "$pg_skip" ]; then
+    cluster_started=$SECONDS
+    set +e
+    # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words on purpose
+    KEEL_TEST_BACKEND=cluster "$venv/bin/python" -m pytest "$root/tests/sdk" \
+        --junitxml="$cluster_report" ${PYTEST_ARGS:-}
+    cluster_rc=$?
+    set -e
+    echo "sdk (cluster): $((SECONDS - cluster_started)) s"
+    [ "$cluster_rc" -eq 0 ] || failures+=("sdk tests on a cluster (pytest exit $cluster_rc)")
+else
+    echo "SKIPPED: $pg_skip"
+fi
+
 echo
 if [ "${#failures[@]}" -gt 0 ]; then
     echo "FAILED: ${failures[*]}"
@@ -199,8 +218,10 @@ sdk_summary "$keel_sdk_report" "keel-sdk"
 if [ -z "$pg_skip" ]; then
     sdk_summary "$pg_report" "sdk (postgres)"
     sdk_summary "$keel_sdk_pg_report" "keel-sdk (postgres)"
+    sdk_summary "$cluster_report" "sdk (cluster)"
 else
     echo "sdk (postgres): skipped ($pg_skip)"
     echo "keel-sdk (postgres): skipped ($pg_skip)"
+    echo "sdk (cluster): skipped ($pg_skip)"
 fi
 [ "${#failures[@]}" -eq 0 ]
