@@ -35,6 +35,26 @@ async fn a_bench_over_two_kernels_creates_on_both_and_completes_every_execution(
         })
         .await
         .expect("two kernels balance within 10 s");
+        // Each kernel routes by its own view (a tick old at most): wait until both show it.
+        let http = reqwest::Client::new();
+        poll(Duration::from_secs(10), || async {
+            for kernel in &kernels {
+                let url = format!("{}/v0/cluster", kernel.url);
+                let view: Value = http.get(&url).send().await.ok()?.json().await.ok()?;
+                let kernels = view["kernels"].as_array()?;
+                let settled = view["unowned"] == 0
+                    && kernels.len() == 2
+                    && kernels
+                        .iter()
+                        .all(|k| k["partitions_owned"].as_u64() >= Some(32));
+                if !settled {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await
+        .expect("both kernels see the balanced cluster within 10 s");
         let urls = format!("{},{}", k1.url, k2.url);
         let pids = format!("{},{}", k1.pid(), k2.pid());
         let output = Command::new(env!("CARGO_BIN_EXE_keel"))
