@@ -242,6 +242,25 @@ async def op_llm(inp: dict[str, Any]) -> dict[str, Any]:
     return {"plain": plain.choices[0].message.content, "streamed": streamed}
 
 
+async def op_anthropic(inp: dict[str, Any]) -> dict[str, Any]:
+    """Two model calls through the kernel's LLM gateway with the official anthropic package, a
+    whole answer and a stream; the Keel-Session header proves this handler holds the execution."""
+    import anthropic  # only this op needs it
+
+    client = anthropic.AsyncAnthropic(
+        base_url=f"{os.environ['REBUNO_URL']}/v0/executions/{execution.id}/llm/{inp['provider']}",
+        api_key="not-the-provider-key",
+        default_headers={"Keel-Session": execution.session_id},
+        max_retries=0,
+        timeout=10,
+    )
+    messages = [{"role": "user", "content": "hi"}]
+    plain = await client.messages.create(model=inp["model"], max_tokens=16, messages=messages)
+    async with client.messages.stream(model=inp["model"], max_tokens=16, messages=messages) as stream:
+        streamed = await stream.get_final_text()
+    return {"plain": plain.content[0].text, "streamed": streamed}
+
+
 async def op_mcp(inp: dict[str, Any]) -> dict[str, Any]:
     """Calls MCP-backed tools through remote.Tools("mcpt"), one after the other (rebuno 0.4.8
     indexes the handle by the full tool id)."""
@@ -346,6 +365,7 @@ OPS = {
     "call": op_call,
     "journey": op_journey,
     "llm": op_llm,
+    "anthropic": op_anthropic,
     "gated": op_gated,
     "mcp": op_mcp,
     "mcp_client": op_mcp_client,
