@@ -37,6 +37,34 @@ pub enum Scenario {
     /// Measures what the machine charges an execution before the kernel works: the HTTP
     /// round trip, the kernel's CPU per request and, with --sync-dir, a write + fsync.
     Floor(FloorArgs),
+    /// Model calls through the LLM gateway against a fake provider in this process, and the
+    /// same calls made to the fake directly: the gateway's overhead (p50/p99, time to first
+    /// chunk, kernel CPU per call), plain and streamed, at C=1 and C=--concurrency.
+    Llm(LlmArgs),
+}
+
+/// Flags of `keel bench llm`.
+#[derive(Debug, Args)]
+pub struct LlmArgs {
+    /// Connections of the loaded phases (each with an execution of its own).
+    #[arg(long, value_name = "C", default_value = "64")]
+    pub concurrency: usize,
+    /// Length of each phase (direct and through the gateway; plain and streamed; C=1 and C).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Chunks of each streamed answer.
+    #[arg(long, value_name = "N", default_value = "16")]
+    pub chunks: usize,
+    /// Port of the fake provider on 127.0.0.1 (0: any). With --url, start the kernel with an
+    /// --llm-config whose provider --provider has `base_url: http://127.0.0.1:PORT/v1`.
+    #[arg(long, value_name = "PORT", default_value = "0")]
+    pub provider_port: u16,
+    /// Provider name in the kernel's gateway configuration.
+    #[arg(long, value_name = "NAME", default_value = "bench")]
+    pub provider: String,
+    /// The kernel under test (its token must hold executions: an admin token or key).
+    #[command(flatten)]
+    pub target: TargetArgs,
 }
 
 /// The kernel under test, for the scenarios that use a running one.
@@ -208,6 +236,7 @@ impl BenchArgs {
             Some(Scenario::Blocked(args)) => args.target.client.log_filter(),
             Some(Scenario::Create(args)) => args.target.client.log_filter(),
             Some(Scenario::Floor(args)) => args.target.client.log_filter(),
+            Some(Scenario::Llm(args)) => args.target.client.log_filter(),
             Some(Scenario::Restart(args)) => match &args.rust_log {
                 Some(filter) if !filter.trim().is_empty() => filter,
                 _ => "warn",

@@ -26,14 +26,20 @@ pub struct EmbeddedKernel {
 impl EmbeddedKernel {
     /// Starts the kernel and waits until it answers.
     pub async fn start() -> Result<Self, CliError> {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Starts the kernel with `configure` applied to its configuration.
+    pub async fn start_with(configure: impl FnOnce(&mut Config)) -> Result<Self, CliError> {
         let data_dir = tempfile::Builder::new()
             .prefix("keel-bench-")
             .tempdir()
             .map_err(|error| {
                 CliError::Failed(format!("cannot create a temporary data directory: {error}"))
             })?;
-        let config = Config::embedded(data_dir.path())
+        let mut config = Config::embedded(data_dir.path())
             .map_err(|error| CliError::Failed(format!("embedded kernel configuration: {error}")))?;
+        configure(&mut config);
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .map_err(|error| CliError::Failed(format!("cannot listen on 127.0.0.1: {error}")))?;

@@ -29,6 +29,7 @@ mod floor;
 mod http;
 mod kernel_process;
 mod latency;
+mod llm;
 mod local;
 mod mixed;
 mod parker;
@@ -43,7 +44,8 @@ mod wire;
 use crate::cli::CliError;
 use crate::config::{ClientConfig, OutputFormat};
 pub use args::{
-    BenchArgs, BlockedArgs, CreateArgs, FloorArgs, RestartArgs, RunArgs, Scenario, TargetArgs,
+    BenchArgs, BlockedArgs, CreateArgs, FloorArgs, LlmArgs, RestartArgs, RunArgs, Scenario,
+    TargetArgs,
 };
 pub use embedded::EmbeddedKernel;
 pub use latency::{Latency, LatencySummary};
@@ -67,6 +69,7 @@ pub async fn run(args: BenchArgs) -> Result<(), CliError> {
         Some(Scenario::Create(args)) => create::run(args).await,
         Some(Scenario::Restart(args)) => restart::run(args).await,
         Some(Scenario::Floor(args)) => floor::run(args).await,
+        Some(Scenario::Llm(args)) => llm::run(args).await,
     }
 }
 

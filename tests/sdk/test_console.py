@@ -31,6 +31,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from harness import REPO, Kernel, Sandbox, run, unique
+from test_llm_gateway import provider  # noqa: F401  (the fixture: a scripted OpenAI-format provider)
 
 CHROMEDRIVER = os.environ.get("KEEL_TEST_CHROMEDRIVER", "")
 SHOTS = Path(os.environ.get("KEEL_TEST_SCREENSHOTS", REPO / "target" / "console-screenshots"))
@@ -370,4 +371,37 @@ def test_bidi_controls_are_shown_and_agent_links_are_encoded(sandbox: Sandbox) -
         assert rlo not in app_text, app_text
         assert "⟨U+202E⟩fdp.exe" in app_text, app_text
         shot(b, "bidi-execution")
+        no_errors(b)
+
+
+def test_model_calls_are_on_the_timeline_with_the_executions_totals(
+    sandbox: Sandbox, provider: str, tmp_path
+) -> None:
+    """Issue 36: each model call through the LLM gateway is a line of the timeline (model,
+    outcome, tokens, cost) and the summary adds the execution's totals."""
+    config = tmp_path / "llm.yaml"
+    config.write_text(
+        f"providers:\n  openai:\n    format: openai\n    base_url: {provider}\n"
+        "    prices:\n      gpt-test: {input: 1.0, output: 2.0}\n"
+    )
+    kernel = sandbox.kernel("--llm-config", str(config))
+    agent_id = unique("console-llm")
+    sandbox.agent(kernel, agent_id, unique("console-llm-c"))
+
+    async def scenario() -> str:
+        async with Client(kernel.url) as client:
+            final = await client.run_until_complete(agent_id, input={"op": "llm", "model": "gpt-test"})
+            return final.id
+
+    eid = run(scenario(), timeout=20)
+    with browser() as b:
+        b.get(kernel.url + "/executions/" + eid)
+        wait(b, "both model calls", lambda d: len(css(d, '#timeline li[data-type="llm.called"]')) == 2)
+        rows = [row.text for row in css(b, '#timeline li[data-type="llm.called"]')]
+        # 5 in + 1 out at $1/$2 per million, then a stream of 4 in + 2 out.
+        assert "model call openai/gpt-test: ok, 5 in + 1 out tokens, $0.000007" in rows[0], rows
+        assert "model call openai/gpt-test (stream): ok, 4 in + 2 out tokens, $0.000008" in rows[1], rows
+        summary = b.find_element(By.ID, "timeline-summary").text
+        assert "Model calls: 2, 9 in + 3 out tokens, $0.000015." in summary, summary
+        shot(b, "model-calls")
         no_errors(b)

@@ -359,11 +359,24 @@
       case 'step.failed': return 'failed: ' + payload.error + (payload.retryable ? ' (will retry)' : '');
       case 'step.retried': return 'attempt ' + payload.next_attempt + ' scheduled';
       case 'step.approval_required': return 'needs approval: ' + payload.reason;
+      case 'llm.called': return modelCall(payload);
       default: return preview(payload, 100);
     }
   }
 
-  function category(type) {
+  // A model call through the LLM gateway: model, outcome, tokens, cost, latency.
+  function modelCall(payload) {
+    const tokens = (payload.input_tokens || 0) + ' in + ' + (payload.output_tokens || 0) + ' out tokens';
+    const usd = payload.cost && payload.cost.usd !== undefined ? ', $' + Number(payload.cost.usd).toFixed(6) : '';
+    return 'model call ' + payload.provider + '/' + payload.model + (payload.stream ? ' (stream)' : '') +
+      ': ' + payload.outcome + ', ' + tokens + usd + ', ' + duration(payload.latency_ms) +
+      (payload.fallback ? ', answered by ' + payload.fallback : '') +
+      (payload.replay_of ? ', replayed from #' + payload.replay_of : '') +
+      (payload.error ? ' — ' + payload.error : '');
+  }
+
+  function category(type, payload) {
+    if (type === 'llm.called') return payload && payload.outcome === 'ok' ? 'plain' : 'bad';
     if (type === 'execution.completed' || type === 'step.completed') return 'good';
     if (type === 'execution.failed' || type === 'step.failed' || type === 'intent.denied' ||
         type === 'step.timed_out') return 'bad';
@@ -373,7 +386,7 @@
   }
 
   function eventRow(event) {
-    const row = el('li', 'ev ev-' + category(event.type));
+    const row = el('li', 'ev ev-' + category(event.type, event.payload));
     row.dataset.sequence = event.sequence;
     row.dataset.type = event.type;
     row.append(el('span', 'seq', '#' + event.sequence), ' ');
@@ -398,6 +411,7 @@
       this.id = root.dataset.executionId;
       this.entries = [];
       this.steps = new Map();
+      this.llm = { calls: 0, input: 0, output: 0, usd: 0 };
       this.last = 0;
       this.count = 0;
       this.done = false;
@@ -494,6 +508,14 @@
       this.count += 1;
       if (this.first === null) this.first = Date.parse(event.timestamp);
       if (TERMINAL.has(event.type)) this.done = true;
+      if (event.type === 'llm.called') {
+        const payload = event.payload || {};
+        const llm = this.llm;
+        llm.calls += 1;
+        llm.input += payload.input_tokens || 0;
+        llm.output += payload.output_tokens || 0;
+        if (payload.cost && payload.cost.usd !== undefined) llm.usd += Number(payload.cost.usd) || 0;
+      }
       if (event.type === 'step.approval_required') {
         this.pending = { step: event.step_id, payload: event.payload || {} };
       } else if (this.pending && (event.step_id === this.pending.step || TERMINAL.has(event.type))) {
@@ -608,7 +630,9 @@
       this.earlier.textContent = 'Show ' + Math.min(hidden, SHOW_STEP) + ' earlier entries (' + hidden + ' hidden)';
       this.summary.textContent = this.count + ' events in ' + this.entries.length + ' entries (' +
         this.steps.size + ' steps, each collapsed into one line)' +
-        (hidden ? '; showing the latest ' + visible.length + '.' : '.');
+        (hidden ? '; showing the latest ' + visible.length + '.' : '.') +
+        (this.llm.calls ? ' Model calls: ' + this.llm.calls + ', ' + this.llm.input + ' in + ' +
+          this.llm.output + ' out tokens, $' + this.llm.usd.toFixed(6) + '.' : '');
       const box = document.getElementById('approval');
       if (box) {
         box.hidden = this.pending === null || this.done;
