@@ -20,6 +20,11 @@ fn is_zero(value: &i64) -> bool {
     *value == 0
 }
 
+/// Most `step.progress` events recorded for one step; later notifications are dropped.
+pub const MAX_PROGRESS_EVENTS: u32 = 20;
+/// Longest `message` of a `step.progress` event, in bytes (longer ones are cut, ending in `…`).
+pub const MAX_PROGRESS_MESSAGE_BYTES: usize = 512;
+
 /// Version of the payload schemas below, written into every event.
 pub const SCHEMA_VERSION: i64 = 1;
 
@@ -229,6 +234,19 @@ pub enum EventBody {
         /// What the failed attempt cost, per unit, as the result reported it (Keel addition).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost: Option<crate::guardrails::budget::Cost>,
+    },
+    /// A runner relayed the tool's progress (an MCP `notifications/progress`); informational,
+    /// at most [`MAX_PROGRESS_EVENTS`] per step. Keel addition (docs/mcp.md, "Progress").
+    #[serde(rename = "step.progress")]
+    StepProgress {
+        /// Progress so far (grows with every notification).
+        progress: f64,
+        /// Total, when the tool knows it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// What the tool said, at most [`MAX_PROGRESS_MESSAGE_BYTES`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
     },
     /// The step passed its deadline.
     #[serde(rename = "step.timed_out")]
@@ -483,6 +501,7 @@ impl EventBody {
             Self::StepStarted { .. } => "step.started",
             Self::StepCompleted { .. } => "step.completed",
             Self::StepFailed { .. } => "step.failed",
+            Self::StepProgress { .. } => "step.progress",
             Self::StepTimedOut {} => "step.timed_out",
             Self::StepRetried { .. } => "step.retried",
             Self::StepCancelled { .. } => "step.cancelled",

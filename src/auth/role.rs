@@ -194,11 +194,15 @@ pub fn access(method: &Method, route: &str) -> Access {
         | "/v0/executions/{id}/llm/{provider}/{*rest}"
         | "/v0/executions/{id}/mcp" => Access::AgentWork,
         "/v0/runners/stream" => Access::RunnerStream,
-        "/v0/runners/steps/{step_id}/started" => Access::RunnerBody,
-        "/v0/runners/{id}" if method == Method::DELETE => Access::RunnerRemove,
-        "/v0/runners/{id}/results" | "/v0/runners/{id}/capabilities" | "/v0/runners/{id}/tools" => {
-            Access::RunnerPath
+        "/v0/runners/steps/{step_id}/started" | "/v0/runners/steps/{step_id}/progress" => {
+            Access::RunnerBody
         }
+        "/v0/runners/{id}" if method == Method::DELETE => Access::RunnerRemove,
+        "/v0/runners/{id}/results"
+        | "/v0/runners/{id}/capabilities"
+        | "/v0/runners/{id}/tools"
+        | "/v0/runners/{id}/tool-changes" => Access::RunnerPath,
+        "/v0/runners/{id}/tool-changes/accept" => Access::Operate,
         "/v0/tools" => Access::Tools,
         "/v0/approvals" if !get => Access::Approve,
         "/v0/approvals/{id}" => Access::Approve,

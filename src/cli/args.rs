@@ -83,6 +83,9 @@ pub enum Command {
     /// (`keel runner --exec --runner-id R --tool T -- PROGRAM ARGS…`; docs/guardrails.md), or
     /// publishes an MCP server's tools (`keel runner --mcp --runner-id R -- COMMAND…`; docs/mcp.md).
     Runner(crate::cli::runner::RunnerArgs),
+    /// Runners of a running kernel: show one, accept the MCP tool changes it withdrew.
+    #[command(subcommand)]
+    Runners(crate::cli::runners::RunnersCommand),
     /// Drives a kernel over stdio: `keel client --jsonl` reads commands as JSON lines.
     #[command(mut_arg("output", |arg| arg.default_value("json")
         .help("Output format: JSON lines, the only one (text is refused)")))]

@@ -14,6 +14,7 @@ pub mod keys;
 pub mod llm;
 pub mod output;
 pub mod runner;
+pub mod runners;
 mod watch;
 
 use serde_json::{Map, Value, json};
@@ -209,6 +210,7 @@ pub async fn execute(command: Command) -> Result<(), CliError> {
         Command::Approve(args) => approvals::answer(&args, true).await,
         Command::Deny(args) => approvals::answer(&args, false).await,
         Command::Runner(args) => runner::run(args).await,
+        Command::Runners(command) => runners::run(&command).await,
         Command::Client(args) => jsonl::run(args).await,
         Command::RunnerShim(args) => runner::shim::exec(args),
         Command::Dev(_) | Command::Serve(_) | Command::Bench(_) => Err(CliError::Failed(
@@ -246,6 +248,7 @@ pub fn client_config(command: &Command) -> Option<&ClientConfig> {
         Command::Approvals(args) => Some(&args.client),
         Command::Approve(args) | Command::Deny(args) => Some(&args.client),
         Command::Runner(args) => Some(&args.client),
+        Command::Runners(command) => Some(command.client()),
         Command::Client(args) => Some(&args.client),
         Command::Dev(_)
         | Command::Serve(_)

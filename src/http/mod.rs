@@ -25,11 +25,13 @@ pub mod openapi;
 pub(crate) mod query;
 mod reconcile;
 mod request_id;
+mod runner_progress;
 mod runners;
 mod serve;
 mod sse;
 mod strict_json;
 pub mod text;
+pub mod tool_changes;
 mod unread_body;
 
 use std::sync::Arc;
@@ -139,6 +141,8 @@ pub struct AppStateInner {
     pub keys: Arc<crate::auth::KeyRegistry>,
     /// Failed authentications per client address.
     pub auth_failures: Arc<crate::auth::failures::Failures>,
+    /// MCP tool-definition changes waiting for an operator, per runner.
+    pub tool_changes: Arc<tool_changes::ToolChanges>,
 }
 
 impl std::ops::Deref for AppState {
@@ -155,7 +159,9 @@ impl AppState {
     pub fn new(kernel: Kernel, settings: HttpSettings, shutdown: CancellationToken) -> Self {
         let keys = Arc::new(crate::auth::KeyRegistry::new(kernel.store().clone()));
         tokio::spawn(keys.clone().run(shutdown.clone()));
+        let tool_changes = Arc::new(tool_changes::ToolChanges::register(&kernel));
         Self(Arc::new(AppStateInner {
+            tool_changes,
             keys,
             auth_failures: Arc::default(),
             kernel,
@@ -181,6 +187,7 @@ impl AppState {
             policy,
             keys: inner.keys.clone(),
             auth_failures: inner.auth_failures.clone(),
+            tool_changes: inner.tool_changes.clone(),
         }))
     }
 }
@@ -251,8 +258,23 @@ pub fn routes() -> Routes {
             "/v0/runners/steps/{step_id}/started",
             post(runners::step_started),
         )
-        .route("/v0/runners/{id}", delete(runners::unregister))
-        .route("/v0/runners/{id}/", delete(runners::unregister))
+        .route(
+            "/v0/runners/steps/{step_id}/progress",
+            post(runner_progress::step_progress),
+        )
+        .route(
+            "/v0/runners/{id}",
+            get(tool_changes::show).delete(runners::unregister),
+        )
+        .route(
+            "/v0/runners/{id}/",
+            get(tool_changes::show).delete(runners::unregister),
+        )
+        .route("/v0/runners/{id}/tool-changes", post(tool_changes::report))
+        .route(
+            "/v0/runners/{id}/tool-changes/accept",
+            post(tool_changes::accept),
+        )
         .route("/v0/runners/{id}/results", post(runners::result))
         .route("/v0/runners/{id}/capabilities", post(runners::capabilities))
         .route("/v0/runners/{id}/tools", post(runners::publish_tools))

@@ -116,7 +116,7 @@ def test_sdk_agent_calls_mcp_tools_and_a_denied_call_never_reaches_the_server(
     assert set(tools) == {
         "mcpt.echo", "mcpt.add", "mcpt.read_file", "mcpt.fail", "mcpt.blob", "mcpt.slow",
         "mcpt.stubborn", "mcpt.crash_once", "mcpt.crash_always", "mcpt.pid", "mcpt.changing",
-        "mcpt.token_ok",
+        "mcpt.token_ok", "mcpt.progress",
     }
     add_schema = tools["mcpt.add"]["input_schema"]
     assert add_schema["required"] == ["a", "b"]

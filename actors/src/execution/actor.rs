@@ -274,6 +274,18 @@ async fn handle_message(
             .await;
             let _ = reply.send(result);
         }
+        ExecutionMsg::RecordStepProgress {
+            step_id,
+            runner_id,
+            report,
+            reply,
+        } => {
+            let result = decide_and_apply(state, |exec| {
+                machine::step_progress(exec, &step_id, &runner_id, report)
+            })
+            .await;
+            let _ = reply.send(result);
+        }
         ExecutionMsg::DeliverSignal {
             signal_type,
             payload,

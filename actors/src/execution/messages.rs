@@ -68,6 +68,17 @@ pub enum ExecutionMsg {
         /// Answer.
         reply: Reply<()>,
     },
+    /// Records a runner's progress report of a step it holds (`step.progress`).
+    RecordStepProgress {
+        /// Step id.
+        step_id: StepId,
+        /// Runner id.
+        runner_id: RunnerId,
+        /// The report.
+        report: super::machine::Progress,
+        /// Answer.
+        reply: Reply<()>,
+    },
     /// Records a signal.
     DeliverSignal {
         /// Signal type.

@@ -169,6 +169,7 @@ pub(super) fn refuse(myself: &ActorRef<ExecutionMsg>, message: ExecutionMsg, err
         ExecutionMsg::ReportStepResult { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::ReportRunnerResult { reply, .. }
         | ExecutionMsg::MarkStepStarted { reply, .. }
+        | ExecutionMsg::RecordStepProgress { reply, .. }
         | ExecutionMsg::DeliverSignal { reply, .. }
         | ExecutionMsg::ReconcileStep { reply, .. } => drop(reply.send(Err(error))),
         ExecutionMsg::Cancel { reply } => drop(reply.send(Err(error))),

@@ -70,6 +70,8 @@ pub struct StepState {
     pub at_most_once: bool,
     /// Whether its outcome is unknown, waiting for an operator's reconciliation.
     pub outcome_unknown: bool,
+    /// `step.progress` events recorded for it.
+    pub progress_events: u32,
 }
 
 impl StepState {

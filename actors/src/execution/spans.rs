@@ -73,6 +73,7 @@ pub(super) fn message_span(state: &ExecutionActorState, message: &ExecutionMsg) 
             span.record("step.id", outcome.step_id.as_str());
         }
         ExecutionMsg::MarkStepStarted { step_id, .. }
+        | ExecutionMsg::RecordStepProgress { step_id, .. }
         | ExecutionMsg::RunnerLost { step_id, .. } => {
             span.record("step.id", step_id.as_str());
         }
@@ -91,6 +92,7 @@ fn message_name(message: &ExecutionMsg) -> Option<&'static str> {
         ExecutionMsg::ReportStepResult { .. } => "step result",
         ExecutionMsg::ReportRunnerResult { .. } => "runner result",
         ExecutionMsg::MarkStepStarted { .. } => "step started",
+        ExecutionMsg::RecordStepProgress { .. } => "step progress",
         ExecutionMsg::DeliverSignal { .. } => "signal",
         ExecutionMsg::ReconcileStep { .. } => "reconcile",
         ExecutionMsg::AdmitLlmCall { .. } => "llm admission",

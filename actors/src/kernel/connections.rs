@@ -74,6 +74,24 @@ impl Kernel {
         .map_err(|error| unknown_step(error, step_id))
     }
 
+    /// Records a runner's progress report of a step it holds (bounded, docs/mcp.md).
+    pub async fn step_progress(
+        &self,
+        execution_id: &ExecutionId,
+        step_id: &StepId,
+        runner_id: &RunnerId,
+        report: crate::execution::machine::Progress,
+    ) -> Result<(), KernelError> {
+        self.ask(execution_id, |reply| ExecutionMsg::RecordStepProgress {
+            step_id: step_id.clone(),
+            runner_id: runner_id.clone(),
+            report: report.clone(),
+            reply,
+        })
+        .await
+        .map_err(|error| unknown_step(error, step_id))
+    }
+
     /// Registers an agent connection; its pushes arrive on the returned stream.
     pub async fn connect_agent(
         &self,

@@ -251,8 +251,16 @@ async fn mcp_outcome(
             None => std::future::pending().await,
         }
     };
+    let (sink, updates) = super::mcp::progress_channel();
+    let relay = super::progress::relay(shared, job, updates);
+    let call = async {
+        // The call's end drops the sink, which ends the relay once it posted the rest.
+        let (outcome, ()) =
+            tokio::join!(server.call(&job.tool_id, &job.arguments, Some(sink)), relay);
+        outcome
+    };
     let outcome = tokio::select! {
-        outcome = server.call(&job.tool_id, &job.arguments) => outcome,
+        outcome = call => outcome,
         () = cancel.cancelled() => {
             tracing::info!(job_id = job.id, "MCP call cancelled");
             tokio::spawn(server.clone().after_cancel());

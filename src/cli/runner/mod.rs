@@ -14,13 +14,12 @@ mod child;
 mod child_tests;
 mod connection;
 mod mcp;
-mod mcp_http;
-mod mcp_pins;
-mod mcp_result;
+mod progress;
 pub mod protocol;
 #[cfg(test)]
 mod protocol_tests;
 pub mod shim;
+mod tool_changes;
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -178,6 +177,10 @@ pub async fn run(args: RunnerArgs) -> Result<(), CliError> {
     if let Backend::Mcp(server) = &shared.backend {
         watchers.push(tokio::spawn(server.clone().watch_list_changes()));
         watchers.push(tokio::spawn(republish(shared.clone(), server.clone())));
+        watchers.push(tokio::spawn(tool_changes::report(
+            shared.clone(),
+            server.clone(),
+        )));
     }
     let mut published: Vec<&String> = shared.tools.iter().collect();
     published.sort_unstable();
@@ -345,7 +348,7 @@ async fn prepare(args: &RunnerArgs) -> Result<Shared, CliError> {
                     headers.push((name.clone(), value.to_owned()));
                 }
                 Some(
-                    mcp_http::HttpTarget::new(url, headers)
+                    mcp::http::HttpTarget::new(url, headers)
                         .map_err(|message| invalid("--mcp-url", message))?,
                 )
             }

@@ -10,6 +10,7 @@ mod keys;
 mod llm;
 mod paths;
 mod schemas;
+mod tool_changes;
 
 use std::sync::OnceLock;
 
@@ -37,7 +38,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         paths::execution_events,
         paths::execution_stream, feed::feed_page, feed::feed_stream,
         paths::agent_stream, paths::agent_intent, paths::agent_step_result,
-        paths::runner_stream, paths::step_started, paths::unregister_runner,
+        paths::runner_stream, paths::step_started, paths::step_progress, paths::unregister_runner,
+        tool_changes::runner, tool_changes::report_tool_changes, tool_changes::accept_tool_changes,
         paths::runner_result, paths::runner_capabilities, paths::publish_tools, paths::tools,
         console::approvals, console::execution_counts, console::agents, console::runners,
         console::policy, cluster::cluster,
@@ -54,10 +56,12 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         schemas::EventPage, schemas::CreateExecution, schemas::Signal, schemas::Reconcile,
         schemas::IntentType,
         schemas::IntentFields, schemas::Intent, schemas::IntentAnswer,
-        schemas::AgentStepResult, schemas::RunnerResult, schemas::StepStarted,
+        schemas::AgentStepResult, schemas::RunnerResult, schemas::StepStarted, schemas::StepProgress,
         schemas::PublishedTool, schemas::PublishTools, schemas::Capabilities, schemas::Tool,
         schemas::ExecutionAssigned, schemas::JobAssigned, feed::FeedEvent, feed::FeedPage,
         schemas::SseMessage,
+        tool_changes::ToolChange, tool_changes::ToolChangeReport, tool_changes::ToolChangeAccept,
+        tool_changes::ToolChangesAccepted, tool_changes::RunnerView,
         console::Approval, console::ApprovalList, console::ExecutionCounts, console::Connection,
         console::Agent, console::AgentList, console::Runner, console::RunnerList,
         console::ReloadOutcome, console::Policy, cluster::Cluster, cluster::ClusterKernel,

@@ -12,7 +12,7 @@
 use super::schemas::{
     AgentStepResult, Capabilities, CreateExecution, Error, EventPage, Execution, ExecutionList,
     Intent, IntentAnswer, PublishTools, Reconcile, RunnerResult, Signal, SseMessage, Status,
-    StepStarted, Tool,
+    StepProgress, StepStarted, Tool,
 };
 
 /// `text/event-stream` bodies: framing of WIRE.md §8.
@@ -219,6 +219,18 @@ fn runner_stream() {}
         (status = 409, description = "Step not running on this runner", body = Error),
     ))]
 fn step_started() {}
+
+#[utoipa::path(post, path = "/v0/runners/steps/{step_id}/progress", tag = "runners",
+    params(("step_id" = String, Path, description = "Step id")),
+    request_body = StepProgress,
+    responses(
+        (status = 200, description = "Recorded as `step.progress` while the step runs on this \
+            runner (at most 20 per step); dropped otherwise", body = Status),
+        (status = 400, description = "Missing ids or progress", body = Error),
+        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        (status = 404, description = "No such step", body = Error),
+    ))]
+fn step_progress() {}
 
 #[utoipa::path(delete, path = "/v0/runners/{id}", tag = "runners",
     params(("id" = String, Path, description = "Runner id")),

@@ -332,6 +332,21 @@ pub struct StepStarted {
     runner_id: String,
 }
 
+/// Body of `POST /v0/runners/steps/{step_id}/progress` (an MCP progress notification).
+#[derive(ToSchema)]
+pub struct StepProgress {
+    execution_id: String,
+    runner_id: String,
+    /// Progress so far.
+    progress: f64,
+    /// Total, when known.
+    #[schema(required = false)]
+    total: Option<f64>,
+    /// What the tool said (cut to 512 bytes).
+    #[schema(required = false)]
+    message: Option<String>,
+}
+
 /// A tool schema published by a runner.
 #[derive(ToSchema)]
 pub struct PublishedTool {

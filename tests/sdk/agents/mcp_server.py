@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("keel-test")
@@ -68,6 +69,15 @@ async def slow(seconds: float) -> str:
         count("slow", event="cancelled")
         raise
     return "slept"
+
+
+@server.tool(description="Reports its progress `steps` times, `pause` seconds apart, then answers.")
+async def progress(steps: int, pause: float, ctx: Context) -> str:
+    count("progress", steps=steps)
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step} of {steps}")
+        await anyio.sleep(pause)
+    return "progressed"
 
 
 @server.tool(description="Blocks the whole server, ignoring any cancellation.")

@@ -7,6 +7,7 @@ mod intents;
 mod invoke;
 mod lifecycle;
 mod llm;
+mod progress;
 mod replays;
 mod signals;
 mod steps;
@@ -112,6 +113,7 @@ pub use lifecycle::{
     cancel, consumer_lost, execution_deadline, fail_by_kernel, reset, step_deadline,
 };
 pub use llm::{BUDGET_APPROVE, budget_wait, budget_wait_timed_out, llm_called};
+pub use progress::{Progress, step_progress};
 pub use replays::{
     ReplayedCall, replay_call, replay_wait, replayable, replayable_signal, reusable_grant,
 };

@@ -166,6 +166,7 @@ impl ExecutionState {
                     proposed_arguments: proposed_arguments.clone(),
                     at_most_once: *at_most_once,
                     outcome_unknown: false,
+                    progress_events: 0,
                 });
             }
             EventBody::ApprovalRequested(request) => {
@@ -251,6 +252,11 @@ impl ExecutionState {
                     step.status = StepStatus::Running;
                     step.runner_id = non_empty(runner_id);
                     step.updated_at = at;
+                }
+            }
+            EventBody::StepProgress { .. } => {
+                if let Some(step) = self.step_mut(event.step_id.as_ref()) {
+                    step.progress_events = step.progress_events.saturating_add(1);
                 }
             }
             EventBody::StepCompleted { result, .. } => {

@@ -12,7 +12,7 @@
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::protocol::Outcome;
+use super::super::protocol::Outcome;
 
 /// Longest failure message taken from an error result's text, in characters.
 const MAX_ERROR_CHARS: usize = 4096;
