@@ -4,6 +4,7 @@ reports with `notifications/progress` to the kernel, which records it on the ste
 
 from __future__ import annotations
 
+import httpx
 from rebuno.types import ExecutionStatus
 
 from harness import Sandbox
@@ -43,3 +44,25 @@ def test_progress_is_bounded_per_step(sandbox: Sandbox) -> None:
     # The first 20 reports are kept; the rest is dropped (and the call is not disturbed).
     assert len(progress) == 20, progress
     assert progress == sorted(progress) and progress[0] == 1.0
+
+
+def test_bad_progress_reports_are_refused_and_change_nothing(sandbox: Sandbox) -> None:
+    setup = Setup(sandbox)
+    final = setup.run_calls([{"tool": "progress", "args": {"steps": 1, "pause": 0.1}}])
+    [step_id] = {e["step_id"] for e in setup.kernel.events(final.id) if e["type"] == "step.created"}
+    before = setup.kernel.events(final.id)
+    url = f"{setup.kernel.url}/v0/runners/steps/{step_id}/progress"
+    body = {"execution_id": final.id, "runner_id": setup.runner.name}
+    missing = httpx.post(url, json=body, timeout=5)
+    assert missing.status_code == 400 and missing.json()["code"] == "VALIDATION_ERROR", missing.text
+    wrong = httpx.post(url, json={**body, "progress": "half"}, timeout=5)
+    assert wrong.status_code == 400, wrong.text
+    unknown = httpx.post(
+        f"{setup.kernel.url}/v0/runners/steps/no-such-step/progress",
+        json={**body, "progress": 1}, timeout=5,
+    )
+    assert unknown.status_code == 404, unknown.text
+    # A report for a step that has ended is accepted and dropped.
+    late = httpx.post(url, json={**body, "progress": 5, "message": "late"}, timeout=5)
+    assert late.status_code == 200, late.text
+    assert setup.kernel.events(final.id) == before
