@@ -44,6 +44,7 @@ pub async fn page(State(state): State<AppState>) -> Response {
                 title { "Keel console" }
                 link rel="icon" href="data:,";
                 link rel="stylesheet" href="/console/assets/console.css";
+                script src="/console/assets/steps.js" defer {}
                 script src="/console/assets/console.js" defer {}
             }
             body data-auth=(auth) {

@@ -256,6 +256,11 @@
     } else if (form.matches('[data-rerun]')) {
       event.preventDefault();
       await runAgain(form);
+    } else if (form.matches('[data-reconcile]')) {
+      event.preventDefault();
+      const answer = event.submitter ? event.submitter.value : '';
+      const outcome = await window.KeelSteps.submit(form, answer, act);
+      if (outcome.invalid) flash(outcome.invalid, 'error');
     } else if (form.matches('[data-cancel]')) {
       event.preventDefault();
       await act('Cancel', 'POST', executionUrl(form) + '/cancel');
@@ -360,6 +365,10 @@
       case 'step.retried': return 'attempt ' + payload.next_attempt + ' scheduled';
       case 'step.approval_required': return 'needs approval: ' + payload.reason;
       case 'llm.called': return modelCall(payload);
+      case 'step.progress': return 'progress ' + payload.progress + (payload.total ? '/' + payload.total : '') +
+        (payload.message ? ': ' + payload.message : '');
+      case 'step.outcome_unknown': return 'outcome unknown: ' + payload.reason;
+      case 'step.reconciled': return 'reconciled: ' + payload.answer + (payload.by ? ' by ' + payload.by : '');
       default: return preview(payload, 100);
     }
   }
@@ -589,6 +598,7 @@
         el('span', 'took', (info.ended ? 'took ' : 'for ') + duration(info.took)), ' · ',
         el('span', 'muted', step.events.length + ' events, from ' + clock(step.events[0].timestamp)),
       );
+      if (window.KeelSteps) window.KeelSteps.decorate(this.id, step, node, summary);
       if (node.querySelector('details').open) this.fillStep(step);
       return node;
     }
