@@ -66,6 +66,7 @@ pub async fn run(
         .as_ref()
         .map(|cluster| Arc::new(crate::cluster::Ownership::new(cluster.partitions)));
     let store = open_store(&settings, ownership.clone()).await?;
+    refuse_open_exposure(&settings, address, &store).await?;
     let cluster = match (&settings.cluster, ownership) {
         (Some(cluster), Some(ownership)) => Some(
             crate::cluster::Cluster::start(cluster, &settings.db.connection_string(), ownership)
@@ -152,6 +153,9 @@ pub async fn run(
     let timeouts = ConnectionTimeouts {
         header_read: settings.header_read_timeout,
         idle: settings.idle_timeout,
+        first_byte: settings.exposure.first_byte_timeout,
+        max_connections: settings.exposure.max_connections,
+        write_stall: settings.exposure.write_stall_timeout,
     };
     let mut server: JoinHandle<std::io::Result<()>> = tokio::spawn(crate::http::serve(
         listener,
@@ -247,6 +251,27 @@ async fn drain_http(
             server.abort();
             (&mut *server).await
         }
+    }
+}
+
+/// `keel serve` does not listen beyond loopback when no request would need credentials (no
+/// token, no API key in the database), unless `--allow-unauthenticated` says so.
+async fn refuse_open_exposure(
+    settings: &Settings,
+    address: SocketAddr,
+    store: &Arc<dyn Store>,
+) -> anyhow::Result<()> {
+    if settings.mode != Mode::Serve || settings.bearer_token.is_some() || address.ip().is_loopback()
+    {
+        return Ok(());
+    }
+    let keys = crate::auth::KeyRegistry::new(store.clone());
+    keys.ensure_loaded()
+        .await
+        .map_err(|error| anyhow!("cannot read the API keys: {error}"))?;
+    match settings.exposure.refusal(address, keys.has_keys()) {
+        Some(refusal) => Err(anyhow!(refusal)),
+        None => Ok(()),
     }
 }
 
@@ -373,13 +398,33 @@ fn http_settings(settings: &Settings) -> HttpSettings {
             retry_after_secs: settings.backlog_retry_after.as_secs_f64().ceil().max(1.0) as u64,
             strict_agents: settings.strict_agents,
         },
-        feed: crate::http::feed::FeedSettings::default(),
+        feed: crate::http::feed::FeedSettings {
+            buffer_bytes: settings.exposure.stream_buffer_bytes,
+            ..crate::http::feed::FeedSettings::default()
+        },
         gateway: None,
         cluster: None,
         labels: crate::http::text::LabelLimits {
             max_count: settings.max_labels,
             max_value_bytes: settings.max_label_value_bytes,
         },
+        allowed_hosts: allowed_hosts(settings),
+        max_page_bytes: settings.exposure.max_page_bytes,
+    }
+}
+
+/// `--allowed-hosts` and the cluster's advertised host (the other kernels forward with it).
+fn allowed_hosts(settings: &Settings) -> crate::http::hosts::AllowedHosts {
+    let mut names = settings.exposure.allowed_hosts.clone();
+    let advertised = settings
+        .cluster
+        .as_ref()
+        .and_then(|cluster| url::Url::parse(&cluster.advertise_url).ok())
+        .and_then(|url| url.host_str().map(str::to_ascii_lowercase));
+    names.extend(advertised);
+    crate::http::hosts::AllowedHosts {
+        always: !settings.exposure.allowed_hosts.is_empty(),
+        names,
     }
 }
 

@@ -2,13 +2,14 @@
 //! of the client commands ([`ClientConfig`]), each with a `KEEL_*` environment equivalent.
 //!
 //! Layers, lowest first: built-in defaults → environment (`KEEL_*`) → command-line flags. `dev`
-//! and `serve` share one [`Config`]; the few defaults that differ (`--bind`, `--log-format`,
-//! `--cors-origins`) are set per subcommand where the command tree is built (`cli::args`), so
+//! and `serve` share one [`Config`]; the few defaults that differ (`--bind`,
+//! `--log-format`) are set per subcommand where the command tree is built (`cli::args`), so
 //! `--help` prints the right one. [`Config::validate`] turns the raw values into typed
 //! [`Settings`] once; nothing else in the binary reads the environment.
 
 mod bytes;
 mod client;
+mod exposure;
 mod otel;
 pub(crate) mod redact;
 mod validate;
@@ -26,6 +27,7 @@ use serde::Serialize;
 
 pub use bytes::{format_byte_size, parse_byte_size};
 pub use client::{ClientConfig, DEFAULT_KERNEL_URL};
+pub use exposure::{ExposureArgs, ExposureSettings};
 pub use otel::OtelArgs;
 pub use validate::{ClusterSettings, ConfigError, DbUrl, Secret, Settings};
 
@@ -174,8 +176,8 @@ pub struct Config {
     #[arg(long, env = "KEEL_PRODUCTION", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub production: bool,
 
-    /// Allowed CORS origins, comma-separated; `*` allows any; none turns CORS off (the
-    /// `serve` default).
+    /// Allowed CORS origins, comma-separated; `*` allows any [default: none: only the
+    /// kernel's own origin (its console) may call it from a browser].
     #[arg(
         long,
         env = "KEEL_CORS_ORIGINS",
@@ -327,6 +329,10 @@ pub struct Config {
     /// Trace export.
     #[command(flatten)]
     pub otel: OtelArgs,
+
+    /// Host names, unauthenticated listening, connection limits.
+    #[command(flatten)]
+    pub exposure: ExposureArgs,
 }
 
 impl Config {
@@ -429,6 +435,7 @@ impl fmt::Debug for Config {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("exposure", &self.exposure)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
             .field("dump_config", &self.dump_config)

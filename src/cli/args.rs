@@ -30,7 +30,6 @@ pub enum Command {
     #[command(
         mut_arg("bind", |arg| arg.default_value("127.0.0.1")),
         mut_arg("log_format", |arg| arg.default_value("text")),
-        mut_arg("cors_origins", |arg| arg.default_value("*")),
         mut_arg("production", |arg| arg.hide(true)),
     )]
     Dev(Config),

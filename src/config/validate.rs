@@ -208,6 +208,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// OTLP/HTTP base URL traces are exported to, if any.
     pub otel_endpoint: Option<String>,
+    /// Allowed hosts, unauthenticated listening, connection limits.
+    pub exposure: super::ExposureSettings,
 }
 
 impl Config {
@@ -317,6 +319,7 @@ impl Config {
             ));
         }
 
+        let exposure = self.exposure.validate(&mut problems);
         let otel_endpoint = self.otel.validate().unwrap_or_else(|problem| {
             problems.push(problem);
             None
@@ -365,6 +368,7 @@ impl Config {
             log_filter,
             log_format: self.log_format,
             otel_endpoint,
+            exposure,
         })
     }
 }
@@ -505,6 +509,7 @@ impl Settings {
                 json!(self.cluster.as_ref().map(|cluster| !cluster.notify)),
             );
         }
+        self.exposure.dump_into(&mut dump);
         dump
     }
 }

@@ -10,11 +10,14 @@
 //!   (`Authorization`, `Keel-Client`, MCP's `Mcp-Session-Id`);
 //! - a request the browser marks cross-site (`Sec-Fetch-Site: cross-site` or `same-site`) is
 //!   403 unless its `Origin` is one the CORS settings allow (an `<img>` or a navigation sends
-//!   none).
+//!   none, so an `<img>` on a consumer stream opens nothing); without Fetch Metadata (older
+//!   browsers) an `Origin` that is neither allowed nor the kernel's own is 403.
 
 use axum::extract::Request;
-use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN, TRANSFER_ENCODING};
-use axum::http::{HeaderMap, HeaderName};
+use axum::http::header::{
+    AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRANSFER_ENCODING,
+};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::AppState;
 use super::error::ApiError;
@@ -30,32 +33,62 @@ static PREFLIGHTED: [HeaderName; 3] = [
 ];
 
 /// Refuses `request` when the browser marks it cross-site and its origin is not allowed (every
-/// route; the content type is checked by the POST handlers, [`require_json`]).
+/// route; the content type is checked by the POST handlers, [`require_json`]). A browser too
+/// old to send Fetch Metadata is judged by its `Origin` alone: an allowed CORS origin or the
+/// kernel's own (the one naming the request's `Host`, which [`super::hosts`] checked).
 pub fn check(state: &AppState, request: &Request) -> Result<(), ApiError> {
     let headers = request.headers();
-    let cross_site = headers
-        .get(&SEC_FETCH_SITE)
-        .is_some_and(|site| matches!(site.as_bytes(), b"cross-site" | b"same-site"));
-    if cross_site {
-        let origins = &state.settings.cors_origins;
-        let allowed = headers
-            .get(ORIGIN)
-            .and_then(|origin| origin.to_str().ok())
-            .is_some_and(|origin| {
-                origins
-                    .iter()
-                    .any(|allowed| allowed == "*" || allowed == origin)
-            });
-        if !allowed {
-            return Err(ApiError::Forbidden {
-                rule_id: String::new(),
-                message:
-                    "forbidden: a cross-site request from an origin the CORS settings do not allow"
-                        .to_owned(),
-            });
+    let origin = headers.get(ORIGIN).and_then(|origin| origin.to_str().ok());
+    let refused = match headers.get(&SEC_FETCH_SITE) {
+        Some(site) => {
+            matches!(site.as_bytes(), b"cross-site" | b"same-site")
+                && !origin.is_some_and(|origin| cors_allows(state, origin))
         }
+        None => origin.is_some_and(|origin| {
+            !cors_allows(state, origin) && !is_own(origin, headers.get(HOST))
+        }),
+    };
+    if refused {
+        return Err(ApiError::Forbidden {
+            rule_id: String::new(),
+            message:
+                "forbidden: a cross-site request from an origin the CORS settings do not allow"
+                    .to_owned(),
+        });
     }
     Ok(())
+}
+
+/// Whether `--cors-origins` allows `origin`.
+fn cors_allows(state: &AppState, origin: &str) -> bool {
+    state
+        .settings
+        .cors_origins
+        .iter()
+        .any(|allowed| allowed == "*" || allowed == origin)
+}
+
+/// Whether `origin` (`scheme://host[:port]`) names the request's `Host` (default ports aside).
+fn is_own(origin: &str, host: Option<&HeaderValue>) -> bool {
+    let Some(host) = host.and_then(|host| host.to_str().ok()) else {
+        return false;
+    };
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return false;
+    };
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "http" => ":80",
+        "https" => ":443",
+        _ => return false,
+    };
+    let strip = |text: &str| {
+        let text = text.trim().to_ascii_lowercase();
+        match text.strip_suffix(default_port) {
+            Some(bare) => bare.to_owned(),
+            None => text,
+        }
+    };
+    strip(authority) == strip(host)
 }
 
 /// Refuses a POST whose handler runs (so an unrouted method still gets its 405) unless it says
@@ -88,7 +121,20 @@ fn is_json(value: Option<&[u8]>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_json;
+    use super::{HeaderValue, is_json, is_own};
+
+    #[test]
+    fn the_own_origin_names_the_host() {
+        let host = HeaderValue::from_static("127.0.0.1:8080");
+        assert!(is_own("http://127.0.0.1:8080", Some(&host)));
+        assert!(!is_own("http://127.0.0.1:8081", Some(&host)));
+        assert!(!is_own("http://evil.example:8080", Some(&host)));
+        assert!(!is_own("null", Some(&host)));
+        let named = HeaderValue::from_static("Keel.Example");
+        assert!(is_own("https://keel.example", Some(&named)));
+        assert!(is_own("http://keel.example:80", Some(&named)));
+        assert!(!is_own("https://keel.example", None));
+    }
 
     #[test]
     fn only_application_json_is_json() {

@@ -8,7 +8,8 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
-use keel_actors::events::{Event, EventBody};
+use axum::response::Response;
+use keel_actors::events::EventBody;
 use keel_actors::ids::{self, AgentId, ExecutionId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{ExecutionRow, ListFilter};
@@ -94,13 +95,6 @@ pub struct ExecutionSummary {
 pub struct ListBody {
     executions: Vec<ExecutionSummary>,
     next_cursor: String,
-}
-
-/// Body of `GET /v0/executions/{id}/events`.
-#[derive(Serialize)]
-pub struct EventsBody {
-    events: Vec<Event>,
-    latest_sequence: i64,
 }
 
 #[derive(Deserialize)]
@@ -453,11 +447,12 @@ pub async fn signal(
 }
 
 /// `GET /v0/executions/{id}/events`: one page of the log; unknown executions give an empty page.
+/// The page ends early at `--max-page-bytes`; `latest_sequence` is where the next one starts.
 pub async fn events(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<EventsBody>, ApiError> {
+) -> Result<Response, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
     let query = QueryParams::parse(raw.as_deref(), &[])?;
     let after_sequence = query.non_negative("after_sequence", 0);
@@ -465,12 +460,7 @@ pub async fn events(
         0 => DEFAULT_EVENTS_LIMIT,
         limit => limit.min(MAX_EVENTS_LIMIT),
     };
-    let events = state.kernel.events(&id, after_sequence, limit).await?;
-    let latest_sequence = events.last().map_or(0, |event| event.sequence);
-    Ok(Json(EventsBody {
-        events,
-        latest_sequence,
-    }))
+    super::page_bytes::execution_events(&state, &id, after_sequence, limit).await
 }
 
 #[cfg(test)]

@@ -7,18 +7,19 @@
 //! or reads slower than the kernel writes) is disconnected and counted in
 //! `keel_slow_consumers_disconnected_total{kind="feed"}`; it reconnects with `Last-Event-ID`
 //! and replays what it missed from the log, so the kernel never buffers more than the channel
-//! and one page per consumer.
+//! (at most `--stream-buffer-bytes` of frames) and one page per consumer. A connection whose
+//! client reads nothing at all is closed by the server's write-stall deadline (`serve.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use keel_actors::feed::FeedEvent;
-use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::AppState;
@@ -39,14 +40,20 @@ const MAX_PAGE: i64 = 1000;
 pub struct FeedSettings {
     /// Frames buffered between the stream's reader and its connection.
     pub buffer: usize,
+    /// Most bytes of frames buffered (`--stream-buffer-bytes`).
+    pub buffer_bytes: usize,
     /// How long the buffer may stay full before the consumer is cut off.
     pub cutoff: Duration,
 }
+
+/// Default `--stream-buffer-bytes`.
+pub const DEFAULT_BUFFER_BYTES: usize = 8 * 1024 * 1024;
 
 impl Default for FeedSettings {
     fn default() -> Self {
         Self {
             buffer: 256,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
             cutoff: Duration::from_secs(30),
         }
     }
@@ -101,7 +108,7 @@ pub async fn page(
     State(state): State<AppState>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let query = QueryParams::parse(raw.as_deref(), &["label", "types"])?;
     let filter = filter(&query)?;
     let after = start_position(&query, &headers)?;
@@ -117,12 +124,21 @@ pub async fn page(
         },
     };
     let page = read_page(&state.kernel, &filter, after, limit).await?;
-    let events: Vec<Value> = page.events.iter().map(event_json).collect();
-    Ok(Json(json!({
-        "events": events,
-        "next_after_position": page.scanned_to,
-        "has_more": page.full,
-    })))
+    // At most `--max-page-bytes` of events: a page cut short continues after its last event.
+    let mut array = super::page_bytes::CappedArray::new(state.settings.max_page_bytes);
+    let (mut next, mut more) = (page.scanned_to, page.full);
+    let mut last = after;
+    for event in &page.events {
+        if !array.push(&event_json(event))? {
+            (next, more) = (last, true);
+            break;
+        }
+        last = event.position;
+    }
+    array.respond(
+        "events",
+        &json!({ "next_after_position": next, "has_more": more }),
+    )
 }
 
 /// `GET /v0/events/stream`: the live feed (same filters; `Last-Event-ID` or `after_position`).
@@ -137,10 +153,13 @@ pub async fn stream(
     // Subscribes to commits before anything is read.
     let reader = FeedReader::new(&state.kernel, filter, after);
     let settings = state.settings.feed;
-    let (sender, receiver) = mpsc::channel::<Bytes>(settings.buffer.max(1));
+    let (sender, receiver) = mpsc::channel::<Buffered>(settings.buffer.max(1));
+    let budget_bytes = settings.buffer_bytes.clamp(1, u32::MAX as usize);
     let producer = Producer {
         reader,
         sender,
+        budget: Arc::new(Semaphore::new(budget_bytes)),
+        budget_bytes,
         cutoff: settings.cutoff,
         heartbeat: state.settings.heartbeat,
         shutdown: state.shutdown.clone(),
@@ -148,9 +167,15 @@ pub async fn stream(
         state: state.clone(),
     };
     tokio::spawn(producer.run());
+    // A frame's share of the byte budget is returned once the connection took it.
     Ok(sse_response(futures::stream::unfold(
         receiver,
-        |mut receiver| async move { receiver.recv().await.map(|chunk| (Ok(chunk), receiver)) },
+        |mut receiver| async move {
+            receiver
+                .recv()
+                .await
+                .map(|(chunk, _share)| (Ok(chunk), receiver))
+        },
     )))
 }
 
@@ -162,10 +187,16 @@ enum Stop {
     Slow,
 }
 
+/// A frame on its way to the connection, with its share of the byte budget.
+type Buffered = (Bytes, Option<OwnedSemaphorePermit>);
+
 /// The task behind one feed stream.
 struct Producer {
     reader: FeedReader,
-    sender: mpsc::Sender<Bytes>,
+    sender: mpsc::Sender<Buffered>,
+    /// Bytes of frames the connection may hold (`--stream-buffer-bytes`).
+    budget: Arc<Semaphore>,
+    budget_bytes: usize,
     cutoff: Duration,
     heartbeat: Duration,
     shutdown: tokio_util::sync::CancellationToken,
@@ -195,7 +226,7 @@ impl Producer {
     async fn serve(&mut self) -> Stop {
         if self
             .sender
-            .send(Bytes::from_static(PREAMBLE))
+            .send((Bytes::from_static(PREAMBLE), None))
             .await
             .is_err()
         {
@@ -231,7 +262,7 @@ impl Producer {
                 _ = heartbeat.tick() => {
                     // A full buffer already tells the consumer the stream is alive.
                     if let Err(mpsc::error::TrySendError::Closed(_)) =
-                        self.sender.try_send(Bytes::from_static(HEARTBEAT))
+                        self.sender.try_send((Bytes::from_static(HEARTBEAT), None))
                     {
                         return Stop::Gone;
                     }
@@ -240,16 +271,30 @@ impl Producer {
         }
     }
 
-    /// Hands one event to the connection, waiting at most the cut-off for buffer space.
+    /// Hands one event to the connection, waiting at most the cut-off for buffer space (a
+    /// frame slot and its bytes).
     async fn send(&self, event: &FeedEvent) -> Result<(), Stop> {
         let data = event_json(event);
         let chunk = json_frame(Some(event.position), event.event.body.type_name(), &data);
+        // A frame larger than the whole budget takes all of it.
+        let share = u32::try_from(chunk.len().min(self.budget_bytes)).unwrap_or(u32::MAX);
+        let handed = async {
+            let permit = self
+                .budget
+                .clone()
+                .acquire_many_owned(share)
+                .await
+                .map_err(|_| Stop::Gone)?;
+            self.sender
+                .send((chunk, Some(permit)))
+                .await
+                .map_err(|_| Stop::Gone)
+        };
         tokio::select! {
             biased;
             () = self.shutdown.cancelled() => Err(Stop::Gone),
-            sent = tokio::time::timeout(self.cutoff, self.sender.send(chunk)) => match sent {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(_)) => Err(Stop::Gone),
+            sent = tokio::time::timeout(self.cutoff, handed) => match sent {
+                Ok(outcome) => outcome,
                 Err(_) => Err(Stop::Slow),
             },
         }

@@ -17,11 +17,13 @@ pub(crate) mod executions;
 pub mod feed;
 mod guardrails;
 mod health;
+pub mod hosts;
 mod keys;
 mod llm;
 mod mcp;
 mod mcp_server;
 pub mod openapi;
+pub mod page_bytes;
 pub(crate) mod query;
 mod reconcile;
 mod request_id;
@@ -44,7 +46,10 @@ use keel_actors::kernel::Kernel;
 use tokio_util::sync::CancellationToken;
 
 pub use error::ApiError;
-pub use serve::{ConnectionTimeouts, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, serve};
+pub use serve::{
+    ConnectionTimeouts, DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WRITE_STALL_TIMEOUT, serve,
+};
 
 /// Default limit of ordinary request bodies (WIRE.md §1.1).
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -80,6 +85,10 @@ pub struct HttpSettings {
     pub cluster: Option<Arc<crate::cluster::forward::Routing>>,
     /// Bounds of the labels of one creation.
     pub labels: text::LabelLimits,
+    /// The `Host` names the kernel answers (DNS rebinding).
+    pub allowed_hosts: hosts::AllowedHosts,
+    /// Most bytes of events in one page (`GET /v0/events`, `GET /v0/executions/{id}/events`).
+    pub max_page_bytes: usize,
 }
 
 impl Default for HttpSettings {
@@ -96,6 +105,8 @@ impl Default for HttpSettings {
             gateway: None,
             cluster: None,
             labels: text::LabelLimits::default(),
+            allowed_hosts: hosts::AllowedHosts::default(),
+            max_page_bytes: page_bytes::DEFAULT_MAX_PAGE_BYTES,
         }
     }
 }
@@ -114,6 +125,7 @@ impl std::fmt::Debug for HttpSettings {
             .field("body_read_timeout", &self.body_read_timeout)
             .field("gateway", &self.gateway)
             .field("labels", &self.labels)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }

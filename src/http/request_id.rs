@@ -59,6 +59,10 @@ pub async fn request_id(
     let mut response = match auth::authenticate(&state, &mut request, &route).await {
         Err(answer) => answer,
         Ok(principal) => match super::text::refuse_nul_in_uri(request.uri())
+            .and_then(|()| {
+                let credentials = state.settings.bearer_token.is_some() || state.keys.has_keys();
+                super::hosts::check(&state, &request, credentials)
+            })
             .and_then(|()| super::cross_site::check(&state, &request))
         {
             Err(error) => error.into_response(),

@@ -2,15 +2,23 @@
 //! does not offer, and a graceful shutdown.
 //!
 //! Deadlines per connection (WIRE.md §1.3; Go uses the same shape):
-//! - **idle**: a connection waiting for a request that has not sent its first byte is closed
-//!   after `idle_timeout` (120 s by default: keep-alive connections stay usable well over the
+//! - **first byte**: a new connection that sends nothing is closed after `first_byte` (10 s):
+//!   a client cannot hold a socket by connecting alone (issue 38, item 5);
+//! - **idle**: a keep-alive connection waiting for its next request is closed after
+//!   `idle_timeout` (120 s by default: keep-alive connections stay usable well over the
 //!   SDK's 5 s pool expiry);
 //! - **header read**: once the first byte of a request arrived, the whole request head must
 //!   arrive within `header_read_timeout` (10 s), or the connection is closed: a client sending
 //!   headers a byte at a time cannot hold a connection;
 //! - **body read**: enforced where bodies are read ([`super::body`]), `body_read_timeout`.
 //!
-//! No deadline applies while a response is written, so SSE streams are never cut.
+//! No read deadline applies while a response is written, so SSE streams are never cut; but a
+//! write that makes no progress for `write_stall` (30 s: the client stopped reading a stream
+//! or a page) fails, which closes the connection and frees what it buffered (issue 38, item 4).
+//!
+//! At most `max_connections` connections are open at once; past it a new connection is closed
+//! as soon as it is accepted, and a warning says so (then at most once per
+//! [`REFUSAL_LOG_PERIOD`], with the count refused meanwhile).
 //!
 //! hyper's own header timeout starts when the connection starts waiting for a request, which
 //! would also close idle keep-alive connections after 10 s. So each connection gets a [`Phase`]
@@ -36,14 +44,30 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-/// Read deadlines of the server's connections.
+/// Read deadlines of the server's connections, and how many may be open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionTimeouts {
     /// Time allowed for a request head, from its first byte.
     pub header_read: Duration,
-    /// Time a connection may wait for the first byte of a request.
+    /// Time a keep-alive connection may wait for the first byte of its next request.
     pub idle: Duration,
+    /// Time a new connection may wait before its first byte.
+    pub first_byte: Duration,
+    /// Most connections open at once.
+    pub max_connections: usize,
+    /// Time a response write may make no progress (the client reads nothing) before the
+    /// connection is closed.
+    pub write_stall: Duration,
 }
+
+/// Default time a new connection may stay silent.
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time a response write may make no progress.
+pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default cap of open connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Shortest time between two warnings about refused connections.
+pub const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// Default time allowed for a request head (Go's `ReadHeaderTimeout`).
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,6 +79,9 @@ impl Default for ConnectionTimeouts {
         Self {
             header_read: DEFAULT_HEADER_READ_TIMEOUT,
             idle: DEFAULT_IDLE_TIMEOUT,
+            first_byte: DEFAULT_FIRST_BYTE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            write_stall: DEFAULT_WRITE_STALL_TIMEOUT,
         }
     }
 }
@@ -71,6 +98,8 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let service = TowerToHyperService::new(app);
+    let slots = Arc::new(tokio::sync::Semaphore::new(timeouts.max_connections));
+    let mut refusals = Refusals::default();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -84,11 +113,18 @@ pub async fn serve(
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refusals.refused(peer, timeouts.max_connections);
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let phase = Arc::new(Phase::default());
         let io = TokioIo::new(PhasedIo {
             inner: stream,
             phase: phase.clone(),
+            write_stall: timeouts.write_stall,
+            stalled: None,
         });
         let mut builder = http1::Builder::new();
         builder
@@ -109,6 +145,7 @@ pub async fn serve(
         });
         let connection = graceful.watch(builder.serve_connection(io, with_peer));
         connections.spawn(async move {
+            let _slot = slot;
             if let Err(error) = connection.await {
                 tracing::debug!(error = %error, "connection closed with an error");
             }
@@ -121,6 +158,37 @@ pub async fn serve(
         () = async { while connections.join_next().await.is_some() {} } => {}
     }
     Ok(())
+}
+
+/// Connections refused past the cap, for the warnings about them.
+#[derive(Default)]
+struct Refusals {
+    /// When the last warning was logged.
+    logged_at: Option<Instant>,
+    /// Connections refused since.
+    unlogged: u64,
+}
+
+impl Refusals {
+    /// Notes a connection from `peer` refused past `limit`; warns when the period allows.
+    fn refused(&mut self, peer: std::net::SocketAddr, limit: usize) {
+        self.unlogged += 1;
+        let now = Instant::now();
+        if self
+            .logged_at
+            .is_some_and(|at| now.duration_since(at) < REFUSAL_LOG_PERIOD)
+        {
+            return;
+        }
+        tracing::warn!(
+            limit,
+            client = %peer.ip(),
+            refused = self.unlogged,
+            "connection limit reached (--max-connections {limit}): closing new connections"
+        );
+        self.logged_at = Some(now);
+        self.unlogged = 0;
+    }
 }
 
 /// Backs off after a failed `accept` (e.g. too many open files) instead of spinning.
@@ -149,6 +217,8 @@ struct PhaseState {
     armed_at: Option<Instant>,
     /// When the first byte of that head arrived.
     first_byte_at: Option<Instant>,
+    /// Whether the connection ever sent a byte (until then the first-byte deadline applies).
+    spoke: bool,
 }
 
 impl Phase {
@@ -159,14 +229,14 @@ impl Phase {
     }
 
     fn arm(&self) {
-        *self.lock() = PhaseState {
-            armed_at: Some(Instant::now()),
-            first_byte_at: None,
-        };
+        let mut state = self.lock();
+        state.armed_at = Some(Instant::now());
+        state.first_byte_at = None;
     }
 
     fn bytes_read(&self) {
         let mut state = self.lock();
+        state.spoke = true;
         if state.armed_at.is_some() && state.first_byte_at.is_none() {
             state.first_byte_at = Some(Instant::now());
         }
@@ -174,18 +244,52 @@ impl Phase {
 
     fn deadline(&self, timeouts: ConnectionTimeouts) -> Instant {
         let state = *self.lock();
+        let waiting = if state.spoke {
+            timeouts.idle
+        } else {
+            timeouts.first_byte.min(timeouts.idle)
+        };
         match (state.first_byte_at, state.armed_at) {
             (Some(first), _) => first + timeouts.header_read,
-            (None, Some(armed)) => armed + timeouts.idle,
-            (None, None) => Instant::now() + timeouts.idle,
+            (None, Some(armed)) => armed + waiting,
+            (None, None) => Instant::now() + waiting,
         }
     }
 }
 
-/// The socket of one connection, noting the first byte of each request head.
+/// The socket of one connection, noting the first byte of each request head and failing a
+/// write that made no progress for `write_stall`.
 struct PhasedIo {
     inner: TcpStream,
     phase: Arc<Phase>,
+    write_stall: Duration,
+    /// Armed while writes return `Pending`; a write that completes disarms it.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl PhasedIo {
+    /// Passes on a write's outcome; a `Pending` one fails once the stall deadline passed.
+    fn stall_checked<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if !polled.is_pending() {
+            self.stalled = None;
+            return polled;
+        }
+        let deadline = self.write_stall;
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(deadline)));
+        if sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing within the write-stall deadline",
+            )));
+        }
+        Poll::Pending
+    }
 }
 
 impl AsyncRead for PhasedIo {
@@ -205,19 +309,23 @@ impl AsyncRead for PhasedIo {
 
 impl AsyncWrite for PhasedIo {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.stall_checked(cx, polled)
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.stall_checked(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -82,13 +82,15 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 fn valid_request() -> String {
-    format!("GET /v0/executions HTTP/1.1\r\nHost: keel\r\nAuthorization: Bearer {TOKEN}\r\n\r\n")
+    format!(
+        "GET /v0/executions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    )
 }
 
 /// A POST head with a `Content-Length` of `body_len` and `headers`.
 fn post_head(path: &str, headers: &str, body_len: usize) -> String {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: keel\r\nContent-Type: application/json\r\n{headers}Content-Length: {body_len}\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{headers}Content-Length: {body_len}\r\n\r\n"
     )
 }
 

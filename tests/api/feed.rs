@@ -335,6 +335,7 @@ async fn a_consumer_that_stops_reading_is_cut_off_and_resumes_from_its_position(
             feed: FeedSettings {
                 buffer: 4,
                 cutoff: Duration::from_millis(300),
+                ..FeedSettings::default()
             },
             ..HttpSettings::default()
         },

@@ -3,17 +3,20 @@
 //! real HTTP with scripted agents and runners.
 
 mod agents;
+mod amplification;
 mod approvals;
 mod backend;
 mod breakers;
 mod budgets;
 mod concurrency;
+mod connections;
 mod console;
 mod credentials;
 mod cross_site;
 mod early_answers;
 mod errors;
 mod executions;
+mod exposure;
 mod failures;
 mod feed;
 mod guardrails;

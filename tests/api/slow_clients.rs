@@ -24,6 +24,7 @@ fn short_deadlines() -> Options {
         timeouts: ConnectionTimeouts {
             header_read: HEADER_READ,
             idle: Duration::from_secs(30),
+            ..ConnectionTimeouts::default()
         },
         ..Options::default()
     }
@@ -36,7 +37,7 @@ fn address(kernel: &TestKernel) -> String {
 /// Sends a request head one byte every 200 ms and returns how long after the first byte the
 /// server closed the connection (`None` if it had not after 8 s), and what it sent.
 async fn slow_head(address: String) -> (Option<Duration>, Vec<u8>) {
-    let head = b"GET /v0/health HTTP/1.1\r\nHost: keel\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let head = b"GET /v0/health HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
     let stream = TcpStream::connect(&address).await.expect("connect");
     let (mut reader, mut writer) = stream.into_split();
     let started = Instant::now();
@@ -109,7 +110,7 @@ async fn slow_request_heads_are_cut_off_and_normal_traffic_is_not() {
     let kernel = TestKernel::start_with(short_deadlines()).await;
     let mut agent = TestAgent::connect(&kernel, "steady").await;
     let mut keep_alive = TcpStream::connect(address(&kernel)).await.expect("connect");
-    let health = "GET /v0/health HTTP/1.1\r\nHost: keel\r\n\r\n";
+    let health = "GET /v0/health HTTP/1.1\r\nHost: localhost\r\n\r\n";
     let (status, _) = exchange(&mut keep_alive, health).await;
     assert_eq!(status, "HTTP/1.1 200 OK");
 
@@ -160,7 +161,7 @@ async fn a_body_that_does_not_arrive_in_time_is_refused_and_records_nothing() {
     let kernel = TestKernel::start_with(short_deadlines()).await;
     let mut stream = TcpStream::connect(address(&kernel)).await.expect("connect");
     let started = Instant::now();
-    let request = "POST /v0/executions HTTP/1.1\r\nHost: keel\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"agent_id\":";
+    let request = "POST /v0/executions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"agent_id\":";
     let (status, body) = exchange(&mut stream, request).await;
     let elapsed = started.elapsed();
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
