@@ -64,11 +64,17 @@ pub async fn run(args: LlmArgs) -> Result<(), CliError> {
         )
     } else {
         let client = &args.target.client;
+        if args.target.pid.len() > 1 || client.url().contains(',') {
+            return Err(invalid(
+                "--url",
+                "`bench llm` measures one kernel (one --url, at most one --pid)",
+            ));
+        }
         (
             None,
             client.url().to_owned(),
             client.token().map(str::to_owned),
-            args.target.pid,
+            args.target.pid.first().copied(),
         )
     };
     let client = reqwest::Client::builder()
