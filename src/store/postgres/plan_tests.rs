@@ -20,12 +20,25 @@ async fn generic_plan(connection: &mut PgConnection) -> String {
         .execute(&mut *connection)
         .await
         .expect("prepare");
-    let nulls = vec!["NULL"; 37].join(", ");
+    let nulls = vec!["NULL"; parameters(WRITE_ROUND)].join(", ");
     let lines: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE keel_round({nulls})"))
         .fetch_all(&mut *connection)
         .await
         .expect("explain");
     lines.join("\n")
+}
+
+/// The number of parameters of `statement`: its highest `$N`.
+fn parameters(statement: &str) -> usize {
+    statement
+        .split('$')
+        .skip(1)
+        .filter_map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<usize>().ok()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 #[tokio::test]

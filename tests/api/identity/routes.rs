@@ -234,6 +234,24 @@ async fn every_route_answers_each_role_as_the_table_says_and_refusals_change_not
         ),
         (
             Method::POST,
+            "/v0/runners/steps/s1/progress".into(),
+            json!({"execution_id": id, "runner_id": "r1", "progress": 1}),
+            &[Admin, RunnerIn],
+        ),
+        (
+            Method::POST,
+            "/v0/runners/r1/tool-changes".into(),
+            json!({"changes": []}),
+            &[Admin, RunnerIn],
+        ),
+        (
+            Method::POST,
+            "/v0/runners/r1/tool-changes/accept".into(),
+            json!({}),
+            &[Admin, Operator],
+        ),
+        (
+            Method::POST,
             "/v0/runners/r1/capabilities".into(),
             json!({"tools": ["fs.read"]}),
             &[Admin, RunnerIn],
