@@ -96,8 +96,14 @@ def test_approved_and_denied_tool_calls(sandbox: Sandbox) -> None:
         "a human must agree",
     ]
     denied_step = [e for e in events if e.get("step_id") == denied["payload"]["ref"]]
-    assert denied_step[-1]["type"] == "step.failed"
-    assert denied_step[-1]["payload"]["error"] == "not today"
+    # The step's own events end with its failure; the approval's decision follows it
+    # (approval.resolved, after the rebuno events of the same transition).
+    step_events = [e for e in denied_step if e["type"].startswith("step.")]
+    assert step_events[-1]["type"] == "step.failed"
+    assert step_events[-1]["payload"]["error"] == "not today"
+    assert denied_step[-1]["type"] == "approval.resolved"
+    assert denied_step[-1]["payload"]["decision"] == "denied"
+    assert denied_step[-1]["payload"]["reason"] == "not today"
     # The guarded tool body ran only for the approved call; the runner ran calc_mul once.
     assert [m["value"] for m in agent.markers("guarded-ran")] == ["approved-local"]
     assert [m["tool_id"] for m in runner.markers("job")] == ["calc_mul"]
