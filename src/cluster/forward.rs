@@ -242,7 +242,7 @@ fn execution_in_path(path: &str) -> Option<&str> {
 
 /// The `execution_id` of a JSON body, if it has a string one.
 /// Whether a POST to `path` names its execution in the body: intents, step results, runner
-/// results and runner step starts.
+/// results, runner step starts and MCP progress reports.
 fn names_execution_in_body(path: &str) -> bool {
     if matches!(path, "/v0/agents/intent" | "/v0/agents/step-result") {
         return true;
@@ -252,7 +252,7 @@ fn names_execution_in_body(path: &str) -> bool {
     };
     let parts: Vec<&str> = rest.split('/').collect();
     matches!(parts.as_slice(), [runner, "results"] if !runner.is_empty())
-        || matches!(parts.as_slice(), ["steps", step, "started"] if !step.is_empty())
+        || matches!(parts.as_slice(), ["steps", step, "started" | "progress"] if !step.is_empty())
 }
 
 fn execution_in_body(bytes: &Bytes) -> Option<String> {
@@ -379,6 +379,7 @@ mod tests {
             "/v0/agents/step-result",
             "/v0/runners/r-1/results",
             "/v0/runners/steps/s-1/started",
+            "/v0/runners/steps/s-1/progress",
         ] {
             assert!(names_execution_in_body(path), "{path}");
         }
