@@ -234,3 +234,42 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Waits (at most 10 s) until every kernel's own view of the cluster (`GET /v0/cluster`, by
+/// which it routes; a tick behind the database at most) shows every partition owned and `urls`
+/// live kernels holding at least `P / n - 3` each. Asserting on the database alone lets a
+/// request reach a kernel that still sees a partition moving (503).
+pub async fn views_settled(urls: &[&str]) -> bool {
+    let http = reqwest::Client::new();
+    let n = urls.len() as u64;
+    poll(Duration::from_secs(10), || async {
+        for url in urls {
+            let view: serde_json::Value = http
+                .get(format!("{url}/v0/cluster"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let kernels = view["kernels"].as_array()?;
+            let partitions = view["partitions"].as_u64().unwrap_or(64);
+            let least = (partitions / n).saturating_sub(3);
+            let live: Vec<&serde_json::Value> = kernels
+                .iter()
+                .filter(|kernel| kernel["partitions_owned"].as_u64().unwrap_or(0) > 0)
+                .collect();
+            let settled = view["unowned"] == 0
+                && live.len() as u64 == n
+                && live
+                    .iter()
+                    .all(|kernel| kernel["partitions_owned"].as_u64() >= Some(least));
+            if !settled {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await
+    .is_some()
+}

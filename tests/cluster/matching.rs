@@ -81,6 +81,11 @@ async fn an_agent_on_one_kernel_runs_an_execution_owned_by_another_with_intents_
         })
         .await
         .expect("three kernels balance within 10 s");
+        let urls: Vec<&str> = kernels.iter().map(|kernel| kernel.url.as_str()).collect();
+        assert!(
+            super::harness::views_settled(&urls).await,
+            "every kernel's own view shows the balanced cluster within 10 s"
+        );
         let http = reqwest::Client::new();
         let (a, b, c) = (&kernels[0], &kernels[1], &kernels[2]);
 
@@ -202,6 +207,11 @@ async fn a_runner_on_one_kernel_serves_a_remote_step_of_an_execution_owned_by_an
         })
         .await
         .expect("three kernels balance within 10 s");
+        let urls: Vec<&str> = kernels.iter().map(|kernel| kernel.url.as_str()).collect();
+        assert!(
+            super::harness::views_settled(&urls).await,
+            "every kernel's own view shows the balanced cluster within 10 s"
+        );
         let http = reqwest::Client::new();
         let (a, b, c) = (&kernels[0], &kernels[1], &kernels[2]);
 
@@ -303,6 +313,11 @@ async fn cancellation_and_the_disconnect_grace_work_across_kernels() {
         })
         .await
         .expect("three kernels balance within 10 s");
+        let urls: Vec<&str> = kernels.iter().map(|kernel| kernel.url.as_str()).collect();
+        assert!(
+            super::harness::views_settled(&urls).await,
+            "every kernel's own view shows the balanced cluster within 10 s"
+        );
         let http = reqwest::Client::new();
         let (a, b, c) = (&kernels[0], &kernels[1], &kernels[2]);
 
