@@ -221,7 +221,7 @@ async fn run(client: usize, targets: Targets, stop: Arc<AtomicBool>) -> Tally {
     let mut n = 0usize;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
-        let signal_to = if tally.created.is_empty() || n % 2 == 0 {
+        let signal_to = if tally.created.is_empty() || n.is_multiple_of(2) {
             None
         } else {
             let index = rand::rng().random_range(0..tally.created.len());
