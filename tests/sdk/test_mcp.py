@@ -85,11 +85,13 @@ class Setup:
         proc.wait_for_log("runner connection open", timeout=20)
         return proc
 
-    def run_calls(self, calls: list[dict[str, Any]]) -> Any:
+    def run_calls(self, calls: list[dict[str, Any]], parallel: bool = False) -> Any:
+        """Runs an execution whose agent makes `calls` (all at once with `parallel`)."""
+
         async def scenario():
             async with Client(self.kernel.url) as client:
                 return await client.run_until_complete(
-                    self.agent_id, input={"op": "mcp", "calls": calls}
+                    self.agent_id, input={"op": "mcp", "calls": calls, "parallel": parallel}
                 )
 
         return run(scenario(), timeout=30)
@@ -116,7 +118,7 @@ def test_sdk_agent_calls_mcp_tools_and_a_denied_call_never_reaches_the_server(
     assert set(tools) == {
         "mcpt.echo", "mcpt.add", "mcpt.read_file", "mcpt.fail", "mcpt.blob", "mcpt.slow",
         "mcpt.stubborn", "mcpt.crash_once", "mcpt.crash_always", "mcpt.pid", "mcpt.changing",
-        "mcpt.token_ok", "mcpt.progress",
+        "mcpt.token_ok", "mcpt.progress", "mcpt.meet",
     }
     add_schema = tools["mcpt.add"]["input_schema"]
     assert add_schema["required"] == ["a", "b"]

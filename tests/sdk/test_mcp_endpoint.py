@@ -44,8 +44,10 @@ default:
 """
 
 
-def start(setup: Setup, calls: list[dict]) -> str:
-    body = {"agent_id": setup.agent_id, "input": {"op": "mcp_client", "calls": calls}}
+def start(setup: Setup, calls: list[dict], parallel: bool = False) -> str:
+    """Starts an execution whose MCP client makes `calls` (all at once with `parallel`)."""
+    inp = {"op": "mcp_client", "calls": calls, "parallel": parallel}
+    body = {"agent_id": setup.agent_id, "input": inp}
     r = httpx.post(setup.kernel.url + "/v0/executions", json=body, timeout=5)
     r.raise_for_status()
     return r.json()["id"]

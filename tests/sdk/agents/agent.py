@@ -262,42 +262,52 @@ async def op_anthropic(inp: dict[str, Any]) -> dict[str, Any]:
 
 
 async def op_mcp(inp: dict[str, Any]) -> dict[str, Any]:
-    """Calls MCP-backed tools through remote.Tools("mcpt"), one after the other (rebuno 0.4.8
-    indexes the handle by the full tool id)."""
-    calls = []
-    for call in inp["calls"]:
+    """Calls MCP-backed tools through remote.Tools("mcpt"), one after the other, or all at once
+    with `parallel` (rebuno 0.4.8 indexes the handle by the full tool id)."""
+
+    async def one(call: dict[str, Any]) -> dict[str, Any]:
         try:
             tool = mcpt["mcpt." + call["tool"]]
-            calls.append({"result": await tool(**call.get("args", {}))})
+            return {"result": await tool(**call.get("args", {}))}
         except (PolicyError, ToolError) as e:
-            calls.append({"error": type(e).__name__, "message": str(e)})
+            return {"error": type(e).__name__, "message": str(e)}
+
+    if inp.get("parallel"):
+        calls = list(await asyncio.gather(*(one(call) for call in inp["calls"])))
+    else:
+        calls = [await one(call) for call in inp["calls"]]
     return {"calls": calls, "tools": sorted(mcpt.tools)}
 
 
 async def op_mcp_client(inp: dict[str, Any]) -> dict[str, Any]:
     """An MCP client (the official Python SDK) inside the handler: it reaches the kernel's
     tools through this execution's MCP endpoint, the Keel-Session header proving it holds the
-    execution, lists them and makes the input's calls in order."""
+    execution, lists them and makes the input's calls in order (all at once with `parallel`)."""
     import httpx2  # only this op needs the MCP client and its HTTP client
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     url = f"{os.environ['REBUNO_URL']}/v0/executions/{execution.id}/mcp"
     headers = {"Keel-Session": inp.get("session") or execution.session_id}
-    calls = []
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=120)) as http:
         async with streamable_http_client(url, http_client=http) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 listed = await session.list_tools()
                 tools = {tool.name: tool for tool in listed.tools}
-                for call in inp["calls"]:
+
+                async def one(call: dict[str, Any]) -> dict[str, Any]:
                     result = await session.call_tool(call["tool"], call.get("args", {}))
-                    calls.append({
+                    return {
                         "is_error": bool(result.is_error),
                         "text": [block.text for block in result.content if block.type == "text"],
                         "structured": result.structured_content,
-                    })
+                    }
+
+                if inp.get("parallel"):
+                    calls = list(await asyncio.gather(*(one(call) for call in inp["calls"])))
+                else:
+                    calls = [await one(call) for call in inp["calls"]]
     schemas = {name: tool.input_schema for name, tool in tools.items()}
     return {"tools": sorted(tools), "schemas": schemas, "calls": calls}
 

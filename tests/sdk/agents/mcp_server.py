@@ -71,6 +71,28 @@ async def slow(seconds: float) -> str:
     return "slept"
 
 
+# Calls of `meet` in flight, the most that were at once since none was, and the event that
+# releases them once `calls` are.
+MEETING = {"in_flight": 0, "peak": 0, "met": anyio.Event()}
+
+
+@server.tool(description="Waits (at most `bound` seconds) until `calls` calls of it are in flight "
+             "at once; answers how many were at most.")
+async def meet(calls: int, bound: float) -> int:
+    count("meet", calls=calls)
+    MEETING["in_flight"] += 1
+    MEETING["peak"] = max(MEETING["peak"], MEETING["in_flight"])
+    if MEETING["in_flight"] >= calls:
+        MEETING["met"].set()
+    with anyio.move_on_after(bound):
+        await MEETING["met"].wait()
+    peak = MEETING["peak"]
+    MEETING["in_flight"] -= 1
+    if MEETING["in_flight"] == 0:
+        MEETING.update(peak=0, met=anyio.Event())
+    return peak
+
+
 @server.tool(description="Reports its progress `steps` times, `pause` seconds apart, then answers.")
 async def progress(steps: int, pause: float, ctx: Context) -> str:
     count("progress", steps=steps)
