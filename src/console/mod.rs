@@ -10,12 +10,14 @@
 //! No cookie is ever set, so a cross-site request carries no credential (CSRF-safe).
 
 pub(crate) mod api;
+mod approvals_page;
 mod assets;
 mod pages;
 mod presence;
 mod render;
 mod shell;
 mod timeline_page;
+mod viewer;
 
 use axum::Router;
 use axum::routing::get;
@@ -56,7 +58,7 @@ pub fn pages() -> Router<AppState> {
             "/console/view/executions/{id}",
             get(timeline_page::execution),
         )
-        .route("/console/view/approvals", get(pages::approvals))
+        .route("/console/view/approvals", get(approvals_page::approvals))
         .route("/console/view/directory", get(pages::directory))
         .route("/console/view/status", get(pages::status))
 }

@@ -1,6 +1,6 @@
-//! The views of the list pages: executions, approvals inbox, directory and health. Each is
-//! server-rendered from the kernel's reads; regions marked `data-live` are refreshed in place
-//! by the script while the page is open.
+//! The views of the list pages: executions, directory and health (the approvals inbox is in
+//! `approvals_page.rs`). Each is server-rendered from the kernel's reads; regions marked
+//! `data-live` are refreshed in place by the script while the page is open.
 
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
@@ -10,6 +10,7 @@ use maud::{Markup, html};
 use super::StreamRole;
 use super::api::{self, STATUSES};
 use super::render::{badge, json_block, json_preview, view, when};
+use super::viewer::Viewer;
 use crate::http::executions::{closing_reason, list_page};
 use crate::http::query::QueryParams;
 use crate::http::{ApiError, AppState};
@@ -70,6 +71,7 @@ fn filters(query: &QueryParams) -> Vec<(&'static str, String)> {
 /// `GET /console/view/executions`: counts, filters and one page of executions.
 pub async fn executions(
     State(state): State<AppState>,
+    viewer: Viewer,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let query = QueryParams::parse(raw.as_deref(), &["label"])?;
@@ -99,7 +101,7 @@ pub async fn executions(
     let status = query.get("status").unwrap_or_default();
     let label = query.all("label").first().copied().unwrap_or_default();
     let markup = html! {
-        div data-page="executions" data-live-interval="2000" {
+        div data-page="executions" data-live-interval="2000" data-principal=(viewer.name) data-role=(viewer.role.as_str()) {
             h1 { "Executions" }
             form class="filters" method="get" action="/" aria-label="Filter executions" {
                 label { "Status " select name="status" {
@@ -176,62 +178,11 @@ fn execution_table(rows: &[keel_actors::store::ExecutionRow], errors: &[Option<S
     }
 }
 
-/// `GET /console/view/approvals`: the inbox across executions, oldest first.
-pub async fn approvals(
-    State(state): State<AppState>,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
-    let query = QueryParams::parse(raw.as_deref(), &[])?;
-    let approvals = api::pending(&state, &query).await?;
-    let markup = html! {
-        div data-page="approvals" data-live-interval="2000" {
-            h1 { "Approvals" }
-            p class="muted" { "Tool calls waiting for a human decision, oldest first. Approving runs the tool; denying fails the step with your reason." }
-            div id="approvals-live" data-live {
-                table class="approvals" {
-                    caption { (approvals.len()) " waiting" }
-                    thead { tr {
-                        th scope="col" { "Requested" } th scope="col" { "Execution" } th scope="col" { "Agent" }
-                        th scope="col" { "Tool" } th scope="col" { "Arguments" } th scope="col" { "Policy reason" } th scope="col" { "Decision" }
-                    } }
-                    tbody {
-                        @if approvals.is_empty() {
-                            tr { td colspan="7" class="muted" { "Nothing is waiting for approval." } }
-                        }
-                        @for approval in &approvals {
-                            tr data-step-id=(approval.step_id) {
-                                td { time datetime=(approval.requested_at) { (approval.requested_at) } }
-                                td { a class="mono" href={ "/executions/" (approval.execution_id) } { (approval.execution_id) } }
-                                td { (approval.agent_id) }
-                                td { span class="mono" { (approval.tool_id) } @if approval.remote { " (remote)" } }
-                                td { details { summary { (json_preview(&approval.arguments, 60)) } (json_block(&approval.arguments)) } }
-                                td { (approval.reason) }
-                                td { (decision(&approval.execution_id, &approval.step_id)) }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    };
-    Ok(view(markup))
-}
-
-/// The approve/deny controls of one pending approval (the script sends `step.approve`).
-pub fn decision(execution_id: &str, step_id: &str) -> Markup {
-    let reason_id = format!("reason-{step_id}");
-    html! {
-        form class="decision" data-decision data-execution-id=(execution_id) data-step-id=(step_id) {
-            label for=(reason_id) { "Reason (optional)" }
-            input id=(reason_id) type="text" name="reason";
-            button type="submit" name="approved" value="true" class="approve" { "✔ Approve" }
-            button type="submit" name="approved" value="false" class="deny" { "✖ Deny" }
-        }
-    }
-}
-
 /// `GET /console/view/directory`: connected agents, runners and the tool directory.
-pub async fn directory(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub async fn directory(
+    State(state): State<AppState>,
+    viewer: Viewer,
+) -> Result<Response, ApiError> {
     let agents = api::agent_list(&state).await?;
     let runners = api::runner_list(&state);
     let tools = state.kernel.tools("");
@@ -250,7 +201,7 @@ pub async fn directory(State(state): State<AppState>) -> Result<Response, ApiErr
         })
         .collect();
     let markup = html! {
-        div data-page="directory" data-live-interval="3000" {
+        div data-page="directory" data-live-interval="3000" data-principal=(viewer.name) data-role=(viewer.role.as_str()) {
             h1 { "Agents, runners and tools" }
             div id="directory-live" data-live {
                 h2 id="agents-title" { "Agents (" (agents.len()) " connected)" }
@@ -322,7 +273,7 @@ pub async fn directory(State(state): State<AppState>) -> Result<Response, ApiErr
 }
 
 /// `GET /console/view/status`: health numbers and the policy in force.
-pub async fn status(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub async fn status(State(state): State<AppState>, viewer: Viewer) -> Result<Response, ApiError> {
     let ready = state.kernel.ready().await;
     let counts = api::count(&state, &QueryParams::default()).await?;
     let agents = state.presence.list(StreamRole::Agent);
@@ -338,7 +289,7 @@ pub async fn status(State(state): State<AppState>) -> Result<Response, ApiError>
         .as_ref()
         .map(|routing| routing.view());
     let markup = html! {
-        div data-page="status" data-live-interval="3000" {
+        div data-page="status" data-live-interval="3000" data-principal=(viewer.name) data-role=(viewer.role.as_str()) {
             h1 { "Health" }
             div id="status-live" data-live {
                 dl class="facts" {

@@ -59,6 +59,7 @@ pub async fn page(State(state): State<AppState>) -> Response {
                             li { a href="/status" data-nav="status" { "Health" } }
                         }
                     }
+                    span id="whoami" hidden {}
                     button type="button" id="logout" hidden { "Sign out" }
                 }
                 div id="flash" role="status" aria-live="polite" {}

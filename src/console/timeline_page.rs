@@ -1,5 +1,6 @@
-//! The view of one execution: header, input and output, the actions (cancel, signal,
-//! approve/deny) and the timeline container. The script fills the timeline from the events
+//! The view of one execution: header, input and output, the actions the signed-in key's role
+//! allows (run again, cancel, signal: operators and admins; approve/deny: roles that answer
+//! approvals) and the timeline container. The script fills the timeline from the events
 //! snapshot and the live stream (grouped by step, collapsed, paged) and refreshes the header
 //! region when new events arrive.
 
@@ -11,18 +12,21 @@ use keel_actors::status::ExecutionStatus;
 use maud::html;
 
 use super::render::{badge, json_block, view, when};
+use super::viewer::Viewer;
 use crate::http::executions::{closing_reason, path_id};
 use crate::http::{ApiError, AppState};
 
 /// `GET /console/view/executions/{id}`.
 pub async fn execution(
     State(state): State<AppState>,
+    viewer: Viewer,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = ExecutionId::new(path_id(path)?);
     let row = state.kernel.execution(&id).await?;
     let error = closing_reason(&state, &row).await?;
     let terminal = row.status.is_terminal();
+    let operates = viewer.operates();
     // Cluster mode: the kernel whose partition holds the execution (None: moving).
     let owner = state
         .settings
@@ -30,7 +34,8 @@ pub async fn execution(
         .as_ref()
         .map(|routing| routing.owner_of_execution(row.id.as_str()));
     let markup = html! {
-        div data-page="execution" data-execution-id=(row.id.as_str()) data-last-sequence=(row.last_sequence) {
+        div data-page="execution" data-execution-id=(row.id.as_str()) data-last-sequence=(row.last_sequence)
+            data-principal=(viewer.name) data-role=(viewer.role.as_str()) data-operate[operates] {
             p { a href="/" { "← All executions" } }
             h1 { "Execution " span class="mono" { (row.id.as_str()) } }
             div id="execution-live" data-live {
@@ -61,33 +66,37 @@ pub async fn execution(
                 }
             }
             div id="execution-actions" data-live {
-                form data-rerun data-execution-id=(row.id.as_str()) {
-                    button type="submit" title="A new execution with the same agent, input and labels" { "↻ Run again" }
-                }
-                @if !terminal {
-                    section class="actions" aria-labelledby="actions-title" {
-                        h2 id="actions-title" { "Actions" }
-                        form data-cancel data-execution-id=(row.id.as_str()) {
-                            button type="submit" class="deny" { "⊘ Cancel execution" }
-                        }
-                        form data-signal data-execution-id=(row.id.as_str()) {
-                            label for="signal-type" { "Signal type" }
-                            input id="signal-type" name="signal_type" type="text" required placeholder="e.g. approve";
-                            label for="signal-payload" { "Payload (JSON, optional)" }
-                            textarea id="signal-payload" name="payload" rows="2" placeholder="{\"ok\": true}" {}
-                            button type="submit" { "Send signal" }
+                @if operates {
+                    form data-rerun data-execution-id=(row.id.as_str()) {
+                        button type="submit" title="A new execution with the same agent, input and labels" { "↻ Run again" }
+                    }
+                    @if !terminal {
+                        section class="actions" aria-labelledby="actions-title" {
+                            h2 id="actions-title" { "Actions" }
+                            form data-cancel data-execution-id=(row.id.as_str()) {
+                                button type="submit" class="deny" { "⊘ Cancel execution" }
+                            }
+                            form data-signal data-execution-id=(row.id.as_str()) {
+                                label for="signal-type" { "Signal type" }
+                                input id="signal-type" name="signal_type" type="text" required placeholder="e.g. approve";
+                                label for="signal-payload" { "Payload (JSON, optional)" }
+                                textarea id="signal-payload" name="payload" rows="2" placeholder="{\"ok\": true}" {}
+                                button type="submit" { "Send signal" }
+                            }
                         }
                     }
                 }
             }
-            section id="approval" class="approval" hidden aria-labelledby="approval-title" {
-                h2 id="approval-title" { "‖ Waiting for approval" }
-                p id="approval-what" {}
-                form class="decision" data-decision data-execution-id=(row.id.as_str()) data-step-id="" {
-                    label for="approval-reason" { "Reason (optional)" }
-                    input id="approval-reason" type="text" name="reason";
-                    button type="submit" name="approved" value="true" class="approve" { "✔ Approve" }
-                    button type="submit" name="approved" value="false" class="deny" { "✖ Deny" }
+            @if viewer.answers() {
+                section id="approval" class="approval" hidden aria-labelledby="approval-title" {
+                    h2 id="approval-title" { "‖ Waiting for approval" }
+                    p id="approval-what" {}
+                    form class="decision" data-decision data-execution-id=(row.id.as_str()) data-step-id="" {
+                        label for="approval-reason" { "Reason (optional)" }
+                        input id="approval-reason" type="text" name="reason";
+                        button type="submit" name="approved" value="true" class="approve" { "✔ Approve" }
+                        button type="submit" name="approved" value="false" class="deny" { "✖ Deny" }
+                    }
                 }
             }
             section class="timeline" aria-labelledby="timeline-title" {

@@ -11,6 +11,7 @@
   const loginSection = document.getElementById('login');
   const loginError = document.getElementById('login-error');
   const logoutButton = document.getElementById('logout');
+  const whoami = document.getElementById('whoami');
   const flashBox = document.getElementById('flash');
   const authRequired = document.body.dataset.auth === 'token';
 
@@ -87,6 +88,7 @@
     app.hidden = true;
     loginSection.hidden = false;
     logoutButton.hidden = true;
+    whoami.hidden = true;
     loginError.textContent = message || '';
     document.getElementById('token').focus();
   }
@@ -122,6 +124,14 @@
     loginSection.hidden = true;
     app.hidden = false;
     logoutButton.hidden = !token();
+    if (response.status === 403 && token()) {
+      // A key whose role cannot read (agent, runner) cannot use the console: ask for another.
+      const reason = await errorText(response);
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin('This key cannot use the console (' + reason + '). Sign in with a reader, ' +
+        'approver, operator or admin key.');
+      return;
+    }
     if (!response.ok) {
       const paragraph = document.createElement('p');
       paragraph.className = 'error';
@@ -134,10 +144,18 @@
     reveal(app);
     const root = app.firstElementChild;
     if (!root) return;
+    showPrincipal(root);
     const heading = root.querySelector('h1');
     if (heading) document.title = heading.textContent.trim() + ' · Keel console';
     startLive(root);
     if (root.dataset.page === 'execution') new Timeline(root).start();
+  }
+
+  // Names the signed-in key and its role in the header (what the pages offer follows the role).
+  function showPrincipal(root) {
+    const name = root.dataset.principal;
+    whoami.hidden = !name || !token();
+    if (!whoami.hidden) whoami.textContent = visible('Signed in as ' + name + ' (' + root.dataset.role + ')');
   }
 
   // --- live regions --------------------------------------------------------------------
@@ -402,6 +420,11 @@
     const time = el('time', 'at', clock(event.timestamp));
     time.dateTime = event.timestamp;
     row.append(time, ' ', el('span', 'type mono', event.type), ' ', el('span', 'what', describe(event)));
+    // Who caused it: a key's name, `admin` (the bearer token), `system` (timers, recovery).
+    if (event.principal) {
+      row.dataset.principal = event.principal;
+      row.append(' ', el('span', 'by', 'by ' + event.principal));
+    }
     const details = el('details', 'payload');
     details.append(el('summary', '', 'payload'));
     // The payload is rendered only when opened: 10k events stay cheap.
@@ -598,7 +621,14 @@
         el('span', 'took', (info.ended ? 'took ' : 'for ') + duration(info.took)), ' · ',
         el('span', 'muted', step.events.length + ' events, from ' + clock(step.events[0].timestamp)),
       );
-      if (window.KeelSteps) window.KeelSteps.decorate(this.id, step, node, summary);
+      const principals = [...new Set(step.events.map((event) => event.principal).filter(Boolean))];
+      if (principals.length) {
+        node.dataset.principals = principals.join(',');
+        summary.append(' · ', el('span', 'by', 'by ' + principals.join(', ')));
+      }
+      if (window.KeelSteps) {
+        window.KeelSteps.decorate(this.id, step, node, summary, this.root.hasAttribute('data-operate'));
+      }
       if (node.querySelector('details').open) this.fillStep(step);
       return node;
     }

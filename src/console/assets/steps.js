@@ -5,7 +5,7 @@
 //   - "re-executed although a result was recorded": the call ran again (a local tool of the
 //     rebuno SDK, or a rule with `replay: false`);
 //   - "outcome unknown": an at_most_once step lost its runner; an operator answers here
-//     (it happened, with its result / run it again / fail the step);
+//     (it happened, with its result / run it again / fail the step) when its key operates;
 //   - the latest progress an MCP tool reported.
 (() => {
   'use strict';
@@ -76,8 +76,9 @@
     return form;
   }
 
-  // Adds the badges (and the reconcile form) to a step's node; `summary` is its summary line.
-  function decorate(executionId, step, node, summary) {
+  // Adds the badges (and, for a key that operates, the reconcile form) to a step's node;
+  // `summary` is its summary line.
+  function decorate(executionId, step, node, summary, operates) {
     const found = facts(step.events);
     if (found.progress) {
       summary.append(' · ', span('progress', '⋯ ' + progressText(found.progress), 'Latest progress the tool reported'));
@@ -95,10 +96,10 @@
         'The runner was lost after it got the job; an operator must say what happened'));
     }
     let form = node.querySelector(':scope > form.reconcile');
-    if (found.unknown && !form) {
+    if (found.unknown && operates && !form) {
       form = reconcileForm(executionId, step.id);
       node.append(form);
-    } else if (!found.unknown && form) {
+    } else if ((!found.unknown || !operates) && form) {
       form.remove();
     }
   }

@@ -1,0 +1,112 @@
+//! The approvals inbox: every pending approval across executions, oldest first, with the
+//! approve/deny controls for the approvals the signed-in key may answer.
+
+use axum::extract::{RawQuery, State};
+use axum::response::Response;
+use maud::{Markup, html};
+
+use super::api;
+use super::render::{json_block, json_preview, view};
+use super::viewer::Viewer;
+use crate::http::query::QueryParams;
+use crate::http::{ApiError, AppState};
+
+/// `GET /console/view/approvals`.
+pub async fn approvals(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let query = QueryParams::parse(raw.as_deref(), &[])?;
+    let approvals = api::pending(&state, &query).await?;
+    let answers = viewer.answers();
+    let columns = if answers { 8 } else { 7 };
+    let markup = html! {
+        div data-page="approvals" data-live-interval="2000" data-principal=(viewer.name) data-role=(viewer.role.as_str()) {
+            h1 { "Approvals" }
+            p class="muted" {
+                "Tool calls waiting for a human decision, oldest first. "
+                @if answers { "Approving runs the tool; denying fails the step with your reason." }
+                @else { "This key's role (" (viewer.role.as_str()) ") does not answer approvals." }
+            }
+            div id="approvals-live" data-live {
+                table class="approvals" {
+                    caption { (approvals.len()) " waiting" }
+                    thead { tr {
+                        th scope="col" { "Requested" } th scope="col" { "Execution" } th scope="col" { "Agent" }
+                        th scope="col" { "Tool" } th scope="col" { "Arguments" } th scope="col" { "Policy reason" }
+                        th scope="col" { "Who may answer" }
+                        @if answers { th scope="col" { "Decision" } }
+                    } }
+                    tbody {
+                        @if approvals.is_empty() {
+                            tr { td colspan=(columns) class="muted" { "Nothing is waiting for approval." } }
+                        }
+                        @for approval in &approvals {
+                            tr data-step-id=(approval.step_id) {
+                                td { time datetime=(approval.requested_at) { (approval.requested_at) } }
+                                td { a class="mono" href={ "/executions/" (approval.execution_id) } { (approval.execution_id) } }
+                                td { (approval.agent_id) }
+                                td { span class="mono" { (approval.tool_id) } @if approval.remote { " (remote)" } }
+                                td { details { summary { (json_preview(&approval.arguments, 60)) } (json_block(&approval.arguments)) } }
+                                td { (approval.reason) }
+                                td data-approvers { (approvers_text(approval.approvers.as_ref())) }
+                                @if answers {
+                                    td {
+                                        @if viewer.may_answer(approval.approvers.as_ref()) {
+                                            (decision(&approval.execution_id, &approval.step_id))
+                                        } @else {
+                                            span class="muted" data-not-yours { "not among its approvers" }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(view(markup))
+}
+
+/// `roles: operator; keys: boss`, or `any approver` when the rule names nobody.
+fn approvers_text(approvers: Option<&serde_json::Value>) -> String {
+    let list = |name: &str| -> Vec<String> {
+        approvers
+            .and_then(|value| value[name].as_array())
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|item| item.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (roles, keys) = (list("roles"), list("keys"));
+    let mut parts = Vec::new();
+    if !roles.is_empty() {
+        parts.push(format!("roles: {}", roles.join(", ")));
+    }
+    if !keys.is_empty() {
+        parts.push(format!("keys: {}", keys.join(", ")));
+    }
+    if parts.is_empty() {
+        "any approver".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// The approve/deny controls of one pending approval (the script sends `step.approve`).
+pub fn decision(execution_id: &str, step_id: &str) -> Markup {
+    let reason_id = format!("reason-{step_id}");
+    html! {
+        form class="decision" data-decision data-execution-id=(execution_id) data-step-id=(step_id) {
+            label for=(reason_id) { "Reason (optional)" }
+            input id=(reason_id) type="text" name="reason";
+            button type="submit" name="approved" value="true" class="approve" { "✔ Approve" }
+            button type="submit" name="approved" value="false" class="deny" { "✖ Deny" }
+        }
+    }
+}
