@@ -551,53 +551,6 @@ async fn scrape(kernel: &TestKernel) -> String {
         .expect("text")
 }
 
-#[tokio::test]
-async fn a_caller_must_hold_the_execution() {
-    let fake = Arc::new(Fake::default());
-    let base_url = start_fake(fake.clone()).await;
-    // No token: the session is the only proof a caller holds the execution.
-    let kernel = kernel_with(Some(&base_url), None, |_| {}).await;
-    let (_agent, mine) = crate::harness::running_execution(&kernel, "llm-holder").await;
-    let (_other_agent, other) = crate::harness::running_execution(&kernel, "llm-other").await;
-    let call = |session: Option<&str>| {
-        let mut request = kernel
-            .client
-            .post(kernel.url(&chat_path(&mine.execution_id, "openai")))
-            .json(&json!({"model": "gpt-test", "messages": []}));
-        if let Some(session) = session {
-            request = request.header("keel-session", session);
-        }
-        async move {
-            let response = request.send().await.expect("sent");
-            (
-                response.status(),
-                response.json::<Value>().await.expect("JSON"),
-            )
-        }
-    };
-    for session in [None, Some(other.session_id.as_str()), Some("not-a-session")] {
-        let (status, error) = call(session).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{session:?}: {error}");
-        assert_eq!(error["error"]["code"], "not_execution_holder");
-    }
-    assert!(
-        fake.seen.lock().expect("lock").is_empty(),
-        "a refused call reached the provider"
-    );
-    let (status, answer) = call(Some(&mine.session_id)).await;
-    assert_eq!(status, StatusCode::OK, "{answer}");
-    assert_eq!(fake.seen.lock().expect("lock").len(), 1);
-    let calls = llm_calls(&kernel, &mine.execution_id, 1).await;
-    assert_eq!(calls.len(), 1);
-    assert!(
-        !kernel
-            .event_types(&other.execution_id)
-            .await
-            .contains(&"llm.called".to_owned()),
-        "the other execution recorded nothing"
-    );
-}
-
 fn token_budget(config: &mut keel_actors::kernel::KernelConfig) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("policy.yaml");

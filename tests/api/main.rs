@@ -28,6 +28,7 @@ mod identity;
 mod llm;
 mod llm_budget;
 mod llm_fallback;
+mod llm_holder;
 mod metrics;
 mod openapi;
 mod outage;

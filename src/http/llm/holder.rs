@@ -12,7 +12,8 @@ pub const SESSION_HEADER: &str = "keel-session";
 
 /// Checks that the caller holds the execution: its live session in `Keel-Session`, an agent
 /// key for its agent, or an admin credential (the bearer token or an admin key; not the
-/// anonymous caller of a kernel without authentication). Returns the refusal's message.
+/// anonymous caller of a kernel without authentication). An agent key is never let past its
+/// scope, not even with the execution's session. Returns the refusal's message.
 pub(in crate::http) fn holds(
     kernel: &Kernel,
     principal: Option<&Principal>,
@@ -20,6 +21,15 @@ pub(in crate::http) fn holds(
     execution_id: &ExecutionId,
     agent_id: &str,
 ) -> Result<(), String> {
+    if let Some(principal) = principal
+        && principal.role == Role::Agent
+        && !principal.scopes.allows_agent(agent_id)
+    {
+        tracing::warn!(key = %principal.name, execution.id = %execution_id, "model call refused: agent outside the key's scope");
+        return Err(format!(
+            "execution {execution_id} belongs to agent {agent_id:?}, outside the key's scope"
+        ));
+    }
     if let Some(session) = headers
         .get(SESSION_HEADER)
         .and_then(|value| value.to_str().ok())
