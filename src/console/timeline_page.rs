@@ -53,7 +53,7 @@ pub async fn execution(
                         @for (key, value) in row.labels.as_deref().into_iter().flatten() { span class="label" { (key) "=" (value) } " " }
                     }
                     dt { "Consumer" } dd class="mono" { (row.consumer_id.clone().unwrap_or_else(|| "–".into())) }
-                    dt { "Events" } dd { (row.last_sequence) }
+                    dt { "Events" } dd id="execution-events" data-sequence=(row.last_sequence) { (row.last_sequence) }
                     @if let Some(owner) = &owner {
                         dt { "Kernel" } dd class="mono" data-owner=(owner.as_deref().unwrap_or("")) {
                             (owner.as_deref().unwrap_or("– (moving between kernels)"))

@@ -153,6 +153,12 @@ async fn only_the_shell_and_its_assets_are_served_without_the_token() {
     let (status, view) = text(&kernel, &format!("/console/view/executions/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(view.contains(id) && view.contains("s3") && view.contains("pending"));
+    // The header says which events it was rendered from: the script refreshes it when the
+    // timeline holds later ones (an event committed between the two reads).
+    assert!(
+        view.contains(r#"id="execution-events" data-sequence="1""#),
+        "{view}"
+    );
     let (status, list) = text(&kernel, "/console/view/executions").await;
     assert_eq!(status, StatusCode::OK);
     assert!(list.contains(id));

@@ -22,8 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-
-import backend
 from rebuno import Client
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
@@ -141,11 +139,6 @@ def timeline_has(event_type: str):
     return lambda d: css(d, f'#timeline li[data-type="{event_type}"]')
 
 
-@pytest.mark.skipif(
-    backend.backend() == "cluster",
-    reason="open cluster bug: the 'run again' copy sometimes never shows blocked on the page "
-    "(1 run in 3 over three kernels); runs on SQLite and PostgreSQL",
-)
 def test_login_live_list_signal_and_cancel(sandbox: Sandbox) -> None:
     token = "console-s3cret"
     kernel = sandbox.kernel("--bearer-token", token)

@@ -148,7 +148,8 @@
     const heading = root.querySelector('h1');
     if (heading) document.title = heading.textContent.trim() + ' · Keel console';
     startLive(root);
-    if (root.dataset.page === 'execution') new Timeline(root).start();
+    timeline = root.dataset.page === 'execution' ? new Timeline(root) : null;
+    if (timeline) timeline.start();
   }
 
   // Names the signed-in key and its role in the header (what the pages offer follows the role).
@@ -161,11 +162,21 @@
   // --- live regions --------------------------------------------------------------------
 
   let refreshing = false;
+  // A refresh asked for while one is in flight: that one may have read the view before the
+  // change it was asked for, so another follows it.
+  let refreshAgain = false;
+  // The open execution page's timeline (null on the other pages).
+  let timeline = null;
 
   async function refresh() {
     const url = viewUrl();
-    if (refreshing || url === null) return;
+    if (url === null) return;
+    if (refreshing) {
+      refreshAgain = true;
+      return;
+    }
     refreshing = true;
+    refreshAgain = false;
     try {
       const response = await request('GET', url);
       if (!response.ok) return;
@@ -195,6 +206,9 @@
       if (error instanceof Unauthorized) showLogin('The kernel refused this token.');
     } finally {
       refreshing = false;
+      // The header must catch up with every event the timeline shows (the view and the
+      // events are separate reads: an event may commit between them).
+      if (refreshAgain || (timeline && timeline.ahead())) refreshSoon();
     }
   }
 
@@ -477,6 +491,8 @@
           after = body.latest_sequence;
         }
         this.render();
+        // Events committed after the header was rendered: refresh it too.
+        if (this.ahead()) refreshSoon();
         if (!this.done) this.follow();
       } catch (error) {
         if (error instanceof Unauthorized) showLogin('The kernel refused this token.');
@@ -515,6 +531,13 @@
         if (!this.done) await new Promise((resolve) => setTimeout(resolve, 2000));
       }
       this.liveNote.textContent = 'The execution has ended; the timeline is complete.';
+    }
+
+    // Whether the timeline holds events the header's view was rendered without.
+    ahead() {
+      const shown = document.getElementById('execution-events');
+      return document.body.contains(this.list) && shown !== null &&
+        Number(shown.dataset.sequence) < this.last;
     }
 
     message(block) {
