@@ -25,6 +25,9 @@ pub struct FeedQuery {
     pub execution_id: Option<ExecutionId>,
     /// Every pair must be among the execution's labels.
     pub labels: Vec<(String, String)>,
+    /// Most bytes of stored payload to read (`None`: bounded by `limit` only); the page still
+    /// holds at least one event (see [`crate::store::Batch`]).
+    pub max_bytes: Option<i64>,
 }
 
 /// One event of the feed with what the feed adds to the envelope.

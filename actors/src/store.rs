@@ -15,6 +15,9 @@ use crate::ids::{AgentId, ConsumerId, ExecutionId, JobId, RunnerId, SessionId, S
 use crate::status::{ExecutionStatus, StepStatus};
 use crate::time::Timestamp;
 
+mod batch;
+pub use batch::Batch;
+
 /// Projection row of one execution.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutionRow {
@@ -264,6 +267,31 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> Result<Vec<Event>, StoreError>;
 
+    /// Like [`Store::events`], bounded by bytes too: the batch ends once the events before
+    /// the next pass `max_bytes` (see [`Batch`]), so a backlog of large events is loaded a
+    /// bounded amount at a time. The SQL backends measure the stored payloads without loading
+    /// the events they leave out; the default measures each event read as JSON.
+    async fn events_within(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+        max_bytes: i64,
+    ) -> Result<Batch<Event>, StoreError> {
+        let mut through = 0_i64;
+        let sized = self
+            .events(id, after_sequence, limit)
+            .await?
+            .into_iter()
+            .map(|event| {
+                let size = serde_json::to_vec(&event).map_or(0, |json| json.len());
+                through = through.saturating_add(i64::try_from(size).unwrap_or(i64::MAX));
+                (event, through)
+            })
+            .collect();
+        Ok(Batch::within(sized, limit, max_bytes))
+    }
+
     /// Returns the projection row of an execution, if it exists.
     async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError>;
 
@@ -360,8 +388,9 @@ pub trait Store: Send + Sync + 'static {
     async fn close(&self) {}
 
     /// Returns one page of the kernel-wide feed (`crate::feed`): events after
-    /// `query.after_position` that pass its filters, in position order.
-    async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {
+    /// `query.after_position` that pass its filters, in position order, at most `query.limit`
+    /// of them and (when `query.max_bytes` is set) bounded by bytes as [`Batch`] says.
+    async fn feed(&self, query: &FeedQuery) -> Result<Batch<FeedEvent>, StoreError> {
         let _ = query;
         Err(StoreError::Unavailable(
             "this store has no kernel-wide feed".to_owned(),

@@ -43,7 +43,8 @@ pub struct ExposureArgs {
     pub max_connections: usize,
 
     /// Most bytes of events in one page of `GET /v0/events` or `GET /v0/executions/{id}/events`
-    /// (a page always holds at least one event; its next cursor says where the rest starts).
+    /// (a page always holds at least one event; its next cursor says where the rest starts),
+    /// and in one read of an execution or feed stream's backlog.
     #[arg(long, env = "KEEL_MAX_PAGE_BYTES", value_name = "SIZE", default_value = "8MiB", value_parser = parse_byte_size)]
     pub max_page_bytes: usize,
 

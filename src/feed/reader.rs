@@ -20,6 +20,9 @@ use keel_actors::ids::{AgentId, ExecutionId};
 /// Events read from the store per read.
 pub const PAGE: i64 = 500;
 
+/// Most bytes of event payloads a reader loads per read unless told otherwise (webhooks).
+pub const READ_BYTES: usize = 8 * 1024 * 1024;
+
 /// What a feed consumer asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FeedFilter {
@@ -34,14 +37,16 @@ pub struct FeedFilter {
 }
 
 impl FeedFilter {
-    /// Returns the store query for one page after `after_position`.
-    pub fn query(&self, after_position: i64, limit: i64) -> FeedQuery {
+    /// Returns the store query for one page after `after_position`: up to `limit` events and
+    /// `max_bytes` of their payloads.
+    pub fn query(&self, after_position: i64, limit: i64, max_bytes: usize) -> FeedQuery {
         FeedQuery {
             after_position,
             limit,
             agent_id: self.agent_id.clone(),
             execution_id: self.execution_id.clone(),
             labels: self.labels.clone(),
+            max_bytes: Some(i64::try_from(max_bytes).unwrap_or(i64::MAX)),
         }
     }
 }
@@ -62,24 +67,28 @@ pub struct Page {
 const SCAN_CHUNKS: usize = 20;
 
 /// Reads one page of the feed after `after_position`: up to `limit` events that match the type
-/// patterns too, reading the store `limit` rows at a time (plus one to look ahead). `full` is
-/// true only when more may follow: another match was seen, or the scan bound was reached
-/// before the end of the log.
+/// patterns too, reading the store `limit` rows at a time (plus one to look ahead) and at most
+/// about `max_bytes` of them (each read holds at least one event). `full` is true only when
+/// more may follow: another match was seen, a read stopped at its byte budget, or the scan
+/// bound was reached before the end of the log.
 pub async fn read_page(
     kernel: &Kernel,
     filter: &FeedFilter,
     after_position: i64,
     limit: i64,
+    max_bytes: usize,
 ) -> Result<Page, KernelError> {
     let chunk = usize::try_from(limit.max(1)).unwrap_or(usize::MAX);
     let mut events = Vec::new();
     let mut cursor = after_position;
     for _ in 0..SCAN_CHUNKS {
-        let rows = kernel
-            .feed(&filter.query(cursor, limit.max(1).saturating_add(1)))
+        let batch = kernel
+            .feed(&filter.query(cursor, limit.max(1).saturating_add(1), max_bytes))
             .await?;
-        let more_rows = rows.len() > chunk;
-        for row in rows.into_iter().take(chunk) {
+        // The look-ahead row, or a read cut short by its byte budget: more follows.
+        let more_rows = batch.full;
+        let cut_by_bytes = batch.full && batch.items.len() <= chunk;
+        for row in batch.items.into_iter().take(chunk) {
             let position = row.position;
             if filter.types.matches(row.event.body.type_name()) {
                 if events.len() >= chunk {
@@ -101,6 +110,14 @@ pub async fn read_page(
                 full: false,
             });
         }
+        // A page holds at most one read's worth of bytes: what it has goes out first.
+        if cut_by_bytes && !events.is_empty() {
+            return Ok(Page {
+                events,
+                scanned_to: cursor,
+                full: true,
+            });
+        }
     }
     Ok(Page {
         events,
@@ -116,15 +133,24 @@ pub struct FeedReader {
     cursor: i64,
     notices: broadcast::Receiver<CommitNotice>,
     need_read: bool,
+    /// Most bytes of payloads one read loads (at least one event).
+    read_bytes: usize,
     poll: Option<std::time::Duration>,
     /// Other kernels' commits (cluster mode with notifications).
     wakeups: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl FeedReader {
-    /// Returns a reader of the events after `after_position`, subscribed to commits already.
-    pub fn new(kernel: &Kernel, filter: FeedFilter, after_position: i64) -> Self {
+    /// Returns a reader of the events after `after_position`, subscribed to commits already,
+    /// that loads at most about `read_bytes` of events per read.
+    pub fn new(
+        kernel: &Kernel,
+        filter: FeedFilter,
+        after_position: i64,
+        read_bytes: usize,
+    ) -> Self {
         Self {
+            read_bytes,
             notices: kernel.subscribe_commits(),
             kernel: kernel.clone(),
             filter,
@@ -150,7 +176,14 @@ impl FeedReader {
         if !self.need_read {
             return Ok(Vec::new());
         }
-        let page = read_page(&self.kernel, &self.filter, self.cursor, PAGE).await?;
+        let page = read_page(
+            &self.kernel,
+            &self.filter,
+            self.cursor,
+            PAGE,
+            self.read_bytes,
+        )
+        .await?;
         self.cursor = page.scanned_to;
         // A full page may have more behind it; a short one is everything committed so far,
         // and later commits arrive as notices.

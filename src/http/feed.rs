@@ -123,7 +123,14 @@ pub async fn page(
             }
         },
     };
-    let page = read_page(&state.kernel, &filter, after, limit).await?;
+    let page = read_page(
+        &state.kernel,
+        &filter,
+        after,
+        limit,
+        state.settings.max_page_bytes,
+    )
+    .await?;
     // At most `--max-page-bytes` of events: a page cut short continues after its last event.
     let mut array = super::page_bytes::CappedArray::new(state.settings.max_page_bytes);
     let (mut next, mut more) = (page.scanned_to, page.full);
@@ -151,7 +158,7 @@ pub async fn stream(
     let filter = filter(&query)?;
     let after = start_position(&query, &headers)?;
     // Subscribes to commits before anything is read.
-    let reader = FeedReader::new(&state.kernel, filter, after);
+    let reader = FeedReader::new(&state.kernel, filter, after, state.settings.max_page_bytes);
     let settings = state.settings.feed;
     let (sender, receiver) = mpsc::channel::<Buffered>(settings.buffer.max(1));
     let budget_bytes = settings.buffer_bytes.clamp(1, u32::MAX as usize);

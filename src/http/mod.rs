@@ -87,7 +87,8 @@ pub struct HttpSettings {
     pub labels: text::LabelLimits,
     /// The `Host` names the kernel answers (DNS rebinding).
     pub allowed_hosts: hosts::AllowedHosts,
-    /// Most bytes of events in one page (`GET /v0/events`, `GET /v0/executions/{id}/events`).
+    /// Most bytes of events in one page (`GET /v0/events`, `GET /v0/executions/{id}/events`)
+    /// and in one read of an execution or feed stream's backlog.
     pub max_page_bytes: usize,
 }
 

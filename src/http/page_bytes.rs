@@ -14,8 +14,9 @@ use keel_actors::ids::ExecutionId;
 use super::AppState;
 use super::error::ApiError;
 
-/// Events read from the store at once while a page is filled, so that a page stopped by its
-/// byte cap did not read (and hold) the rest of its count.
+/// Events read from the store at once while a page is filled; each read also stops once it
+/// passes the byte cap (`Store::events_within`), so that a page stopped by its byte cap did not
+/// read (and hold) the rest of its count.
 const READ_CHUNK: i64 = 200;
 
 /// One page of an execution's log: up to `limit` events after `after_sequence`, and at most
@@ -29,18 +30,19 @@ pub async fn execution_events(
     let mut array = CappedArray::new(state.settings.max_page_bytes);
     let mut after = after_sequence;
     let mut remaining = limit;
+    let budget = i64::try_from(state.settings.max_page_bytes).unwrap_or(i64::MAX);
     'read: while remaining > 0 {
         let chunk = remaining.min(READ_CHUNK);
-        let events = state.kernel.events(id, after, chunk).await?;
-        let read = i64::try_from(events.len()).unwrap_or(i64::MAX);
-        for event in &events {
+        let batch = state.kernel.events_within(id, after, chunk, budget).await?;
+        let read = i64::try_from(batch.items.len()).unwrap_or(i64::MAX);
+        for event in &batch.items {
             if !array.push(event)? {
                 break 'read;
             }
             after = event.sequence;
         }
         remaining -= read;
-        if read < chunk {
+        if !batch.full {
             break;
         }
     }

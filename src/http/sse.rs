@@ -23,6 +23,7 @@ use futures::Stream;
 use keel_actors::events::{Event, is_terminal_type};
 use keel_actors::ids::ExecutionId;
 use keel_actors::kernel::{CommitNotice, Kernel, KernelError, PushStream};
+use keel_actors::store::Batch;
 use tokio::sync::broadcast;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -37,7 +38,9 @@ use crate::console::PresenceGuard;
 pub(super) const PREAMBLE: &[u8] = b"retry: 5000\n\n";
 /// Comment sent every heartbeat period.
 pub(super) const HEARTBEAT: &[u8] = b":heartbeat\n\n";
-/// Events read from the store per page while replaying.
+/// Events read from the store per page while replaying; a page also stops once it passes
+/// `--max-page-bytes` of payloads, so a backlog of large events is loaded a bounded amount at
+/// a time.
 const PAGE: i64 = 1000;
 
 /// Which stream a connection is, for metrics and logs.
@@ -245,6 +248,7 @@ pub async fn execution_stream(
         kernel: state.kernel.clone(),
         id,
         cursor: after_sequence,
+        read_bytes: i64::try_from(state.settings.max_page_bytes).unwrap_or(i64::MAX),
         buffer: VecDeque::new(),
         need_read: true,
         done: false,
@@ -275,6 +279,8 @@ struct Tail {
     id: ExecutionId,
     /// Sequence of the last event sent (or `after_sequence`).
     cursor: i64,
+    /// Most bytes of payloads one read loads (`--max-page-bytes`; at least one event).
+    read_bytes: i64,
     /// Events read but not sent yet.
     buffer: VecDeque<Event>,
     /// Whether the store may hold events after `cursor` that are not in `buffer`.
@@ -338,12 +344,12 @@ impl Tail {
     /// Reads the next page into the buffer. Returns `Some(true)` when it found events, and
     /// `None` when the stream must end (store failure, or terminal with nothing left).
     async fn read_page(&mut self) -> Option<bool> {
-        let page = read_after(&self.kernel, &self.id, self.cursor).await?;
-        // A full page may have more behind it; a short one is everything committed so far,
-        // and later commits arrive as notices.
-        self.need_read = page.len() as i64 >= PAGE;
-        let found = !page.is_empty();
-        self.buffer.extend(page);
+        let page = read_after(&self.kernel, &self.id, self.cursor, self.read_bytes).await?;
+        // A page that stopped at its count or its bytes may have more behind it; a short one
+        // is everything committed so far, and later commits arrive as notices.
+        self.need_read = page.full;
+        let found = !page.items.is_empty();
+        self.buffer.extend(page.items);
         Some(found)
     }
 
@@ -366,13 +372,23 @@ impl Tail {
 
 /// What the execution stream reads: the log after a sequence, and whether the execution ended.
 trait ExecutionLog {
-    async fn events_after(&self, id: &ExecutionId, after: i64) -> Result<Vec<Event>, KernelError>;
+    async fn events_after(
+        &self,
+        id: &ExecutionId,
+        after: i64,
+        max_bytes: i64,
+    ) -> Result<Batch<Event>, KernelError>;
     async fn has_ended(&self, id: &ExecutionId) -> Result<bool, KernelError>;
 }
 
 impl ExecutionLog for Kernel {
-    async fn events_after(&self, id: &ExecutionId, after: i64) -> Result<Vec<Event>, KernelError> {
-        self.events(id, after, PAGE).await
+    async fn events_after(
+        &self,
+        id: &ExecutionId,
+        after: i64,
+        max_bytes: i64,
+    ) -> Result<Batch<Event>, KernelError> {
+        self.events_within(id, after, PAGE, max_bytes).await
     }
 
     async fn has_ended(&self, id: &ExecutionId) -> Result<bool, KernelError> {
@@ -380,14 +396,24 @@ impl ExecutionLog for Kernel {
     }
 }
 
-/// Reads the events after `cursor`: `Some(empty)` when there are none yet, `None` when the
-/// stream must end (the execution ended and everything was sent, or the store failed).
-async fn read_after(log: &impl ExecutionLog, id: &ExecutionId, cursor: i64) -> Option<Vec<Event>> {
+/// Reads the events after `cursor` (at most about `max_bytes` of them): `Some(empty)` when
+/// there are none yet, `None` when the stream must end (the execution ended and everything was
+/// sent, or the store failed).
+async fn read_after(
+    log: &impl ExecutionLog,
+    id: &ExecutionId,
+    cursor: i64,
+    max_bytes: i64,
+) -> Option<Batch<Event>> {
     let logged = |error: KernelError| {
         tracing::warn!(execution.id = %id, error = %error, "execution stream read failed");
     };
-    let page = log.events_after(id, cursor).await.map_err(logged).ok()?;
-    if !page.is_empty() {
+    let page = log
+        .events_after(id, cursor, max_bytes)
+        .await
+        .map_err(logged)
+        .ok()?;
+    if !page.items.is_empty() {
         return Some(page);
     }
     if !log.has_ended(id).await.map_err(logged).ok()? {
@@ -395,8 +421,12 @@ async fn read_after(log: &impl ExecutionLog, id: &ExecutionId, cursor: i64) -> O
     }
     // Ended, but the terminal commit may have landed between the two reads (the reads may
     // even use different connections): whatever it recorded must still be sent.
-    let late = log.events_after(id, cursor).await.map_err(logged).ok()?;
-    (!late.is_empty()).then_some(late)
+    let late = log
+        .events_after(id, cursor, max_bytes)
+        .await
+        .map_err(logged)
+        .ok()?;
+    (!late.items.is_empty()).then_some(late)
 }
 
 #[cfg(test)]

@@ -43,9 +43,14 @@ struct RacingLog {
 }
 
 impl ExecutionLog for RacingLog {
-    async fn events_after(&self, _: &ExecutionId, after: i64) -> Result<Vec<Event>, KernelError> {
+    async fn events_after(
+        &self,
+        _: &ExecutionId,
+        after: i64,
+        _: i64,
+    ) -> Result<Batch<Event>, KernelError> {
         let committed = self.status_read.load(std::sync::atomic::Ordering::SeqCst);
-        Ok(if committed {
+        let items = if committed {
             self.completed
                 .iter()
                 .filter(|event| event.sequence > after)
@@ -53,7 +58,8 @@ impl ExecutionLog for RacingLog {
                 .collect()
         } else {
             Vec::new()
-        })
+        };
+        Ok(Batch { items, full: false })
     }
 
     async fn has_ended(&self, _: &ExecutionId) -> Result<bool, KernelError> {
@@ -81,9 +87,11 @@ async fn a_terminal_event_committed_between_the_two_reads_is_still_sent() {
         completed,
         status_read: Default::default(),
     };
-    let page = read_after(&log, &id, 4).await.expect("the stream goes on");
-    assert_eq!(page.len(), 1);
-    assert_eq!(page[0].body.type_name(), "execution.completed");
+    let page = read_after(&log, &id, 4, 1 << 20)
+        .await
+        .expect("the stream goes on");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0].body.type_name(), "execution.completed");
     // Once it was sent, the next read ends the stream.
-    assert!(read_after(&log, &id, 5).await.is_none());
+    assert!(read_after(&log, &id, 5, 1 << 20).await.is_none());
 }

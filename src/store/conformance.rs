@@ -16,6 +16,7 @@ use keel_actors::store::{Commit, ExecutionRow, ListFilter, Store};
 use keel_actors::time::Timestamp;
 
 mod batch;
+mod bounded;
 mod creation;
 mod feed;
 mod runner_results;
@@ -26,6 +27,9 @@ pub use batch::{
     a_groups_events_take_positions_in_commit_order, a_reused_creation_key_fails_only_its_commit,
     a_wrong_previous_status_still_writes_the_new_status, creations,
     many_executions_in_one_batch_are_all_or_nothing, resume, resumed_to, with_step,
+};
+pub use bounded::{
+    a_backlog_of_large_events_is_read_a_budget_at_a_time, the_feed_is_read_a_budget_at_a_time,
 };
 pub use creation::{
     a_creation_key_names_one_execution, a_nul_in_one_input_leaves_the_agents_queue_readable,

@@ -21,10 +21,12 @@ use sqlx::{PgPool, QueryBuilder, SqlitePool};
 
 use keel_actors::error::StoreError;
 use keel_actors::feed::{FeedEvent, FeedQuery};
+use keel_actors::ids::AgentId;
+use keel_actors::store::Batch;
 
+use super::bounded::{CLOSE_WINDOW, PayloadSize, open_window};
 use super::map_sqlx_error;
 use super::rows::EventRecord;
-use keel_actors::ids::AgentId;
 
 /// Upserts one subscription's acknowledged position (both backends take this syntax).
 pub(super) const UPSERT_WEBHOOK_POSITION: &str = "INSERT INTO webhook_positions \
@@ -55,28 +57,27 @@ pub(super) enum Visibility {
     BelowHorizon,
 }
 
-/// One row of the feed query.
+/// One row of the feed query, with the running total of payload bytes through it.
 #[derive(sqlx::FromRow)]
 pub(super) struct FeedRecord {
     position: i64,
     agent_id: String,
     #[sqlx(flatten)]
     event: EventRecord,
+    through_bytes: i64,
 }
 
-impl FeedRecord {
-    fn into_feed_event(self) -> Result<FeedEvent, StoreError> {
-        Ok(FeedEvent {
-            position: self.position,
-            agent_id: AgentId::new(self.agent_id),
-            event: self.event.into_event()?,
-        })
-    }
+/// The byte budget of a feed query (none: every row within the count).
+fn budget(query: &FeedQuery) -> i64 {
+    query.max_bytes.map_or(i64::MAX, |bytes| bytes.max(1))
 }
 
-/// Builds the feed query with `event_columns` (the backend's rendering of the event columns).
+/// Builds the feed query with `event_columns` (the backend's rendering of the event columns):
+/// the next `limit` positions that pass the filters are picked with their payload sizes, and
+/// the events are read for those within the byte budget (`super::bounded`).
 fn build<'q, DB: sqlx::Database>(
     event_columns: &str,
+    size: PayloadSize,
     query: &'q FeedQuery,
     visibility: Visibility,
 ) -> QueryBuilder<'q, DB>
@@ -85,8 +86,11 @@ where
     &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     let mut builder = QueryBuilder::<DB>::new(format!(
-        "SELECT position, agent_id, {event_columns} FROM (SELECT e.*, x.agent_id AS agent_id \
-         FROM events AS e JOIN executions AS x ON x.id = e.execution_id WHERE e.position > "
+        "SELECT position, w.agent_id AS agent_id, {event_columns}, w.through_bytes FROM \
+         ({}e.position AS w_key, x.agent_id AS agent_id, {} AS w_size \
+         FROM events AS e JOIN executions AS x ON x.id = e.execution_id WHERE e.position > ",
+        open_window(", agent_id"),
+        size.of("e")
     ));
     builder.push_bind(query.after_position);
     if visibility == Visibility::BelowHorizon {
@@ -113,8 +117,28 @@ where
     builder
         .push(" ORDER BY e.position LIMIT ")
         .push_bind(query.limit.max(0))
-        .push(") AS f ORDER BY position");
+        .push(CLOSE_WINDOW)
+        .push(" JOIN events ON events.position = w.w_key WHERE w.through_bytes - w.w_size < ")
+        .push_bind(budget(query))
+        .push(" ORDER BY w.w_key");
     builder
+}
+
+/// Converts the rows of a feed query into its batch.
+fn into_batch(records: Vec<FeedRecord>, query: &FeedQuery) -> Result<Batch<FeedEvent>, StoreError> {
+    let sized = records
+        .into_iter()
+        .map(|record| {
+            let through = record.through_bytes;
+            let event = FeedEvent {
+                position: record.position,
+                agent_id: AgentId::new(record.agent_id),
+                event: record.event.into_event()?,
+            };
+            Ok((event, through))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(Batch::within(sized, query.limit, budget(query)))
 }
 
 /// `Store::feed` on SQLite.
@@ -122,17 +146,15 @@ pub(super) async fn sqlite_feed(
     readers: &SqlitePool,
     event_columns: &str,
     query: &FeedQuery,
-) -> Result<Vec<FeedEvent>, StoreError> {
-    let mut builder = build::<sqlx::Sqlite>(event_columns, query, Visibility::All);
+) -> Result<Batch<FeedEvent>, StoreError> {
+    let mut builder =
+        build::<sqlx::Sqlite>(event_columns, PayloadSize::Sqlite, query, Visibility::All);
     let records = builder
         .build_query_as::<FeedRecord>()
         .fetch_all(readers)
         .await
         .map_err(map_sqlx_error)?;
-    records
-        .into_iter()
-        .map(FeedRecord::into_feed_event)
-        .collect()
+    into_batch(records, query)
 }
 
 /// `Store::head_position` on SQLite.
@@ -161,7 +183,8 @@ pub(super) async fn postgres_feed(
     query: &FeedQuery,
     visibility: Visibility,
 ) -> Result<Vec<FeedRecord>, sqlx::Error> {
-    let mut builder = build::<sqlx::Postgres>(event_columns, query, visibility);
+    let mut builder =
+        build::<sqlx::Postgres>(event_columns, PayloadSize::Postgres, query, visibility);
     builder
         .build_query_as::<FeedRecord>()
         .fetch_all(readers)
@@ -169,11 +192,11 @@ pub(super) async fn postgres_feed(
 }
 
 /// Converts the rows read by [`postgres_feed`].
-pub(super) fn postgres_events(records: Vec<FeedRecord>) -> Result<Vec<FeedEvent>, StoreError> {
-    records
-        .into_iter()
-        .map(FeedRecord::into_feed_event)
-        .collect()
+pub(super) fn postgres_events(
+    records: Vec<FeedRecord>,
+    query: &FeedQuery,
+) -> Result<Batch<FeedEvent>, StoreError> {
+    into_batch(records, query)
 }
 
 /// `Store::head_position` on PostgreSQL.

@@ -10,6 +10,7 @@
 //! with `Unavailable` ([`ANOTHER_KERNEL`]), via a `.lock` file next to a SQLite database and a
 //! session-level advisory lock on PostgreSQL.
 
+mod bounded;
 mod creation;
 mod depths;
 mod feed;

@@ -60,8 +60,8 @@ use keel_actors::feed::{FeedEvent, FeedQuery};
 use keel_actors::ids::{AgentId, ExecutionId, ToolId};
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
-    RecoveryEntry, RunnerToolResult, RunningEntry, Store,
+    AllowedToolCall, Batch, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry,
+    QueueDepths, RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -272,6 +272,17 @@ impl Store for PostgresStore {
         self.read_events(id, after_sequence, limit).await
     }
 
+    async fn events_within(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+        max_bytes: i64,
+    ) -> Result<Batch<Event>, StoreError> {
+        self.read_events_within(id, after_sequence, limit, max_bytes)
+            .await
+    }
+
     async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError> {
         self.read_execution(id).await
     }
@@ -439,7 +450,7 @@ impl Store for PostgresStore {
         self.bounded(super::depths::postgres(&self.readers)).await
     }
 
-    async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {
+    async fn feed(&self, query: &FeedQuery) -> Result<Batch<FeedEvent>, StoreError> {
         let records = self
             .bounded(super::feed::postgres_feed(
                 &self.readers,
@@ -448,7 +459,7 @@ impl Store for PostgresStore {
                 self.feed_visibility(),
             ))
             .await?;
-        super::feed::postgres_events(records)
+        super::feed::postgres_events(records, query)
     }
 
     fn feed_poll_interval(&self) -> Option<Duration> {

@@ -26,8 +26,8 @@ use keel_actors::ids::{AgentId, ExecutionId, ToolId};
 use keel_actors::metrics::Metrics;
 use keel_actors::status::ExecutionStatus;
 use keel_actors::store::{
-    AllowedToolCall, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry, QueueDepths,
-    RecoveryEntry, RunnerToolResult, RunningEntry, Store,
+    AllowedToolCall, Batch, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry,
+    QueueDepths, RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
 use keel_actors::time::{self, Timestamp};
 
@@ -247,6 +247,29 @@ impl Store for SqliteStore {
         records.into_iter().map(EventRecord::into_event).collect()
     }
 
+    async fn events_within(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+        max_bytes: i64,
+    ) -> Result<Batch<Event>, StoreError> {
+        let mut builder = super::bounded::events_query::<sqlx::Sqlite>(
+            EVENT_COLUMNS,
+            super::bounded::PayloadSize::Sqlite,
+            id,
+            after_sequence,
+            limit,
+            max_bytes,
+        );
+        let rows = builder
+            .build_query_as::<super::bounded::SizedEvent>()
+            .fetch_all(&self.readers)
+            .await
+            .map_err(map_sqlx_error)?;
+        super::bounded::events_batch(rows, limit, max_bytes)
+    }
+
     async fn execution(&self, id: &ExecutionId) -> Result<Option<ExecutionRow>, StoreError> {
         let sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = ?");
         let record = sqlx::query_as::<_, ExecutionRecord>(&sql)
@@ -348,7 +371,7 @@ impl Store for SqliteStore {
         super::depths::sqlite(&self.readers).await
     }
 
-    async fn feed(&self, query: &FeedQuery) -> Result<Vec<FeedEvent>, StoreError> {
+    async fn feed(&self, query: &FeedQuery) -> Result<Batch<FeedEvent>, StoreError> {
         super::feed::sqlite_feed(&self.readers, EVENT_COLUMNS, query).await
     }
 

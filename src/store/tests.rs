@@ -89,6 +89,8 @@ conformance_on_sqlite!(
     delete_terminal_before_is_bounded_and_spares_live_executions,
     tool_calls_since_lists_allowed_calls_oldest_first,
     the_feed_reads_every_execution_in_position_order,
+    the_feed_is_read_a_budget_at_a_time,
+    a_backlog_of_large_events_is_read_a_budget_at_a_time,
     webhook_positions_round_trip,
     tool_results_since_lists_step_results_oldest_first,
     runner_results_since_names_the_runner_of_each_remote_result,

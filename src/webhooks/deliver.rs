@@ -43,7 +43,12 @@ impl Delivery {
         let Some(start) = self.start_position().await else {
             return;
         };
-        let mut reader = FeedReader::new(&self.kernel, self.subscription.filter.clone(), start);
+        let mut reader = FeedReader::new(
+            &self.kernel,
+            self.subscription.filter.clone(),
+            start,
+            crate::feed::reader::READ_BYTES,
+        );
         let mut acked = start;
         let mut saved = start;
         let label = WebhookMetrics::label(&self.subscription.id);

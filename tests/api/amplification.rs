@@ -139,6 +139,59 @@ async fn execution_event_pages_stop_at_the_byte_cap_and_continue_from_latest_seq
     kernel.shutdown().await;
 }
 
+/// The execution stream replays a backlog of large events a `--max-page-bytes` read at a
+/// time (`Store::events_within`): resumed from `Last-Event-ID: 0`, it still delivers every
+/// event once, in order, through the terminal one, and then ends.
+#[tokio::test]
+async fn an_execution_stream_replays_a_large_backlog_in_bounded_reads_each_event_once() {
+    let kernel = TestKernel::start_with(capped()).await;
+    let created = kernel.create("bulky", json!(null)).await;
+    let id = created["id"].as_str().expect("id").to_owned();
+    // 40 × 64 KiB: ten or more reads of 256 KiB.
+    for n in 0..40 {
+        let (status, body) = kernel
+            .post(
+                &format!("/v0/executions/{id}/signal"),
+                &json!({"signal_type": format!("s{n}"), "payload": {"blob": "y".repeat(BLOB)}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (status, body) = kernel
+        .post_raw(&format!("/v0/executions/{id}/cancel"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let logged: Vec<String> = kernel
+        .events(&id)
+        .await
+        .iter()
+        .filter_map(|event| {
+            event["sequence"]
+                .as_i64()
+                .map(|sequence| sequence.to_string())
+        })
+        .collect();
+    assert!(
+        logged.len() >= 42,
+        "created, 40 signals, cancelled: {logged:?}"
+    );
+    let mut stream = kernel
+        .sse_with(
+            &format!("/v0/executions/{id}/stream"),
+            &[("Last-Event-ID", "0")],
+        )
+        .await;
+    let mut ids = Vec::new();
+    let mut last_event = String::new();
+    while let Some(message) = stream.next().await {
+        ids.push(message.id.expect("every event has its id"));
+        last_event = message.event;
+    }
+    assert_eq!(ids, logged, "every event once, in order");
+    assert_eq!(last_event, "execution.cancelled");
+    kernel.shutdown().await;
+}
+
 /// `keel_sse_connections{kind}` as the kernel counts it.
 fn connections(kernel: &TestKernel, kind: &str) -> Option<i64> {
     let prefix = format!("keel_sse_connections{{kind=\"{kind}\"}} ");

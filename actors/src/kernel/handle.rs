@@ -103,11 +103,27 @@ impl Kernel {
         Ok(self.ctx.store.events(id, after_sequence, limit).await?)
     }
 
+    /// Returns up to `limit` events with `sequence > after_sequence`, and only as many as
+    /// pass `max_bytes` by at most one (see [`crate::store::Batch`]).
+    pub async fn events_within(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+        max_bytes: i64,
+    ) -> Result<crate::store::Batch<Event>, KernelError> {
+        Ok(self
+            .ctx
+            .store
+            .events_within(id, after_sequence, limit, max_bytes)
+            .await?)
+    }
+
     /// Returns one page of the kernel-wide feed (see [`crate::feed`]).
     pub async fn feed(
         &self,
         query: &crate::feed::FeedQuery,
-    ) -> Result<Vec<crate::feed::FeedEvent>, KernelError> {
+    ) -> Result<crate::store::Batch<crate::feed::FeedEvent>, KernelError> {
         Ok(self.ctx.store.feed(query).await?)
     }
 

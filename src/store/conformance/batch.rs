@@ -242,6 +242,7 @@ pub async fn a_groups_events_take_positions_in_commit_order(store: Arc<dyn Store
         .feed(&query)
         .await
         .expect("feed")
+        .items
         .iter()
         .map(|fed| {
             (

@@ -22,7 +22,14 @@ fn query(after_position: i64, limit: i64) -> FeedQuery {
 /// agent, execution and labels; the head is the newest position.
 pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Store>) {
     assert_eq!(store.head_position().await.expect("head"), 0);
-    assert!(store.feed(&query(0, 10)).await.expect("feed").is_empty());
+    assert!(
+        store
+            .feed(&query(0, 10))
+            .await
+            .expect("feed")
+            .items
+            .is_empty()
+    );
     let a = create(&store, "fa", "agent-a", &[("team", "red")], at(1)).await;
     let b = create(&store, "fb", "agent-b", &[("team", "blue")], at(2)).await;
     let signal = |kind: &str| {
@@ -63,7 +70,7 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
     )
     .await;
 
-    let all = store.feed(&query(0, 100)).await.expect("feed");
+    let all = store.feed(&query(0, 100)).await.expect("feed").items;
     let order: Vec<(String, i64)> = all
         .iter()
         .map(|event| {
@@ -95,12 +102,14 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
     assert_eq!(head, all[5].position);
 
     let page = store.feed(&query(all[1].position, 2)).await.expect("page");
-    assert_eq!(page, all[2..4].to_vec());
+    assert_eq!(page.items, all[2..4].to_vec());
+    assert!(page.full, "a page that stopped at its count may have more");
     assert!(
         store
             .feed(&query(head, 10))
             .await
             .expect("after head")
+            .items
             .is_empty()
     );
 
@@ -110,7 +119,8 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
             ..query(0, 100)
         })
         .await
-        .expect("by agent");
+        .expect("by agent")
+        .items;
     assert_eq!(by_agent.len(), 3);
     assert!(by_agent.iter().all(|event| event.agent_id == "agent-b"));
     let by_execution = store
@@ -119,7 +129,8 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
             ..query(0, 100)
         })
         .await
-        .expect("by execution");
+        .expect("by execution")
+        .items;
     assert_eq!(by_execution.len(), 3);
     let by_label = store
         .feed(&FeedQuery {
@@ -127,7 +138,8 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
             ..query(0, 100)
         })
         .await
-        .expect("by label");
+        .expect("by label")
+        .items;
     assert!(
         by_label
             .iter()
@@ -140,7 +152,8 @@ pub async fn the_feed_reads_every_execution_in_position_order(store: Arc<dyn Sto
             ..query(0, 100)
         })
         .await
-        .expect("no label match");
+        .expect("no label match")
+        .items;
     assert!(nobody.is_empty());
 }
 

@@ -40,6 +40,7 @@ fn everything_after(after_position: i64) -> FeedQuery {
         agent_id: None,
         execution_id: None,
         labels: Vec::new(),
+        max_bytes: None,
     }
 }
 
@@ -161,7 +162,7 @@ impl Reader {
                 .feed(&everything_after(self.cursor))
                 .await
                 .expect("feed");
-            for event in page {
+            for event in page.items {
                 self.seen
                     .push((event.event.execution_id.to_string(), event.event.sequence));
                 self.cursor = event.position;

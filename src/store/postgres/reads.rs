@@ -10,6 +10,9 @@ use keel_actors::ids::{AgentId, ExecutionId};
 use keel_actors::store::{ExecutionRow, ListFilter};
 use keel_actors::time;
 
+use keel_actors::store::Batch;
+
+use super::super::bounded::{PayloadSize, SizedEvent, events_batch, events_query};
 use super::super::rows::{EventRecord, ExecutionRecord};
 use super::PostgresStore;
 use super::schema::{EVENT_COLUMNS, EXECUTION_COLUMNS};
@@ -39,6 +42,39 @@ impl PostgresStore {
             )
             .await?;
         records.into_iter().map(EventRecord::into_event).collect()
+    }
+
+    /// Events of one execution after a sequence, within a byte budget
+    /// (`Store::events_within`).
+    pub(super) async fn read_events_within(
+        &self,
+        id: &ExecutionId,
+        after_sequence: i64,
+        limit: i64,
+        max_bytes: i64,
+    ) -> Result<Batch<Event>, StoreError> {
+        if !storable(id.as_str()) {
+            return Ok(Batch {
+                items: Vec::new(),
+                full: false,
+            });
+        }
+        let mut builder = events_query::<Postgres>(
+            EVENT_COLUMNS,
+            PayloadSize::Postgres,
+            id,
+            after_sequence,
+            limit,
+            max_bytes,
+        );
+        let rows = self
+            .bounded(
+                builder
+                    .build_query_as::<SizedEvent>()
+                    .fetch_all(&self.readers),
+            )
+            .await?;
+        events_batch(rows, limit, max_bytes)
     }
 
     /// One execution's projection row (`Store::execution`).
