@@ -2,6 +2,7 @@
 //! upstream unchanged with the provider's key (never the caller's token, never shown back),
 //! streams are forwarded chunk by chunk as they arrive, and refusals use OpenAI's error shape.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -538,7 +539,30 @@ async fn every_call_is_recorded_with_its_usage_cost_and_digest() {
     );
 }
 
-async fn scrape(kernel: &TestKernel) -> String {
+/// The refusal counters of a scrape, by (provider, model, reason).
+pub(crate) fn refusals(metrics: &str) -> BTreeMap<(String, String, String), f64> {
+    crate::exposition::family(metrics, "keel_llm_refused_total")
+        .into_iter()
+        .map(|sample| {
+            let label = |name: &str| sample.labels.get(name).cloned().unwrap_or_default();
+            assert_eq!(sample.labels.len(), 3, "{:?}", sample.labels);
+            (
+                (label("provider"), label("model"), label("reason")),
+                sample.value,
+            )
+        })
+        .collect()
+}
+
+/// One expected refusal counter.
+pub(crate) fn refused(model: &str, reason: &str, count: f64) -> ((String, String, String), f64) {
+    (
+        ("openai".to_owned(), model.to_owned(), reason.to_owned()),
+        count,
+    )
+}
+
+pub(crate) async fn scrape(kernel: &TestKernel) -> String {
     kernel
         .client
         .get(kernel.url("/metrics"))
@@ -604,10 +628,9 @@ async fn a_spent_token_budget_refuses_the_next_call_before_the_provider() {
         2,
         "the refused call reached the provider"
     );
-    assert!(
-        scrape(&kernel)
-            .await
-            .contains("keel_llm_refused_total{reason=\"budget\"} 1")
+    assert_eq!(
+        refusals(&scrape(&kernel).await),
+        BTreeMap::from([refused("gpt-test", "budget", 1.0)])
     );
     let (_, body) = kernel.get(&format!("/v0/executions/{id}")).await;
     assert_eq!(llm_calls(&kernel, id, 2).await.len(), 2, "{body}");
@@ -683,6 +706,10 @@ async fn a_model_outside_the_policys_allow_list_is_refused_before_the_provider()
     assert!(
         fake.seen.lock().expect("lock").is_empty(),
         "a refused model reached the provider"
+    );
+    assert_eq!(
+        refusals(&scrape(kernel).await),
+        BTreeMap::from([refused("gpt-expensive", "model", 1.0)])
     );
     let (status, answer) = call("gpt-test").await;
     assert_eq!(status, StatusCode::OK, "{answer}");
@@ -996,8 +1023,9 @@ async fn requests_per_minute_and_the_breaker_hold_calls_before_the_provider() {
         "the open breaker sent nothing"
     );
     let metrics = scrape(&kernel).await;
-    assert!(
-        metrics.contains("keel_llm_refused_total{reason=\"breaker\"} 1"),
+    assert_eq!(
+        refusals(&metrics),
+        BTreeMap::from([refused("gpt-test", "breaker", 1.0)]),
         "{metrics}"
     );
 
@@ -1023,6 +1051,10 @@ async fn requests_per_minute_and_the_breaker_hold_calls_before_the_provider() {
             .into_iter()
             .chain([StatusCode::TOO_MANY_REQUESTS])
             .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        refusals(&scrape(&kernel2).await),
+        BTreeMap::from([refused("gpt-test", "throttled", 1.0)])
     );
 }
 

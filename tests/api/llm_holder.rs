@@ -2,13 +2,16 @@
 //! the holder of its live session, an agent key for the execution's agent, or an admin
 //! credential. A refused call never reaches the provider and records nothing.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::harness::{TestKernel, running_execution};
-use crate::llm::{Fake, TOKEN, chat_path, kernel_with, llm_calls, start_fake};
+use crate::llm::{
+    Fake, TOKEN, chat_path, kernel_with, llm_calls, refusals, refused, scrape, start_fake,
+};
 
 #[tokio::test]
 async fn a_caller_must_hold_the_execution() {
@@ -42,6 +45,11 @@ async fn a_caller_must_hold_the_execution() {
     assert!(
         fake.seen.lock().expect("lock").is_empty(),
         "a refused call reached the provider"
+    );
+    // Counted without the model: a stranger's request does not name label values.
+    assert_eq!(
+        refusals(&scrape(&kernel).await),
+        BTreeMap::from([refused("", "holder", 3.0)])
     );
     let (status, answer) = call(Some(&mine.session_id)).await;
     assert_eq!(status, StatusCode::OK, "{answer}");

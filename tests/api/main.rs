@@ -16,6 +16,7 @@ mod cross_site;
 mod early_answers;
 mod errors;
 mod executions;
+mod exposition;
 mod exposure;
 mod failures;
 mod feed;

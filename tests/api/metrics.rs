@@ -213,12 +213,5 @@ async fn the_reference_table_matches_the_exposition() {
 
 /// The value of the sample without labels named `name`.
 fn sample(text: &str, name: &str) -> f64 {
-    let line = text
-        .lines()
-        .find(|line| {
-            line.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' '))
-        })
-        .unwrap_or_else(|| panic!("{name} exposed"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
+    crate::exposition::value(text, name, &[]).unwrap_or_else(|| panic!("{name} exposed"))
 }

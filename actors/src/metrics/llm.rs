@@ -65,17 +65,23 @@ pub struct LlmMetrics {
     pub cost_usd: Family<ModelLabels, Counter<f64, AtomicU64>>,
     /// Call latency in seconds, forward to end of answer.
     pub latency: Family<ModelLabels, Histogram>,
-    /// Calls refused before the provider, by reason (`budget`, `model`, `holder`, `finished`).
-    pub refused: Family<ReasonLabel, Counter>,
+    /// Calls refused before the provider, by provider, model and reason.
+    pub refused: Family<RefusalLabels, Counter>,
     /// Calls held back by a provider's limits, by provider, model and kind.
     pub throttled: Family<ThrottleLabels, Counter>,
     models: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
-/// Label set with a refusal reason.
+/// Labels of a refused call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
-    /// Why the call was refused.
+pub struct RefusalLabels {
+    /// Provider name from the gateway configuration.
+    pub provider: String,
+    /// Model the request named (`other` past [`MAX_MODEL_LABELS`] distinct models); empty when
+    /// the call was refused before its request was read (`holder`, and `finished` at the door).
+    pub model: String,
+    /// Why the call was refused: `holder`, `finished`, `model`, `budget`, `budget_in_flight`,
+    /// `throttled`, `breaker`.
     pub reason: String,
 }
 
@@ -122,7 +128,7 @@ impl LlmMetrics {
         );
         registry.register(
             "llm_refused",
-            "Model calls refused before reaching the provider, by reason",
+            "Model calls refused before reaching the provider, by provider, model and reason",
             metrics.refused.clone(),
         );
         metrics
@@ -197,10 +203,17 @@ impl LlmMetrics {
         }
     }
 
-    /// Counts a call refused before the provider.
-    pub fn refused(&self, reason: &str) {
+    /// Counts a call to `provider` refused before the provider. `model` is `None` when the
+    /// call was refused before its request was read: a caller that does not hold the execution
+    /// must not take model label values from those who do.
+    pub fn refused(&self, provider: &str, model: Option<&str>, reason: &str) {
+        let model = model
+            .map(|model| self.model_label(model))
+            .unwrap_or_default();
         self.refused
-            .get_or_create(&ReasonLabel {
+            .get_or_create(&RefusalLabels {
+                provider: provider.to_owned(),
+                model,
                 reason: reason.to_owned(),
             })
             .inc();

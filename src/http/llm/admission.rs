@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::refusal::{finished, refusal, unavailable};
-use crate::gateway::Format;
+use crate::gateway::{Format, Provider};
 
 /// How often a call waiting for a budget raise asks its execution again.
 const RAISE_POLL: Duration = Duration::from_millis(100);
@@ -31,16 +31,24 @@ pub(super) struct Admitted {
 }
 
 /// Returns the execution's runs and the call's reservation when the call may go on, or the
-/// refusal to answer. A call that must wait for calls in flight waits up to `max_wait`.
+/// refusal to answer. A call that must wait for calls in flight waits up to the provider's
+/// `max_wait`.
 pub(super) async fn admit(
     kernel: &Kernel,
     execution_id: &ExecutionId,
-    model_id: &str,
+    provider: &Provider,
+    model: &str,
     format: Format,
     estimate: &LlmEstimate,
-    max_wait: Duration,
 ) -> Result<Admitted, Response> {
-    let refused = |reason: &str| kernel.metrics().llm.refused(reason);
+    let model_id = format!("{}/{model}", provider.name);
+    let max_wait = provider.gate.max_wait();
+    let refused = |reason: &str| {
+        kernel
+            .metrics()
+            .llm
+            .refused(&provider.name, Some(model), reason)
+    };
     let over_budget = |message: String| {
         refused("budget");
         refusal(
@@ -62,7 +70,7 @@ pub(super) async fn admit(
     };
     loop {
         let admission = kernel
-            .admit_llm_call(execution_id, model_id, deadline.is_none(), estimate)
+            .admit_llm_call(execution_id, &model_id, deadline.is_none(), estimate)
             .await;
         guard.waiting = matches!(admission, Ok(LlmAdmission::AwaitingApproval { .. }));
         match admission {

@@ -168,7 +168,14 @@ async fn forward(
         }
         Err(error) => return unavailable(format, &error),
     };
-    let refused = |reason: &str| state.kernel.metrics().llm.refused(reason);
+    // Refused before the request is read: no model label (see `LlmMetrics::refused`).
+    let refused = |reason: &str| {
+        state
+            .kernel
+            .metrics()
+            .llm
+            .refused(&provider.name, None, reason)
+    };
     if row.status.is_terminal() {
         refused("finished");
         return finished(format, &id);
@@ -202,16 +209,15 @@ async fn forward(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let model_id = format!("{}/{model}", provider.name);
     let call_model = model.clone();
     let estimate = estimate::estimate(route, &request, body.len(), provider.price(&model));
     let admitted = match admission::admit(
         &state.kernel,
         &execution_id,
-        &model_id,
+        provider,
+        &model,
         format,
         &estimate,
-        provider.gate.max_wait(),
     )
     .await
     {

@@ -94,7 +94,7 @@ pub(super) async fn send(
                     wait,
                 ),
             };
-            metrics.refused(reason);
+            metrics.refused(&provider.name, Some(model), reason);
             let kind = match held {
                 Held::Throttled(_) => "rate_limited",
                 Held::Open(_) => "breaker_open",
