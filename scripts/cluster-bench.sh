@@ -25,7 +25,9 @@
 #   KEEL                    kernel binary (default target/production/keel, else target/release/keel)
 #   KEEL_TEST_POSTGRES_URL  admin URL of the PostgreSQL server (needed; needs psql); the
 #                           databases are dropped at the end
-#   NODES                   kernel counts to run (default "1 2 3")
+#   NODES                   kernel counts to run (default "single 1 2 3"; `single` is one kernel
+#                           without --cluster, today's one-kernel mode, for the same-sitting
+#                           comparison with one cluster kernel)
 #   DUR, WARMUP             measured and warm-up seconds of the bench (default 15 and 3)
 #   CONC, STEPS             agents and local steps per execution (default 64 and 5)
 #   IDLE                    seconds of the idle measurement (default 10)
@@ -39,7 +41,7 @@ if [ -z "$keel" ]; then
     [ -x "$keel" ] || keel=target/release/keel
 fi
 [ -x "$keel" ] || { echo "no kernel binary at $keel (set KEEL)" >&2; exit 1; }
-nodes_list=${NODES:-"1 2 3"}
+nodes_list=${NODES:-"single 1 2 3"}
 dur=${DUR:-15}
 warmup=${WARMUP:-3}
 conc=${CONC:-64}
@@ -133,28 +135,34 @@ sys.exit(0 if ok else 1)' "$n" || return 1
 
 echo "kernel: $keel ($("$keel" --version)); $(nproc) cores; T8: --local-steps $steps --concurrency $conc, ${dur}s after ${warmup}s warm-up"
 stmts=""
-for n in $nodes_list; do
+for mode in $nodes_list; do
+    cluster_flags=(--cluster)
+    n=$mode
+    if [ "$mode" = single ]; then n=1 cluster_flags=(); fi
     database=keel_cbench_$(python3 -c 'import uuid; print(uuid.uuid4().hex[:12])')
     psql "$admin" -qc "CREATE DATABASE $database" >/dev/null
     url=$(db_url "$database")
     urls=()
     for i in $(seq 1 "$n"); do
         port=$(free_port)
-        "$keel" dev --port "$port" --data-dir "$work/data-$n-$i" --db-url "$url" --log-level warn \
-            --cluster --node-id "k$i" --advertise-url "http://127.0.0.1:$port" \
-            >"$work/kernel-$n-$i.log" 2>&1 &
+        "$keel" dev --port "$port" --data-dir "$work/data-$mode-$i" --db-url "$url" --log-level warn \
+            ${cluster_flags[@]+"${cluster_flags[@]}" --node-id "k$i" --advertise-url "http://127.0.0.1:$port"} \
+            >"$work/kernel-$mode-$i.log" 2>&1 &
         pids+=("$!")
         urls+=("http://127.0.0.1:$port")
     done
+    ready() {
+        if [ "$mode" = single ]; then curl -fsS "$1/v0/ready" >/dev/null 2>&1; else balanced "$n" "$@"; fi
+    }
     for _ in $(seq 1 300); do
-        balanced "$n" "${urls[@]}" && break
+        ready "${urls[@]}" && break
         sleep 0.1
     done
-    balanced "$n" "${urls[@]}" || { echo "$n kernels did not balance within 30 s" >&2; tail -n 20 "$work"/kernel-"$n"-*.log >&2; exit 1; }
+    ready "${urls[@]}" || { echo "$n kernels did not balance within 30 s" >&2; tail -n 20 "$work"/kernel-"$mode"-*.log >&2; exit 1; }
     if statements_available; then stmts=yes; else stmts=""; fi
 
     echo
-    echo "== $n kernel(s): ${urls[*]}"
+    if [ "$mode" = single ]; then echo "== one kernel without --cluster: ${urls[*]}"; else echo "== $n cluster kernel(s): ${urls[*]}"; fi
     read -r x0 nu0 pu0 <<<"$(counters)"
     [ -z "$stmts" ] || read -r _ lease0 <<<"$(statement_calls)"
     sleep "$idle"
