@@ -31,6 +31,7 @@ mod runner_progress;
 mod runners;
 mod serve;
 mod sse;
+mod step_report;
 mod strict_json;
 pub mod text;
 pub mod tool_changes;

@@ -7,19 +7,16 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use keel_actors::execution::machine::Progress;
-use keel_actors::ids::{ExecutionId, RunnerId, StepId};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::body::read_json;
 use super::error::ApiError;
-use super::executions::{check_length, path_id};
+use super::step_report::{StepReport, read};
 
+/// The fields of a progress report besides the ids every step report carries.
 #[derive(Deserialize)]
-struct ProgressRequest {
-    execution_id: Option<String>,
-    runner_id: Option<String>,
+struct ProgressFields {
     progress: Option<f64>,
     total: Option<f64>,
     message: Option<String>,
@@ -31,42 +28,26 @@ pub async fn step_progress(
     path: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let step_id = StepId::new(path_id(path)?);
-    let principal = super::keys::principal_of(&request);
-    let body: ProgressRequest = read_json(
-        request,
-        state.settings.body_limit,
-        state.settings.body_read_timeout,
-    )
-    .await?;
-    let execution_id = body.execution_id.unwrap_or_default();
-    let runner_id = body.runner_id.unwrap_or_default();
-    if execution_id.is_empty() || runner_id.is_empty() {
-        return Err(ApiError::validation(
-            "execution_id and runner_id are required",
-        ));
-    }
-    let Some(progress) = body.progress else {
+    let report: StepReport<ProgressFields> = read(&state, path, request).await?;
+    let fields = report.fields;
+    let Some(progress) = fields.progress else {
         return Err(ApiError::validation("progress (a number) is required"));
     };
-    check_length("runner_id", &runner_id)?;
-    super::text::refuse_nul("execution_id", &execution_id)?;
-    if let Some(message) = &body.message {
+    if let Some(message) = &fields.message {
         super::text::refuse_nul("message", message)?;
     }
-    super::auth::check_runner(&principal, &runner_id)?;
-    let report = Progress {
+    let progress = Progress {
         progress,
-        total: body.total,
-        message: body.message,
+        total: fields.total,
+        message: fields.message,
     };
     state
         .kernel
         .step_progress(
-            &ExecutionId::new(execution_id),
-            &step_id,
-            &RunnerId::new(runner_id),
-            report,
+            &report.execution_id,
+            &report.step_id,
+            &report.runner_id,
+            progress,
         )
         .await?;
     Ok(Json(json!({ "status": "ok" })))

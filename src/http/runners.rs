@@ -21,6 +21,7 @@ use super::error::ApiError;
 use super::executions::{check_length, check_required_id, path_id};
 use super::query::QueryParams;
 use super::sse;
+use super::step_report::{NoFields, StepReport};
 use crate::console::StreamRole;
 
 #[derive(Deserialize)]
@@ -37,12 +38,6 @@ struct ResultRequest {
     started_at: Option<String>,
     completed_at: Option<String>,
     consumer_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct StartedRequest {
-    execution_id: Option<String>,
-    runner_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -249,39 +244,18 @@ pub async fn step_started(
     path: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let step_id = StepId::new(path_id(path)?);
-    let principal = super::keys::principal_of(&request);
-    let body: StartedRequest = read_json(
-        request,
-        state.settings.body_limit,
-        state.settings.body_read_timeout,
-    )
-    .await?;
-    let execution_id = body.execution_id.unwrap_or_default();
-    let runner_id = body.runner_id.unwrap_or_default();
-    if execution_id.is_empty() || runner_id.is_empty() {
-        return Err(ApiError::validation(
-            "execution_id and runner_id are required",
-        ));
-    }
-    check_length("runner_id", &runner_id)?;
-    super::text::refuse_nul("execution_id", &execution_id)?;
-    super::auth::check_runner(&principal, &runner_id)?;
-    let report = JobReport {
-        runner_id: RunnerId::new(runner_id.clone()),
+    let report: StepReport<NoFields> = super::step_report::read(&state, path, request).await?;
+    let job = JobReport {
+        runner_id: report.runner_id.clone(),
         consumer_id: None,
-        execution_id: ExecutionId::new(execution_id.clone()),
-        step_id: step_id.clone(),
+        execution_id: report.execution_id.clone(),
+        step_id: report.step_id.clone(),
         job_id: None,
     };
-    check_holder(&state, report).await?;
+    check_holder(&state, job).await?;
     state
         .kernel
-        .step_started(
-            &ExecutionId::new(execution_id),
-            &step_id,
-            &RunnerId::new(runner_id),
-        )
+        .step_started(&report.execution_id, &report.step_id, &report.runner_id)
         .await?;
     Ok(Json(json!({ "status": "ok" })))
 }

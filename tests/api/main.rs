@@ -39,5 +39,6 @@ mod restart;
 mod runners;
 mod slow_clients;
 mod sse;
+mod step_reports;
 mod tls;
 mod webhooks;
