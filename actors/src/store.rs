@@ -195,6 +195,10 @@ pub struct PendingApproval {
     pub request: Value,
     /// Time of the `step.approval_required` event.
     pub requested_at: Timestamp,
+    /// Payload of the step's latest `approval.requested` event (the first is written beside
+    /// the request; an escalation writes another, with `escalated` and its own approvers and
+    /// expiry), when there is one.
+    pub latest_request: Option<Value>,
 }
 
 /// An API key as the store keeps it: looked up by `public_id`, unique by `name`; `record` is

@@ -51,7 +51,8 @@ pub struct ApprovalBody {
     /// `sha256:<hex>` of the arguments: the approval is for exactly these.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments_digest: Option<String>,
-    /// Who may answer (`roles`, `keys`); absent: any key that answers approvals.
+    /// Who may answer now (`roles`, `keys`; after an escalation, the escalation's); absent:
+    /// any key that answers approvals.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approvers: Option<Value>,
     /// When it expires, and what expiry does (`deny`).
@@ -62,6 +63,13 @@ pub struct ApprovalBody {
     /// Whether the execution's creator may answer.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub self_approval: bool,
+    /// Whether the first approvers let it expire and it was asked of the escalation's.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub escalated: bool,
+    /// After an escalation, the first round's terms (`approvers`, `expires_at`, `on_expiry`):
+    /// history, they may no longer answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalated_from: Option<Value>,
     pub requested_at: String,
 }
 
@@ -69,6 +77,22 @@ impl From<PendingApproval> for ApprovalBody {
     fn from(approval: PendingApproval) -> Self {
         let field = |name: &str| approval.request.get(name).cloned().unwrap_or(Value::Null);
         let text = |name: &str| field(name).as_str().unwrap_or_default().to_owned();
+        // The terms in force: the escalation's once the first round expired.
+        let escalation = approval
+            .latest_request
+            .as_ref()
+            .filter(|latest| latest["escalated"].as_bool() == Some(true));
+        let terms = escalation.unwrap_or(&approval.request);
+        let term = |name: &str| terms.get(name).and_then(Value::as_str).map(str::to_owned);
+        let escalated_from = escalation.map(|_| {
+            let mut first = serde_json::Map::new();
+            for name in ["approvers", "expires_at", "on_expiry"] {
+                if let Some(value) = approval.request.get(name) {
+                    first.insert(name.to_owned(), value.clone());
+                }
+            }
+            Value::Object(first)
+        });
         Self {
             id: format!("{}.{}", approval.execution_id, approval.step_id),
             tool_id: text("tool_id"),
@@ -77,9 +101,11 @@ impl From<PendingApproval> for ApprovalBody {
             remote: field("remote").as_bool().unwrap_or(false),
             rule_id: field("rule_id").as_str().map(str::to_owned),
             arguments_digest: field("arguments_digest").as_str().map(str::to_owned),
-            approvers: approval.request.get("approvers").cloned(),
-            expires_at: field("expires_at").as_str().map(str::to_owned),
-            on_expiry: field("on_expiry").as_str().map(str::to_owned),
+            approvers: terms.get("approvers").cloned(),
+            expires_at: term("expires_at"),
+            on_expiry: term("on_expiry"),
+            escalated: escalated_from.is_some(),
+            escalated_from,
             self_approval: field("self_approval").as_bool().unwrap_or(false),
             execution_id: approval.execution_id.into_string(),
             agent_id: approval.agent_id.into_string(),

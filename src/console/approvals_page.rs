@@ -50,7 +50,14 @@ pub async fn approvals(
                                 td { span class="mono" { (approval.tool_id) } @if approval.remote { " (remote)" } }
                                 td { details { summary { (json_preview(&approval.arguments, 60)) } (json_block(&approval.arguments)) } }
                                 td { (approval.reason) }
-                                td data-approvers { (approvers_text(approval.approvers.as_ref())) }
+                                td data-approvers {
+                                    (approvers_text(approval.approvers.as_ref()))
+                                    @if let Some(first) = &approval.escalated_from {
+                                        br; span class="muted small" data-escalated-from {
+                                            "escalated; first asked of " (approvers_text(first.get("approvers")))
+                                        }
+                                    }
+                                }
                                 @if answers {
                                     td {
                                         @if viewer.may_answer(approval.approvers.as_ref()) {

@@ -20,9 +20,14 @@ use super::rows::parse_time;
 
 /// Pending approvals: the `step.approval_required` events of blocked executions that no later
 /// event of the same step follows (a grant dispatches the step, a denial fails it, a cancel
-/// cancels it), `approval.requested` aside (written beside the request and by an escalation). `{time}` stands for the selected time and `{limit}` for the bound limit; a
+/// cancels it), `approval.requested` aside (written beside the request and by an escalation),
+/// each with the payload of its step's latest `approval.requested` (the escalated one after an
+/// escalation). `{time}` stands for the selected time and `{limit}` for the bound limit; a
 /// blocked execution is spelled as the phase index reads it, the status on top.
-const APPROVALS: &str = "SELECT x.id, x.agent_id, e.step_id, {time} AS at, e.payload{text} \
+const APPROVALS: &str = "SELECT x.id, x.agent_id, e.step_id, {time} AS at, e.payload{text}, \
+     (SELECT q.payload{text} FROM events AS q WHERE q.execution_id = e.execution_id \
+     AND q.sequence > e.sequence AND q.step_id = e.step_id AND q.type = 'approval.requested' \
+     ORDER BY q.sequence DESC LIMIT 1) AS latest \
      FROM executions AS x \
      JOIN events AS e ON e.execution_id = x.id \
      WHERE x.phase = 'active' AND x.status = 'blocked' AND e.type = 'step.approval_required' \
@@ -31,8 +36,9 @@ const APPROVALS: &str = "SELECT x.id, x.agent_id, e.step_id, {time} AS at, e.pay
      AND r.sequence > e.sequence AND r.step_id = e.step_id AND r.type <> 'approval.requested') \
      ORDER BY e.timestamp, e.position LIMIT {limit}";
 
-/// One approval row: execution, agent, step, RFC 3339 time, payload JSON text.
-type ApprovalRow = (String, String, String, String, String);
+/// One approval row: execution, agent, step, RFC 3339 time, payload JSON text, the latest
+/// `approval.requested` payload JSON text.
+type ApprovalRow = (String, String, String, String, String, Option<String>);
 
 /// One count row: status, count.
 type CountRow = (String, i64);
@@ -134,16 +140,21 @@ pub(super) async fn postgres_approvals(
 /// Converts approval rows read by either backend.
 pub(super) fn into_approvals(rows: Vec<ApprovalRow>) -> Result<Vec<PendingApproval>, StoreError> {
     rows.into_iter()
-        .map(|(execution_id, agent_id, step_id, at, payload)| {
-            let request = serde_json::from_str(&payload).map_err(|error| {
-                StoreError::Internal(format!("events.payload is not valid json: {error}"))
-            })?;
+        .map(|(execution_id, agent_id, step_id, at, payload, latest)| {
+            let json = |text: &str| {
+                serde_json::from_str(text).map_err(|error| {
+                    StoreError::Internal(format!("events.payload is not valid json: {error}"))
+                })
+            };
+            let request = json(&payload)?;
+            let latest_request = latest.as_deref().map(json).transpose()?;
             Ok(PendingApproval {
                 execution_id: ExecutionId::new(execution_id),
                 agent_id: AgentId::new(agent_id),
                 step_id: StepId::new(step_id),
                 request,
                 requested_at: parse_time("events.timestamp", &at)?,
+                latest_request,
             })
         })
         .collect()

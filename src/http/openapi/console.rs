@@ -28,15 +28,20 @@ pub struct Approval {
     rule_id: Option<String>,
     /// `sha256:<hex>` of the arguments' canonical JSON: the approval is for exactly these.
     arguments_digest: Option<String>,
-    /// Who may answer (`{"roles": [...], "keys": [...]}`); absent: any key that answers
-    /// approvals.
+    /// Who may answer now (`{"roles": [...], "keys": [...]}`; after an escalation, the
+    /// escalation's approvers); absent: any key that answers approvals.
     approvers: Option<Value>,
-    /// When the approval expires (the rule's `approval.expires_in`).
+    /// When the approval expires (the rule's `approval.expires_in`, or the escalation's).
     expires_at: Option<String>,
-    /// What expiry does: `deny`.
+    /// What expiry does: `deny` or `escalate`.
     on_expiry: Option<String>,
     /// Whether the key that created the execution may answer.
     self_approval: Option<bool>,
+    /// Whether the first approvers let it expire and it was escalated.
+    escalated: Option<bool>,
+    /// After an escalation, the first round's `approvers`, `expires_at` and `on_expiry`
+    /// (history: they may no longer answer).
+    escalated_from: Option<Value>,
     /// Time of the `step.approval_required` event.
     requested_at: String,
 }

@@ -126,6 +126,33 @@ async fn approval_events(kernel: &TestKernel, id: &str, count: usize) -> Vec<Val
     .await
 }
 
+/// The execution's one pending approval as `GET /v0/approvals` lists it.
+async fn listed(kernel: &TestKernel, id: &str) -> Value {
+    let (status, body) = kernel.get("/v0/approvals").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let mine: Vec<&Value> = body["approvals"]
+        .as_array()
+        .expect("approvals")
+        .iter()
+        .filter(|approval| approval["execution_id"] == id)
+        .collect();
+    assert_eq!(mine.len(), 1, "{body}");
+    mine[0].clone()
+}
+
+/// The console's approvals view as `secret` sees it.
+async fn inbox_as(kernel: &TestKernel, secret: &str) -> String {
+    let response = kernel
+        .client
+        .get(kernel.url("/console/view/approvals"))
+        .bearer_auth(secret)
+        .send()
+        .await
+        .expect("view");
+    assert_eq!(response.status(), StatusCode::OK);
+    response.text().await.expect("html")
+}
+
 #[tokio::test]
 async fn approvals_are_objects_on_the_feed_and_every_event_names_its_principal() {
     let kernel = TestKernel::start_with(options()).await;
@@ -309,12 +336,26 @@ async fn approvals_are_objects_on_the_feed_and_every_event_names_its_principal()
 async fn an_approval_that_expires_while_the_kernel_is_down_is_escalated_at_start() {
     let kernel = TestKernel::start_with(options()).await;
     let boss = key(&kernel, "boss", "approver", json!({})).await;
+    let lead = key(&kernel, "lead", "approver", json!({})).await;
     let mut agent = TestAgent::connect(&kernel, "deployer").await;
     let created = kernel.create("deployer", json!("ship")).await;
     let id = created["id"].as_str().expect("id").to_owned();
     let at = agent.assignment().await;
     let step = invoke_gated(&kernel, &at, "deploy.prod", json!({"v": 1}), false).await;
     assert_eq!(approval_feed(&kernel, &id).await.len(), 1);
+    // The first round: the lead may answer, until the second passes.
+    let first = listed(&kernel, &id).await;
+    assert_eq!(
+        (&first["approvers"], &first["on_expiry"]),
+        (&json!({"keys": ["lead"]}), &json!("escalate")),
+        "{first}"
+    );
+    assert!(
+        first.get("escalated").is_none() && first.get("escalated_from").is_none(),
+        "{first}"
+    );
+    let first_expiry = first["expires_at"].clone();
+    assert!(first_expiry.is_string(), "{first}");
 
     let kernel = kernel
         .restart_after(options(), Duration::from_millis(1500))
@@ -330,6 +371,43 @@ async fn an_approval_that_expires_while_the_kernel_is_down_is_escalated_at_start
         (&json!("approval.requested"), &json!(true), &json!("system"))
     );
     assert_eq!(kernel.status(&id).await, "blocked", "escalated, not denied");
+    // The list shows who may answer now, and the first round as history.
+    let now = listed(&kernel, &id).await;
+    assert_eq!(
+        (
+            &now["approvers"],
+            &now["on_expiry"],
+            &now["escalated"],
+            &now["step_id"]
+        ),
+        (
+            &json!({"keys": ["boss"]}),
+            &json!("deny"),
+            &json!(true),
+            &json!(step)
+        ),
+        "{now}"
+    );
+    assert_eq!(
+        now["escalated_from"],
+        json!({"approvers": {"keys": ["lead"]}, "expires_at": first_expiry, "on_expiry": "escalate"})
+    );
+    assert!(
+        super::time(&now["expires_at"]) > super::time(&first_expiry),
+        "{now}"
+    );
+    // The console offers the answer to the boss only, and says whom it was first asked of.
+    let boss_view = inbox_as(&kernel, &boss).await;
+    assert!(boss_view.contains("data-decision"), "{boss_view}");
+    assert!(
+        boss_view.contains("first asked of keys: lead"),
+        "{boss_view}"
+    );
+    let lead_view = inbox_as(&kernel, &lead).await;
+    assert!(
+        !lead_view.contains("data-decision") && lead_view.contains("not among its approvers"),
+        "{lead_view}"
+    );
     // The escalated approval is answered after the restart, and the agent is told.
     let path = format!("/v0/approvals/{id}.{step}");
     let (status, body) = post_as(&kernel, &boss, &path, &json!({"decision": "approve"})).await;

@@ -179,12 +179,21 @@ impl Tables {
                         && !matches!(later.body, EventBody::ApprovalRequested(_))
                 });
                 if matches!(event.body, EventBody::StepApprovalRequired { .. }) && !answered {
+                    let latest_request = events[index + 1..]
+                        .iter()
+                        .rev()
+                        .find(|later| {
+                            later.step_id.as_ref() == Some(step_id)
+                                && matches!(later.body, EventBody::ApprovalRequested(_))
+                        })
+                        .map(|later| later.body.payload());
                     found.push(crate::store::PendingApproval {
                         execution_id: row.id.clone(),
                         agent_id: row.agent_id.clone(),
                         step_id: step_id.clone(),
                         request: event.body.payload(),
                         requested_at: event.timestamp,
+                        latest_request,
                     });
                 }
             }
