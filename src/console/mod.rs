@@ -12,6 +12,7 @@
 pub(crate) mod api;
 mod approvals_page;
 mod assets;
+mod directory_page;
 mod pages;
 mod presence;
 mod render;
@@ -59,7 +60,7 @@ pub fn pages() -> Router<AppState> {
             get(timeline_page::execution),
         )
         .route("/console/view/approvals", get(approvals_page::approvals))
-        .route("/console/view/directory", get(pages::directory))
+        .route("/console/view/directory", get(directory_page::directory))
         .route("/console/view/status", get(pages::status))
 }
 

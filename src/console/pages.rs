@@ -1,5 +1,5 @@
-//! The views of the list pages: executions, directory and health (the approvals inbox is in
-//! `approvals_page.rs`). Each is server-rendered from the kernel's reads; regions marked
+//! The views of the list pages: executions and health (the approvals inbox is in
+//! `approvals_page.rs`, the directory in `directory_page.rs`). Each is server-rendered from the kernel's reads; regions marked
 //! `data-live` are refreshed in place by the script while the page is open.
 
 use axum::extract::{RawQuery, State};
@@ -9,7 +9,7 @@ use maud::{Markup, html};
 
 use super::StreamRole;
 use super::api::{self, STATUSES};
-use super::render::{badge, json_block, json_preview, view, when};
+use super::render::{badge, view, when};
 use super::viewer::Viewer;
 use crate::http::executions::{closing_reason, list_page};
 use crate::http::query::QueryParams;
@@ -176,100 +176,6 @@ fn execution_table(rows: &[keel_actors::store::ExecutionRow], errors: &[Option<S
             }
         }
     }
-}
-
-/// `GET /console/view/directory`: connected agents, runners and the tool directory.
-pub async fn directory(
-    State(state): State<AppState>,
-    viewer: Viewer,
-) -> Result<Response, ApiError> {
-    let agents = api::agent_list(&state).await?;
-    let runners = api::runner_list(&state);
-    let tools = state.kernel.tools("");
-    // Agent ids with pending work and no consumer connected: their executions wait.
-    let unserved: Vec<_> = state
-        .kernel
-        .queue_depths()
-        .await?
-        .pending_by_agent
-        .into_iter()
-        .filter(|(agent_id, pending, _)| {
-            *pending > 0
-                && !agents
-                    .iter()
-                    .any(|agent| agent.agent_id == agent_id.as_str())
-        })
-        .collect();
-    let markup = html! {
-        div data-page="directory" data-live-interval="3000" data-principal=(viewer.name) data-role=(viewer.role.as_str()) {
-            h1 { "Agents, runners and tools" }
-            div id="directory-live" data-live {
-                h2 id="agents-title" { "Agents (" (agents.len()) " connected)" }
-                table aria-labelledby="agents-title" {
-                    thead { tr { th scope="col" { "Agent" } th scope="col" { "Consumers" } th scope="col" { "Connected since" } th scope="col" { "Pending executions" } } }
-                    tbody {
-                        @if agents.is_empty() { tr { td colspan="4" class="muted" { "No agent is connected." } } }
-                        @for agent in &agents {
-                            tr data-agent-id=(agent.agent_id) {
-                                td class="mono" { (agent.agent_id) }
-                                td { @for consumer in &agent.consumers { span class="mono" { (consumer.consumer_id) } " " } }
-                                td { @if let Some(first) = agent.consumers.iter().map(|c| c.connected_at).min() { (when(&first)) } }
-                                td { a href=(list_link([("status", "pending"), ("agent_id", agent.agent_id.as_str())])) { (agent.pending) } }
-                            }
-                        }
-                    }
-                }
-                @if !unserved.is_empty() {
-                    h2 id="unserved-title" { "Waiting for an agent (" (unserved.len()) ")" }
-                    p class="muted" { "These agent ids have pending executions and no consumer connected to this kernel: their executions wait until one connects or they time out." }
-                    table aria-labelledby="unserved-title" {
-                        thead { tr { th scope="col" { "Agent" } th scope="col" { "Pending executions" } th scope="col" { "Oldest created" } } }
-                        tbody {
-                            @for (agent_id, pending, oldest) in &unserved {
-                                tr data-unserved-agent=(agent_id.as_str()) {
-                                    td class="mono" { (agent_id.as_str()) }
-                                    td { a href=(list_link([("status", "pending"), ("agent_id", agent_id.as_str())])) { (pending) } }
-                                    td { (when(oldest)) }
-                                }
-                            }
-                        }
-                    }
-                }
-                h2 id="runners-title" { "Runners (" (runners.len()) " connected)" }
-                table aria-labelledby="runners-title" {
-                    thead { tr { th scope="col" { "Runner" } th scope="col" { "Consumers" } th scope="col" { "Capabilities" } th scope="col" { "Tools" } } }
-                    tbody {
-                        @if runners.is_empty() { tr { td colspan="4" class="muted" { "No runner is connected." } } }
-                        @for runner in &runners {
-                            tr data-runner-id=(runner.runner_id) {
-                                td class="mono" { (runner.runner_id) }
-                                td { @for consumer in &runner.consumers { span class="mono" { (consumer.consumer_id) } " " } }
-                                td { @for consumer in &runner.consumers { @for capability in &consumer.capabilities { span class="label" { (capability) } " " } } }
-                                td { (runner.tools.join(", ")) }
-                            }
-                        }
-                    }
-                }
-                h2 id="tools-title" { "Tool directory (" (tools.len()) ")" }
-                table aria-labelledby="tools-title" {
-                    thead { tr { th scope="col" { "Tool" } th scope="col" { "Runner" } th scope="col" { "Description" } th scope="col" { "Input schema" } th scope="col" { "Published" } } }
-                    tbody {
-                        @if tools.is_empty() { tr { td colspan="5" class="muted" { "No runner published a tool." } } }
-                        @for tool in &tools {
-                            tr data-tool-id=(tool.id) {
-                                td class="mono" { (tool.id) }
-                                td class="mono" { (tool.runner_id) }
-                                td { (tool.description.as_str().map(str::to_owned).unwrap_or_else(|| json_preview(&tool.description, 80))) }
-                                td { details { summary { "schema" } (json_block(&tool.input_schema)) } }
-                                td { (when(&tool.registered_at)) }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    };
-    Ok(view(markup))
 }
 
 /// `GET /console/view/status`: health numbers and the policy in force.

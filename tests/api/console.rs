@@ -383,6 +383,125 @@ async fn agents_and_runners_are_listed_while_connected() {
     kernel.shutdown().await;
 }
 
+/// The rows of the directory's tool-changes table: (tool, runner, state).
+fn change_rows(page: &str) -> Vec<(String, String, String)> {
+    let attribute = |row: &str, name: &str| {
+        let start = row.find(&format!("{name}=\"")).expect(name) + name.len() + 2;
+        row[start..]
+            .split('"')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    page.split("<tr data-tool-change=")
+        .skip(1)
+        .map(|row| {
+            let row = format!("data-tool-change={row}");
+            let row = row.split('>').next().unwrap_or_default();
+            (
+                attribute(row, "data-tool-change"),
+                attribute(row, "data-change-runner"),
+                attribute(row, "data-state"),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_directory_shows_a_runners_withdrawn_tools_until_the_runner_takes_up_their_acceptance()
+{
+    let kernel = TestKernel::start().await;
+    let _runner = TestRunner::connect(&kernel, "mcp-runner", &[]).await;
+    let directory = || async {
+        let (status, page) = text(&kernel, "/console/view/directory").await;
+        assert_eq!(status, StatusCode::OK);
+        page
+    };
+    let page = directory().await;
+    assert!(
+        change_rows(&page).is_empty() && !page.contains("tool-changes-title"),
+        "{page}"
+    );
+
+    let pinned = format!("sha256:{}", "a".repeat(64));
+    let listed = format!("sha256:{}", "b".repeat(64));
+    let changes = json!({"changes": [
+        {"tool_id": "fs.read_file", "change": "changed", "pinned": pinned, "listed": listed},
+        {"tool_id": "fs.write_file", "change": "new", "listed": listed},
+    ]});
+    let (status, answer) = kernel
+        .post("/v0/runners/mcp-runner/tool-changes", &changes)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let page = directory().await;
+    let pending = |tool: &str| {
+        (
+            tool.to_owned(),
+            "mcp-runner".to_owned(),
+            "pending".to_owned(),
+        )
+    };
+    assert_eq!(
+        change_rows(&page),
+        vec![pending("fs.read_file"), pending("fs.write_file")],
+        "{page}"
+    );
+    // The runner's row counts them; the digests are shown shortened, whole in their title.
+    assert!(page.contains("2 withdrawn"), "{page}");
+    assert!(
+        page.contains(&format!(r#"title="{pinned}">aaaaaaaaaaaa<"#)),
+        "{page}"
+    );
+
+    let (status, answer) = kernel
+        .post(
+            "/v0/runners/mcp-runner/tool-changes/accept",
+            &json!({"tools": ["fs.read_file"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let page = directory().await;
+    assert_eq!(
+        change_rows(&page),
+        vec![
+            pending("fs.write_file"),
+            (
+                "fs.read_file".to_owned(),
+                "mcp-runner".to_owned(),
+                "accepted".to_owned()
+            ),
+        ],
+        "{page}"
+    );
+    assert!(page.contains("1 withdrawn"), "{page}");
+
+    // The runner pinned the accepted change and reports what is left.
+    let (status, answer) = kernel
+        .post(
+            "/v0/runners/mcp-runner/tool-changes",
+            &json!({"changes": [changes["changes"][1]]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        change_rows(&directory().await),
+        vec![pending("fs.write_file")]
+    );
+    let (status, _) = kernel
+        .post(
+            "/v0/runners/mcp-runner/tool-changes",
+            &json!({"changes": []}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let page = directory().await;
+    assert!(
+        change_rows(&page).is_empty() && !page.contains("withdrawn"),
+        "{page}"
+    );
+    kernel.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_execution_view_shows_its_state_and_offers_actions_until_it_ends() {
     let kernel = TestKernel::start().await;
