@@ -1,6 +1,7 @@
-//! Runner publications in cluster mode: `POST /v0/runners/{id}/tools` and
-//! `…/capabilities` change what one kernel keeps in memory (the tool directory, a runner's
-//! capabilities), so the kernel receiving one applies it and then sends the same request to
+//! Runner publications in cluster mode: `POST /v0/runners/{id}/tools`, `…/capabilities`,
+//! `…/tool-changes` and `…/tool-changes/accept` change what one kernel keeps in memory (the
+//! tool directory, a runner's capabilities, its pending MCP tool changes and their
+//! acceptances), so the kernel receiving one applies it and then sends the same request to
 //! every other live kernel, holding partitions or not yet (marked `Keel-Forwarded-By`, so it
 //! goes no further), waiting at most [`PEER_TIMEOUT`]. An agent then finds a runner's tools
 //! through any kernel. A kernel that joins later gets them from the runner's bridge, which
@@ -29,7 +30,11 @@ pub fn is_publication(path: &str) -> bool {
         return false;
     };
     let parts: Vec<&str> = rest.split('/').collect();
-    matches!(parts.as_slice(), [runner, "tools" | "capabilities"] if !runner.is_empty() && *runner != "steps")
+    matches!(
+        parts.as_slice(),
+        [runner, "tools" | "capabilities" | "tool-changes"] | [runner, "tool-changes", "accept"]
+            if !runner.is_empty() && *runner != "steps"
+    )
 }
 
 /// Runs the publication here, then copies it to the other kernels when it succeeded.
@@ -104,6 +109,9 @@ mod tests {
     fn runner_publications() {
         assert!(is_publication("/v0/runners/r-1/tools"));
         assert!(is_publication("/v0/runners/r-1/capabilities"));
+        assert!(is_publication("/v0/runners/r-1/tool-changes"));
+        assert!(is_publication("/v0/runners/r-1/tool-changes/accept"));
+        assert!(!is_publication("/v0/runners/r-1/tool-changes/other"));
         assert!(!is_publication("/v0/runners/r-1/results"));
         assert!(!is_publication("/v0/runners//tools"));
         assert!(!is_publication("/v0/runners/stream"));

@@ -7,7 +7,8 @@
 //! An acceptance names the digest it accepts: a later, different change is pending again.
 //!
 //! The list lives in the kernel's memory: a runner reports it again after a kernel restart
-//! (it keeps reporting while anything is pending).
+//! (it keeps reporting while anything is pending). In cluster mode a report and an acceptance
+//! are copied to every live kernel (`crate::cluster::publish`), so each holds the same list.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -258,7 +259,11 @@ pub async fn show(
             .map(|tool| tool.id.to_string())
             .collect(),
     };
-    if listed.is_none() && tools.is_empty() && changes.pending.is_empty() {
+    if listed.is_none()
+        && tools.is_empty()
+        && changes.pending.is_empty()
+        && changes.accepted.is_empty()
+    {
         return Err(ApiError::NotFound(format!("runner {runner:?} not found")));
     }
     Ok(Json(json!({

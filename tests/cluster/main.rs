@@ -11,6 +11,7 @@ mod load;
 mod matching;
 mod recovery;
 mod rolling;
+mod tool_changes;
 mod view;
 mod wakeups;
 

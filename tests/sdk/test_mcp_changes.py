@@ -9,9 +9,7 @@ import json
 import subprocess
 
 import httpx
-import pytest
 
-import backend
 from harness import Sandbox, keel_bin, wait_until
 from test_mcp import Setup, published
 
@@ -29,11 +27,6 @@ def runner_view(setup: Setup, runner_id: str) -> dict:
     return r.json()
 
 
-@pytest.mark.skipif(
-    backend.backend() == "cluster",
-    reason="pending tool changes are held by the kernel the runner is connected to "
-    "(docs/mcp.md); this scenario reads and accepts them through any kernel",
-)
 def test_a_changed_definition_is_pending_until_an_operator_accepts_it(sandbox: Sandbox) -> None:
     pins = sandbox.workdir / "pins.json"
     setup = Setup(sandbox, ["--pin-file", str(pins)])
