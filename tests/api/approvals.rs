@@ -6,6 +6,7 @@
 
 mod denials;
 mod escalation;
+mod keyed;
 mod objects;
 mod restart;
 mod terms;
@@ -64,11 +65,7 @@ rules:
 
 /// Installs [`POLICY`] (loaded from a file like `--policy` does) and [`STEP_TIMEOUT`].
 fn yaml_policy(config: &mut KernelConfig) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("policy.yaml");
-    std::fs::write(&path, POLICY).expect("policy written");
-    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
-    config.execution.step_timeout = STEP_TIMEOUT;
+    keyed::install_policy(config, POLICY);
 }
 
 /// Options of a kernel running [`POLICY`].

@@ -5,17 +5,15 @@
 
 use std::time::Duration;
 
-use keel::http::HttpSettings;
 use keel_actors::kernel::KernelConfig;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use super::invoke_gated;
+use super::keyed::{install_policy, key, keyed, post_as};
 use crate::harness::{
     Assignment, Options, SseClient, TestAgent, TestKernel, assert_error, eventually,
 };
-
-const TOKEN: &str = "approval-escalation-admin-token";
 
 /// Staging deploys: any approver, no expiry. Prod deploys: the key `lead` within a second,
 /// then the key `boss` within the hour.
@@ -51,48 +49,11 @@ rules:
 "#;
 
 fn policy(config: &mut KernelConfig) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("policy.yaml");
-    std::fs::write(&path, POLICY).expect("policy written");
-    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
-    config.execution.step_timeout = Duration::from_secs(120);
+    install_policy(config, POLICY);
 }
 
 fn options() -> Options {
-    Options {
-        settings: HttpSettings {
-            bearer_token: Some(TOKEN.to_owned()),
-            heartbeat: Duration::from_millis(300),
-            ..HttpSettings::default()
-        },
-        kernel: policy,
-        ..Options::default()
-    }
-}
-
-async fn key(kernel: &TestKernel, name: &str, role: &str, scopes: Value) -> String {
-    let body = json!({"name": name, "role": role, "scopes": scopes});
-    let (status, body) = kernel.post("/v0/keys", &body).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    body["secret"].as_str().expect("secret").to_owned()
-}
-
-async fn post_as(
-    kernel: &TestKernel,
-    secret: &str,
-    path: &str,
-    body: &Value,
-) -> (StatusCode, Value) {
-    let response = kernel
-        .client
-        .post(kernel.url(path))
-        .bearer_auth(secret)
-        .json(body)
-        .send()
-        .await
-        .expect("sent");
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
+    keyed(policy)
 }
 
 /// Posts an `invoke_tool` intent with the agent's key; returns the pending step.
@@ -156,11 +117,11 @@ async fn inbox_as(kernel: &TestKernel, secret: &str) -> String {
 #[tokio::test]
 async fn approvals_are_objects_on_the_feed_and_every_event_names_its_principal() {
     let kernel = TestKernel::start_with(options()).await;
-    let ops = key(&kernel, "ops", "operator", json!({})).await;
-    let bot = key(&kernel, "bot", "agent", json!({"agents": ["deployer"]})).await;
-    let alice = key(&kernel, "alice", "approver", json!({})).await;
-    let lead = key(&kernel, "lead", "approver", json!({})).await;
-    let boss = key(&kernel, "boss", "approver", json!({})).await;
+    let ops = key(&kernel, "ops", "operator").await;
+    let bot = key(&kernel, "bot", "agent").await;
+    let alice = key(&kernel, "alice", "approver").await;
+    let lead = key(&kernel, "lead", "approver").await;
+    let boss = key(&kernel, "boss", "approver").await;
     let stream = kernel
         .client
         .get(kernel.url("/v0/agents/stream?agent_id=deployer&consumer_id=deployer-1"))
@@ -335,8 +296,8 @@ async fn approvals_are_objects_on_the_feed_and_every_event_names_its_principal()
 #[tokio::test]
 async fn an_approval_that_expires_while_the_kernel_is_down_is_escalated_at_start() {
     let kernel = TestKernel::start_with(options()).await;
-    let boss = key(&kernel, "boss", "approver", json!({})).await;
-    let lead = key(&kernel, "lead", "approver", json!({})).await;
+    let boss = key(&kernel, "boss", "approver").await;
+    let lead = key(&kernel, "lead", "approver").await;
     let mut agent = TestAgent::connect(&kernel, "deployer").await;
     let created = kernel.create("deployer", json!("ship")).await;
     let id = created["id"].as_str().expect("id").to_owned();

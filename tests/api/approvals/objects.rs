@@ -3,42 +3,12 @@
 //! retry with other arguments asking again, several answers in one request; and the creator
 //! and `on_behalf_of` on `execution.created`.
 
-use std::time::Duration;
-
-use keel::http::HttpSettings;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::keyed::{install_policy, key, keyed, post_as};
 use super::{events_of, invoke_gated, payloads, yaml_policy};
-use crate::harness::{Options, TestAgent, TestKernel, assert_error};
-
-const TOKEN: &str = "approvals-admin-token";
-
-async fn key(kernel: &TestKernel, name: &str, role: &str) -> String {
-    let (status, body) = kernel
-        .post("/v0/keys", &json!({"name": name, "role": role, "scopes": if role == "agent" { json!({"agents": ["deployer"]}) } else { json!({}) }}))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    body["secret"].as_str().expect("secret").to_owned()
-}
-
-async fn post_as(
-    kernel: &TestKernel,
-    secret: &str,
-    path: &str,
-    body: &Value,
-) -> (StatusCode, Value) {
-    let response = kernel
-        .client
-        .post(kernel.url(path))
-        .bearer_auth(secret)
-        .json(body)
-        .send()
-        .await
-        .expect("sent");
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
+use crate::harness::{TestAgent, TestKernel, assert_error};
 
 /// `sha256:<hex>` of canonical JSON text, as the kernel records an approval's arguments.
 fn digest(canonical: &str) -> String {
@@ -51,16 +21,7 @@ fn digest(canonical: &str) -> String {
 
 #[tokio::test]
 async fn approvals_are_answered_once_by_someone_allowed_and_the_answer_is_recorded() {
-    let kernel = TestKernel::start_with(Options {
-        settings: HttpSettings {
-            bearer_token: Some(TOKEN.to_owned()),
-            heartbeat: Duration::from_millis(300),
-            ..HttpSettings::default()
-        },
-        kernel: yaml_policy,
-        ..Options::default()
-    })
-    .await;
+    let kernel = TestKernel::start_with(keyed(yaml_policy)).await;
     let ops = key(&kernel, "ops", "operator").await;
     let alice = key(&kernel, "alice", "approver").await;
     let agent_key = key(&kernel, "deployer-agent", "agent").await;
@@ -222,28 +183,15 @@ async fn approvals_are_answered_once_by_someone_allowed_and_the_answer_is_record
 
 /// Refunds only in executions the billing service created for a customer.
 fn refund_policy(config: &mut keel_actors::kernel::KernelConfig) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("policy.yaml");
-    std::fs::write(
-        &path,
+    install_policy(
+        config,
         "rules:\n  - id: refunds-by-billing\n    priority: 1\n    when:\n      tool_id: payments.refund\n      created_by: \"billing-*\"\n      on_behalf_of: \"customer-*\"\n    then:\n      decision: allow\n  - id: no-refunds\n    priority: 2\n    when:\n      tool_id: payments.refund\n    then:\n      decision: deny\n      reason: refunds are the billing service's\ndefault:\n  decision: allow\n",
-    )
-    .expect("policy written");
-    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
+    );
 }
 
 #[tokio::test]
 async fn policy_sees_who_created_the_execution_and_for_whom() {
-    let kernel = TestKernel::start_with(Options {
-        settings: HttpSettings {
-            bearer_token: Some(TOKEN.to_owned()),
-            heartbeat: Duration::from_millis(300),
-            ..HttpSettings::default()
-        },
-        kernel: refund_policy,
-        ..Options::default()
-    })
-    .await;
+    let kernel = TestKernel::start_with(keyed(refund_policy)).await;
     let billing = key(&kernel, "billing-svc", "operator").await;
     let ops = key(&kernel, "ops", "operator").await;
     let mut agent = TestAgent::connect(&kernel, "payer").await;

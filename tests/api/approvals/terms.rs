@@ -5,15 +5,13 @@
 
 use std::time::Duration;
 
-use keel::http::HttpSettings;
 use keel_actors::kernel::KernelConfig;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::keyed::{install_policy, key, keyed, post_as};
 use super::{events_of, invoke_gated, payloads, time};
 use crate::harness::{Options, TestAgent, TestKernel, assert_error};
-
-const TOKEN: &str = "approval-terms-admin-token";
 
 /// Prod deploys: only the key `lead` or an operator, within a second; staging deploys wait an
 /// hour for any approver.
@@ -48,49 +46,11 @@ rules:
 "#;
 
 fn policy(config: &mut KernelConfig) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("policy.yaml");
-    std::fs::write(&path, POLICY).expect("policy written");
-    config.policy = keel::policy::load_path(&path).expect("policy loads").engine;
-    config.execution.step_timeout = Duration::from_secs(120);
+    install_policy(config, POLICY);
 }
 
 fn options() -> Options {
-    Options {
-        settings: HttpSettings {
-            bearer_token: Some(TOKEN.to_owned()),
-            heartbeat: Duration::from_millis(300),
-            ..HttpSettings::default()
-        },
-        kernel: policy,
-        ..Options::default()
-    }
-}
-
-async fn key(kernel: &TestKernel, name: &str, role: &str) -> String {
-    let (status, body) = kernel
-        .post("/v0/keys", &json!({"name": name, "role": role}))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    body["secret"].as_str().expect("secret").to_owned()
-}
-
-async fn post_as(
-    kernel: &TestKernel,
-    secret: &str,
-    path: &str,
-    body: &Value,
-) -> (StatusCode, Value) {
-    let response = kernel
-        .client
-        .post(kernel.url(path))
-        .bearer_auth(secret)
-        .json(body)
-        .send()
-        .await
-        .expect("sent");
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
+    keyed(policy)
 }
 
 async fn created_id(kernel: &TestKernel) -> String {
