@@ -13,7 +13,8 @@
 //! or scope does not allow the route is 403 `FORBIDDEN`. Every refusal is logged with the key's
 //! name (never the secret), the route and the reason; failures are limited per client address
 //! (`crate::auth::failures`). The principal goes to the handler as a request extension, and a
-//! stream opened with a key ends when the key is revoked, rotated or expires.
+//! stream opened with a key ends when the key is revoked, rotated or expires. The scope checks
+//! (the middleware's and the handlers') are in `auth/checks.rs`, CORS in `auth/cors.rs`.
 //!
 //! With CORS origins configured every response carries the CORS headers and any `OPTIONS`
 //! request is answered 204 before authentication. All of it runs inside the request-id
@@ -26,11 +27,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::header::{
-    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_MAX_AGE, AUTHORIZATION, CONNECTION, CONTENT_TYPE, ORIGIN, VARY,
-    WWW_AUTHENTICATE,
-};
+use axum::http::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
@@ -40,7 +37,14 @@ use super::AppState;
 use super::error::ApiError;
 use crate::auth::failures::Verdict;
 use crate::auth::role::{self, Access};
-use crate::auth::{Principal, Rejected, Role};
+use crate::auth::{Principal, Rejected};
+
+mod checks;
+mod cors;
+
+use checks::forbidden;
+pub use checks::{check_agent_execution, check_creation, check_runner, check_signal, check_tool};
+pub use cors::{add_cors, cors_for};
 
 /// Authenticates and authorizes `request` (`route` is its matched path, or its raw path when
 /// no route matched). `Ok(Some(principal))` when a key or the token was checked (the principal
@@ -230,148 +234,6 @@ fn bearer(headers: &HeaderMap) -> Bearer<'_> {
     }
 }
 
-/// Why `principal` may not call the route, when its role or scope says so. The body's checks
-/// (an agent key's creations, a runner key's `started`) are the handlers'.
-fn forbidden(access: Access, principal: &Principal, request: &Request) -> Option<String> {
-    if let Some(reason) = role::refusal(access, principal.role) {
-        return Some(format!("{reason} (role {})", principal.role));
-    }
-    let scopes = &principal.scopes;
-    match (access, principal.role) {
-        (Access::AgentStream, Role::Agent) => {
-            let agent = query_value(request, "agent_id").unwrap_or_default();
-            (!scopes.allows_agent(&agent))
-                .then(|| format!("agent id {agent:?} is outside the key's scope"))
-        }
-        (Access::RunnerStream, Role::Runner) => {
-            let runner = query_value(request, "runner_id").unwrap_or_default();
-            if !scopes.allows_runner(&runner) {
-                return Some(format!("runner id {runner:?} is outside the key's scope"));
-            }
-            let capabilities = query_value(request, "capabilities").unwrap_or_default();
-            capabilities
-                .split(',')
-                .map(str::trim)
-                .find(|tool| !tool.is_empty() && !scopes.allows_tool(tool))
-                .map(|tool| format!("tool {tool:?} is outside the key's scope"))
-        }
-        (Access::RunnerPath | Access::RunnerRemove, Role::Runner) => {
-            let runner = path_runner(request.uri().path()).unwrap_or_default();
-            (!scopes.allows_runner(&runner))
-                .then(|| format!("runner id {runner:?} is outside the key's scope"))
-        }
-        _ => None,
-    }
-}
-
-/// A 403 for what a handler found in the body, logged like the route refusals.
-fn refuse(principal: &Principal, reason: String) -> ApiError {
-    tracing::warn!(key = %principal.name, role = %principal.role, reason = %reason, "request forbidden");
-    ApiError::Forbidden {
-        rule_id: String::new(),
-        message: format!("forbidden: {reason}"),
-    }
-}
-
-/// A creation: an agent key only for its agents; a key with label scopes only with those
-/// labels.
-pub fn check_creation(
-    principal: &Principal,
-    agent_id: &str,
-    labels: Option<&std::collections::BTreeMap<String, String>>,
-) -> Result<(), ApiError> {
-    if principal.role == Role::Agent && !principal.scopes.allows_agent(agent_id) {
-        return Err(refuse(
-            principal,
-            format!("agent id {agent_id:?} is outside the key's scope"),
-        ));
-    }
-    for (key, value) in labels.into_iter().flatten() {
-        if !principal.scopes.allows_label(key, value) {
-            return Err(refuse(
-                principal,
-                format!("label {key}={value} is outside the key's scope"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// An agent key's intent or step result: only for executions of its agents (one read of the
-/// execution, for agent keys only; an unknown execution is left to the handler's answer).
-pub async fn check_agent_execution(
-    state: &AppState,
-    principal: &Principal,
-    execution_id: &str,
-) -> Result<(), ApiError> {
-    if principal.role != Role::Agent || principal.scopes.agents.is_empty() {
-        return Ok(());
-    }
-    let id = keel_actors::ids::ExecutionId::new(execution_id.to_owned());
-    match state.kernel.execution(&id).await {
-        Ok(row) if !principal.scopes.allows_agent(row.agent_id.as_str()) => Err(refuse(
-            principal,
-            format!(
-                "execution {execution_id} belongs to agent {:?}, outside the key's scope",
-                row.agent_id.as_str()
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// A signal: approvers send only `step.approve` and `step.deny`.
-pub fn check_signal(principal: &Principal, signal_type: &str) -> Result<(), ApiError> {
-    let approval = matches!(signal_type, "step.approve" | "step.deny");
-    if principal.role == Role::Approver && !approval {
-        return Err(refuse(
-            principal,
-            format!("an approver key sends only step.approve and step.deny, not {signal_type:?}"),
-        ));
-    }
-    Ok(())
-}
-
-/// A runner key names only its runners.
-pub fn check_runner(principal: &Principal, runner_id: &str) -> Result<(), ApiError> {
-    if principal.role == Role::Runner && !principal.scopes.allows_runner(runner_id) {
-        return Err(refuse(
-            principal,
-            format!("runner id {runner_id:?} is outside the key's scope"),
-        ));
-    }
-    Ok(())
-}
-
-/// A runner key serves only its tools.
-pub fn check_tool(principal: &Principal, tool_id: &str) -> Result<(), ApiError> {
-    if principal.role == Role::Runner && !principal.scopes.allows_tool(tool_id) {
-        return Err(refuse(
-            principal,
-            format!("tool {tool_id:?} is outside the key's scope"),
-        ));
-    }
-    Ok(())
-}
-
-/// The first value of `name` in the request's query, decoded.
-fn query_value(request: &Request, name: &str) -> Option<String> {
-    let query = request.uri().query()?;
-    url::form_urlencoded::parse(query.as_bytes())
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.into_owned())
-}
-
-/// The `{id}` of `/v0/runners/{id}/...`, decoded.
-fn path_runner(path: &str) -> Option<String> {
-    let segment = path.strip_prefix("/v0/runners/")?.split('/').next()?;
-    Some(
-        percent_encoding::percent_decode_str(segment)
-            .decode_utf8_lossy()
-            .into_owned(),
-    )
-}
-
 /// Ends a streaming response when the key that opened it is revoked, rotated or expires; other
 /// responses, and those of the bearer token or an open kernel, are returned as they are.
 pub fn bind_stream(principal: Option<Principal>, response: Response) -> Response {
@@ -392,58 +254,6 @@ pub fn bind_stream(principal: Option<Principal>, response: Response) -> Response
     let ended = async move { principal.invalidated().await };
     let body = Body::from_stream(body.into_data_stream().take_until(ended));
     Response::from_parts(parts, body)
-}
-
-/// The CORS headers a response to a request with `headers` carries: `None` when no origins are
-/// configured. Read before the request goes to its handler, added to whatever it answers
-/// ([`add_cors`]), the early answers of [`answer_early`] included.
-pub fn cors_for(state: &AppState, headers: &HeaderMap) -> Option<Cors> {
-    let origins = &state.settings.cors_origins;
-    if origins.is_empty() {
-        return None;
-    }
-    Some(Cors {
-        allow_origin: allowed_origin(origins, headers),
-    })
-}
-
-/// The CORS answer of one request (`cors_for`).
-pub struct Cors {
-    allow_origin: Option<HeaderValue>,
-}
-
-/// Adds the CORS headers of `cors` to `response`.
-pub fn add_cors(cors: Cors, response: &mut Response) {
-    let headers = response.headers_mut();
-    if let Some(origin) = cors.allow_origin {
-        if origin != "*" {
-            headers.append(VARY, HeaderValue::from_static("Origin"));
-        }
-        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    }
-    headers.insert(
-        ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, PUT, DELETE, OPTIONS"),
-    );
-    headers.insert(
-        ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("Content-Type, Authorization, X-Request-ID"),
-    );
-    headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
-}
-
-/// Returns the `Access-Control-Allow-Origin` value for a request: `*` when any origin is
-/// allowed, else the request's origin when it is configured.
-fn allowed_origin(origins: &[String], headers: &HeaderMap) -> Option<HeaderValue> {
-    if origins.iter().any(|origin| origin == "*") {
-        return Some(HeaderValue::from_static("*"));
-    }
-    let origin = headers.get(ORIGIN)?;
-    let text = origin.to_str().ok()?;
-    origins
-        .iter()
-        .any(|allowed| allowed == text)
-        .then(|| origin.clone())
 }
 
 #[cfg(test)]
@@ -489,33 +299,5 @@ mod tests {
             headers.append(AUTHORIZATION, HeaderValue::from_str(second).unwrap());
             assert_eq!(bearer(&headers), Bearer::Ambiguous, "{second:?}");
         }
-    }
-
-    #[test]
-    fn runner_ids_are_read_from_the_path() {
-        assert_eq!(
-            path_runner("/v0/runners/r%201/results").as_deref(),
-            Some("r 1")
-        );
-        assert_eq!(path_runner("/v0/runners/r1").as_deref(), Some("r1"));
-        assert_eq!(path_runner("/v0/executions"), None);
-    }
-
-    #[test]
-    fn origins_are_echoed_only_when_configured() {
-        let mut headers = HeaderMap::new();
-        headers.insert(ORIGIN, HeaderValue::from_static("https://a.example"));
-        let any = vec!["*".to_owned()];
-        assert_eq!(
-            allowed_origin(&any, &headers),
-            Some(HeaderValue::from_static("*"))
-        );
-        let listed = vec!["https://a.example".to_owned()];
-        assert_eq!(
-            allowed_origin(&listed, &headers),
-            Some(HeaderValue::from_static("https://a.example"))
-        );
-        let other = vec!["https://b.example".to_owned()];
-        assert_eq!(allowed_origin(&other, &headers), None);
     }
 }
