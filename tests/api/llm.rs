@@ -183,6 +183,27 @@ pub(crate) fn chat_path(execution_id: &str, provider: &str) -> String {
     format!("/v0/executions/{execution_id}/llm/{provider}/v1/chat/completions")
 }
 
+/// One chat completion with `body` through `execution_id`'s `openai` provider, as an admin:
+/// the answer's status and JSON body. The future owns what it needs, so it can be spawned.
+pub(crate) fn chat(
+    kernel: &TestKernel,
+    execution_id: &str,
+    body: Value,
+) -> impl Future<Output = (StatusCode, Value)> + Send + 'static {
+    let request = kernel
+        .client
+        .post(kernel.url(&chat_path(execution_id, "openai")))
+        .bearer_auth(TOKEN)
+        .json(&body);
+    async move {
+        let response = request.send().await.expect("sent");
+        (
+            response.status(),
+            response.json::<Value>().await.expect("JSON"),
+        )
+    }
+}
+
 #[tokio::test]
 async fn a_chat_completion_goes_upstream_unchanged_with_the_providers_key() {
     let fake = Arc::new(Fake::default());
@@ -593,20 +614,7 @@ async fn a_spent_token_budget_refuses_the_next_call_before_the_provider() {
     let kernel = kernel_with(Some(&base_url), Some(TOKEN), token_budget).await;
     let execution = kernel.create("llm-agent", json!({})).await;
     let id = execution["id"].as_str().expect("id");
-    let call = || async {
-        let response = kernel
-            .client
-            .post(kernel.url(&chat_path(id, "openai")))
-            .bearer_auth(TOKEN)
-            .json(&json!({"model": "gpt-test", "messages": []}))
-            .send()
-            .await
-            .expect("sent");
-        (
-            response.status(),
-            response.json::<Value>().await.expect("JSON"),
-        )
-    };
+    let call = || chat(&kernel, id, json!({"model": "gpt-test", "messages": []}));
     // 8 tokens: under the 10-token budget, so the second call is allowed too (16 > 10) ...
     assert_eq!(call().await.0, StatusCode::OK);
     llm_calls(&kernel, id, 1).await;
@@ -681,20 +689,7 @@ async fn a_model_outside_the_policys_allow_list_is_refused_before_the_provider()
     let execution = kernel.create("llm-agent", json!({})).await;
     let id = execution["id"].as_str().expect("id");
     let kernel = &kernel;
-    let call = |model: &'static str| async move {
-        let response = kernel
-            .client
-            .post(kernel.url(&chat_path(id, "openai")))
-            .bearer_auth(TOKEN)
-            .json(&json!({"model": model, "messages": []}))
-            .send()
-            .await
-            .expect("sent");
-        (
-            response.status(),
-            response.json::<Value>().await.expect("JSON"),
-        )
-    };
+    let call = |model: &str| chat(kernel, id, json!({"model": model, "messages": []}));
     let (status, error) = call("gpt-expensive").await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{error}");
     assert_eq!(error["error"]["code"], "model_not_allowed");

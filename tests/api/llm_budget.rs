@@ -7,8 +7,10 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{eventually, install_allow_all_policy, running_execution};
-use crate::llm::{Fake, TOKEN, chat_path, kernel_with, llm_calls, start_fake};
+use crate::harness::{
+    TestAgent, TestKernel, eventually, install_allow_all_policy, running_execution,
+};
+use crate::llm::{Fake, TOKEN, chat, kernel_with, llm_calls, start_fake};
 
 /// 10 model tokens, then a wait of up to 20 s for a raise (the fake answers 8 tokens a call).
 fn approval_budget(config: &mut keel_actors::kernel::KernelConfig) {
@@ -26,24 +28,35 @@ fn short_wait_budget(config: &mut keel_actors::kernel::KernelConfig) {
     );
 }
 
-/// One chat call of `id` as an admin; returns status and body.
-async fn call(kernel: &crate::harness::TestKernel, id: &str) -> (StatusCode, Value) {
-    let response = kernel
-        .client
-        .post(kernel.url(&chat_path(id, "openai")))
-        .bearer_auth(TOKEN)
-        .json(&json!({"model": "gpt-test", "messages": []}))
-        .send()
-        .await
-        .expect("sent");
-    (
-        response.status(),
-        response.json::<Value>().await.expect("JSON"),
-    )
+/// One chat call of `gpt-test` by `id`; returns status and body.
+async fn call(kernel: &TestKernel, id: &str) -> (StatusCode, Value) {
+    chat(kernel, id, json!({"model": "gpt-test", "messages": []})).await
+}
+
+/// A fake provider, a kernel with the gateway and `budget`, and an execution an agent holds.
+struct Setup {
+    fake: Arc<Fake>,
+    kernel: TestKernel,
+    /// Holds the execution: bind it (as `_agent`) for the whole test.
+    _agent: TestAgent,
+    id: String,
+}
+
+async fn setup(budget: fn(&mut keel_actors::kernel::KernelConfig)) -> Setup {
+    let fake = Arc::new(Fake::default());
+    let base_url = start_fake(fake.clone()).await;
+    let kernel = kernel_with(Some(&base_url), Some(TOKEN), budget).await;
+    let (agent, assignment) = running_execution(&kernel, "llm-agent").await;
+    Setup {
+        fake,
+        kernel,
+        _agent: agent,
+        id: assignment.execution_id,
+    }
 }
 
 /// The payloads of `type_name` events of the execution.
-async fn payloads(kernel: &crate::harness::TestKernel, id: &str, type_name: &str) -> Vec<Value> {
+async fn payloads(kernel: &TestKernel, id: &str, type_name: &str) -> Vec<Value> {
     kernel
         .events(id)
         .await
@@ -55,34 +68,23 @@ async fn payloads(kernel: &crate::harness::TestKernel, id: &str, type_name: &str
 
 #[tokio::test]
 async fn a_spent_budget_blocks_the_execution_until_an_operator_raises_it() {
-    let fake = Arc::new(Fake::default());
-    let base_url = start_fake(fake.clone()).await;
-    let kernel = kernel_with(Some(&base_url), Some(TOKEN), approval_budget).await;
-    let (_agent, assignment) = running_execution(&kernel, "llm-agent").await;
-    let id = assignment.execution_id.clone();
+    let Setup {
+        fake,
+        kernel,
+        _agent,
+        id,
+    } = setup(approval_budget).await;
     // 8 + 8 tokens: the second call starts under the limit and crosses it.
     assert_eq!(call(&kernel, &id).await.0, StatusCode::OK);
     llm_calls(&kernel, &id, 1).await;
     assert_eq!(call(&kernel, &id).await.0, StatusCode::OK);
     llm_calls(&kernel, &id, 2).await;
     // The third waits: the execution blocks on a raise, the provider sees nothing.
-    let waiting = tokio::spawn({
-        let kernel_url = kernel.url(&chat_path(&id, "openai"));
-        let client = kernel.client.clone();
-        async move {
-            let response = client
-                .post(kernel_url)
-                .bearer_auth(TOKEN)
-                .json(&json!({"model": "gpt-test", "messages": []}))
-                .send()
-                .await
-                .expect("sent");
-            (
-                response.status(),
-                response.json::<Value>().await.expect("JSON"),
-            )
-        }
-    });
+    let waiting = tokio::spawn(chat(
+        &kernel,
+        &id,
+        json!({"model": "gpt-test", "messages": []}),
+    ));
     eventually("the execution blocks on the budget", || async {
         (kernel.status(&id).await == "blocked").then_some(())
     })
@@ -151,32 +153,21 @@ async fn a_spent_budget_blocks_the_execution_until_an_operator_raises_it() {
 
 #[tokio::test]
 async fn a_denied_raise_fails_the_waiting_call_and_the_execution_runs_on() {
-    let fake = Arc::new(Fake::default());
-    let base_url = start_fake(fake.clone()).await;
-    let kernel = kernel_with(Some(&base_url), Some(TOKEN), approval_budget).await;
-    let (_agent, assignment) = running_execution(&kernel, "llm-agent").await;
-    let id = assignment.execution_id.clone();
+    let Setup {
+        fake,
+        kernel,
+        _agent,
+        id,
+    } = setup(approval_budget).await;
     for _ in 0..2 {
         assert_eq!(call(&kernel, &id).await.0, StatusCode::OK);
     }
     llm_calls(&kernel, &id, 2).await;
-    let waiting = tokio::spawn({
-        let url = kernel.url(&chat_path(&id, "openai"));
-        let client = kernel.client.clone();
-        async move {
-            let response = client
-                .post(url)
-                .bearer_auth(TOKEN)
-                .json(&json!({"model": "gpt-test", "messages": []}))
-                .send()
-                .await
-                .expect("sent");
-            (
-                response.status(),
-                response.json::<Value>().await.expect("JSON"),
-            )
-        }
-    });
+    let waiting = tokio::spawn(chat(
+        &kernel,
+        &id,
+        json!({"model": "gpt-test", "messages": []}),
+    ));
     eventually("the execution blocks on the budget", || async {
         (kernel.status(&id).await == "blocked").then_some(())
     })
@@ -212,11 +203,12 @@ async fn a_denied_raise_fails_the_waiting_call_and_the_execution_runs_on() {
 
 #[tokio::test]
 async fn a_raise_nobody_answers_fails_the_call_after_the_wait_and_unblocks_the_execution() {
-    let fake = Arc::new(Fake::default());
-    let base_url = start_fake(fake.clone()).await;
-    let kernel = kernel_with(Some(&base_url), Some(TOKEN), short_wait_budget).await;
-    let (_agent, assignment) = running_execution(&kernel, "llm-agent").await;
-    let id = assignment.execution_id.clone();
+    let Setup {
+        fake,
+        kernel,
+        _agent,
+        id,
+    } = setup(short_wait_budget).await;
     assert_eq!(call(&kernel, &id).await.0, StatusCode::OK);
     llm_calls(&kernel, &id, 1).await;
     let (status, error) = call(&kernel, &id).await;
@@ -257,27 +249,20 @@ fn hundred_tokens(config: &mut keel_actors::kernel::KernelConfig) {
 
 #[tokio::test]
 async fn concurrent_calls_at_the_budget_edge_overshoot_by_at_most_one_call() {
-    let fake = Arc::new(Fake::default());
-    let base_url = start_fake(fake.clone()).await;
-    let kernel = kernel_with(Some(&base_url), Some(TOKEN), hundred_tokens).await;
-    let (_agent, assignment) = running_execution(&kernel, "llm-agent").await;
-    let id = assignment.execution_id.clone();
+    let Setup {
+        fake,
+        kernel,
+        _agent,
+        id,
+    } = setup(hundred_tokens).await;
     // 20 calls at once, 8 tokens each (160 in all): without reservations every one would find
     // the budget unspent and go. Each names its output limit, so its estimate holds.
     let calls = (0..20).map(|_| {
-        let url = kernel.url(&chat_path(&id, "openai"));
-        let client = kernel.client.clone();
-        async move {
-            let response = client
-                .post(url)
-                .bearer_auth(TOKEN)
-                .json(&json!({"model": "slow", "messages": [], "max_tokens": 1}))
-                .send()
-                .await
-                .expect("sent");
-            let status = response.status();
-            (status, response.json::<Value>().await.expect("JSON"))
-        }
+        chat(
+            &kernel,
+            &id,
+            json!({"model": "slow", "messages": [], "max_tokens": 1}),
+        )
     });
     let answers = futures::future::join_all(calls).await;
     let ok = answers

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::llm::{Fake, TOKEN, chat_path, kernel_from_yaml, llm_calls, start_fake};
+use crate::llm::{Fake, chat, kernel_from_yaml, llm_calls, start_fake};
 
 #[tokio::test]
 async fn a_failing_model_hands_its_calls_to_its_fallback_and_the_record_says_so() {
@@ -20,20 +20,7 @@ async fn a_failing_model_hands_its_calls_to_its_fallback_and_the_record_says_so(
     .await;
     let execution = kernel.create("llm-agent", json!({})).await;
     let id = execution["id"].as_str().expect("id");
-    let call = || async {
-        let response = kernel
-            .client
-            .post(kernel.url(&chat_path(id, "openai")))
-            .bearer_auth(TOKEN)
-            .json(&json!({"model": "broken", "messages": []}))
-            .send()
-            .await
-            .expect("sent");
-        (
-            response.status(),
-            response.json::<Value>().await.expect("JSON"),
-        )
-    };
+    let call = || chat(&kernel, id, json!({"model": "broken", "messages": []}));
     // The 500 goes to the fallback, which answers.
     let (status, answer) = call().await;
     assert_eq!(status, StatusCode::OK, "{answer}");
@@ -66,15 +53,7 @@ async fn a_failing_model_hands_its_calls_to_its_fallback_and_the_record_says_so(
         assert!((usd - (7.0 * 2.0 + 10.0) / 1e6).abs() < 1e-12, "{recorded}");
     }
     // A model without a fallback still gets the provider's error.
-    let response = kernel
-        .client
-        .post(kernel.url(&chat_path(id, "openai")))
-        .bearer_auth(TOKEN)
-        .json(&json!({"model": "gpt-test", "messages": []}))
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let error: Value = response.json().await.expect("JSON");
+    let (status, error) = chat(&kernel, id, json!({"model": "gpt-test", "messages": []})).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(error["error"]["code"], "provider_unavailable", "{error}");
 }

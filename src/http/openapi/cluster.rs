@@ -5,7 +5,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::schemas::Error;
+use super::answers::Unauthorized;
 
 /// The cluster as the answering kernel sees it (its lease manager's last view, at most a
 /// second old). A one-kernel database answers `{"mode": "single"}` only.
@@ -42,6 +42,6 @@ pub struct ClusterKernel {
 #[utoipa::path(get, path = "/v0/cluster", tag = "operators",
     responses(
         (status = 200, description = "The kernels and their partitions, or `{\"mode\": \"single\"}`", body = Cluster),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn cluster() {}

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::answers::Unauthorized;
 use super::schemas::Error;
 
 /// One tool call waiting for a human decision.
@@ -130,7 +131,7 @@ pub struct Policy {
     responses(
         (status = 200, description = "Approvals nobody answered yet, oldest first", body = ApprovalList),
         (status = 400, description = "Invalid query", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn approvals() {}
 
@@ -142,27 +143,27 @@ fn approvals() {}
     responses(
         (status = 200, description = "Executions by status", body = ExecutionCounts),
         (status = 400, description = "Invalid label filter", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn execution_counts() {}
 
 #[utoipa::path(get, path = "/v0/agents", tag = "operators",
     responses(
         (status = 200, description = "Agents with an open stream", body = AgentList),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn agents() {}
 
 #[utoipa::path(get, path = "/v0/runners", tag = "operators",
     responses(
         (status = 200, description = "Runners with an open stream", body = RunnerList),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn runners() {}
 
 #[utoipa::path(get, path = "/v0/policy", tag = "operators",
     responses(
         (status = 200, description = "The policy in force and the last reload attempt", body = Policy),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn policy() {}

@@ -5,6 +5,7 @@
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::answers::Unauthorized;
 use super::schemas::Error;
 
 /// One event of the kernel-wide feed: the execution event envelope plus `position` and
@@ -61,7 +62,7 @@ pub struct FeedPage {
     responses(
         (status = 200, description = "Events of every execution in position order", body = FeedPage),
         (status = 400, description = "Invalid query", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 pub fn feed_page() {}
 
@@ -80,6 +81,6 @@ pub fn feed_page() {}
             open. A consumer that does not keep up is cut off and resumes with Last-Event-ID.",
             content_type = "text/event-stream", body = super::schemas::SseMessage),
         (status = 400, description = "Invalid query or Last-Event-ID", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 pub fn feed_stream() {}

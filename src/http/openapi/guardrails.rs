@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::schemas::Error;
+use super::answers::Unauthorized;
 
 #[utoipa::path(get, path = "/v0/breakers", tag = "guardrails",
     responses(
         (status = 200, description = "Circuit breakers that are open, half-open or counting \
             recent failures: by tool id, then by runner id", body = BreakerList),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 pub(super) fn breakers() {}
 

@@ -2,6 +2,7 @@
 //! [`paths`] and [`schemas`] and served at `GET /v0/openapi.json`. docs/api.md is the readable
 //! companion; `tests/api/openapi.rs` keeps the document, the router and real answers in step.
 
+mod answers;
 mod cluster;
 mod console;
 mod feed;

@@ -9,6 +9,7 @@
 
 #![allow(dead_code)] // The functions only carry the attributes.
 
+use super::answers::{BadPath, Unauthorized};
 use super::schemas::{
     AgentStepResult, Capabilities, CreateExecution, Error, EventPage, Execution, ExecutionList,
     Intent, IntentAnswer, PublishTools, Reconcile, RunnerResult, Signal, SseMessage, Status,
@@ -33,14 +34,14 @@ fn ready() {}
     responses(
         (status = 200, description = "OpenMetrics text exposition (docs/metrics.md)",
             content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn metrics() {}
 
 #[utoipa::path(get, path = "/v0/openapi.json", tag = "observability",
     responses(
         (status = 200, description = "This document (OpenAPI 3.1)", body = Object),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn openapi() {}
 
@@ -52,7 +53,7 @@ fn openapi() {}
         (status = 201, description = "Created; `running` when an agent took it at once", body = Execution),
         (status = 200, description = "Replay of an earlier create with the same Idempotency-Key", body = Execution),
         (status = 400, description = "Invalid body", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
         (status = 403, description = "A `pre_create` hook refused the creation (FORBIDDEN, `rule_id` `hook:<id>`); nothing was created", body = Error),
         (status = 409, description = "Idempotency-Key reused with another body", body = Error),
         (status = 429, description = "Pending backlog full (Retry-After)", body = Error),
@@ -72,7 +73,7 @@ fn create_execution() {}
     responses(
         (status = 200, description = "A page, newest first", body = ExecutionList),
         (status = 400, description = "Invalid status, label filter, cursor or time", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn list_executions() {}
 
@@ -80,8 +81,8 @@ fn list_executions() {}
     params(("id" = String, Path, description = "Execution id")),
     responses(
         (status = 200, description = "The execution", body = Execution),
-        (status = 400, description = "Invalid path or query (an id over 256 bytes, a query key given twice)", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        BadPath,
+        Unauthorized,
         (status = 404, description = "No such execution", body = Error),
     ))]
 fn get_execution() {}
@@ -90,8 +91,8 @@ fn get_execution() {}
     params(("id" = String, Path, description = "Execution id")),
     responses(
         (status = 200, description = "Cancelled (or already terminal)", body = Execution),
-        (status = 400, description = "Invalid path or query (an id over 256 bytes, a query key given twice)", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        BadPath,
+        Unauthorized,
         (status = 404, description = "No such execution", body = Error),
         (status = 409, description = "Already terminal", body = Error),
     ))]
@@ -103,7 +104,7 @@ fn cancel_execution() {}
     responses(
         (status = 200, description = "Recorded", body = Status),
         (status = 400, description = "Invalid body", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
         (status = 404, description = "No such execution", body = Error),
         (status = 409, description = "Execution terminal", body = Error),
     ))]
@@ -118,7 +119,7 @@ fn signal_execution() {}
     responses(
         (status = 200, description = "Recorded (`step.reconciled`, then the step's result, or its new attempt)", body = Status),
         (status = 400, description = "Invalid body (answer missing or not happened/run_again/fail)", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
         (status = 403, description = "The key's role is not admin or operator", body = Error),
         (status = 404, description = "No such execution or step", body = Error),
         (status = 409, description = "The step's outcome is not unknown, or the execution is terminal", body = Error),
@@ -134,7 +135,7 @@ fn reconcile_step() {}
     responses(
         (status = 200, description = "A page of the log, oldest first (empty for unknown ids)", body = EventPage),
         (status = 400, description = "Invalid query", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn execution_events() {}
 
@@ -149,8 +150,8 @@ fn execution_events() {}
         (status = 200, description = "SSE: `id: <sequence>`, `event: <type>`, `data: <Event>` \
             (schema Event) for every event of the log, then live ones; ends after the terminal \
             event. `:heartbeat` comments keep it open.", content_type = SSE, body = SseMessage),
-        (status = 400, description = "Invalid path or query (an id over 256 bytes, a query key given twice)", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        BadPath,
+        Unauthorized,
         (status = 404, description = "No such execution", body = Error),
     ))]
 fn execution_stream() {}
@@ -165,7 +166,7 @@ fn execution_stream() {}
             (schema ExecutionAssigned), `tool.result`, `signal.received`, `approval.resolved`, \
             `execution.cancelled`.", content_type = SSE, body = SseMessage),
         (status = 400, description = "Missing or over-long ids", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn agent_stream() {}
 
@@ -204,7 +205,7 @@ fn agent_step_result() {}
         (status = 200, description = "SSE of jobs: `job.assigned` (schema JobAssigned), \
             `job.cancelled`.", content_type = SSE, body = SseMessage),
         (status = 400, description = "Missing or over-long ids", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn runner_stream() {}
 
@@ -214,7 +215,7 @@ fn runner_stream() {}
     responses(
         (status = 200, description = "Recorded", body = Status),
         (status = 400, description = "Missing ids", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
         (status = 404, description = "No such step", body = Error),
         (status = 409, description = "Step not running on this runner", body = Error),
     ))]
@@ -227,7 +228,7 @@ fn step_started() {}
         (status = 200, description = "Recorded as `step.progress` while the step runs on this \
             runner (at most 20 per step); dropped otherwise", body = Status),
         (status = 400, description = "Missing ids or progress", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
         (status = 404, description = "No such step", body = Error),
     ))]
 fn step_progress() {}
@@ -236,8 +237,8 @@ fn step_progress() {}
     params(("id" = String, Path, description = "Runner id")),
     responses(
         (status = 204, description = "Unregistered"),
-        (status = 400, description = "Invalid path or query (an id over 256 bytes, a query key given twice)", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        BadPath,
+        Unauthorized,
         (status = 404, description = "No such runner", body = Error),
     ))]
 fn unregister_runner() {}
@@ -248,7 +249,7 @@ fn unregister_runner() {}
     responses(
         (status = 200, description = "Recorded", body = Status),
         (status = 400, description = "Missing ids or bad timestamps", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
         (status = 404, description = "No such step", body = Error),
         (status = 409, description = "Step already resolved", body = Error),
     ))]
@@ -260,7 +261,7 @@ fn runner_result() {}
     responses(
         (status = 200, description = "Replaced", body = Status),
         (status = 400, description = "Invalid body", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn runner_capabilities() {}
 
@@ -270,7 +271,7 @@ fn runner_capabilities() {}
     responses(
         (status = 204, description = "Published (replaces the runner's earlier schemas)"),
         (status = 400, description = "Invalid body", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn publish_tools() {}
 
@@ -280,6 +281,6 @@ fn publish_tools() {}
     responses(
         (status = 200, description = "The tool directory (always an array)", body = Vec<Tool>),
         (status = 400, description = "Invalid query", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn tools() {}

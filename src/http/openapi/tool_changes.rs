@@ -5,6 +5,7 @@
 
 use utoipa::ToSchema;
 
+use super::answers::Unauthorized;
 use super::schemas::Error;
 
 /// A withdrawn MCP tool whose definition waits for an operator.
@@ -59,7 +60,7 @@ pub struct RunnerView {
     params(("id" = String, Path, description = "Runner id")),
     responses(
         (status = 200, description = "The runner", body = RunnerView),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
         (status = 404, description = "No such runner", body = Error),
     ))]
 fn runner() {}
@@ -70,7 +71,7 @@ fn runner() {}
     responses(
         (status = 200, description = "Recorded; answers the changes an operator accepted", body = ToolChangesAccepted),
         (status = 400, description = "Malformed change", body = Error),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
     ))]
 fn report_tool_changes() {}
 
@@ -79,7 +80,7 @@ fn report_tool_changes() {}
     request_body = ToolChangeAccept,
     responses(
         (status = 200, description = "Accepted; the runner pins them at its next report", body = ToolChangesAccepted),
-        (status = 401, description = "Missing or wrong bearer token", body = Error),
+        Unauthorized,
         (status = 403, description = "Not an operator", body = Error),
         (status = 404, description = "No pending change matches", body = Error),
     ))]
