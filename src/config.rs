@@ -9,10 +9,12 @@
 
 mod bytes;
 mod client;
+mod dump;
 mod exposure;
 mod otel;
 pub(crate) mod redact;
 mod validate;
+mod values;
 
 #[cfg(test)]
 mod tests;
@@ -29,7 +31,8 @@ pub use bytes::{format_byte_size, parse_byte_size};
 pub use client::{ClientConfig, DEFAULT_KERNEL_URL};
 pub use exposure::{ExposureArgs, ExposureSettings};
 pub use otel::OtelArgs;
-pub use validate::{ClusterSettings, ConfigError, DbUrl, Secret, Settings};
+pub use validate::{ClusterSettings, ConfigError, Settings};
+pub use values::{DbUrl, Secret};
 
 /// Which command runs the kernel; decides the defaults that differ between them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -408,7 +411,7 @@ impl fmt::Debug for Config {
             .field("policy", &self.policy)
             .field(
                 "bearer_token",
-                &self.bearer_token.as_ref().map(|_| validate::REDACTED),
+                &self.bearer_token.as_ref().map(|_| values::REDACTED),
             )
             .field("production", &self.production)
             .field("cors_origins", &self.cors_origins)

@@ -5,7 +5,7 @@ use std::fmt;
 
 use clap::Args;
 
-use super::{OutputFormat, validate};
+use super::{OutputFormat, values};
 
 /// Kernel URL of the client commands when neither `--url`, `KEEL_URL` nor `REBUNO_URL` is set.
 pub const DEFAULT_KERNEL_URL: &str = "http://127.0.0.1:8080";
@@ -106,7 +106,7 @@ impl fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientConfig")
             .field("url", &self.url())
-            .field("token", &self.token().map(|_| validate::REDACTED))
+            .field("token", &self.token().map(|_| values::REDACTED))
             .field("output", &self.output)
             .finish_non_exhaustive()
     }

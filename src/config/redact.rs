@@ -1,7 +1,7 @@
 //! Removes credentials from database URLs before they reach a log line, an error message or
 //! `--dump-config`. It fails closed: a URL that does not parse is replaced whole.
 
-use super::validate::REDACTED;
+use super::values::REDACTED;
 
 /// Stands in for a secret while the URL is rebuilt (URL-safe, unlike `<redacted>`).
 const PLACEHOLDER: &str = "KEEL-REDACTED-3f9c";

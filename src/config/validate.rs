@@ -1,105 +1,16 @@
 //! [`Config::validate`]: checks every flag once and turns the raw values into typed
 //! [`Settings`] (socket address, durations, database URL), collecting every problem so an
-//! operator fixes them in one go. Also the redacted dump printed by `--dump-config`.
+//! operator fixes them in one go. The typed secret and database URL are in `super::values`,
+//! the redacted dump printed by `--dump-config` in `super::dump`.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use super::bytes::format_byte_size;
 use super::redact::redact_url;
+use super::values::{DbUrl, Secret};
 use super::{Config, LogFormat, Mode, format_duration};
-
-/// What [`Debug`] and `--dump-config` print in place of a secret.
-pub(crate) const REDACTED: &str = "<redacted>";
-
-/// A secret string (bearer token) that never shows up in `Debug` output or logs.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// Returns the secret itself, for the one place that must compare or send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
-
-/// The database a kernel uses, chosen by the URL scheme.
-#[derive(Clone, PartialEq, Eq)]
-pub enum DbUrl {
-    /// An embedded SQLite file.
-    Sqlite(PathBuf),
-    /// A PostgreSQL server; the URL may carry a password.
-    Postgres(String),
-}
-
-impl DbUrl {
-    /// Parses `sqlite://PATH`, `sqlite:PATH`, `postgres://…` or `postgresql://…`.
-    pub fn parse(url: &str) -> Result<Self, String> {
-        let trimmed = url.trim();
-        if let Some(path) = trimmed
-            .strip_prefix("sqlite://")
-            .or_else(|| trimmed.strip_prefix("sqlite:"))
-        {
-            if path.is_empty() || path == ":memory:" {
-                return Err(format!("--db-url {trimmed:?} must name a database file"));
-            }
-            return Ok(Self::Sqlite(PathBuf::from(path)));
-        }
-        if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
-            return Ok(Self::Postgres(trimmed.to_owned()));
-        }
-        Err(format!(
-            "--db-url {:?} has an unsupported scheme; expected sqlite://PATH or postgres://...",
-            redact_url(trimmed)
-        ))
-    }
-
-    /// Returns the URL to hand to the store, password included.
-    pub fn connection_string(&self) -> String {
-        match self {
-            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
-            Self::Postgres(url) => url.clone(),
-        }
-    }
-
-    /// Returns the names of the PostgreSQL URL's query parameters the driver ignores (their
-    /// values are never shown: they may be secrets).
-    pub fn unrecognized_parameters(&self) -> Vec<String> {
-        match self {
-            Self::Sqlite(_) => Vec::new(),
-            Self::Postgres(url) => super::redact::unrecognized_postgres_parameters(url),
-        }
-    }
-
-    /// Returns the URL with every credential replaced, for logs and `--dump-config`.
-    pub fn redacted(&self) -> String {
-        match self {
-            Self::Sqlite(_) => self.connection_string(),
-            Self::Postgres(url) => redact_url(url),
-        }
-    }
-}
-
-impl fmt::Debug for DbUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted())
-    }
-}
 
 /// Why a configuration was refused; lists every problem found.
 #[derive(Debug, thiserror::Error)]
@@ -445,72 +356,6 @@ impl Config {
             partitions: self.partitions,
             notify: !self.no_notify,
         })
-    }
-}
-
-impl Settings {
-    /// Returns the effective configuration as JSON, secrets redacted (`--dump-config`).
-    pub fn dump(&self) -> Value {
-        let mut dump = json!({
-            "mode": self.mode.as_str(),
-            "bind": self.listen.ip().to_string(),
-            "port": self.listen.port(),
-            "data-dir": self.data_dir.display().to_string(),
-            "db-url": self.db.redacted(),
-            "db-max-conns": self.db_max_conns,
-            "cluster": self.cluster.is_some(),
-            "node-id": self.cluster.as_ref().map(|cluster| cluster.node_id.as_str()),
-            "advertise-url": self.cluster.as_ref().map(|cluster| cluster.advertise_url.as_str()),
-            "partitions": self.cluster.as_ref().map(|cluster| cluster.partitions),
-            "policy": self.policy.as_ref().map(|path| path.display().to_string()),
-            "webhooks": self.webhooks.as_ref().map(|path| path.display().to_string()),
-            "llm-config": self.llm_config.as_ref().map(|path| path.display().to_string()),
-            "bearer-token": self.bearer_token.as_ref().map(|_| REDACTED),
-            "production": self.production,
-            "cors-origins": self.cors_origins,
-            "step-timeout": format_duration(self.step_timeout),
-            "execution-timeout": format_duration(self.execution_timeout),
-            "agent-timeout": format_duration(self.agent_timeout),
-            "runner-timeout": format_duration(self.runner_timeout),
-            "retry-base-delay": format_duration(self.retry_base_delay),
-            "retry-max-delay": format_duration(self.retry_max_delay),
-            "stall-after": format_duration(self.stall_after),
-            "job-start-timeout": format_duration(self.job_start_timeout),
-            "passivate-after": format_duration(self.passivate_after),
-            "retention-period": format_duration(self.retention_period.unwrap_or_default()),
-            "cleanup-interval": format_duration(self.cleanup_interval),
-            "shutdown-timeout": format_duration(self.shutdown_timeout),
-            "body-limit": format_byte_size(self.body_limit),
-            "large-body-limit": format_byte_size(self.large_body_limit),
-            "max-pending-per-agent": self.max_pending_per_agent,
-            "strict-agents": self.strict_agents,
-            "max-pending": self.max_pending,
-            "metrics-max-ids": self.metrics_max_ids,
-            "backlog-retry-after": format_duration(self.backlog_retry_after),
-            "header-read-timeout": format_duration(self.header_read_timeout),
-            "body-read-timeout": format_duration(self.body_read_timeout),
-            "idle-timeout": format_duration(self.idle_timeout),
-            "log-level": self.log_filter,
-            "log-format": self.log_format,
-            "otel-endpoint": self.otel_endpoint,
-        });
-        // Outside the macro above, which is at its recursion limit.
-        if let Some(fields) = dump.as_object_mut() {
-            fields.insert(
-                "llm-cassette".to_owned(),
-                json!(
-                    self.llm_cassette
-                        .as_ref()
-                        .map(|path| path.display().to_string())
-                ),
-            );
-            fields.insert(
-                "no-notify".to_owned(),
-                json!(self.cluster.as_ref().map(|cluster| !cluster.notify)),
-            );
-        }
-        self.exposure.dump_into(&mut dump);
-        dump
     }
 }
 

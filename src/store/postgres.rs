@@ -19,12 +19,17 @@
 //! The URL must reach a real session (directly, or through a session-mode pooler): a
 //! transaction-mode pooler would break the session lock and prepared statements.
 //!
-//! Files: `schema.rs` (session settings, migrations, the read columns), `reads.rs` (events and
-//! executions), `write.rs` and `columns.rs` (commits), `writer.rs` (the writer connection).
+//! Files: `open.rs` (connecting), `schema.rs` (session settings, migrations, the read columns),
+//! `reads.rs` (events, executions, recovery), `commits.rs`, `write.rs`, `round_sql.rs` and
+//! `columns.rs` (commits), `retention.rs`, `writer.rs` (the writer connection).
 
 mod cluster;
 mod columns;
+mod commits;
+mod open;
 mod reads;
+mod retention;
+mod round_sql;
 mod schema;
 mod write;
 mod writer;
@@ -47,12 +52,11 @@ mod test_db;
 mod tests;
 
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
@@ -63,10 +67,10 @@ use keel_actors::store::{
     AllowedToolCall, Batch, Commit, ExecutionRow, ListFilter, PendingApproval, PendingEntry,
     QueueDepths, RecoveryEntry, RunnerToolResult, RunningEntry, Store,
 };
-use keel_actors::time::{self, Timestamp};
+use keel_actors::time::Timestamp;
 
-use super::{PG_NON_TERMINAL, PartitionFence, StoreOptions, map_sqlx_error};
-use schema::{EVENT_COLUMNS, migrate, with_session_settings};
+use super::{PG_NON_TERMINAL, PartitionFence, map_sqlx_error};
+use schema::EVENT_COLUMNS;
 #[cfg(test)]
 use schema::{MIGRATOR, STEP_COLUMNS};
 use writer::Writer;
@@ -100,52 +104,6 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connects to the database named by `url`, takes the one-kernel-per-database lock and
-    /// applies the embedded migrations. The database itself must exist.
-    ///
-    /// Fails with `Unavailable` when the URL is invalid, the server cannot be reached within
-    /// `options.acquire_timeout`, another kernel holds the database, or its schema is newer than
-    /// this binary. Error messages name host, port and database, never the password.
-    pub async fn open(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        Self::open_fenced(url, options, None).await
-    }
-
-    /// Like [`PostgresStore::open`]; with a `fence` (cluster mode) every write is fenced on the
-    /// partitions it says this kernel holds.
-    pub async fn open_fenced(
-        url: &str,
-        options: &StoreOptions,
-        fence: Option<Arc<dyn PartitionFence>>,
-    ) -> Result<Self, StoreError> {
-        let base = PgConnectOptions::from_str(url)
-            .map_err(|error| StoreError::Unavailable(format!("invalid postgres url: {error}")))?;
-        let base = with_session_settings(base, options);
-        let shared = options.cluster_partitions.is_some();
-        let writer = Writer::new(schema::writer_settings(base.clone()), options, shared);
-        let mut connection = writer.connect_and_lock().await?;
-        migrate(&mut connection).await?;
-        match options.cluster_partitions {
-            Some(partitions) => cluster::ensure_cluster(&mut connection, partitions).await?,
-            None => cluster::refuse_cluster(&mut connection).await?,
-        }
-        writer.install(connection).await;
-        let readers = PgPoolOptions::new()
-            .max_connections(options.max_read_connections.max(1))
-            .min_connections(0)
-            .acquire_timeout(options.acquire_timeout)
-            // A pooled connection may have died with the server; a round trip before each use
-            // replaces it instead of failing the caller.
-            .test_before_acquire(true)
-            .idle_timeout(Some(Duration::from_secs(60)))
-            .connect_lazy_with(base.options([("default_transaction_read_only", "on")]));
-        Ok(Self {
-            writer,
-            readers,
-            read_timeout: options.acquire_timeout + options.statement_timeout,
-            fence,
-        })
-    }
-
     /// Which events a feed read may see: in cluster mode only those below the horizon
     /// (`super::feed`), as other kernels commit concurrently.
     fn feed_visibility(&self) -> super::feed::Visibility {
@@ -187,80 +145,11 @@ impl PostgresStore {
 #[async_trait]
 impl Store for PostgresStore {
     async fn commit(&self, batch: &[Commit]) -> Result<(), StoreError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let mut pending = Vec::with_capacity(batch.len());
-        for (index, checked) in write::check(batch).into_iter().enumerate() {
-            pending.push((index, checked?));
-        }
-        let mut checkout = self.writer.checkout().await?;
-        let outcome = self
-            .writer
-            .bounded(write::commit_all(
-                checkout.connection(),
-                batch,
-                pending,
-                self.fence.as_deref(),
-            ))
-            .await;
-        let outcome = checkout.finish(outcome);
-        if outcome.is_ok() {
-            self.committed();
-        }
-        outcome
+        self.write_batch(batch).await
     }
 
     async fn commit_group(&self, group: Vec<Commit>) -> Vec<Result<(), StoreError>> {
-        let mut results = Vec::with_capacity(group.len());
-        let mut pending = Vec::with_capacity(group.len());
-        for (index, checked) in write::check(&group).into_iter().enumerate() {
-            match checked {
-                Ok(previous) => {
-                    pending.push((index, previous));
-                    results.push(Ok(()));
-                }
-                Err(error) => results.push(Err(error)),
-            }
-        }
-        if pending.is_empty() {
-            return results;
-        }
-        let outcome = match self.writer.checkout().await {
-            Ok(mut checkout) => {
-                let outcome = self
-                    .writer
-                    .bounded(write::commit_group(
-                        checkout.connection(),
-                        &group,
-                        &mut results,
-                        &mut pending,
-                        self.fence.as_deref(),
-                    ))
-                    .await;
-                checkout.finish(outcome)
-            }
-            Err(error) => Err(error),
-        };
-        match outcome {
-            Ok(()) => {}
-            Err(StoreError::Unavailable(reason)) => {
-                for (index, _) in pending {
-                    results[index] = Err(StoreError::Unavailable(reason.clone()));
-                }
-            }
-            // The statement failed for one of its commits (say a reused event id): each of
-            // the commits it did not write is committed alone, so that one fails alone.
-            Err(_) => {
-                for (index, _) in pending {
-                    results[index] = self.commit(std::slice::from_ref(&group[index])).await;
-                }
-            }
-        }
-        if results.iter().any(Result::is_ok) {
-            self.committed();
-        }
-        results
+        self.write_group(group).await
     }
 
     async fn events(
@@ -301,42 +190,14 @@ impl Store for PostgresStore {
     }
 
     async fn recovery_index(&self) -> Result<Vec<RecoveryEntry>, StoreError> {
-        let non_terminal = format!("e.{PG_NON_TERMINAL}");
-        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT, &non_terminal, "");
-        let records = self
-            .bounded(
-                sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql).fetch_all(&self.readers),
-            )
-            .await?;
-        records
-            .into_iter()
-            .map(|record| record.into_entry())
-            .collect()
+        self.read_recovery_index(None).await
     }
 
     async fn recovery_index_of(
         &self,
         partitions: &[u32],
     ) -> Result<Vec<RecoveryEntry>, StoreError> {
-        // Matches the predicate of `executions_open_by_partition` (migration 0011).
-        let open =
-            format!("e.partition = ANY($1) AND e.partition IS NOT NULL AND e.{PG_NON_TERMINAL}");
-        let sql = super::recovery::query(schema::RECOVERY_CREATED_AT, &open, "");
-        let ids: Vec<i32> = partitions
-            .iter()
-            .filter_map(|id| i32::try_from(*id).ok())
-            .collect();
-        let records = self
-            .bounded(
-                sqlx::query_as::<_, super::recovery::RecoveryRecord>(&sql)
-                    .bind(ids)
-                    .fetch_all(&self.readers),
-            )
-            .await?;
-        records
-            .into_iter()
-            .map(|record| record.into_entry())
-            .collect()
+        self.read_recovery_index(Some(partitions)).await
     }
 
     async fn delete_terminal_before(
@@ -344,23 +205,7 @@ impl Store for PostgresStore {
         before: Timestamp,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        // Cluster mode: retention is singleton work, done by the kernel holding partition 0
-        // (docs/architecture.md, "Cluster"); the others delete nothing.
-        if let Some(fence) = &self.fence
-            && fence.epoch(SINGLETON_PARTITION).is_none()
-        {
-            return Ok(0);
-        }
-        let mut checkout = self.writer.checkout().await?;
-        let outcome = self
-            .writer
-            .bounded(write::delete_terminal_before(
-                checkout.connection(),
-                &time::format(&before),
-                limit.max(0),
-            ))
-            .await;
-        checkout.finish(outcome)
+        self.retain(before, limit).await
     }
 
     async fn tool_calls_since(&self, since: Timestamp) -> Result<Vec<AllowedToolCall>, StoreError> {

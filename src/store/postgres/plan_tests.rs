@@ -7,7 +7,7 @@
 use sqlx::{Connection, PgConnection};
 
 use super::super::StoreOptions;
-use super::write::WRITE_ROUND;
+use super::round_sql::WRITE_ROUND;
 use super::{PostgresStore, test_db};
 
 /// The generic plan of the group-commit statement on `connection`, as text.

@@ -1,4 +1,4 @@
-//! The adapter's own reads of events and executions (the feature reads, shared in shape with
+//! The adapter's own reads of events, executions and the recovery index (the feature reads, shared in shape with
 //! SQLite, live beside the store module: `feed.rs`, `overview.rs`, ...). Values PostgreSQL text
 //! cannot hold (NUL) match nothing instead of failing the query.
 
@@ -7,15 +7,15 @@ use sqlx::{Postgres, QueryBuilder};
 use keel_actors::error::StoreError;
 use keel_actors::events::Event;
 use keel_actors::ids::{AgentId, ExecutionId};
-use keel_actors::store::{ExecutionRow, ListFilter};
+use keel_actors::store::{Batch, ExecutionRow, ListFilter, RecoveryEntry};
 use keel_actors::time;
 
-use keel_actors::store::Batch;
-
+use super::super::PG_NON_TERMINAL;
 use super::super::bounded::{PayloadSize, SizedEvent, events_batch, events_query};
+use super::super::recovery::{self, RecoveryRecord};
 use super::super::rows::{EventRecord, ExecutionRecord};
 use super::PostgresStore;
-use super::schema::{EVENT_COLUMNS, EXECUTION_COLUMNS};
+use super::schema::{EVENT_COLUMNS, EXECUTION_COLUMNS, RECOVERY_CREATED_AT};
 
 impl PostgresStore {
     /// Events of one execution after a sequence, in order (`Store::events`).
@@ -75,6 +75,36 @@ impl PostgresStore {
             )
             .await?;
         events_batch(rows, limit, max_bytes)
+    }
+
+    /// Every execution that is not terminal, as startup recovery needs it
+    /// (`Store::recovery_index`), or only those of `partitions` (`Store::recovery_index_of`,
+    /// cluster mode).
+    pub(super) async fn read_recovery_index(
+        &self,
+        partitions: Option<&[u32]>,
+    ) -> Result<Vec<RecoveryEntry>, StoreError> {
+        let open = match partitions {
+            None => format!("e.{PG_NON_TERMINAL}"),
+            // Matches the predicate of `executions_open_by_partition` (migration 0011).
+            Some(_) => {
+                format!("e.partition = ANY($1) AND e.partition IS NOT NULL AND e.{PG_NON_TERMINAL}")
+            }
+        };
+        let sql = recovery::query(RECOVERY_CREATED_AT, &open, "");
+        let mut query = sqlx::query_as::<_, RecoveryRecord>(&sql);
+        if let Some(partitions) = partitions {
+            let ids: Vec<i32> = partitions
+                .iter()
+                .filter_map(|id| i32::try_from(*id).ok())
+                .collect();
+            query = query.bind(ids);
+        }
+        let records = self.bounded(query.fetch_all(&self.readers)).await?;
+        records
+            .into_iter()
+            .map(|record| record.into_entry())
+            .collect()
     }
 
     /// One execution's projection row (`Store::execution`).
