@@ -16,6 +16,12 @@ tokio::task_local! {
     static CURRENT: Arc<str>;
 }
 
+/// [`SYSTEM`], shared.
+pub fn system() -> Arc<str> {
+    static NAME: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(SYSTEM));
+    NAME.clone()
+}
+
 /// Runs `work` on behalf of `principal`.
 pub async fn acting_as<F: Future>(principal: Arc<str>, work: F) -> F::Output {
     CURRENT.scope(principal, work).await

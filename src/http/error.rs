@@ -163,13 +163,9 @@ pub async fn not_found() -> ApiError {
 }
 
 /// Gives the router's bodiless 405 the error envelope (`METHOD_NOT_ALLOWED`); the router adds
-/// the `Allow` header with the path's methods.
-pub async fn method_not_allowed(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let method = request.method().clone();
-    let response = next.run(request).await;
+/// the `Allow` header with the path's methods. Called by the request layer on every answer
+/// (`request_id.rs`): one layer per request instead of a second one for this.
+pub fn method_not_allowed(method: &axum::http::Method, response: Response) -> Response {
     if response.status() != StatusCode::METHOD_NOT_ALLOWED {
         return response;
     }

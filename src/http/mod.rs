@@ -348,8 +348,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             request_id::request_id,
         ))
-        .with_state(state)
-        .layer(middleware::from_fn(error::method_not_allowed));
+        .with_state(state);
     // Cluster mode: outermost, so a request for an execution owned elsewhere goes there as it
     // came (the owner authenticates it).
     match cluster {

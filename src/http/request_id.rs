@@ -26,7 +26,7 @@ const UNMATCHED: &str = "unmatched";
 const MAX_REQUEST_ID_BYTES: usize = 128;
 
 /// Assigns the request id, answers CORS preflights and refuses unauthenticated requests
-/// (`auth.rs`), runs the request in its span and echoes the id.
+/// (`auth.rs`), runs the request in its span, gives a 405 the error envelope and echoes the id.
 pub async fn request_id(
     State(state): State<AppState>,
     mut request: Request,
@@ -73,7 +73,10 @@ pub async fn request_id(
                     .map_or_else(|| std::sync::Arc::from("anonymous"), |p| p.name.clone());
                 let work = next.run(request).instrument(span.clone());
                 let response = keel_actors::principal::acting_as(acting, work).await;
-                auth::bind_stream(principal, response)
+                auth::bind_stream(
+                    principal,
+                    super::error::method_not_allowed(&method, response),
+                )
             }
         },
     };

@@ -72,7 +72,7 @@ impl EventRecord {
             correlation_id: self.correlation_id,
             idempotency_key: self.idempotency_key,
             sequence: self.sequence,
-            principal: self.principal,
+            principal: self.principal.map(std::sync::Arc::from),
         })
     }
 }

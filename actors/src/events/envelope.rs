@@ -1,6 +1,8 @@
 //! The envelope of an event: what the log stores and the wire carries around an [`EventBody`],
 //! and [`seal`], which gives new events their envelopes.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::{EventBody, SCHEMA_VERSION};
@@ -38,7 +40,7 @@ pub struct Event {
     /// authentication) or `system` (timers, recovery, expiry). Keel's addition; absent in
     /// events recorded before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub principal: Option<String>,
+    pub principal: Option<Arc<str>>,
 }
 
 /// An event the state machine wants to append, before it gets its envelope.

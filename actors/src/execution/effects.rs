@@ -70,12 +70,13 @@ pub(super) async fn apply(
             None,
             transition.events,
         );
+        // Shared by the events (a reference count each, not a copy of the name).
         let principal = state
             .acting_as
-            .as_deref()
-            .unwrap_or(crate::principal::SYSTEM);
+            .clone()
+            .unwrap_or_else(crate::principal::system);
         for event in &mut events {
-            event.principal = Some(principal.to_owned());
+            event.principal = Some(principal.clone());
         }
         // Applied in place: a failed commit marks the state stale, and it is reloaded from the
         // store before the next message (the store may hold the commit even then).

@@ -67,10 +67,9 @@ pub async fn record_creation_decided(
     new_events.push(created);
     new_events.extend(decisions);
     let mut events = seal(id, 0, ctx.now(), None, new_events);
-    let principal = crate::principal::current();
-    let principal = principal.as_deref().unwrap_or(crate::principal::SYSTEM);
+    let principal = crate::principal::current().unwrap_or_else(crate::principal::system);
     for event in &mut events {
-        event.principal = Some(principal.to_owned());
+        event.principal = Some(principal.clone());
     }
     let exec = ExecutionState::from_events(&events)
         .ok_or_else(|| KernelError::Unavailable("execution.created did not fold".into()))?;
