@@ -6,6 +6,9 @@
 //! `retry_max_delay_ms` on `step.created`, `not_before` on `step.retried`) because a restarted
 //! kernel rebuilds every execution from its events alone, and one informational event type,
 //! `execution.stalled`, written by the stall watchdog.
+//!
+//! Files: the envelope (`envelope.rs`), what a body says about its type (`kinds.rs`), and the
+//! larger payloads: approvals, block and resume reasons, `llm.called` (`llm_call.rs`).
 
 use std::collections::BTreeMap;
 
@@ -431,133 +434,15 @@ pub enum EventBody {
     ApprovalResolved(Box<ApprovalResolution>),
 }
 
-/// One model call through the LLM gateway, as `llm.called` records it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LlmCall {
-    /// Provider name from the gateway configuration.
-    pub provider: String,
-    /// Model the request named (`""` when it named none).
-    pub model: String,
-    /// Whether the answer was streamed.
-    pub stream: bool,
-    /// `ok`, `provider_error` (the provider answered an error status), `unreachable`,
-    /// `client_disconnected` (the caller went away before the answer ended) or `refused`.
-    pub outcome: String,
-    /// HTTP status the provider answered (absent when it was not reached).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<u16>,
-    /// Time from forwarding the request to the end of the answer, in milliseconds.
-    pub latency_ms: u64,
-    /// SHA-256 of the request body as received, hex.
-    pub request_digest: String,
-    /// Prompt tokens the provider reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_tokens: Option<u64>,
-    /// Completion tokens the provider reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_tokens: Option<u64>,
-    /// Prompt tokens served from the provider's cache, when reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cached_tokens: Option<u64>,
-    /// Cost per unit: `tokens` (input + output) and, with a price for the model, `usd`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost: Option<BTreeMap<String, f64>>,
-    /// Why the call failed, when it did (never a key or a provider address).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The request body, when the gateway stores bodies and it is within the size limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<Value>,
-    /// The answer: its JSON body, or a stream's server-sent events as text, under the same
-    /// conditions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response: Option<Value>,
-    /// Sequence of the earlier run's `llm.called` whose answer this call of a re-run was given
-    /// instead of calling the provider.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replay_of: Option<i64>,
-    /// `provider/model` that answered instead of the one called (its configured fallback, when
-    /// the called one's breaker was open, it answered 5xx or could not be reached).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fallback: Option<String>,
-}
-
-impl EventBody {
-    /// Returns the wire name of this event's type, e.g. `step.created`.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Self::ExecutionCreated { .. } => "execution.created",
-            Self::ExecutionStarted { .. } => "execution.started",
-            Self::ExecutionBlocked { .. } => "execution.blocked",
-            Self::ExecutionResumed { .. } => "execution.resumed",
-            Self::ExecutionCompleted { .. } => "execution.completed",
-            Self::ExecutionFailed { .. } => "execution.failed",
-            Self::ExecutionCancelled { .. } => "execution.cancelled",
-            Self::ExecutionReset { .. } => "execution.reset",
-            Self::IntentAccepted { .. } => "intent.accepted",
-            Self::IntentDenied { .. } => "intent.denied",
-            Self::StepCreated { .. } => "step.created",
-            Self::StepDispatched { .. } => "step.dispatched",
-            Self::StepStarted { .. } => "step.started",
-            Self::StepCompleted { .. } => "step.completed",
-            Self::StepFailed { .. } => "step.failed",
-            Self::StepProgress { .. } => "step.progress",
-            Self::StepTimedOut {} => "step.timed_out",
-            Self::StepRetried { .. } => "step.retried",
-            Self::StepCancelled { .. } => "step.cancelled",
-            Self::StepOutcomeUnknown { .. } => "step.outcome_unknown",
-            Self::StepReconciled { .. } => "step.reconciled",
-            Self::StepApprovalRequired { .. } => "step.approval_required",
-            Self::SignalReceived { .. } => "signal.received",
-            Self::AgentTimeout { .. } => "agent.timeout",
-            Self::ExecutionStalled { .. } => "execution.stalled",
-            Self::HookDecided { .. } => "hook.decided",
-            Self::ToolCircuitOpened { .. } => "tool.circuit_opened",
-            Self::ToolCircuitClosed { .. } => "tool.circuit_closed",
-            Self::LlmCalled(_) => "llm.called",
-            Self::BudgetRaised { .. } => "budget.raised",
-            Self::ApprovalRequested(_) => "approval.requested",
-            Self::ApprovalResolved(_) => "approval.resolved",
-        }
-    }
-
-    /// Returns the payload object as it is stored and sent.
-    pub fn payload(&self) -> Value {
-        match serde_json::to_value(self) {
-            Ok(Value::Object(mut map)) => map.remove("payload").unwrap_or(Value::Null),
-            _ => Value::Null,
-        }
-    }
-
-    /// Rebuilds a body from a stored type name and payload.
-    pub fn from_parts(type_name: &str, payload: Value) -> Result<Self, serde_json::Error> {
-        serde_json::from_value(serde_json::json!({ "type": type_name, "payload": payload }))
-    }
-
-    /// Returns whether this event ends the execution.
-    pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            Self::ExecutionCompleted { .. }
-                | Self::ExecutionFailed { .. }
-                | Self::ExecutionCancelled { .. }
-        )
-    }
-}
-
-/// Returns whether an event type name ends an execution's stream.
-pub fn is_terminal_type(type_name: &str) -> bool {
-    matches!(
-        type_name,
-        "execution.completed" | "execution.failed" | "execution.cancelled"
-    )
-}
-
 mod approvals;
 mod envelope;
+mod kinds;
+mod llm_call;
 mod reasons;
 pub use approvals::{ApprovalRequest, ApprovalResolution, Escalation};
 pub use envelope::{Event, NewEvent, seal};
+pub use kinds::is_terminal_type;
+pub use llm_call::LlmCall;
 pub use reasons::{BlockReason, Blocker, Cleared, ResumeReason};
 
 #[cfg(test)]

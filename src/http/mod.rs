@@ -13,6 +13,7 @@ pub mod creation;
 mod cross_site;
 pub(crate) mod cursor;
 mod error;
+mod execution_stream;
 pub(crate) mod executions;
 pub mod feed;
 mod guardrails;
@@ -260,7 +261,10 @@ pub fn routes() -> Routes {
             post(reconcile::reconcile),
         )
         .route("/v0/executions/{id}/events", get(executions::events))
-        .route("/v0/executions/{id}/stream", get(sse::execution_stream))
+        .route(
+            "/v0/executions/{id}/stream",
+            get(execution_stream::execution_stream),
+        )
         .route("/v0/events", get(feed::page))
         .route("/v0/events/", get(feed::page))
         .route("/v0/events/stream", get(feed::stream))
