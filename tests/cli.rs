@@ -749,3 +749,57 @@ async fn the_llm_gateway_starts_from_its_file_and_its_key_never_shows() {
         "the provider key reached the log:\n{log}"
     );
 }
+
+/// Failed authentication is counted per client address (issue 35): past the limit a loopback
+/// client is still answered 401 but its failures are no longer logged one by one, and a valid
+/// client keeps being served. Without the client's address every failure would be logged.
+#[tokio::test]
+async fn failed_authentication_is_counted_per_client_address() {
+    let kernel = Kernel::start(&[("KEEL_BEARER_TOKEN", "right-token")]).await;
+    let http = reqwest::Client::new();
+    let attempts = 30;
+    for attempt in 0..attempts {
+        let answer = http
+            .get(format!("{}/v0/executions", kernel.url))
+            .bearer_auth("wrong-token")
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(answer.status(), 401, "attempt {attempt}");
+    }
+    let valid = http
+        .get(format!("{}/v0/executions", kernel.url))
+        .bearer_auth("right-token")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(valid.status(), 200);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let log = loop {
+        let log = kernel.log.lock().unwrap().clone();
+        if log.contains("authentication failing repeatedly")
+            || tokio::time::Instant::now() > deadline
+        {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let repeated: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("authentication failing repeatedly"))
+        .collect();
+    assert!(!repeated.is_empty(), "{log}");
+    assert!(repeated[0].contains("127.0.0.1"), "{log}");
+    let logged = log
+        .lines()
+        .filter(|line| line.contains("authentication failed"))
+        .count();
+    assert!(
+        (20..attempts).contains(&logged),
+        "{logged} failures logged one by one:\n{log}"
+    );
+    assert!(
+        !log.contains("wrong-token") && !log.contains("right-token"),
+        "{log}"
+    );
+}

@@ -21,12 +21,11 @@
 //! middleware (`request_id.rs`), one layer for all three: each layer of axum's `from_fn` boxes
 //! the request's future and clones the routes behind it.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::http::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -137,10 +136,7 @@ fn refuse_unauthenticated(
     reason: &'static str,
     key: Option<Arc<str>>,
 ) -> Response {
-    let client = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(address)| address.ip());
+    let client = super::serve::client().map(|address| address.ip());
     let verdict = match client {
         Some(ip) => state.auth_failures.record(ip, Instant::now()),
         None => Verdict::Log,

@@ -132,24 +132,23 @@ pub async fn serve(
             // Any value arms hyper's timer; the head timer computes the real deadlines.
             .header_read_timeout(timeouts.idle)
             .keep_alive(true);
-        // Each request carries its client's address (failed-authentication limits, logs).
         let per_connection = service.clone();
         // An answer given before the body was read drains it or says `Connection: close`.
-        let with_peer = hyper::service::service_fn(move |request: hyper::Request<_>| {
-            let (mut request, settle) = super::unread_body::watch(request);
-            request
-                .extensions_mut()
-                .insert(axum::extract::ConnectInfo(peer));
+        let watched = hyper::service::service_fn(move |request: hyper::Request<_>| {
+            let (request, settle) = super::unread_body::watch(request);
             let answer = hyper::service::Service::call(&per_connection, request);
             async move { Ok::<_, std::convert::Infallible>(settle.answer(answer.await?).await) }
         });
-        let connection = graceful.watch(builder.serve_connection(io, with_peer));
-        connections.spawn(async move {
+        let connection = graceful.watch(builder.serve_connection(io, watched));
+        // The connection's requests are handled in its task, which knows the client's address
+        // ([`client`]: failed-authentication limits, logs); set once per connection rather than
+        // inserted into every request's extensions.
+        connections.spawn(CLIENT.scope(peer, async move {
             let _slot = slot;
             if let Err(error) = connection.await {
                 tracing::debug!(error = %error, "connection closed with an error");
             }
-        });
+        }));
     }
     drop(listener);
     // In-flight requests finish; idle connections close at once.
@@ -189,6 +188,16 @@ impl Refusals {
         self.logged_at = Some(now);
         self.unlogged = 0;
     }
+}
+
+tokio::task_local! {
+    static CLIENT: std::net::SocketAddr;
+}
+
+/// The address of the client whose request the current task handles, when the request came
+/// through [`serve`].
+pub fn client() -> Option<std::net::SocketAddr> {
+    CLIENT.try_with(|peer| *peer).ok()
 }
 
 /// Backs off after a failed `accept` (e.g. too many open files) instead of spinning.
