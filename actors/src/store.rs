@@ -282,18 +282,8 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
         max_bytes: i64,
     ) -> Result<Batch<Event>, StoreError> {
-        let mut through = 0_i64;
-        let sized = self
-            .events(id, after_sequence, limit)
-            .await?
-            .into_iter()
-            .map(|event| {
-                let size = serde_json::to_vec(&event).map_or(0, |json| json.len());
-                through = through.saturating_add(i64::try_from(size).unwrap_or(i64::MAX));
-                (event, through)
-            })
-            .collect();
-        Ok(Batch::within(sized, limit, max_bytes))
+        let events = self.events(id, after_sequence, limit).await?;
+        Ok(Batch::measured(events, limit, max_bytes))
     }
 
     /// Returns the projection row of an execution, if it exists.

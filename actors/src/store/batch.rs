@@ -13,6 +13,23 @@ pub struct Batch<T> {
     pub full: bool,
 }
 
+impl<T: serde::Serialize> Batch<T> {
+    /// Like [`Batch::within`], measuring each item read as JSON (stores that cannot measure
+    /// their rows before loading them).
+    pub fn measured(items: Vec<T>, limit: i64, max_bytes: i64) -> Self {
+        let mut through = 0_i64;
+        let sized = items
+            .into_iter()
+            .map(|item| {
+                let size = serde_json::to_vec(&item).map_or(0, |json| json.len());
+                through = through.saturating_add(i64::try_from(size).unwrap_or(i64::MAX));
+                (item, through)
+            })
+            .collect();
+        Self::within(sized, limit, max_bytes)
+    }
+}
+
 impl<T> Batch<T> {
     /// Takes `items` (read with `limit`, each with the running total of bytes through it)
     /// while the bytes before each stay under `max_bytes`, as the SQL backends do.
@@ -87,6 +104,10 @@ mod tests {
                 full: true
             }
         );
+        // Measured as JSON (the default of stores that cannot measure before loading):
+        // `"xxxxxxxxxx"` is 12 bytes, so a 24-byte budget takes two.
+        let batch = Batch::measured(vec!["x".repeat(10); 3], 100, 24);
+        assert_eq!((batch.items.len(), batch.full), (2, true));
         assert_eq!(
             Batch::within(Vec::<(u8, i64)>::new(), 5, 20),
             Batch {
