@@ -11,9 +11,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::ids::ExecutionId;
 use crate::status::ExecutionStatus;
 
 pub mod labels;
+mod live_tally;
 pub mod llm;
 mod operator;
 
@@ -84,6 +86,8 @@ pub struct Metrics {
     /// `executions`' gauges of the three non-terminal statuses, taken from the family once:
     /// every commit that changes a status moves one (no label allocated, hashed and looked up).
     live: [Gauge; 3],
+    /// Cluster mode: the status each live execution is counted under.
+    tally: live_tally::LiveTally,
     /// Executions created and ended, by outcome.
     pub executions_total: Family<StatusLabel, Counter>,
     /// Intents processed, by type and decision.
@@ -244,6 +248,7 @@ impl Metrics {
         });
         Self {
             live,
+            tally: live_tally::LiveTally::default(),
             operator,
             guardrails,
             llm,
@@ -304,9 +309,22 @@ impl Metrics {
         text
     }
 
-    /// Moves one live execution from one status gauge to another. The gauge counts
-    /// non-terminal executions only; ended ones are counted by `executions_total`.
-    pub fn execution_moved(&self, from: Option<ExecutionStatus>, to: ExecutionStatus) {
+    /// Cluster mode: counts each live execution under the status recorded for it, so that
+    /// [`Self::executions_released`] takes back exactly what was counted.
+    pub fn track_live_executions(&self) {
+        self.tally.turn_on();
+    }
+
+    /// Moves live execution `id` from one status gauge to another. The gauge counts
+    /// non-terminal executions only; ended ones are counted by `executions_total`. With
+    /// [`Self::track_live_executions`], `from` is the status it was counted under instead.
+    pub fn execution_moved(
+        &self,
+        id: &ExecutionId,
+        from: Option<ExecutionStatus>,
+        to: ExecutionStatus,
+    ) {
+        let from = self.tally.moved(id, from, to);
         if from == Some(to) {
             return;
         }
@@ -315,6 +333,16 @@ impl Metrics {
         }
         if let Some(gauge) = self.live_gauge(to) {
             gauge.inc();
+        }
+    }
+
+    /// Cluster mode: the executions `matches` selects left this kernel (their partition
+    /// moved): they leave the gauges they were counted in.
+    pub fn executions_released(&self, matches: &dyn Fn(&ExecutionId) -> bool) {
+        for status in self.tally.forget(matches) {
+            if let Some(gauge) = self.live_gauge(status) {
+                gauge.dec();
+            }
         }
     }
 

@@ -6,6 +6,7 @@ mod bench;
 mod cutoff;
 mod directory;
 mod feed;
+mod gauges;
 mod harness;
 mod load;
 mod matching;

@@ -116,7 +116,7 @@ pub(super) async fn apply(
         state
             .ctx
             .metrics
-            .execution_moved(Some(before), state.exec.status);
+            .execution_moved(&state.exec.id, Some(before), state.exec.status);
     }
     let session_after = indexed_session(&state.exec);
     if session_before != session_after {

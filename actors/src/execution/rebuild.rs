@@ -81,7 +81,7 @@ pub async fn record_creation_decided(
     })
     .await?;
     ctx.metrics.execution_outcome("created");
-    ctx.metrics.execution_moved(None, exec.status);
+    ctx.metrics.execution_moved(&exec.id, None, exec.status);
     Ok(exec)
 }
 
@@ -115,7 +115,10 @@ pub(super) async fn reload(state: &mut ExecutionActorState) -> Result<(), Kernel
         .unwrap_or((state.exec.status, state.exec.last_sequence));
     if exec.last_sequence != last_sequence {
         tracing::warn!(execution.id = %exec.id, "a commit reported as failed had landed; state reloaded from the store");
-        state.ctx.metrics.execution_moved(Some(status), exec.status);
+        state
+            .ctx
+            .metrics
+            .execution_moved(&exec.id, Some(status), exec.status);
     }
     state.committed = None;
     state.exec = exec;

@@ -20,6 +20,9 @@ pub async fn start(config: KernelConfig) -> Result<Kernel, KernelError> {
     let (commits, _) = broadcast::channel(4096);
     let metrics = Arc::new(Metrics::new());
     metrics.set_max_id_labels(config.metrics_max_ids);
+    if config.owns.is_some() {
+        metrics.track_live_executions();
+    }
     let ctx = Arc::new(Ctx::new(config, metrics, commits));
     let (ready, ready_rx) = oneshot::channel();
     let (root, _) = Actor::spawn(

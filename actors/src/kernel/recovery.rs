@@ -67,9 +67,14 @@ impl Kernel {
         matches: crate::execution::ReleaseFilter,
     ) -> Result<usize, KernelError> {
         super::context::write(&self.ctx.sessions).retain(|_, execution| !matches(execution));
-        self.ctx
+        let released = matches.clone();
+        let stopped = self
+            .ctx
             .ask_execution_supervisor(|reply| ExecutionSupervisorMsg::Release { matches, reply })
-            .await?
+            .await?;
+        // After the actors stopped: none of them moves a gauge any more.
+        self.ctx.metrics.executions_released(&*released);
+        stopped
     }
 
     /// Gives each entry of a recovery index its actor or its wake-up; returns the number of
@@ -91,7 +96,9 @@ impl Kernel {
             HashMap::new()
         };
         for entry in entries {
-            self.ctx.metrics.execution_moved(None, entry.status);
+            self.ctx
+                .metrics
+                .execution_moved(&entry.id, None, entry.status);
             let waits = match entry.status {
                 ExecutionStatus::Pending => true,
                 ExecutionStatus::Blocked => !entry.live_steps,
