@@ -10,6 +10,7 @@ mod gauges;
 mod harness;
 mod load;
 mod matching;
+mod notice;
 mod recovery;
 mod rolling;
 mod tool_changes;

@@ -14,7 +14,7 @@ use super::harness::{Database, Kernel, poll};
 use super::{BUDGET, get_retrying, owned_evenly_by, post};
 
 /// An agent stream: `(event, data)` of every message, from a task reading it.
-async fn agent_stream(
+pub(super) async fn agent_stream(
     http: &reqwest::Client,
     url: &str,
     agent: &str,
@@ -42,7 +42,7 @@ async fn agent_stream(
 }
 
 /// The next `execution.assigned` on `stream` within `limit`.
-async fn next_assigned(
+pub(super) async fn next_assigned(
     stream: &mut mpsc::UnboundedReceiver<(String, serde_json::Value)>,
     limit: Duration,
 ) -> Option<serde_json::Value> {
