@@ -267,6 +267,16 @@ async fn a_kernel_in_the_other_mode_is_refused_with_what_to_do() {
     .expect("test within its budget");
 }
 
+/// Asserts (within 10 s) that every kernel's own view shows the balanced cluster: requests
+/// are routed by those views, which may trail the database by a tick.
+async fn all_views_settled(kernels: &[Kernel]) {
+    let urls: Vec<&str> = kernels.iter().map(|kernel| kernel.url.as_str()).collect();
+    assert!(
+        harness::views_settled(&urls).await,
+        "the kernels' views never showed the balanced cluster"
+    );
+}
+
 /// POSTs JSON to `url`; returns the status, the `Retry-After` header and the body.
 async fn post(
     http: &reqwest::Client,
@@ -342,6 +352,7 @@ async fn any_kernel_answers_for_any_execution_and_a_dead_owners_work_moves() {
         })
         .await
         .expect("three kernels balance within 10 s");
+        all_views_settled(&kernels).await;
         let http = reqwest::Client::new();
 
         // Each kernel creates executions in partitions it holds.
@@ -492,6 +503,7 @@ async fn a_paused_owner_cannot_write_after_the_takeover_and_rejoins() {
         })
         .await
         .expect("three kernels balance within 10 s");
+        all_views_settled(&kernels).await;
         let http = reqwest::Client::new();
         let paused = &kernels[1];
         let mut mine = Vec::new();

@@ -47,6 +47,7 @@ async fn a_dead_owners_waiting_execution_meets_its_deadline_on_the_new_owner_wit
         })
         .await
         .expect("three kernels balance within 10 s");
+        super::all_views_settled(&kernels).await;
         let http = reqwest::Client::new();
         // Pending executions no agent takes: each waits (passivated) for its deadline.
         let mut ids = Vec::new();
@@ -119,6 +120,7 @@ async fn a_kernel_that_loses_a_partition_ends_its_execution_streams_and_stops_it
         })
         .await
         .expect("three kernels balance within 10 s");
+        super::all_views_settled(&kernels).await;
         let http = reqwest::Client::new();
         let paused = &kernels[1];
         let (status, _, body) = post(
