@@ -75,7 +75,10 @@ pub fn check(state: &AppState, request: &Request, credentials: bool) -> Result<(
     let Some(value) = request.headers().get(HOST) else {
         return Ok(());
     };
-    let host = String::from_utf8_lossy(value.as_bytes());
+    let host = match value.to_str() {
+        Ok(host) => std::borrow::Cow::Borrowed(host),
+        Err(_) => String::from_utf8_lossy(value.as_bytes()),
+    };
     if hosts.allows(&host) {
         return Ok(());
     }
