@@ -86,9 +86,13 @@ impl Default for ConnectionTimeouts {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, lets every
-/// connection finish its in-flight request and returns. Dropping the returned future closes
-/// every connection at once.
+/// How long open connections stay open after the server stops accepting, each answer saying
+/// `Connection: close`, before idle ones are closed.
+const CLOSING: Duration = Duration::from_millis(250);
+
+/// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, retires the open
+/// connections ([`CLOSING`]), lets every in-flight request finish and returns. Dropping the
+/// returned future closes every connection at once.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -96,6 +100,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let graceful = GracefulShutdown::new();
+    let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut connections = JoinSet::new();
     let service = TowerToHyperService::new(app);
     let slots = Arc::new(tokio::sync::Semaphore::new(timeouts.max_connections));
@@ -133,11 +138,23 @@ pub async fn serve(
             .header_read_timeout(timeouts.idle)
             .keep_alive(true);
         let per_connection = service.clone();
-        // An answer given before the body was read drains it or says `Connection: close`.
+        let closing_now = closing.clone();
+        // An answer given before the body was read drains it or says `Connection: close`;
+        // so does every answer once the server is closing.
         let watched = hyper::service::service_fn(move |request: hyper::Request<_>| {
             let (request, settle) = super::unread_body::watch(request);
             let answer = hyper::service::Service::call(&per_connection, request);
-            async move { Ok::<_, std::convert::Infallible>(settle.answer(answer.await?).await) }
+            let closing = closing_now.clone();
+            async move {
+                let mut response = settle.answer(answer.await?).await;
+                if closing.load(std::sync::atomic::Ordering::Relaxed) {
+                    response.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
         });
         let connection = graceful.watch(builder.serve_connection(io, watched));
         // The connection's requests are handled in its task, which knows the client's address
@@ -151,7 +168,16 @@ pub async fn serve(
         }));
     }
     drop(listener);
-    // In-flight requests finish; idle connections close at once.
+    // For a moment the open connections stay open and every answer says `Connection: close`:
+    // a client's pooled connection is retired after its next request instead of being closed
+    // under a request the client is sending (it would see the connection drop with no answer,
+    // not knowing whether the request was done). Then in-flight requests finish and idle
+    // connections close.
+    closing.store(true, std::sync::atomic::Ordering::Relaxed);
+    tokio::select! {
+        () = tokio::time::sleep(CLOSING) => {}
+        () = async { while connections.join_next().await.is_some() {} } => {}
+    }
     tokio::select! {
         () = graceful.shutdown() => {}
         () = async { while connections.join_next().await.is_some() {} } => {}
