@@ -27,6 +27,9 @@ pub const COMMITS: &str = "keel_commits";
 /// Channel of membership changes.
 pub const MEMBERSHIP: &str = "keel_cluster";
 
+/// Shortest time between two commit notifications of one kernel.
+pub const PACE: Duration = Duration::from_millis(5);
+
 /// Wait before listening again after the listening connection failed.
 const RECONNECT: Duration = Duration::from_secs(1);
 
@@ -113,8 +116,10 @@ impl Wakeups {
     }
 }
 
-/// Sends one `keel_commits` NOTIFY per change of `committed`: the commits made while one is
-/// on its way collapse into the next.
+/// Sends one `keel_commits` NOTIFY per change of `committed`, at most one per [`PACE`]: the
+/// commits made while one is on its way, or within the pace after it, collapse into the next.
+/// (One per group commit doubled the transactions of a loaded kernel, each NOTIFY taking
+/// PostgreSQL's notification lock at its commit.)
 async fn notifier(
     mut committed: watch::Receiver<u64>,
     membership: Arc<Membership>,
@@ -128,6 +133,10 @@ async fn notifier(
         committed.borrow_and_update();
         // A failure only delays the others' readers until their poll.
         let _ = membership.notify(COMMITS).await;
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(PACE) => {}
+        }
     }
 }
 
