@@ -180,8 +180,6 @@ impl Ownership {
 
     /// Records the owners of the last view.
     fn set_routes(&self, nodes: &[NodeRow], partitions: &[PartitionRow]) {
-        self.wakeups
-            .set_alone(nodes.iter().filter(|node| node.live).count() <= 1);
         nodes.clone_into(&mut self.members.lock().unwrap_or_else(PoisonError::into_inner));
         let mut routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
         for route in routes.iter_mut() {

@@ -48,9 +48,6 @@ pub struct Wakeups {
     membership: Arc<Notify>,
     /// Whether notifications are on (the feed's safety-net poll is longer then).
     enabled: std::sync::atomic::AtomicBool,
-    /// The last view showed no other live kernel: commit notifications would wake nobody
-    /// else, so none is sent and this kernel's own readers are woken directly.
-    alone: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Wakeups {
@@ -60,7 +57,6 @@ impl Default for Wakeups {
             remote: watch::Sender::new(0),
             membership: Arc::new(Notify::new()),
             enabled: std::sync::atomic::AtomicBool::new(false),
-            alone: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -68,22 +64,10 @@ impl Default for Wakeups {
 impl Wakeups {
     /// Records that this kernel committed events (cheap: no statement here).
     pub fn committed(&self) {
-        if !self.enabled() {
-            return;
-        }
-        if self.alone.load(std::sync::atomic::Ordering::Relaxed) {
-            self.wake_readers();
-        } else {
+        if self.enabled() {
             self.committed
                 .send_modify(|count| *count = count.wrapping_add(1));
         }
-    }
-
-    /// Records whether the last view showed another live kernel (set by every lease tick; a
-    /// kernel that joins announces itself, which runs the tick at once).
-    pub fn set_alone(&self, alone: bool) {
-        self.alone
-            .store(alone, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether the LISTEN/NOTIFY tasks run.
