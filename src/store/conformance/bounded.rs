@@ -93,20 +93,7 @@ pub async fn a_backlog_of_large_events_is_read_a_budget_at_a_time(store: Arc<dyn
             break;
         }
     }
-    assert_eq!(
-        sequences,
-        (1..=EVENTS).collect::<Vec<_>>(),
-        "every event once, in order"
-    );
-    // The first batch also holds the small execution.created, the last one what is left.
-    let (last, before) = sizes.split_last().expect("batches");
-    assert!(
-        before
-            .iter()
-            .all(|size| *size == PER_BATCH || *size == PER_BATCH + 1),
-        "each batch stops once it passes the budget: {sizes:?}"
-    );
-    assert!(*last <= PER_BATCH + 1, "{sizes:?}");
+    assert_read_by_budget(&sequences, &sizes);
     assert_eq!(sizes.len(), 13, "{sizes:?}");
 
     let one = store
@@ -160,19 +147,7 @@ pub async fn the_feed_is_read_a_budget_at_a_time(store: Arc<dyn Store>) {
             break;
         }
     }
-    assert_eq!(
-        sequences,
-        (1..=EVENTS).collect::<Vec<_>>(),
-        "every event once, in order"
-    );
-    let (last, before) = sizes.split_last().expect("batches");
-    assert!(
-        before
-            .iter()
-            .all(|size| *size == PER_BATCH || *size == PER_BATCH + 1),
-        "{sizes:?}"
-    );
-    assert!(*last <= PER_BATCH + 1, "{sizes:?}");
+    assert_read_by_budget(&sequences, &sizes);
     // Without a byte budget the count alone bounds the read, and the small execution's events
     // are there too.
     let everything = store
@@ -184,4 +159,23 @@ pub async fn the_feed_is_read_a_budget_at_a_time(store: Arc<dyn Store>) {
         .expect("unbounded feed");
     assert_eq!(everything.items.len(), 200 + 1 + 10);
     assert!(!everything.full);
+}
+
+/// The backlog's events were read each once, in order, in batches that each stopped once they
+/// passed the budget (the first also holds the small `execution.created`, the last what is
+/// left).
+fn assert_read_by_budget(sequences: &[i64], sizes: &[usize]) {
+    assert_eq!(
+        sequences,
+        (1..=EVENTS).collect::<Vec<_>>(),
+        "every event once, in order"
+    );
+    let (last, before) = sizes.split_last().expect("batches");
+    assert!(
+        before
+            .iter()
+            .all(|size| *size == PER_BATCH || *size == PER_BATCH + 1),
+        "each batch stops once it passes the budget: {sizes:?}"
+    );
+    assert!(*last <= PER_BATCH + 1, "{sizes:?}");
 }
