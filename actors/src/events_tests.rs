@@ -1,3 +1,5 @@
+use serde_json::Value;
+
 use super::*;
 use crate::ids::{ExecutionId, StepId};
 

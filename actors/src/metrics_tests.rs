@@ -1,4 +1,5 @@
 use super::*;
+use crate::ids::ExecutionId;
 
 fn live(metrics: &Metrics, status: &str) -> i64 {
     metrics

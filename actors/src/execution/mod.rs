@@ -7,6 +7,7 @@ mod breakers;
 pub mod commands;
 mod dormant;
 mod effects;
+mod handling;
 mod hooks;
 pub mod journal;
 mod llm_admission;

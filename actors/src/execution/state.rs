@@ -17,6 +17,7 @@ use crate::time::Timestamp;
 mod apply;
 #[cfg(test)]
 mod replay_tests;
+mod settle;
 
 pub use super::journal::Journal;
 pub use super::records::{ConsumedSignal, HistoryEntry, RecordedIntent, Session, StepState};

@@ -12,6 +12,7 @@ pub mod concurrency;
 pub mod metrics;
 pub mod queue;
 pub mod reservations;
+mod usage;
 
 /// What a creation may carry besides agent, input and labels. The default is what a client
 /// that uses neither gets.

@@ -4,6 +4,7 @@
 //! published schemas.
 
 pub mod dispatch;
+mod dispatch_io;
 mod dispatch_limits;
 pub mod dispatcher;
 pub mod holders;

@@ -2,7 +2,7 @@
 //! rebuild an execution from its log and to advance a live one after each commit.
 
 use super::*;
-use crate::events::{Blocker, Cleared, ResumeReason};
+use crate::events::{Blocker, ResumeReason};
 use crate::policy::DenialKind;
 
 impl ExecutionState {
@@ -360,73 +360,5 @@ impl ExecutionState {
         {
             self.idle_since = at;
         }
-    }
-
-    fn apply_resumed(&mut self, reason: &ResumeReason) {
-        match reason.cleared() {
-            Cleared::Signal(signal_type) => {
-                if let Some(index) = self
-                    .pending_signals
-                    .iter()
-                    .position(|(kind, _)| kind == signal_type)
-                    && let Some((signal_type, payload)) = self.pending_signals.remove(index)
-                {
-                    self.consumed_signals.push(ConsumedSignal {
-                        run: self.runs,
-                        signal_type,
-                        payload,
-                    });
-                }
-                if self.signal_wait.as_deref() == Some(signal_type) {
-                    self.signal_wait = None;
-                }
-            }
-            Cleared::Approval => self.approval = None,
-            Cleared::Wait => self.signal_wait = None,
-            Cleared::Budget => self.budget_wait = None,
-            Cleared::Tool => self.tool_blocked = false,
-        }
-    }
-
-    fn end_step(
-        &mut self,
-        id: Option<&StepId>,
-        status: StepStatus,
-        result: Option<Value>,
-        error: Option<String>,
-        at: Timestamp,
-    ) {
-        let Some(step) = self.step_mut(id) else {
-            return;
-        };
-        step.status = status;
-        step.outcome = Some(status == StepStatus::Succeeded);
-        step.awaiting_approval = false;
-        step.deadline = None;
-        step.updated_at = at;
-        let entry = HistoryEntry {
-            step_id: step.id.clone(),
-            tool_id: step.tool_id.clone(),
-            status,
-            arguments: step.arguments.clone(),
-            result,
-            error,
-            completed_at: at,
-        };
-        self.history.push(entry);
-    }
-
-    fn clear_blockers(&mut self) {
-        self.tool_blocked = false;
-        self.signal_wait = None;
-        self.approval = None;
-        self.budget_wait = None;
-    }
-
-    fn finish(&mut self, status: ExecutionStatus) {
-        self.status = status;
-        self.clear_blockers();
-        self.pending_signals.clear();
-        self.journal = None;
     }
 }

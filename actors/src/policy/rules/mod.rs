@@ -3,10 +3,12 @@
 //! (first matching rule by ascending priority wins). No YAML and no I/O here: the `keel` crate
 //! parses files into [`PolicyDefinition`]s and maps [`CompileIssue`] paths to file lines.
 
+mod approval;
 mod breakers;
 mod budget;
 mod compile;
 mod compiled;
+mod compiled_policy;
 mod concurrency;
 mod conditions;
 mod definition;
@@ -20,7 +22,8 @@ mod schedule;
 mod tests;
 
 pub use compile::{Compilation, compile};
-pub use compiled::{AGENT_DEFAULT_RULE_ID, CompiledPolicy, CompiledRules, MergeConflict, RuleSet};
+pub use compiled::{CompiledRules, MergeConflict, RuleSet};
+pub use compiled_policy::{AGENT_DEFAULT_RULE_ID, CompiledPolicy};
 pub use concurrency::Concurrency;
 pub use conditions::KNOWN_ACTIONS;
 pub use definition::{
