@@ -192,6 +192,88 @@ async fn a_fenced_execution_fails_alone_in_its_group() {
 }
 
 #[tokio::test]
+async fn each_event_records_the_epoch_of_its_own_executions_partition() {
+    let Some(db) = test_db::fresh().await else {
+        return;
+    };
+    let fence = Arc::new(HandFence::default());
+    let store = PostgresStore::open_fenced(&db.url, &cluster_options(), Some(fence.clone()))
+        .await
+        .expect("open in cluster mode");
+    let a = join(&db.url, "a").await;
+    a.acquire(&[0, 1, 2, 3]).await.expect("acquire");
+    // Partition p is taken again p times, so each partition is at its own epoch.
+    for partition in 1..P {
+        for _ in 0..partition {
+            a.release(&[partition]).await.expect("release");
+            a.acquire(&[partition]).await.expect("acquire again");
+        }
+    }
+    let epochs: Vec<(i32, i64)> = sqlx::query_as("SELECT id, epoch FROM partitions ORDER BY id")
+        .fetch_all(store.readers())
+        .await
+        .expect("epochs");
+    for (partition, epoch) in &epochs {
+        fence.set(*partition as u32, Some(*epoch));
+    }
+    // One execution per partition, created in one group, then one group in which their
+    // second events are interleaved with further creations.
+    let mut ids: Vec<String> = Vec::new();
+    let mut n = 0;
+    while ids.len() < P as usize {
+        n += 1;
+        let id = format!("mixed-{n}");
+        if !ids
+            .iter()
+            .any(|other| partition_of(other, P) == partition_of(&id, P))
+        {
+            ids.push(id);
+        }
+    }
+    let created: Vec<_> = ids
+        .iter()
+        .map(|id| new_execution(id, "agent", &[], at(1)))
+        .collect();
+    let rows: Vec<_> = created
+        .iter()
+        .map(|commit| commit.execution.clone())
+        .collect();
+    let results = store.commit_group(created).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let mut mixed = Vec::new();
+    for (row, n) in rows.iter().rev().zip(100..) {
+        mixed.push(finish(row, at(2), ExecutionStatus::Completed));
+        mixed.push(new_execution(
+            &format!("{}-{n}", row.id),
+            "agent",
+            &[],
+            at(2),
+        ));
+    }
+    let results = store.commit_group(mixed).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let recorded: Vec<(String, i64, Option<i64>)> =
+        sqlx::query_as("SELECT execution_id, sequence, epoch FROM events ORDER BY position")
+            .fetch_all(store.readers())
+            .await
+            .expect("events");
+    assert_eq!(recorded.len(), 3 * P as usize);
+    let epoch_of: HashMap<u32, i64> = epochs
+        .iter()
+        .map(|(partition, epoch)| (*partition as u32, *epoch))
+        .collect();
+    let distinct: std::collections::HashSet<i64> = epoch_of.values().copied().collect();
+    assert_eq!(distinct.len(), P as usize, "{epochs:?}");
+    for (execution, sequence, epoch) in &recorded {
+        assert_eq!(
+            *epoch,
+            Some(epoch_of[&partition_of(execution, P)]),
+            "event {sequence} of {execution}: {recorded:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_database_computes_the_same_partitions_as_the_kernel() {
     let Some(db) = test_db::fresh().await else {
         return;

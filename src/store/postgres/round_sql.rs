@@ -47,7 +47,8 @@ pub(super) const WRITE_ROUND: &str = "WITH b AS (SELECT * FROM UNNEST($1::text[]
      SELECT id FROM written";
 
 /// [`WRITE_ROUND`] in cluster mode: the same statement, fenced. Two more parameters give each
-/// execution's partition (`$39`) and the epoch this kernel holds it at (`$40`); the `fence`
+/// execution's partition (`$39`) and the epoch this kernel holds it at (`$40`), and `$42` the
+/// same epoch for each event (recorded on the event); the `fence`
 /// part reads those partitions `FOR SHARE` and only the executions whose partition is still at
 /// that epoch are written (`bf`), so once another kernel's acquisition (which updates the row,
 /// and so waits for this statement or makes it wait) has committed, nothing of this kernel's
@@ -62,7 +63,7 @@ pub(super) static WRITE_ROUND_FENCED: std::sync::LazyLock<String> =
 /// Rewrites [`WRITE_ROUND`] into [`WRITE_ROUND_FENCED`]; a unit test checks every rewrite
 /// applied.
 fn fenced(statement: &str) -> String {
-    const REWRITES: [(&str, &str); 7] = [
+    const REWRITES: [(&str, &str); 8] = [
         (
             "$12::int8[]) AS b (id, agent_id, status, labels, input, output, \
              created_at, updated_at, session_id, consumer_id, last_sequence, previous)), ",
@@ -102,10 +103,17 @@ fn fenced(statement: &str) -> String {
         (
             "v.correlation_id, v.key, v.principal \
              FROM UNNEST(",
-            "v.correlation_id, v.key, v.principal, \
-             (SELECT bf.epoch FROM bf WHERE bf.id = v.execution_id), \
+            "v.correlation_id, v.key, v.principal, v.epoch, \
              (pg_current_xact_id()::text::int8 << 20) + $41::int8 + v.ordinal \
              FROM UNNEST(",
+        ),
+        (
+            "$27::text[]) \
+             WITH ORDINALITY AS v (id, execution_id, sequence, step_id, type, schema_version, ts, \
+             payload, causation_id, correlation_id, key, principal, ordinal)",
+            "$27::text[], $42::int8[]) \
+             WITH ORDINALITY AS v (id, execution_id, sequence, step_id, type, schema_version, ts, \
+             payload, causation_id, correlation_id, key, principal, epoch, ordinal)",
         ),
         (
             "deadline = excluded.deadline, updated_at = excluded.updated_at) \
@@ -136,8 +144,10 @@ mod fence_tests {
             "last_sequence, partition FROM bf AS b WHERE previous = 0",
             "FROM bf AS b WHERE b.previous <> 0",
             "idempotency_key, principal, epoch, position) SELECT v.id,",
-            "(SELECT bf.epoch FROM bf WHERE bf.id = v.execution_id), \
+            "v.principal, v.epoch, \
              (pg_current_xact_id()::text::int8 << 20) + $41::int8 + v.ordinal FROM UNNEST(",
+            "$27::text[], $42::int8[]) WITH ORDINALITY AS v (",
+            "principal, epoch, ordinal)",
             "SELECT id, true FROM written UNION ALL SELECT id, false FROM b",
         ] {
             assert!(fenced.contains(part), "missing {part:?} in {fenced}");

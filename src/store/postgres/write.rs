@@ -259,6 +259,7 @@ async fn write_round(
     let rows = ExecutionColumns::new(group, units)?;
     let labels = LabelColumns::new(group, units);
     let events = EventColumns::new(group, units)?;
+    let event_epochs = event_epochs(group, units, &epochs);
     let steps = StepColumns::new(group, units);
     let answered: Vec<(String, bool)> = sqlx::query_as(WRITE_ROUND_FENCED.as_str())
         .bind(rows.id)
@@ -302,6 +303,7 @@ async fn write_round(
         .bind(&partitions)
         .bind(&epochs)
         .bind(offset)
+        .bind(&event_epochs)
         .fetch_all(&mut *connection)
         .await
         .map_err(map_sqlx_error)?;
@@ -322,6 +324,22 @@ async fn write_round(
         };
     }
     Ok(outcomes)
+}
+
+/// The epoch of each event of `units` (each unit's from `epochs`), in the order
+/// [`EventColumns`] lists the events: by commit, in group order. Bound per event so the
+/// statement records it without looking each event's execution up in the fence.
+fn event_epochs(group: &[Commit], units: &[Unit], epochs: &[i64]) -> Vec<i64> {
+    let mut of_commit: Vec<(usize, i64)> = units
+        .iter()
+        .zip(epochs)
+        .flat_map(|(unit, epoch)| unit.commits.iter().map(move |&index| (index, *epoch)))
+        .collect();
+    of_commit.sort_unstable_by_key(|(index, _)| *index);
+    of_commit
+        .into_iter()
+        .flat_map(|(index, epoch)| std::iter::repeat_n(epoch, group[index].events.len()))
+        .collect()
 }
 
 /// Runs [`WRITE_ROUND`] for `units`; returns, per unit, whether it was written.
