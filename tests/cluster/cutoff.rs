@@ -73,11 +73,7 @@ async fn a_kernel_cut_from_the_database_stops_before_its_leases_end_and_rejoins_
         let k2 = Kernel::start("k2", &via_proxy, &dir.path().join("k2")).await;
         let k3 = Kernel::start("k3", &database.url, &dir.path().join("k3")).await;
         let kernels = [&k1, &k2, &k3];
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
+        super::settled(&database, &kernels).await;
         let http = reqwest::Client::new();
         // Executions in k2's partitions, written under its epochs.
         let mut mine = Vec::new();

@@ -15,8 +15,8 @@ use axum::http::StatusCode;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::harness::{Database, Kernel, poll};
-use crate::{BUDGET, owned_evenly_by};
+use crate::BUDGET;
+use crate::harness::{Database, poll};
 
 /// `(execution_id, sequence)` of an event.
 type Key = (String, i64);
@@ -143,19 +143,7 @@ async fn a_feed_reader_and_a_webhook_get_every_event_once_across_a_held_commit()
         let hooks = subscriptions.to_str().expect("utf-8 path");
         // Every kernel has the subscription; the elected one delivers.
         let flags = ["--cluster", "--webhooks", hooks];
-        let mut kernels = Vec::new();
-        for node in ["k1", "k2", "k3"] {
-            kernels.push(
-                Kernel::start_with(node, &database.url, &dir.path().join(node), &flags)
-                    .await
-                    .unwrap_or_else(|log| panic!("{node} did not start:\n{log}")),
-            );
-        }
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
+        let kernels = super::three_settled(&database, dir.path(), &flags).await;
         // A commit that writes a creation marked `hold-me` sleeps 2 s after its events are in.
         sqlx::raw_sql(
             "CREATE FUNCTION hold_two_seconds() RETURNS trigger LANGUAGE plpgsql AS \
@@ -315,19 +303,7 @@ async fn webhooks_are_delivered_once_by_the_elected_kernel_and_move_when_it_dies
         let hooks = subscriptions.to_str().expect("utf-8 path");
         // Every kernel has the same subscription.
         let flags = ["--cluster", "--webhooks", hooks];
-        let mut kernels = Vec::new();
-        for node in ["k1", "k2", "k3"] {
-            kernels.push(
-                Kernel::start_with(node, &database.url, &dir.path().join(node), &flags)
-                    .await
-                    .unwrap_or_else(|log| panic!("{node} did not start:\n{log}")),
-            );
-        }
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
+        let mut kernels = super::three_settled(&database, dir.path(), &flags).await;
         let urls: Vec<String> = kernels.iter().map(|k| k.url.clone()).collect();
         let written = create(&urls, "before", 30).await;
         assert_eq!(written, 30, "every creation answered 2xx");

@@ -13,54 +13,18 @@ mod matching;
 mod notice;
 mod recovery;
 mod rolling;
+mod start;
 mod tool_changes;
 mod view;
 mod wakeups;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use harness::{Database, Kernel, poll};
-
-/// Partitions of a cluster database by default.
-const P: usize = 64;
+use start::{P, owned_evenly_by, settled, three_kernels, three_settled};
 
 /// Bound of each test.
 const BUDGET: Duration = Duration::from_secs(60);
-
-/// Returns the live owners when every partition has one, with the count per owner.
-async fn fully_owned(database: &Database) -> Option<BTreeMap<String, usize>> {
-    let owners = database.live_owners().await;
-    if owners.len() != P {
-        return None;
-    }
-    let mut counts = BTreeMap::new();
-    for (_, owner, _) in owners {
-        *counts.entry(owner).or_insert(0) += 1;
-    }
-    Some(counts)
-}
-
-/// Returns the partitions held live by the kernels named in `nodes`, spread evenly.
-async fn owned_evenly_by(database: &Database, nodes: &[&str]) -> Option<BTreeMap<String, usize>> {
-    let counts = fully_owned(database).await?;
-    let ideal = P as f64 / nodes.len() as f64;
-    let even = counts.len() == nodes.len()
-        && nodes.iter().all(|node| {
-            counts
-                .get(*node)
-                .is_some_and(|held| (*held as f64 - ideal).abs() <= 3.0)
-        });
-    even.then_some(counts)
-}
-
-async fn three_kernels(database: &Database, dir: &std::path::Path) -> Vec<Kernel> {
-    let mut kernels = Vec::new();
-    for node in ["k1", "k2", "k3"] {
-        kernels.push(Kernel::start(node, &database.url, &dir.join(node)).await);
-    }
-    kernels
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_kernels_own_every_partition_once_and_evenly() {
@@ -112,12 +76,7 @@ async fn a_killed_kernels_partitions_get_new_owners_at_a_higher_epoch_within_7_s
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut kernels = three_kernels(&database, dir.path()).await;
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
+        let mut kernels = three_settled(&database, dir.path(), &["--cluster"]).await;
         let before = database.live_owners().await;
         let victim = kernels.remove(1);
         assert_eq!(victim.node_id, "k2");
@@ -177,12 +136,7 @@ async fn sigterm_hands_the_partitions_over_at_once() {
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut kernels = three_kernels(&database, dir.path()).await;
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
+        let mut kernels = three_settled(&database, dir.path(), &["--cluster"]).await;
         let leaving = kernels.remove(2);
         let log = leaving.terminate().await;
         assert!(log.contains("left the cluster"), "log:\n{log}");
@@ -267,16 +221,6 @@ async fn a_kernel_in_the_other_mode_is_refused_with_what_to_do() {
     .expect("test within its budget");
 }
 
-/// Asserts (within 10 s) that every kernel's own view shows the balanced cluster: requests
-/// are routed by those views, which may trail the database by a tick.
-async fn all_views_settled(kernels: &[Kernel]) {
-    let urls: Vec<&str> = kernels.iter().map(|kernel| kernel.url.as_str()).collect();
-    assert!(
-        harness::views_settled(&urls).await,
-        "the kernels' views never showed the balanced cluster"
-    );
-}
-
 /// POSTs JSON to `url`; returns the status, the `Retry-After` header and the body.
 async fn post(
     http: &reqwest::Client,
@@ -346,13 +290,7 @@ async fn any_kernel_answers_for_any_execution_and_a_dead_owners_work_moves() {
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut kernels = three_kernels(&database, dir.path()).await;
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
-        all_views_settled(&kernels).await;
+        let mut kernels = three_settled(&database, dir.path(), &["--cluster"]).await;
         let http = reqwest::Client::new();
 
         // Each kernel creates executions in partitions it holds.
@@ -497,13 +435,7 @@ async fn a_paused_owner_cannot_write_after_the_takeover_and_rejoins() {
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let kernels = three_kernels(&database, dir.path()).await;
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
-        all_views_settled(&kernels).await;
+        let kernels = three_settled(&database, dir.path(), &["--cluster"]).await;
         let http = reqwest::Client::new();
         let paused = &kernels[1];
         let mut mine = Vec::new();

@@ -9,27 +9,21 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
-use super::harness::{Database, Kernel, poll};
-use super::{BUDGET, get_retrying, owned_evenly_by, post};
+use super::harness::{Database, Kernel};
+use super::{BUDGET, get_retrying, post};
 
-/// An agent stream: `(event, data)` of every message, from a task reading it.
-pub(super) async fn agent_stream(
-    http: &reqwest::Client,
-    url: &str,
-    agent: &str,
-    consumer: &str,
-) -> mpsc::UnboundedReceiver<(String, serde_json::Value)> {
-    let response = http
-        .get(format!(
-            "{url}/v0/agents/stream?agent_id={agent}&consumer_id={consumer}"
-        ))
-        .send()
-        .await
-        .expect("agent stream");
-    assert_eq!(response.status().as_u16(), 200);
+/// Messages of an SSE stream: `(event, data)`.
+pub(super) type Messages = mpsc::UnboundedReceiver<(String, serde_json::Value)>;
+
+/// Opens the SSE stream at `url` (200 expected): its messages, from a task reading it whose
+/// abort closes the stream.
+pub(super) async fn sse(http: &reqwest::Client, url: &str) -> (Messages, JoinHandle<()>) {
+    let response = http.get(url).send().await.expect("open the stream");
+    assert_eq!(response.status().as_u16(), 200, "stream {url}");
     let (sender, receiver) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
+    let reader = tokio::spawn(async move {
         let mut events = response.bytes_stream().eventsource();
         while let Some(Ok(event)) = events.next().await {
             let data = serde_json::from_str(&event.data).unwrap_or_default();
@@ -38,12 +32,37 @@ pub(super) async fn agent_stream(
             }
         }
     });
-    receiver
+    (receiver, reader)
+}
+
+/// An agent stream: `(event, data)` of every message, from a task reading it.
+pub(super) async fn agent_stream(
+    http: &reqwest::Client,
+    url: &str,
+    agent: &str,
+    consumer: &str,
+) -> Messages {
+    let url = format!("{url}/v0/agents/stream?agent_id={agent}&consumer_id={consumer}");
+    sse(http, &url).await.0
+}
+
+/// A runner connection's stream offering `tools` (comma-separated), and its reader task.
+pub(super) async fn runner_stream(
+    http: &reqwest::Client,
+    url: &str,
+    runner: &str,
+    consumer: &str,
+    tools: &str,
+) -> (Messages, JoinHandle<()>) {
+    let url = format!(
+        "{url}/v0/runners/stream?runner_id={runner}&consumer_id={consumer}&capabilities={tools}"
+    );
+    sse(http, &url).await
 }
 
 /// The next `execution.assigned` on `stream` within `limit`.
 pub(super) async fn next_assigned(
-    stream: &mut mpsc::UnboundedReceiver<(String, serde_json::Value)>,
+    stream: &mut Messages,
     limit: Duration,
 ) -> Option<serde_json::Value> {
     let deadline = tokio::time::Instant::now() + limit;
@@ -57,7 +76,12 @@ pub(super) async fn next_assigned(
     }
 }
 
-async fn create(http: &reqwest::Client, kernel: &Kernel, agent: &str, n: usize) -> String {
+pub(super) async fn create(
+    http: &reqwest::Client,
+    kernel: &Kernel,
+    agent: &str,
+    n: usize,
+) -> String {
     let (status, _, body) = post(
         http,
         &format!("{}/v0/executions", kernel.url),
@@ -75,17 +99,7 @@ async fn an_agent_on_one_kernel_runs_an_execution_owned_by_another_with_intents_
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let kernels = super::three_kernels(&database, dir.path()).await;
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
-        let urls: Vec<&str> = kernels.iter().map(|kernel| kernel.url.as_str()).collect();
-        assert!(
-            super::harness::views_settled(&urls).await,
-            "every kernel's own view shows the balanced cluster within 10 s"
-        );
+        let kernels = super::three_settled(&database, dir.path(), &["--cluster"]).await;
         let http = reqwest::Client::new();
         let (a, b, c) = (&kernels[0], &kernels[1], &kernels[2]);
 
@@ -164,12 +178,12 @@ async fn an_agent_on_one_kernel_runs_an_execution_owned_by_another_with_intents_
 }
 
 /// Every tool call allowed.
-const ALLOW_ALL: &str =
+pub(super) const ALLOW_ALL: &str =
     "rules:\n  - id: allow-all\n    priority: 1\n    when: {}\n    then:\n      decision: allow\n";
 
 /// The next message named `name` on `stream` within `limit`.
-async fn next_named(
-    stream: &mut mpsc::UnboundedReceiver<(String, serde_json::Value)>,
+pub(super) async fn next_named(
+    stream: &mut Messages,
     name: &str,
     limit: Duration,
 ) -> Option<serde_json::Value> {
@@ -195,47 +209,13 @@ async fn a_runner_on_one_kernel_serves_a_remote_step_of_an_execution_owned_by_an
         std::fs::write(&policy, ALLOW_ALL).expect("policy written");
         let policy = policy.to_str().expect("utf-8 path").to_owned();
         let flags = ["--cluster", "--policy", policy.as_str()];
-        let mut kernels = Vec::new();
-        for node in ["k1", "k2", "k3"] {
-            let kernel = Kernel::start_with(node, &database.url, &dir.path().join(node), &flags)
-                .await
-                .unwrap_or_else(|log| panic!("{node} did not start:\n{log}"));
-            kernels.push(kernel);
-        }
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
-        let urls: Vec<&str> = kernels.iter().map(|kernel| kernel.url.as_str()).collect();
-        assert!(
-            super::harness::views_settled(&urls).await,
-            "every kernel's own view shows the balanced cluster within 10 s"
-        );
+        let kernels = super::three_settled(&database, dir.path(), &flags).await;
         let http = reqwest::Client::new();
         let (a, b, c) = (&kernels[0], &kernels[1], &kernels[2]);
 
         // The agent on A, the runner on C, the execution owned by B.
         let mut agent = agent_stream(&http, &a.url, "tooled", "agent-1").await;
-        let response = http
-            .get(format!(
-                "{}/v0/runners/stream?runner_id=r1&consumer_id=r1-c&capabilities=remote.echo",
-                c.url
-            ))
-            .send()
-            .await
-            .expect("runner stream");
-        assert_eq!(response.status().as_u16(), 200);
-        let (sender, mut runner) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut events = response.bytes_stream().eventsource();
-            while let Some(Ok(event)) = events.next().await {
-                let data = serde_json::from_str(&event.data).unwrap_or_default();
-                if sender.send((event.event, data)).is_err() {
-                    return;
-                }
-            }
-        });
+        let (mut runner, _reader) = runner_stream(&http, &c.url, "r1", "r1-c", "remote.echo").await;
         let id = create(&http, b, "tooled", 0).await;
         let assigned = next_assigned(&mut agent, Duration::from_secs(10))
             .await
@@ -301,45 +281,16 @@ async fn cancellation_and_the_disconnect_grace_work_across_kernels() {
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
         let flags = ["--cluster", "--agent-timeout", "2s"];
-        let mut kernels = Vec::new();
-        for node in ["k1", "k2", "k3"] {
-            let kernel = Kernel::start_with(node, &database.url, &dir.path().join(node), &flags)
-                .await
-                .unwrap_or_else(|log| panic!("{node} did not start:\n{log}"));
-            kernels.push(kernel);
-        }
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
-        let urls: Vec<&str> = kernels.iter().map(|kernel| kernel.url.as_str()).collect();
-        assert!(
-            super::harness::views_settled(&urls).await,
-            "every kernel's own view shows the balanced cluster within 10 s"
-        );
+        let kernels = super::three_settled(&database, dir.path(), &flags).await;
         let http = reqwest::Client::new();
         let (a, b, c) = (&kernels[0], &kernels[1], &kernels[2]);
 
         // A cancel sent to C reaches the agent on A for an execution owned by B.
-        let response = http
-            .get(format!(
-                "{}/v0/agents/stream?agent_id=graceful&consumer_id=c1",
-                a.url
-            ))
-            .send()
-            .await
-            .expect("agent stream");
-        let (sender, mut on_a) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(async move {
-            let mut events = response.bytes_stream().eventsource();
-            while let Some(Ok(event)) = events.next().await {
-                let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
-                if sender.send((event.event, data)).is_err() {
-                    return;
-                }
-            }
-        });
+        let url = format!(
+            "{}/v0/agents/stream?agent_id=graceful&consumer_id=c1",
+            a.url
+        );
+        let (mut on_a, reader) = sse(&http, &url).await;
         let cancelled = create(&http, b, "graceful", 0).await;
         let assigned = next_assigned(&mut on_a, Duration::from_secs(10))
             .await

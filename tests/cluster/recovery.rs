@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use super::harness::{Database, Kernel, poll};
-use super::{BUDGET, owned_evenly_by, post};
+use super::{BUDGET, post};
 
 /// Status, partition owner, the epochs of the first and last event of execution `id` and the
 /// last event's payload, read from the database only (a request to a kernel could wake the
@@ -35,19 +35,7 @@ async fn a_dead_owners_waiting_execution_meets_its_deadline_on_the_new_owner_wit
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
         let flags = ["--cluster", "--execution-timeout", "4s"];
-        let mut kernels = Vec::new();
-        for node in ["k1", "k2", "k3"] {
-            let kernel = Kernel::start_with(node, &database.url, &dir.path().join(node), &flags)
-                .await
-                .unwrap_or_else(|log| panic!("{node} did not start:\n{log}"));
-            kernels.push(kernel);
-        }
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
-        super::all_views_settled(&kernels).await;
+        let mut kernels = super::three_settled(&database, dir.path(), &flags).await;
         let http = reqwest::Client::new();
         // Pending executions no agent takes: each waits (passivated) for its deadline.
         let mut ids = Vec::new();
@@ -114,13 +102,7 @@ async fn a_kernel_that_loses_a_partition_ends_its_execution_streams_and_stops_it
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let kernels = super::three_kernels(&database, dir.path()).await;
-        poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("three kernels balance within 10 s");
-        super::all_views_settled(&kernels).await;
+        let kernels = super::three_settled(&database, dir.path(), &["--cluster"]).await;
         let http = reqwest::Client::new();
         let paused = &kernels[1];
         let (status, _, body) = post(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::harness::{Database, poll};
-use crate::{BUDGET, owned_evenly_by, owner_of, three_kernels};
+use crate::{BUDGET, owned_evenly_by, owner_of, three_settled};
 
 /// The partitions per kernel a `/v0/cluster` answer reports, when it lists `expected` live
 /// kernels, marks only `me` as `this` and has no unowned partition.
@@ -35,12 +35,10 @@ async fn every_kernel_lists_the_cluster_and_names_an_executions_owner() {
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let kernels = three_kernels(&database, dir.path()).await;
-        let counts = poll(Duration::from_secs(10), || {
-            owned_evenly_by(&database, &["k1", "k2", "k3"])
-        })
-        .await
-        .expect("the partitions settle over the three kernels");
+        let kernels = three_settled(&database, dir.path(), &["--cluster"]).await;
+        let counts = owned_evenly_by(&database, &["k1", "k2", "k3"])
+            .await
+            .expect("the partitions stay spread over the three kernels");
         let http = reqwest::Client::new();
         for kernel in &kernels {
             // Each kernel's view is at most a lease tick behind the database.
