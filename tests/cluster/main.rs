@@ -13,6 +13,7 @@ mod matching;
 mod notice;
 mod recovery;
 mod rolling;
+mod stale;
 mod start;
 mod tool_changes;
 mod view;
