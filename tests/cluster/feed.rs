@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::BUDGET;
-use crate::harness::{Database, poll};
+use crate::harness::{Database, Kernel, poll};
 
 /// `(execution_id, sequence)` of an event.
 type Key = (String, i64);
@@ -123,6 +123,25 @@ async fn stored(database: &Database) -> BTreeSet<Key> {
         .collect()
 }
 
+/// A webhook receiver, and three settled kernels that all have a subscription of every event
+/// from the beginning to it (the elected kernel delivers).
+async fn hooked_cluster(database: &Database, dir: &std::path::Path) -> (Got, Vec<Kernel>) {
+    let (hooked, hook_url) = receiver().await;
+    let subscriptions = dir.join("webhooks.yaml");
+    std::fs::write(
+        &subscriptions,
+        format!(
+            "subscriptions:\n  - id: all\n    url: {hook_url}\n    secret: s3cret-s3cret\n    \
+             start: beginning\n    timeout: 5s\n    min_backoff: 10ms\n    max_backoff: 100ms\n"
+        ),
+    )
+    .expect("write subscriptions");
+    let hooks = subscriptions.to_str().expect("utf-8 path");
+    let flags = ["--cluster", "--webhooks", hooks];
+    let kernels = crate::three_settled(database, dir, &flags).await;
+    (hooked, kernels)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_feed_reader_and_a_webhook_get_every_event_once_across_a_held_commit() {
     let Some(database) = Database::fresh().await else {
@@ -130,20 +149,8 @@ async fn a_feed_reader_and_a_webhook_get_every_event_once_across_a_held_commit()
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (hooked, hook_url) = receiver().await;
-        let subscriptions = dir.path().join("webhooks.yaml");
-        std::fs::write(
-            &subscriptions,
-            format!(
-                "subscriptions:\n  - id: all\n    url: {hook_url}\n    secret: s3cret-s3cret\n    \
-                 start: beginning\n    timeout: 5s\n    min_backoff: 10ms\n    max_backoff: 100ms\n"
-            ),
-        )
-        .expect("write subscriptions");
-        let hooks = subscriptions.to_str().expect("utf-8 path");
         // Every kernel has the subscription; the elected one delivers.
-        let flags = ["--cluster", "--webhooks", hooks];
-        let kernels = super::three_settled(&database, dir.path(), &flags).await;
+        let (hooked, kernels) = hooked_cluster(&database, dir.path()).await;
         // A commit that writes a creation marked `hold-me` sleeps 2 s after its events are in.
         sqlx::raw_sql(
             "CREATE FUNCTION hold_two_seconds() RETURNS trigger LANGUAGE plpgsql AS \
@@ -290,20 +297,8 @@ async fn webhooks_are_delivered_once_by_the_elected_kernel_and_move_when_it_dies
     };
     tokio::time::timeout(BUDGET, async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (hooked, hook_url) = receiver().await;
-        let subscriptions = dir.path().join("webhooks.yaml");
-        std::fs::write(
-            &subscriptions,
-            format!(
-                "subscriptions:\n  - id: all\n    url: {hook_url}\n    secret: s3cret-s3cret\n    \
-                 start: beginning\n    timeout: 5s\n    min_backoff: 10ms\n    max_backoff: 100ms\n"
-            ),
-        )
-        .expect("write subscriptions");
-        let hooks = subscriptions.to_str().expect("utf-8 path");
         // Every kernel has the same subscription.
-        let flags = ["--cluster", "--webhooks", hooks];
-        let mut kernels = super::three_settled(&database, dir.path(), &flags).await;
+        let (hooked, mut kernels) = hooked_cluster(&database, dir.path()).await;
         let urls: Vec<String> = kernels.iter().map(|k| k.url.clone()).collect();
         let written = create(&urls, "before", 30).await;
         assert_eq!(written, 30, "every creation answered 2xx");
