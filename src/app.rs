@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
-use keel_actors::execution::ExecutionSettings;
 use keel_actors::hooks::HookSpec;
-use keel_actors::kernel::{self, KernelConfig};
+use keel_actors::kernel;
 use keel_actors::policy::{PermissiveEngine, PolicyEngine, SecureDefaultEngine};
 use keel_actors::store::Store;
 use tokio::net::TcpListener;
@@ -20,9 +19,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{Config, Mode, Settings};
-use crate::http::{AppState, ConnectionTimeouts, DEFAULT_HEARTBEAT, HttpSettings, router};
+use crate::http::{AppState, ConnectionTimeouts, router};
 use crate::policy::{PolicyReloader, PolicyStatus, ReloadOptions};
 use crate::store::StoreOptions;
+
+mod announce;
+mod settings;
+
+use announce::{announce, describe_auth, describe_hooks, describe_policy};
+use settings::{http_settings, kernel_config, llm_gateway};
 
 /// Share of the shutdown deadline kept for the actor tree after the HTTP drain.
 const KERNEL_SHARE_OF_DEADLINE: u32 = 4;
@@ -350,131 +355,6 @@ async fn load_policy(
     }
 }
 
-/// Maps the settings onto the actor tree's configuration.
-fn kernel_config(
-    settings: &Settings,
-    store: Arc<dyn Store>,
-    policy: Arc<dyn PolicyEngine>,
-) -> KernelConfig {
-    let mut config = KernelConfig::new(store, policy);
-    config.execution = ExecutionSettings {
-        step_timeout: settings.step_timeout,
-        execution_timeout: settings.execution_timeout,
-        retry_base_delay: settings.retry_base_delay,
-        retry_max_delay: settings.retry_max_delay,
-        stall_after: settings.stall_after,
-        job_start_timeout: settings.job_start_timeout,
-        ..ExecutionSettings::default()
-    };
-    config.agent_grace = settings.agent_timeout;
-    config.passivate_after = Some(settings.passivate_after);
-    config.runner_grace = settings.runner_timeout;
-    config.retention_period = settings.retention_period;
-    config.cleanup_interval = settings.cleanup_interval;
-    config.metrics_max_ids = settings.metrics_max_ids;
-    config.shutdown_timeout = settings.shutdown_timeout / KERNEL_SHARE_OF_DEADLINE;
-    if settings.otel_endpoint.is_some() {
-        config.traces = Some(Arc::new(crate::trace_context::OtelTraceContext));
-    }
-    config
-}
-
-/// Maps the settings onto the HTTP layer's configuration.
-fn http_settings(settings: &Settings) -> HttpSettings {
-    HttpSettings {
-        bearer_token: settings
-            .bearer_token
-            .as_ref()
-            .map(|token| token.expose().to_owned()),
-        cors_origins: settings.cors_origins.clone(),
-        body_limit: settings.body_limit,
-        large_body_limit: settings.large_body_limit,
-        heartbeat: DEFAULT_HEARTBEAT,
-        body_read_timeout: settings.body_read_timeout,
-        backlog: crate::http::creation::Backlog {
-            per_agent: (settings.max_pending_per_agent > 0)
-                .then_some(settings.max_pending_per_agent),
-            total: (settings.max_pending > 0).then_some(settings.max_pending),
-            retry_after_secs: settings.backlog_retry_after.as_secs_f64().ceil().max(1.0) as u64,
-            strict_agents: settings.strict_agents,
-        },
-        feed: crate::http::feed::FeedSettings {
-            buffer_bytes: settings.exposure.stream_buffer_bytes,
-            ..crate::http::feed::FeedSettings::default()
-        },
-        gateway: None,
-        cluster: None,
-        labels: crate::http::text::LabelLimits {
-            max_count: settings.max_labels,
-            max_value_bytes: settings.max_label_value_bytes,
-        },
-        allowed_hosts: allowed_hosts(settings),
-        max_page_bytes: settings.exposure.max_page_bytes,
-    }
-}
-
-/// `--allowed-hosts` and the cluster's advertised host (the other kernels forward with it).
-fn allowed_hosts(settings: &Settings) -> crate::http::hosts::AllowedHosts {
-    let mut names = settings.exposure.allowed_hosts.clone();
-    let advertised = settings
-        .cluster
-        .as_ref()
-        .and_then(|cluster| url::Url::parse(&cluster.advertise_url).ok())
-        .and_then(|url| url.host_str().map(str::to_ascii_lowercase));
-    names.extend(advertised);
-    crate::http::hosts::AllowedHosts {
-        always: !settings.exposure.allowed_hosts.is_empty(),
-        names,
-    }
-}
-
-/// Logs the address (the line tools and tests look for) and warns about risky settings.
-fn announce(settings: &Settings, address: SocketAddr) {
-    info!(address = %address, "listening on {address}");
-    if settings.bearer_token.is_none() && !address.ip().is_loopback() {
-        warn!(address = %address, "no --bearer-token: anyone who can reach this address can use the API");
-    }
-    if settings.agent_timeout.is_zero() {
-        warn!(
-            "--agent-timeout 0: a disconnected agent's executions are reset at once (meant for tests)"
-        );
-    }
-    if settings.production && settings.cors_origins.iter().any(|origin| origin == "*") {
-        warn!("--cors-origins * in production: any web page may call the API with a user's token");
-    }
-}
-
-/// The policy source for the start-up summary.
-fn describe_policy(settings: &Settings) -> String {
-    match (&settings.policy, settings.mode) {
-        (Some(path), _) => path.display().to_string(),
-        (None, Mode::Dev) => "none: every tool call allowed".to_owned(),
-        (None, Mode::Serve) => "none: every tool call denied".to_owned(),
-    }
-}
-
-/// The authentication mode for the start-up summary (never the token).
-fn describe_auth(settings: &Settings, keys: bool) -> &'static str {
-    match (settings.bearer_token.is_some(), keys) {
-        (true, true) => "bearer token or API key required",
-        (true, false) => "bearer token required",
-        (false, true) => "API key required",
-        (false, false) => "off: no --bearer-token and no API key",
-    }
-}
-
-/// The hooks of the policy for the start-up summary: `off`, or their ids by point.
-fn describe_hooks(hooks: &[HookSpec]) -> String {
-    if hooks.is_empty() {
-        return "off".to_owned();
-    }
-    hooks
-        .iter()
-        .map(|hook| format!("{} {}", hook.point.as_str(), hook.id))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Returns a duration in whole milliseconds, for log fields.
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -486,45 +366,4 @@ fn millis(duration: Duration) -> u64 {
 fn singleton_election(ownership: &Arc<crate::cluster::Ownership>) -> crate::webhooks::Elected {
     let ownership = ownership.clone();
     Arc::new(move || ownership.epoch(0).is_some())
-}
-
-/// The LLM gateway of `--llm-config` and `--llm-cassette` (`None`: off), and how to name it in
-/// the start-up line.
-fn llm_gateway(
-    settings: &Settings,
-) -> anyhow::Result<(Option<Arc<crate::gateway::Gateway>>, String)> {
-    use crate::gateway::{Gateway, GatewayConfig, cassette::Cassette};
-    if settings.llm_config.is_none() && settings.llm_cassette.is_none() {
-        return Ok((None, "off".to_owned()));
-    }
-    let config = match &settings.llm_config {
-        Some(path) => GatewayConfig::load(path),
-        None => Ok(GatewayConfig {
-            providers: std::collections::BTreeMap::new(),
-        }),
-    };
-    let mut gateway = config
-        .and_then(Gateway::new)
-        .map_err(|error| anyhow!("{error}; refusing to start"))?;
-    let mut in_force = format!(
-        "providers {}",
-        gateway
-            .config
-            .providers
-            .keys()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    if let Some(path) = &settings.llm_cassette {
-        let cassette =
-            Cassette::load(path).map_err(|error| anyhow!("{error}; refusing to start"))?;
-        in_force = format!(
-            "cassette {} ({} calls; no provider is called)",
-            path.display(),
-            cassette.providers().values().sum::<usize>()
-        );
-        gateway = gateway.with_cassette(cassette);
-    }
-    Ok((Some(Arc::new(gateway)), in_force))
 }

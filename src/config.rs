@@ -9,7 +9,9 @@
 
 mod bytes;
 mod client;
+mod debug;
 mod dump;
+mod durations;
 mod exposure;
 mod otel;
 pub(crate) mod redact;
@@ -19,7 +21,6 @@ mod values;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ use serde::Serialize;
 
 pub use bytes::{format_byte_size, parse_byte_size};
 pub use client::{ClientConfig, DEFAULT_KERNEL_URL};
+pub use durations::{format_duration, parse_duration};
 pub use exposure::{ExposureArgs, ExposureSettings};
 pub use otel::OtelArgs;
 pub use validate::{ClusterSettings, ConfigError, Settings};
@@ -391,84 +393,5 @@ impl Config {
             Some(filter) if !filter.trim().is_empty() => filter,
             _ => &self.log_level,
         }
-    }
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("mode", &self.mode)
-            .field("bind", &self.bind)
-            .field("port", &self.port)
-            .field("data_dir", &self.data_dir)
-            .field("db_url", &self.db_url.as_deref().map(redact::redact_url))
-            .field("db_max_conns", &self.db_max_conns)
-            .field("cluster", &self.cluster)
-            .field("node_id", &self.node_id)
-            .field("advertise_url", &self.advertise_url)
-            .field("partitions", &self.partitions)
-            .field("no_notify", &self.no_notify)
-            .field("policy", &self.policy)
-            .field(
-                "bearer_token",
-                &self.bearer_token.as_ref().map(|_| values::REDACTED),
-            )
-            .field("production", &self.production)
-            .field("cors_origins", &self.cors_origins)
-            .field("step_timeout", &self.step_timeout)
-            .field("execution_timeout", &self.execution_timeout)
-            .field("agent_timeout", &self.agent_timeout)
-            .field("runner_timeout", &self.runner_timeout)
-            .field("retry_base_delay", &self.retry_base_delay)
-            .field("retry_max_delay", &self.retry_max_delay)
-            .field("stall_after", &self.stall_after)
-            .field("job_start_timeout", &self.job_start_timeout)
-            .field("retention_period", &self.retention_period)
-            .field("cleanup_interval", &self.cleanup_interval)
-            .field("shutdown_timeout", &self.shutdown_timeout)
-            .field("body_limit", &self.body_limit)
-            .field("large_body_limit", &self.large_body_limit)
-            .field("max_pending_per_agent", &self.max_pending_per_agent)
-            .field("strict_agents", &self.strict_agents)
-            .field("max_pending", &self.max_pending)
-            .field("metrics_max_ids", &self.metrics_max_ids)
-            .field("max_labels", &self.max_labels)
-            .field("max_label_value_bytes", &self.max_label_value_bytes)
-            .field("backlog_retry_after", &self.backlog_retry_after)
-            .field("header_read_timeout", &self.header_read_timeout)
-            .field("body_read_timeout", &self.body_read_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("exposure", &self.exposure)
-            .field("log_level", &self.log_level)
-            .field("log_format", &self.log_format)
-            .field("dump_config", &self.dump_config)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Parses a duration flag in Go's `time.ParseDuration` grammar, the one policy files use too
-/// (`500ms`, `30s`, `1m30s`, `1.5h`, `168h`; `0` needs no unit); negative values are refused.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    keel_actors::policy::rules::parse_non_negative_duration(text.trim())
-}
-
-/// Formats a duration the way flags accept it: `168h`, `1h30m`, `1m500ms`, `0s`.
-pub fn format_duration(duration: Duration) -> String {
-    let total_seconds = duration.as_secs();
-    let parts = [
-        (total_seconds / 3600, "h"),
-        (total_seconds / 60 % 60, "m"),
-        (total_seconds % 60, "s"),
-        (u64::from(duration.subsec_millis()), "ms"),
-    ];
-    let text: String = parts
-        .iter()
-        .filter(|(value, _)| *value > 0)
-        .map(|(value, unit)| format!("{value}{unit}"))
-        .collect();
-    if text.is_empty() {
-        "0s".to_owned()
-    } else {
-        text
     }
 }

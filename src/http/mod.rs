@@ -13,6 +13,7 @@ pub mod creation;
 mod cross_site;
 pub(crate) mod cursor;
 mod error;
+mod execution_list;
 mod execution_stream;
 pub(crate) mod executions;
 pub mod feed;

@@ -14,8 +14,9 @@ use keel_actors::policy::rules::{
     CompiledPolicy, CompiledRules, FieldPath, MergeConflict, RuleSet,
 };
 
+use super::digest::Fnv64;
 use super::errors::{PolicyLoadErrors, PolicyProblem};
-use super::load::{FileLoad, Fnv64, LoadedPolicy, load_file, read_source};
+use super::load::{FileLoad, LoadedPolicy, load_file, read_source};
 use super::locate::line_of;
 
 /// Stem of the file whose rules every agent shares.

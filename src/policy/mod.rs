@@ -5,6 +5,7 @@
 //! SIGHUP, keeping the old engine when a reload fails.
 
 mod cli;
+mod digest;
 mod directory;
 mod errors;
 mod hooks;
@@ -16,6 +17,7 @@ mod reload_tests;
 mod spec;
 mod spec_approval;
 mod spec_arguments;
+mod spec_rule;
 mod status;
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,7 @@ mod guardrails;
 mod keys;
 mod llm;
 mod paths;
+mod protocol;
 mod schemas;
 mod tool_changes;
 
