@@ -125,6 +125,16 @@ pub async fn pending(state: &AppState, query: &QueryParams) -> Result<Vec<Approv
     Ok(approvals.into_iter().map(ApprovalBody::from).collect())
 }
 
+/// The pending approvals of one execution (among the kernel's oldest 1000).
+pub async fn pending_of(state: &AppState, id: &str) -> Result<Vec<ApprovalBody>, ApiError> {
+    let approvals = state.kernel.pending_approvals(MAX_APPROVALS).await?;
+    Ok(approvals
+        .into_iter()
+        .filter(|approval| approval.execution_id.as_str() == id)
+        .map(ApprovalBody::from)
+        .collect())
+}
+
 /// `GET /v0/approvals?limit=`: approvals nobody answered yet, oldest first.
 pub async fn approvals(
     State(state): State<AppState>,

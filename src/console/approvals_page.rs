@@ -1,10 +1,11 @@
 //! The approvals inbox: every pending approval across executions, oldest first, with the
-//! approve/deny controls for the approvals the signed-in key may answer.
+//! approve/deny controls for the approvals the signed-in key may answer (`answering.rs`).
 
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
-use maud::{Markup, html};
+use maud::html;
 
+use super::answering::{self, approvers_text, controls, offer};
 use super::api;
 use super::render::{json_block, json_preview, view};
 use super::viewer::Viewer;
@@ -19,6 +20,7 @@ pub async fn approvals(
 ) -> Result<Response, ApiError> {
     let query = QueryParams::parse(raw.as_deref(), &[])?;
     let approvals = api::pending(&state, &query).await?;
+    let creators = answering::creators(&state, &viewer, &approvals).await?;
     let answers = viewer.answers();
     let columns = if answers { 8 } else { 7 };
     let markup = html! {
@@ -59,13 +61,7 @@ pub async fn approvals(
                                     }
                                 }
                                 @if answers {
-                                    td {
-                                        @if viewer.may_answer(approval.approvers.as_ref()) {
-                                            (decision(&approval.execution_id, &approval.step_id))
-                                        } @else {
-                                            span class="muted" data-not-yours { "not among its approvers" }
-                                        }
-                                    }
+                                    td { (controls(offer(&viewer, approval, &creators), approval)) }
                                 }
                             }
                         }
@@ -75,45 +71,4 @@ pub async fn approvals(
         }
     };
     Ok(view(markup))
-}
-
-/// `roles: operator; keys: boss`, or `any approver` when the rule names nobody.
-fn approvers_text(approvers: Option<&serde_json::Value>) -> String {
-    let list = |name: &str| -> Vec<String> {
-        approvers
-            .and_then(|value| value[name].as_array())
-            .map(|items| {
-                items
-                    .iter()
-                    .filter_map(|item| item.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let (roles, keys) = (list("roles"), list("keys"));
-    let mut parts = Vec::new();
-    if !roles.is_empty() {
-        parts.push(format!("roles: {}", roles.join(", ")));
-    }
-    if !keys.is_empty() {
-        parts.push(format!("keys: {}", keys.join(", ")));
-    }
-    if parts.is_empty() {
-        "any approver".to_owned()
-    } else {
-        parts.join("; ")
-    }
-}
-
-/// The approve/deny controls of one pending approval (the script sends `step.approve`).
-pub fn decision(execution_id: &str, step_id: &str) -> Markup {
-    let reason_id = format!("reason-{step_id}");
-    html! {
-        form class="decision" data-decision data-execution-id=(execution_id) data-step-id=(step_id) {
-            label for=(reason_id) { "Reason (optional)" }
-            input id=(reason_id) type="text" name="reason";
-            button type="submit" name="approved" value="true" class="approve" { "✔ Approve" }
-            button type="submit" name="approved" value="false" class="deny" { "✖ Deny" }
-        }
-    }
 }

@@ -9,6 +9,7 @@
 //! execution stream (read with `fetch`, not `EventSource`, which cannot send the header).
 //! No cookie is ever set, so a cross-site request carries no credential (CSRF-safe).
 
+mod answering;
 pub(crate) mod api;
 mod approvals_page;
 mod assets;

@@ -1,6 +1,7 @@
 //! The view of one execution: header, input and output, the actions the signed-in key's role
-//! allows (run again, cancel, signal: operators and admins; approve/deny: roles that answer
-//! approvals) and the timeline container. The script fills the timeline from the events
+//! allows (run again, cancel, signal: operators and admins), its pending approvals with who
+//! may answer them (approve/deny for a key the kernel would take the answer from,
+//! `answering.rs`) and the timeline container. The script fills the timeline from the events
 //! snapshot and the live stream (grouped by step, collapsed, paged) and refreshes the header
 //! region when new events arrive.
 
@@ -11,7 +12,9 @@ use keel_actors::ids::ExecutionId;
 use keel_actors::status::ExecutionStatus;
 use maud::html;
 
-use super::render::{badge, json_block, view, when};
+use super::answering::{self, approvers_text, controls, offer};
+use super::api;
+use super::render::{badge, json_block, json_preview, view, when};
 use super::viewer::Viewer;
 use crate::http::executions::{closing_reason, path_id};
 use crate::http::{ApiError, AppState};
@@ -27,6 +30,12 @@ pub async fn execution(
     let error = closing_reason(&state, &row).await?;
     let terminal = row.status.is_terminal();
     let operates = viewer.operates();
+    let approvals = if row.status == ExecutionStatus::Blocked {
+        api::pending_of(&state, row.id.as_str()).await?
+    } else {
+        Vec::new()
+    };
+    let creators = answering::creators(&state, &viewer, &approvals).await?;
     // Cluster mode: the kernel whose partition holds the execution (None: moving).
     let owner = state
         .settings
@@ -87,15 +96,23 @@ pub async fn execution(
                     }
                 }
             }
-            @if viewer.answers() {
-                section id="approval" class="approval" hidden aria-labelledby="approval-title" {
-                    h2 id="approval-title" { "‖ Waiting for approval" }
-                    p id="approval-what" {}
-                    form class="decision" data-decision data-execution-id=(row.id.as_str()) data-step-id="" {
-                        label for="approval-reason" { "Reason (optional)" }
-                        input id="approval-reason" type="text" name="reason";
-                        button type="submit" name="approved" value="true" class="approve" { "✔ Approve" }
-                        button type="submit" name="approved" value="false" class="deny" { "✖ Deny" }
+            // Every pending approval, who may answer it, and the controls the kernel would
+            // accept from this key (or why there are none).
+            div id="approval-live" data-live {
+                @if !approvals.is_empty() {
+                    section id="approval" class="approval" aria-labelledby="approval-title" {
+                        h2 id="approval-title" { "‖ Waiting for approval" }
+                        @for approval in &approvals {
+                            div class="pending-approval" data-step-id=(approval.step_id) {
+                                p data-what {
+                                    "Tool " span class="mono" { (approval.tool_id) }
+                                    " with arguments " span class="mono" { (json_preview(&approval.arguments, 200)) }
+                                    " — policy: " (approval.reason)
+                                }
+                                p data-approvers { "Who may answer: " (approvers_text(approval.approvers.as_ref())) }
+                                (controls(offer(&viewer, approval, &creators), approval))
+                            }
+                        }
                     }
                 }
             }

@@ -11,6 +11,7 @@ use keel_actors::approvals::Approvers;
 use serde_json::Value;
 
 use crate::auth::role;
+use crate::http::approvals::{Refusal, refusal};
 use crate::auth::{Principal, Role};
 
 /// The principal of a console view and what it may do there.
@@ -20,7 +21,7 @@ pub struct Viewer {
     pub name: String,
     pub role: Role,
     /// An API key (the bearer token and open kernels are not told apart by the approval
-    /// checks, `crate::http::approvals::check_answerer`).
+    /// checks, [`crate::http::approvals::refusal`]).
     keyed: bool,
 }
 
@@ -49,20 +50,43 @@ impl Viewer {
         self.allowed(&Method::POST, "/v0/approvals/{id}")
     }
 
-    /// Whether this viewer may answer an approval whose rule names `approvers` (its
-    /// `approvers` field; absent: anyone whose role answers).
-    pub fn may_answer(&self, approvers: Option<&Value>) -> bool {
+    /// What this viewer is offered for an approval whose rule names `approvers` (its
+    /// `approvers` field; absent: anyone whose role answers) and allows self-approval or not,
+    /// of an execution `creator` created: the kernel's own check
+    /// ([`crate::http::approvals::refusal`]).
+    pub fn offer(
+        &self,
+        approvers: Option<&Value>,
+        self_approval: bool,
+        creator: Option<&str>,
+    ) -> Offer {
         if !self.answers() {
-            return false;
-        }
-        if !self.keyed {
-            return true;
+            return Offer::ReadOnly;
         }
         let named: Approvers = approvers
             .and_then(|value| serde_json::from_value(value.clone()).ok())
             .unwrap_or_default();
-        named.admit(self.role.as_str(), &self.name)
+        let refused = refusal(
+            self.keyed,
+            self.role,
+            &self.name,
+            &named,
+            self_approval,
+            creator,
+        );
+        refused.map_or(Offer::Decide, Offer::Refused)
     }
+}
+
+/// What the console offers a viewer for one pending approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offer {
+    /// Approve and deny.
+    Decide,
+    /// Nothing: the kernel would refuse this key's answer, for this reason.
+    Refused(Refusal),
+    /// Nothing: the key's role does not answer approvals.
+    ReadOnly,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Viewer {
@@ -107,16 +131,24 @@ mod tests {
     }
 
     #[test]
-    fn an_approval_naming_its_approvers_is_offered_to_them_only() {
+    fn an_approval_is_offered_to_the_keys_the_kernel_would_accept() {
         let boss = json!({"keys": ["boss"]});
-        assert!(viewer(Role::Approver, "boss").may_answer(Some(&boss)));
-        assert!(!viewer(Role::Approver, "lead").may_answer(Some(&boss)));
-        assert!(viewer(Role::Approver, "lead").may_answer(None));
+        let offer = |viewer: Viewer, approvers: Option<&Value>| viewer.offer(approvers, false, None);
+        assert_eq!(offer(viewer(Role::Approver, "boss"), Some(&boss)), Offer::Decide);
+        let not_named = Offer::Refused(Refusal::NotAnApprover);
+        assert_eq!(offer(viewer(Role::Approver, "lead"), Some(&boss)), not_named);
+        assert_eq!(offer(viewer(Role::Approver, "lead"), None), Offer::Decide);
         let operators = json!({"roles": ["operator"]});
-        assert!(viewer(Role::Operator, "ops").may_answer(Some(&operators)));
-        assert!(!viewer(Role::Approver, "alice").may_answer(Some(&operators)));
-        assert!(!viewer(Role::Reader, "boss").may_answer(Some(&boss)));
+        assert_eq!(offer(viewer(Role::Operator, "ops"), Some(&operators)), Offer::Decide);
+        assert_eq!(offer(viewer(Role::Approver, "alice"), Some(&operators)), not_named);
+        assert_eq!(offer(viewer(Role::Reader, "boss"), Some(&boss)), Offer::ReadOnly);
         // The bearer token is not checked against the names (as the kernel does).
-        assert!(Viewer::of(&Principal::bearer_token()).may_answer(Some(&boss)));
+        assert_eq!(offer(Viewer::of(&Principal::bearer_token()), Some(&boss)), Offer::Decide);
+        // The key that created the execution, unless the rule allows self-approval.
+        let ops = viewer(Role::Operator, "ops");
+        let own = Offer::Refused(Refusal::OwnExecution);
+        assert_eq!(ops.offer(None, false, Some("ops")), own);
+        assert_eq!(ops.offer(None, true, Some("ops")), Offer::Decide);
+        assert_eq!(ops.offer(None, false, Some("alice")), Offer::Decide);
     }
 }

@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::body::read_json;
 use super::error::ApiError;
-use crate::auth::Principal;
+use crate::auth::{Principal, Role};
+use keel_actors::approvals::Approvers;
 
 /// Most answers one batch may carry.
 const MAX_BATCH: usize = 100;
@@ -56,24 +57,67 @@ fn split_id(id: &str) -> Result<(ExecutionId, String), ApiError> {
     }
 }
 
-/// Checks that this key may answer the approval of `step_id`: one of the rule's approvers
-/// (`approval.approvers`, roles or key names) and not the key that created the execution
-/// unless the rule allows self-approval. The shared bearer token and open kernels have no
-/// identity to tell apart and are not checked.
+/// Why a key may not answer an approval ([`refusal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The rule names other approvers.
+    NotAnApprover,
+    /// The key created the execution and the rule does not allow self-approval.
+    OwnExecution,
+}
+
+impl Refusal {
+    /// The 403's message.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::NotAnApprover => "forbidden: this key is not among the approvers the rule names",
+            Self::OwnExecution => {
+                "forbidden: a key cannot answer an approval of an execution it created"
+            }
+        }
+    }
+}
+
+/// Who may answer an approval, the one check behind the approvals API, the `step.approve`
+/// signal and the console's approve/deny controls: a key among the rule's `approvers` (any
+/// key, when they name nobody), and not the key that created the execution (`creator`)
+/// unless the rule allows `self_approval`. `keyed` is false for the shared bearer token and
+/// open kernels, which have no identity to tell apart and are not checked.
+pub fn refusal(
+    keyed: bool,
+    role: Role,
+    name: &str,
+    approvers: &Approvers,
+    self_approval: bool,
+    creator: Option<&str>,
+) -> Option<Refusal> {
+    if !keyed {
+        None
+    } else if !approvers.admit(role.as_str(), name) {
+        Some(Refusal::NotAnApprover)
+    } else if !self_approval && creator == Some(name) {
+        Some(Refusal::OwnExecution)
+    } else {
+        None
+    }
+}
+
+/// Checks that this key may answer the approval of `step_id` ([`refusal`], against the
+/// execution's state).
 pub async fn check_answerer(
     state: &AppState,
     principal: &Principal,
     execution_id: &ExecutionId,
     step_id: Option<&str>,
 ) -> Result<(), ApiError> {
-    if principal.revoked.is_none() {
+    let keyed = principal.revoked.is_some();
+    if !keyed {
         return Ok(());
     }
     // The execution's state (in memory, or rebuilt once), not a scan of its log.
     // (No step id: no step's request, only the creator.)
     let step_id = keel_actors::ids::StepId::new(step_id.unwrap_or_default().to_owned());
     let facts = state.kernel.approval_facts(execution_id, &step_id).await?;
-    let creator = facts.created_by;
     let (approvers, self_approval) = facts
         .request
         .map(|request| {
@@ -83,19 +127,25 @@ pub async fn check_answerer(
             )
         })
         .unwrap_or_default();
-    if !approvers.admit(principal.role.as_str(), &principal.name) {
-        tracing::warn!(key = %principal.name, execution.id = %execution_id, "answer refused: not an approver of this rule");
-        return Err(forbidden(
-            "forbidden: this key is not among the approvers the rule names",
-        ));
+    let refused = refusal(
+        keyed,
+        principal.role,
+        &principal.name,
+        &approvers,
+        self_approval,
+        facts.created_by.as_deref(),
+    );
+    match refused {
+        None => Ok(()),
+        Some(refused) => {
+            let why = match refused {
+                Refusal::NotAnApprover => "answer refused: not an approver of this rule",
+                Refusal::OwnExecution => "self-approval refused",
+            };
+            tracing::warn!(key = %principal.name, execution.id = %execution_id, "{why}");
+            Err(forbidden(refused.message()))
+        }
     }
-    if !self_approval && creator.as_deref() == Some(&*principal.name) {
-        tracing::warn!(key = %principal.name, execution.id = %execution_id, "self-approval refused");
-        return Err(forbidden(
-            "forbidden: a key cannot answer an approval of an execution it created",
-        ));
-    }
-    Ok(())
 }
 
 fn forbidden(message: &str) -> ApiError {

@@ -5,7 +5,7 @@
 //! `main`/`run` builds one [`AppState`] and serves [`router`]; the integration tests do the same.
 
 mod agents;
-mod approvals;
+pub mod approvals;
 mod auth;
 mod body;
 mod cluster;

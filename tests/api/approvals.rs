@@ -8,6 +8,7 @@ mod denials;
 mod escalation;
 mod keyed;
 mod objects;
+mod offered;
 mod restart;
 mod terms;
 

@@ -321,9 +321,8 @@
       const done = await act(approved ? 'Approve' : 'Deny', 'POST', executionUrl(form) + '/signal',
         { signal_type: 'step.approve', payload });
       if (done) {
-        const row = form.closest('tr');
+        const row = form.closest('tr, .pending-approval');
         if (row) row.remove();
-        if (form.closest('#approval')) document.getElementById('approval').hidden = true;
       }
     }
   });
@@ -463,7 +462,6 @@
       this.done = false;
       this.shown = 200;
       this.first = null;
-      this.pending = null;
       this.list = document.getElementById('timeline');
       this.summary = document.getElementById('timeline-summary');
       this.earlier = document.getElementById('timeline-earlier');
@@ -570,11 +568,6 @@
         llm.input += payload.input_tokens || 0;
         llm.output += payload.output_tokens || 0;
         if (payload.cost && payload.cost.usd !== undefined) llm.usd += Number(payload.cost.usd) || 0;
-      }
-      if (event.type === 'step.approval_required') {
-        this.pending = { step: event.step_id, payload: event.payload || {} };
-      } else if (this.pending && (event.step_id === this.pending.step || TERMINAL.has(event.type))) {
-        this.pending = null;
       }
       if (event.step_id) {
         let step = this.steps.get(event.step_id);
@@ -696,17 +689,6 @@
         (hidden ? '; showing the latest ' + visible.length + '.' : '.') +
         (this.llm.calls ? ' Model calls: ' + this.llm.calls + ', ' + this.llm.input + ' in + ' +
           this.llm.output + ' out tokens, $' + this.llm.usd.toFixed(6) + '.' : '');
-      const box = document.getElementById('approval');
-      if (box) {
-        box.hidden = this.pending === null || this.done;
-        if (this.pending) {
-          const form = box.querySelector('form');
-          form.dataset.stepId = this.pending.step;
-          const payload = this.pending.payload;
-          document.getElementById('approval-what').textContent = visible('Tool ' + payload.tool_id +
-            ' with arguments ' + preview(payload.arguments, 200) + ' — policy: ' + payload.reason);
-        }
-      }
     }
   }
 
