@@ -11,8 +11,8 @@ use keel_actors::approvals::Approvers;
 use serde_json::Value;
 
 use crate::auth::role;
-use crate::http::approvals::{Refusal, refusal};
 use crate::auth::{Principal, Role};
+use crate::http::approvals::{Refusal, refusal};
 
 /// The principal of a console view and what it may do there.
 #[derive(Clone, Debug)]
@@ -133,17 +133,36 @@ mod tests {
     #[test]
     fn an_approval_is_offered_to_the_keys_the_kernel_would_accept() {
         let boss = json!({"keys": ["boss"]});
-        let offer = |viewer: Viewer, approvers: Option<&Value>| viewer.offer(approvers, false, None);
-        assert_eq!(offer(viewer(Role::Approver, "boss"), Some(&boss)), Offer::Decide);
+        let offer =
+            |viewer: Viewer, approvers: Option<&Value>| viewer.offer(approvers, false, None);
+        assert_eq!(
+            offer(viewer(Role::Approver, "boss"), Some(&boss)),
+            Offer::Decide
+        );
         let not_named = Offer::Refused(Refusal::NotAnApprover);
-        assert_eq!(offer(viewer(Role::Approver, "lead"), Some(&boss)), not_named);
+        assert_eq!(
+            offer(viewer(Role::Approver, "lead"), Some(&boss)),
+            not_named
+        );
         assert_eq!(offer(viewer(Role::Approver, "lead"), None), Offer::Decide);
         let operators = json!({"roles": ["operator"]});
-        assert_eq!(offer(viewer(Role::Operator, "ops"), Some(&operators)), Offer::Decide);
-        assert_eq!(offer(viewer(Role::Approver, "alice"), Some(&operators)), not_named);
-        assert_eq!(offer(viewer(Role::Reader, "boss"), Some(&boss)), Offer::ReadOnly);
+        assert_eq!(
+            offer(viewer(Role::Operator, "ops"), Some(&operators)),
+            Offer::Decide
+        );
+        assert_eq!(
+            offer(viewer(Role::Approver, "alice"), Some(&operators)),
+            not_named
+        );
+        assert_eq!(
+            offer(viewer(Role::Reader, "boss"), Some(&boss)),
+            Offer::ReadOnly
+        );
         // The bearer token is not checked against the names (as the kernel does).
-        assert_eq!(offer(Viewer::of(&Principal::bearer_token()), Some(&boss)), Offer::Decide);
+        assert_eq!(
+            offer(Viewer::of(&Principal::bearer_token()), Some(&boss)),
+            Offer::Decide
+        );
         // The key that created the execution, unless the rule allows self-approval.
         let ops = viewer(Role::Operator, "ops");
         let own = Offer::Refused(Refusal::OwnExecution);

@@ -1,7 +1,7 @@
 """The console by role (docs/console.md, "Roles"): each timeline entry names the principal that
 caused it, and the pages offer only what the signed-in key's role may do — a reader nothing, an
-approver approve/deny, an operator cancel, signal and run again; an agent key cannot use the
-console. Headless Chromium like test_console.py (skipped without KEEL_TEST_CHROMEDRIVER)."""
+approver approve/deny (of the approvals the kernel would take its answer to), an operator cancel,
+signal and run again; an agent key cannot use the console. Headless Chromium like test_console.py (skipped without KEEL_TEST_CHROMEDRIVER)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,10 @@ def test_the_console_offers_what_the_keys_role_allows(sandbox: Sandbox) -> None:
         assert "by bot" in step.text, step.text
         started = css(b, '#timeline li[data-type="execution.started"]')[0]
         assert started.get_attribute("data-principal") == "system"
-        assert offered(b) == [] and not css(b, "#approval"), offered(b)
+        # It sees the pending approval and who may answer it, and no way to answer.
+        box = wait(b, "the pending approval", lambda d: css(d, "#approval .pending-approval"))[0]
+        assert "Who may answer: any approver" in box.text, box.text
+        assert offered(b) == [], offered(b)
         shot(b, "roles-reader-execution")
         b.get(base + "/approvals")
         row = wait(b, "the inbox row", lambda d: css(d, "tr[data-step-id]"))[0]
@@ -96,12 +99,15 @@ def test_the_console_offers_what_the_keys_role_allows(sandbox: Sandbox) -> None:
         assert "does not answer approvals" in b.find_element(By.ID, "app").text
         no_errors(b)
 
-        # An approver: approve/deny only, and the approval goes through.
+        # An approver: approve/deny only (where an approval waits), and the approval goes through.
         sign_in(b, base, approver)
         signed_in_as(b, "Signed in as alice (approver)")
         b.get(base + "/executions/" + held)
         wait(b, "the held execution", status_is("blocked"))
         wait(b, "the timeline", timeline_has("execution.blocked"))
+        assert offered(b) == [], offered(b)
+        b.get(base + "/executions/" + gated)
+        wait(b, "the approval's controls", lambda d: css(d, "#approval form[data-decision]"))
         assert offered(b) == ["form[data-decision]"], offered(b)
         b.get(base + "/approvals")
         row = wait(b, "the inbox row", lambda d: css(d, "tr[data-step-id] button.approve"))
@@ -131,7 +137,7 @@ def test_the_console_offers_what_the_keys_role_allows(sandbox: Sandbox) -> None:
         b.get(base + "/executions/" + held)
         wait(b, "the held execution", status_is("blocked"))
         wait(b, "the timeline", timeline_has("execution.blocked"))
-        assert offered(b) == list(ACTIONS), offered(b)
+        assert offered(b) == list(ACTIONS[:3]), offered(b)
         b.find_element(By.CSS_SELECTOR, "form[data-cancel] button").click()
         wait(b, "the cancellation", timeline_has("execution.cancelled"))
         wait(b, "the header to show cancelled", status_is("cancelled"))

@@ -80,7 +80,10 @@ async fn approve_and_deny_are_offered_only_to_keys_the_kernel_takes_an_answer_fr
         assert!(html.contains("id=\"approval\""), "{html}");
         assert!(html.contains(&format!("data-step-id=\"{step}\"")), "{html}");
         assert!(html.contains("roles: operator; keys: boss"), "{html}");
-        assert!(html.contains("prod deploys need a second pair of eyes"), "{html}");
+        assert!(
+            html.contains("prod deploys need a second pair of eyes"),
+            "{html}"
+        );
     }
     // (a) A named approver: approve and deny.
     assert_eq!(
