@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use super::invoke_gated;
-use super::keyed::{install_policy, key, keyed, post_as};
+use super::keyed::{install_policy, key, keyed, post_as, view_as};
 use crate::harness::{
     Assignment, Options, SseClient, TestAgent, TestKernel, assert_error, eventually,
 };
@@ -99,19 +99,6 @@ async fn listed(kernel: &TestKernel, id: &str) -> Value {
         .collect();
     assert_eq!(mine.len(), 1, "{body}");
     mine[0].clone()
-}
-
-/// The console's approvals view as `secret` sees it.
-async fn inbox_as(kernel: &TestKernel, secret: &str) -> String {
-    let response = kernel
-        .client
-        .get(kernel.url("/console/view/approvals"))
-        .bearer_auth(secret)
-        .send()
-        .await
-        .expect("view");
-    assert_eq!(response.status(), StatusCode::OK);
-    response.text().await.expect("html")
 }
 
 #[tokio::test]
@@ -358,13 +345,13 @@ async fn an_approval_that_expires_while_the_kernel_is_down_is_escalated_at_start
         "{now}"
     );
     // The console offers the answer to the boss only, and says whom it was first asked of.
-    let boss_view = inbox_as(&kernel, &boss).await;
+    let boss_view = view_as(&kernel, &boss, "/console/view/approvals").await;
     assert!(boss_view.contains("data-decision"), "{boss_view}");
     assert!(
         boss_view.contains("first asked of keys: lead"),
         "{boss_view}"
     );
-    let lead_view = inbox_as(&kernel, &lead).await;
+    let lead_view = view_as(&kernel, &lead, "/console/view/approvals").await;
     assert!(
         !lead_view.contains("data-decision") && lead_view.contains("not among its approvers"),
         "{lead_view}"

@@ -69,3 +69,11 @@ pub(super) async fn post_as(
     let status = response.status();
     (status, response.json().await.unwrap_or(Value::Null))
 }
+
+/// The console view at `path` (its HTML) as `secret` sees it.
+pub(super) async fn view_as(kernel: &TestKernel, secret: &str, path: &str) -> String {
+    let request = kernel.client.get(kernel.url(path)).bearer_auth(secret);
+    let response = request.send().await.expect("view sent");
+    assert_eq!(response.status(), StatusCode::OK, "{path}");
+    response.text().await.expect("html")
+}

@@ -8,16 +8,15 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use super::invoke_gated;
-use super::keyed::{install_policy, key, keyed, post_as};
+use super::keyed::{install_policy, key, keyed, post_as, view_as};
 use crate::harness::{Assignment, TestAgent, TestKernel, assert_error};
 
 /// Prod deploys: operators or the key `boss`; no self-approval (the default).
 const POLICY: &str = r#"
 rules:
-  - id: prod-deploys
-    priority: 10
-    when:
-      tool_id: deploy.prod
+  - id: second-pair-of-eyes
+    priority: 1
+    when: {tool_id: "deploy.*"}
     then:
       decision: require_approval
       reason: prod deploys need a second pair of eyes
@@ -25,28 +24,20 @@ rules:
         approvers:
           roles: [operator]
           keys: [boss]
-  - id: rest
-    priority: 100
-    when: {}
-    then:
-      decision: allow
+default:
+  decision: allow
 "#;
+
+/// The keys of the test, by name and role.
+const KEYS: [(&str, &str); 4] = [
+    ("ops", "operator"),
+    ("boss", "approver"),
+    ("alice", "approver"),
+    ("watcher", "reader"),
+];
 
 fn policy(config: &mut KernelConfig) {
     install_policy(config, POLICY);
-}
-
-/// The console view at `path` as `secret` sees it.
-async fn view_as(kernel: &TestKernel, secret: &str, path: &str) -> String {
-    let response = kernel
-        .client
-        .get(kernel.url(path))
-        .bearer_auth(secret)
-        .send()
-        .await
-        .expect("view");
-    assert_eq!(response.status(), StatusCode::OK, "{path}");
-    response.text().await.expect("html")
 }
 
 /// What a page offers: (approve/deny controls, "not among its approvers", "you requested this").
@@ -61,10 +52,11 @@ fn offered(html: &str) -> (bool, bool, bool) {
 #[tokio::test]
 async fn approve_and_deny_are_offered_only_to_keys_the_kernel_takes_an_answer_from() {
     let kernel = TestKernel::start_with(keyed(policy)).await;
-    let ops = key(&kernel, "ops", "operator").await;
-    let boss = key(&kernel, "boss", "approver").await;
-    let alice = key(&kernel, "alice", "approver").await;
-    let watcher = key(&kernel, "watcher", "reader").await;
+    let mut secrets = Vec::new();
+    for (name, role) in KEYS {
+        secrets.push(key(&kernel, name, role).await);
+    }
+    let [ops, boss, alice, watcher] = <[String; 4]>::try_from(secrets).expect("four keys");
     let mut agent = TestAgent::connect(&kernel, "deployer").await;
     let creation = json!({"agent_id": "deployer", "input": "ship"});
     let (status, created) = post_as(&kernel, &ops, "/v0/executions", &creation).await;
@@ -85,40 +77,21 @@ async fn approve_and_deny_are_offered_only_to_keys_the_kernel_takes_an_answer_fr
             "{html}"
         );
     }
-    // (a) A named approver: approve and deny.
-    assert_eq!(
-        offered(&view_as(&kernel, &boss, &page).await),
-        (true, false, false)
-    );
-    // (b) An approver the rule does not name: none, and why.
-    assert_eq!(
-        offered(&view_as(&kernel, &alice, &page).await),
-        (false, true, false)
-    );
-    // (c) The operator that created the execution: none, because it asked.
-    assert_eq!(
-        offered(&view_as(&kernel, &ops, &page).await),
-        (false, false, true)
-    );
-    // A reader: nothing to do.
-    assert_eq!(
-        offered(&view_as(&kernel, &watcher, &page).await),
-        (false, false, false)
-    );
-    // The inbox agrees.
-    let inbox = "/console/view/approvals";
-    assert_eq!(
-        offered(&view_as(&kernel, &boss, inbox).await),
-        (true, false, false)
-    );
-    assert_eq!(
-        offered(&view_as(&kernel, &alice, inbox).await),
-        (false, true, false)
-    );
-    assert_eq!(
-        offered(&view_as(&kernel, &ops, inbox).await),
-        (false, false, true)
-    );
+    // (a) A named approver: approve and deny. (b) An approver the rule does not name: none,
+    // and why. (c) The operator that created the execution: none, because it asked. A reader:
+    // nothing to do. The execution page and the inbox agree.
+    let expected = [
+        ("boss", &boss, (true, false, false)),
+        ("alice", &alice, (false, true, false)),
+        ("ops", &ops, (false, false, true)),
+        ("watcher", &watcher, (false, false, false)),
+    ];
+    for (name, secret, offers) in expected {
+        for view in [page.as_str(), "/console/view/approvals"] {
+            let html = view_as(&kernel, secret, view).await;
+            assert_eq!(offered(&html), offers, "{name} on {view}: {html}");
+        }
+    }
 
     // And so does the kernel: the keys offered nothing are refused, the named one answers.
     let path = format!("/v0/approvals/{id}.{step}");
