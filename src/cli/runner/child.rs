@@ -216,8 +216,9 @@ fn command(spec: &WorkerSpec) -> Command {
     command
 }
 
-/// SIGTERM to the group, SIGKILL after `grace`; returns the worker's exit status.
-async fn terminate(
+/// SIGTERM to the group, SIGKILL after `grace`; returns the process's exit status (the
+/// runner's workers and MCP servers).
+pub(super) async fn terminate(
     child: &mut Child,
     group: Option<Pid>,
     grace: Duration,
@@ -233,7 +234,7 @@ async fn terminate(
 }
 
 /// Sends `signal` to a process group (nothing when it is gone).
-fn signal_group(group: Option<Pid>, signal: Signal) {
+pub(super) fn signal_group(group: Option<Pid>, signal: Signal) {
     if let Some(group) = group {
         let _ = killpg(group, signal);
     }

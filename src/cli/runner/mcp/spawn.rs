@@ -5,12 +5,13 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use rmcp::ServiceExt;
 use tokio::process::Command;
 
 use super::{Handler, Live, McpError, RESTART_MAX, RESTART_MIN, ServerSpec};
+use crate::cli::runner::child::{signal_group, terminate};
 
 /// Pause before the start that follows `crashes` crashes in a row.
 pub(super) fn restart_delay(crashes: u32) -> Duration {
@@ -80,21 +81,9 @@ pub(super) async fn stop(live: &mut Live, grace: Duration) {
     let Some(child) = live.child.as_mut() else {
         return;
     };
-    signal_group(live.group, Signal::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        signal_group(live.group, Signal::SIGKILL);
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
+    let _ = terminate(child, live.group, grace).await;
     // Whatever the server left behind in its group goes with it.
     signal_group(live.group, Signal::SIGKILL);
-}
-
-/// Sends `signal` to a process group (nothing when it is gone).
-fn signal_group(group: Option<Pid>, signal: Signal) {
-    if let Some(group) = group {
-        let _ = killpg(group, signal);
-    }
 }
 
 #[cfg(test)]
