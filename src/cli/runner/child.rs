@@ -201,19 +201,38 @@ fn command(spec: &WorkerSpec) -> Command {
         command.arg(&spec.program);
         command
     };
+    confine(
+        &mut command,
+        &spec.args,
+        &spec.env,
+        spec.workdir.as_deref(),
+        Stdio::piped(),
+    );
     command
-        .args(&spec.args)
+}
+
+/// Gives a child (a worker or an MCP server) its arguments, only the environment `env`, its
+/// working directory, piped stdin and stdout, and a process group of its own that is killed
+/// with it.
+pub(super) fn confine<A: AsRef<std::ffi::OsStr>>(
+    command: &mut Command,
+    args: &[A],
+    env: &[(OsString, OsString)],
+    workdir: Option<&std::path::Path>,
+    stderr: Stdio,
+) {
+    command
+        .args(args)
         .env_clear()
-        .envs(spec.env.iter().map(|(name, value)| (name, value)))
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .process_group(0)
         .kill_on_drop(true);
-    if let Some(dir) = &spec.workdir {
+    if let Some(dir) = workdir {
         command.current_dir(dir);
     }
-    command
 }
 
 /// SIGTERM to the group, SIGKILL after `grace`; returns the process's exit status (the

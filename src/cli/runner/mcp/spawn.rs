@@ -11,7 +11,7 @@ use rmcp::ServiceExt;
 use tokio::process::Command;
 
 use super::{Handler, Live, McpError, RESTART_MAX, RESTART_MIN, ServerSpec};
-use crate::cli::runner::child::{signal_group, terminate};
+use crate::cli::runner::child::{confine, signal_group, terminate};
 
 /// Pause before the start that follows `crashes` crashes in a row.
 pub(super) fn restart_delay(crashes: u32) -> Duration {
@@ -35,18 +35,13 @@ pub(super) async fn connect(spec: &ServerSpec, handler: Handler) -> Result<Live,
         });
     }
     let mut command = Command::new(&spec.program);
-    command
-        .args(&spec.args)
-        .env_clear()
-        .envs(spec.env.iter().map(|(name, value)| (name, value)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(dir) = &spec.workdir {
-        command.current_dir(dir);
-    }
+    confine(
+        &mut command,
+        &spec.args,
+        &spec.env,
+        spec.workdir.as_deref(),
+        Stdio::inherit(),
+    );
     let mut child = command.spawn().map_err(McpError::Spawn)?;
     let group = child
         .id()
