@@ -24,6 +24,11 @@ use super::role::Role;
 /// How often last-used times are written and the keys re-read from the store.
 pub const FLUSH_PERIOD: Duration = Duration::from_secs(5);
 
+/// Shortest time between two re-reads caused by unknown keys (see
+/// [`KeyRegistry::authenticate_fresh`]): tokens nobody issued cannot make a kernel read the
+/// keys more than four times a second.
+pub const MISS_RELOAD_GAP: Duration = Duration::from_millis(250);
+
 /// The registry (one per kernel, shared by every request).
 pub struct KeyRegistry {
     store: Arc<dyn Store>,
@@ -33,6 +38,11 @@ pub struct KeyRegistry {
     writes: tokio::sync::Mutex<()>,
     /// [`KeyRegistry::has_keys`], kept up to date on every change.
     has_keys: AtomicBool,
+    /// Whether other kernels write the same keys (cluster mode): an unknown key may then be one
+    /// created elsewhere since the last re-read.
+    shared: AtomicBool,
+    /// When the last re-read caused by an unknown key started.
+    miss_reload: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl KeyRegistry {
@@ -44,6 +54,50 @@ impl KeyRegistry {
             loaded: OnceCell::new(),
             writes: tokio::sync::Mutex::new(()),
             has_keys: AtomicBool::new(false),
+            shared: AtomicBool::new(false),
+            miss_reload: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Marks the keys as written by other kernels too (cluster mode), so that
+    /// [`KeyRegistry::authenticate_fresh`] re-reads them on an unknown key.
+    pub fn share_with_other_kernels(&self) {
+        self.shared.store(true, Ordering::Relaxed);
+    }
+
+    /// [`KeyRegistry::authenticate`], and in cluster mode, for a key this kernel does not know
+    /// (or whose secret it holds another version of), once more after re-reading the keys: a
+    /// key created or rotated through another kernel is taken at once, not after the next
+    /// periodic re-read. Re-reads for unknown keys are shared by the requests waiting for them
+    /// and at most one per [`MISS_RELOAD_GAP`].
+    pub async fn authenticate_fresh(
+        &self,
+        token: &str,
+    ) -> Result<Principal, (Rejected, Option<Arc<str>>)> {
+        match self.authenticate(token) {
+            Err((Rejected::Unknown, None)) if self.shared.load(Ordering::Relaxed) => {
+                self.reload_after_miss(std::time::Instant::now()).await;
+                self.authenticate(token)
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// Re-reads the keys for a miss noticed at `noticed`, unless a re-read started since.
+    async fn reload_after_miss(&self, noticed: std::time::Instant) {
+        let mut last = self.miss_reload.lock().await;
+        if let Some(started) = *last {
+            if started >= noticed {
+                return;
+            }
+            let since = started.elapsed();
+            if since < MISS_RELOAD_GAP {
+                tokio::time::sleep(MISS_RELOAD_GAP - since).await;
+            }
+        }
+        *last = Some(std::time::Instant::now());
+        if let Err(error) = self.reload().await {
+            tracing::warn!(error = %error, "re-reading API keys for an unknown key failed");
         }
     }
 

@@ -83,3 +83,43 @@ async fn a_rotation_ends_the_old_secret_and_its_streams_and_keeps_the_key() {
         Err(KeyError::Taken(_))
     ));
 }
+
+#[tokio::test]
+async fn in_cluster_mode_a_key_created_through_another_kernel_is_taken_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (store, here) = registry(dir.path()).await;
+    here.ensure_loaded().await.expect("loaded");
+    let alone = KeyRegistry::new(store.clone());
+    alone.ensure_loaded().await.expect("loaded");
+    here.share_with_other_kernels();
+    // Created through another kernel after both read the keys.
+    let elsewhere = KeyRegistry::new(store);
+    let issued = elsewhere
+        .create(new_key("fresh"), "admin")
+        .await
+        .expect("created");
+    let principal = here
+        .authenticate_fresh(&issued.token)
+        .await
+        .expect("taken without waiting for the periodic re-read");
+    assert_eq!(&*principal.name, "fresh");
+    // A kernel alone on its database does not re-read for an unknown key.
+    assert_eq!(
+        alone
+            .authenticate_fresh(&issued.token)
+            .await
+            .map(|_| ())
+            .map_err(|(why, _)| why),
+        Err(Rejected::Unknown)
+    );
+    // A token nobody issued is still refused, and re-reads are paced.
+    let mut forged = issued.token.clone();
+    let last = if forged.ends_with('a') { "b" } else { "a" };
+    forged.replace_range(forged.len() - 1.., last);
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        let unknown = here.authenticate_fresh(&forged).await;
+        assert!(matches!(unknown, Err((Rejected::Unknown, None))));
+    }
+    assert!(started.elapsed() >= MISS_RELOAD_GAP);
+}

@@ -123,7 +123,8 @@ async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Principal, Un
     }
     state
         .keys
-        .authenticate(token)
+        .authenticate_fresh(token)
+        .await
         .map_err(|(rejected, name)| (rejected.as_str(), name))
 }
 

@@ -174,6 +174,9 @@ impl AppState {
     /// A task writes the keys' last use and re-reads them until `shutdown`.
     pub fn new(kernel: Kernel, settings: HttpSettings, shutdown: CancellationToken) -> Self {
         let keys = Arc::new(crate::auth::KeyRegistry::new(kernel.store().clone()));
+        if settings.cluster.is_some() {
+            keys.share_with_other_kernels();
+        }
         tokio::spawn(keys.clone().run(shutdown.clone()));
         let tool_changes = Arc::new(tool_changes::ToolChanges::register(&kernel));
         Self(Arc::new(AppStateInner {
