@@ -60,16 +60,27 @@ async fn join(url: &str, node: &str) -> Membership {
     .expect("join")
 }
 
-#[tokio::test]
-async fn a_write_under_a_superseded_epoch_is_refused_and_changes_nothing() {
-    let Some(db) = test_db::fresh().await else {
-        return;
-    };
+/// A fresh database, a store writing through a hand-set fence, and kernel "a" joined.
+async fn fenced_store() -> Option<(
+    test_db::TestDatabase,
+    Arc<HandFence>,
+    PostgresStore,
+    Membership,
+)> {
+    let db = test_db::fresh().await?;
     let fence = Arc::new(HandFence::default());
     let store = PostgresStore::open_fenced(&db.url, &cluster_options(), Some(fence.clone()))
         .await
         .expect("open in cluster mode");
     let a = join(&db.url, "a").await;
+    Some((db, fence, store, a))
+}
+
+#[tokio::test]
+async fn a_write_under_a_superseded_epoch_is_refused_and_changes_nothing() {
+    let Some((db, fence, store, a)) = fenced_store().await else {
+        return;
+    };
     let acquired = a.acquire(&[0, 1, 2, 3]).await.expect("acquire");
     assert_eq!(acquired.len(), 4);
     for (partition, epoch) in &acquired {
@@ -148,14 +159,9 @@ async fn a_write_under_a_superseded_epoch_is_refused_and_changes_nothing() {
 
 #[tokio::test]
 async fn a_fenced_execution_fails_alone_in_its_group() {
-    let Some(db) = test_db::fresh().await else {
+    let Some((db, fence, store, a)) = fenced_store().await else {
         return;
     };
-    let fence = Arc::new(HandFence::default());
-    let store = PostgresStore::open_fenced(&db.url, &cluster_options(), Some(fence.clone()))
-        .await
-        .expect("open in cluster mode");
-    let a = join(&db.url, "a").await;
     for (partition, epoch) in a.acquire(&[0, 1, 2, 3]).await.expect("acquire") {
         fence.set(partition, Some(epoch));
     }
@@ -193,14 +199,9 @@ async fn a_fenced_execution_fails_alone_in_its_group() {
 
 #[tokio::test]
 async fn each_event_records_the_epoch_of_its_own_executions_partition() {
-    let Some(db) = test_db::fresh().await else {
+    let Some((_db, fence, store, a)) = fenced_store().await else {
         return;
     };
-    let fence = Arc::new(HandFence::default());
-    let store = PostgresStore::open_fenced(&db.url, &cluster_options(), Some(fence.clone()))
-        .await
-        .expect("open in cluster mode");
-    let a = join(&db.url, "a").await;
     a.acquire(&[0, 1, 2, 3]).await.expect("acquire");
     // Partition p is taken again p times, so each partition is at its own epoch.
     for partition in 1..P {
@@ -306,14 +307,9 @@ async fn the_database_computes_the_same_partitions_as_the_kernel() {
 
 #[tokio::test]
 async fn the_recovery_index_of_partitions_lists_only_their_open_executions() {
-    let Some(db) = test_db::fresh().await else {
+    let Some((_db, fence, store, a)) = fenced_store().await else {
         return;
     };
-    let fence = Arc::new(HandFence::default());
-    let store = PostgresStore::open_fenced(&db.url, &cluster_options(), Some(fence.clone()))
-        .await
-        .expect("open in cluster mode");
-    let a = join(&db.url, "a").await;
     for (partition, epoch) in a.acquire(&[0, 1, 2, 3]).await.expect("acquire") {
         fence.set(partition, Some(epoch));
     }
