@@ -126,7 +126,7 @@ async fn a_publication_reaches_a_live_kernel_that_holds_no_partition_yet() {
         // anything; a publication to k1 in that window must still reach it. The window is
         // caught by polling; should it be missed, the next joining kernel gives another.
         let mut joined = Vec::new();
-        for (attempt, node) in ["k2", "k3", "k4"].into_iter().enumerate() {
+        for (attempt, node) in ["k2", "k3", "k4", "k5", "k6", "k7"].into_iter().enumerate() {
             let kernel = Kernel::start(node, &database.url, &dir.path().join(node)).await;
             let seen = poll(Duration::from_secs(10), || held_by(&http, &k1, node)).await;
             assert!(seen.is_some(), "k1 never saw {node} live");

@@ -38,6 +38,10 @@ pub struct Tally {
     pub unavailable_answers: usize,
     /// Connections refused (the kernel was not listening).
     pub refused: usize,
+    /// Requests that met a pooled keep-alive connection a stopping kernel closed before
+    /// reading them (hyper's `IncompleteMessage`, no answer at all): retried, as HTTP clients
+    /// (the rebuno SDK among them) retry a request the server never answered.
+    pub closed: usize,
     /// Anything else: the status or error, with the kernel.
     pub errors: Vec<String>,
 }
@@ -50,6 +54,7 @@ impl Tally {
         self.ok_answers += other.ok_answers;
         self.unavailable_answers += other.unavailable_answers;
         self.refused += other.refused;
+        self.closed += other.closed;
         self.errors.extend(other.errors);
     }
 
@@ -140,6 +145,8 @@ enum Answer {
     /// 503 with `Retry-After` (seconds).
     Unavailable(u64),
     Refused,
+    /// The connection was closed before any answer (see [`Tally::closed`]).
+    Closed,
     Error(String),
 }
 
@@ -156,6 +163,7 @@ async fn send(
     let response = match request.send().await {
         Ok(response) => response,
         Err(error) if error.is_connect() => return Answer::Refused,
+        Err(error) if format!("{error:?}").contains("IncompleteMessage") => return Answer::Closed,
         Err(error) => return Answer::Error(format!("{url}: {error:?}")),
     };
     let status = response.status().as_u16();
@@ -201,6 +209,10 @@ async fn operation(
             }
             Answer::Refused => {
                 tally.refused += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Answer::Closed => {
+                tally.closed += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Answer::Error(error) => {

@@ -52,12 +52,13 @@ async fn a_rolling_restart_under_load_gives_clients_nothing_but_503_with_retry_a
         tokio::time::sleep(Duration::from_secs(1)).await;
         let tally = load.finish().await;
         println!(
-            "load: {} operations ok, {} failed, {} answers 2xx, {} answers 503, {} refused connections ({:.3} of answers 2xx), errors {:?}",
+            "load: {} operations ok, {} failed, {} answers 2xx, {} answers 503, {} refused connections, {} requests on closed connections retried ({:.3} of answers 2xx), errors {:?}",
             tally.operations_ok(),
             tally.failed_operations,
             tally.ok_answers,
             tally.unavailable_answers,
             tally.refused,
+            tally.closed,
             tally.ok_answer_share(),
             tally.errors
         );
