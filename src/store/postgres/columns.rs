@@ -21,6 +21,22 @@ fn commits<'a>(group: &'a [Commit], units: &[Unit]) -> Vec<&'a Commit> {
     indexes.into_iter().map(|index| &group[index]).collect()
 }
 
+/// The epoch of each event of `units` (each unit's from `epochs`), in the order
+/// [`EventColumns`] lists the events: by commit, in group order. Bound per event so the
+/// statement records it without looking each event's execution up in the fence.
+pub(super) fn event_epochs(group: &[Commit], units: &[Unit], epochs: &[i64]) -> Vec<i64> {
+    let mut of_commit: Vec<(usize, i64)> = units
+        .iter()
+        .zip(epochs)
+        .flat_map(|(unit, epoch)| unit.commits.iter().map(move |&index| (index, *epoch)))
+        .collect();
+    of_commit.sort_unstable_by_key(|(index, _)| *index);
+    of_commit
+        .into_iter()
+        .flat_map(|(index, epoch)| std::iter::repeat_n(epoch, group[index].events.len()))
+        .collect()
+}
+
 /// Projection rows, one per unit: the fields fixed at creation from its first commit (only
 /// for new executions; updates never rewrite them), the others from its last.
 pub(super) struct ExecutionColumns<'a> {

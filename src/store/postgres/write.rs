@@ -25,7 +25,7 @@ use keel_actors::store::Commit;
 use super::super::{
     PartitionFence, expected_previous_sequence, map_sqlx_error, partition_of, sequence_conflict,
 };
-use super::columns::{EventColumns, ExecutionColumns, LabelColumns, StepColumns};
+use super::columns::{EventColumns, ExecutionColumns, LabelColumns, StepColumns, event_epochs};
 use super::round_sql::{WRITE_ROUND, WRITE_ROUND_FENCED};
 
 /// One execution's commits within a round, written together or not at all.
@@ -324,22 +324,6 @@ async fn write_round(
         };
     }
     Ok(outcomes)
-}
-
-/// The epoch of each event of `units` (each unit's from `epochs`), in the order
-/// [`EventColumns`] lists the events: by commit, in group order. Bound per event so the
-/// statement records it without looking each event's execution up in the fence.
-fn event_epochs(group: &[Commit], units: &[Unit], epochs: &[i64]) -> Vec<i64> {
-    let mut of_commit: Vec<(usize, i64)> = units
-        .iter()
-        .zip(epochs)
-        .flat_map(|(unit, epoch)| unit.commits.iter().map(move |&index| (index, *epoch)))
-        .collect();
-    of_commit.sort_unstable_by_key(|(index, _)| *index);
-    of_commit
-        .into_iter()
-        .flat_map(|(index, epoch)| std::iter::repeat_n(epoch, group[index].events.len()))
-        .collect()
 }
 
 /// Runs [`WRITE_ROUND`] for `units`; returns, per unit, whether it was written.
